@@ -1,0 +1,61 @@
+"""Small argument checks shared by every module; each error names the argument."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "check_finite",
+    "check_in_choices",
+    "check_integer_valued",
+    "check_non_negative_int",
+    "check_positive_float",
+    "check_positive_int",
+]
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """Return ``value`` if it is an ``int`` ≥ 1, else raise ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer (>= 1), got {value!r}")
+    return value
+
+
+def check_non_negative_int(name: str, value: object) -> int:
+    """Return ``value`` if it is an ``int`` ≥ 0, else raise ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name} must be a non-negative integer (>= 0), got {value!r}")
+    return value
+
+
+def check_positive_float(name: str, value: object) -> float:
+    """Return ``float(value)`` if it is a finite real > 0, else raise ``ValueError``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return float(value)
+
+
+def check_in_choices(name: str, value: object, choices: tuple[object, ...]) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        allowed = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {allowed}; got {value!r}")
+
+
+def check_finite(name: str, tensor: Tensor) -> None:
+    """Raise ``ValueError`` naming ``name`` if a floating tensor holds NaN or ±inf."""
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"{name} must be finite; it contains NaN or inf")
+
+
+def check_integer_valued(name: str, tensor: Tensor) -> None:
+    """Raise ``ValueError`` unless every entry of ``tensor`` is a whole number."""
+    if tensor.is_floating_point() and not bool((tensor == tensor.round()).all()):
+        raise ValueError(
+            f"{name} must hold whole numbers for this encoding (got fractional values)"
+        )

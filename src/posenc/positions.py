@@ -1,0 +1,160 @@
+"""Where positions come from: offsets (KV cache), padding, packed documents, explicit tensors.
+
+Every encoding takes positions as a tensor ``(seq,)`` or ``(batch, seq)``, integer or
+floating (position interpolation makes fractional positions legal). The helpers here build
+those tensors for the common cases and :func:`check_positions` validates a user's tensor.
+
+Example::
+
+    >>> positions_from_length(4, offset=10)
+    tensor([10, 11, 12, 13])
+    >>> positions_from_length(3, offset=torch.tensor([0, 5]))
+    tensor([[0, 1, 2],
+            [5, 6, 7]])
+    >>> packed_positions(document_ids=torch.tensor([0, 0, 0, 1, 1, 2]))
+    tensor([0, 1, 2, 0, 1, 0])
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from posenc._validate import check_finite, check_non_negative_int
+
+__all__ = [
+    "check_positions",
+    "cu_seqlens_to_document_ids",
+    "document_mask",
+    "packed_positions",
+    "positions_from_length",
+    "positions_from_padding_mask",
+]
+
+
+def check_positions(positions: Tensor, name: str = "positions") -> Tensor:
+    """Validate a positions tensor and return it unchanged.
+
+    Positions must be a tensor of rank 1 ``(seq,)`` or 2 ``(batch, seq)``, of an integer
+    or floating dtype (not bool or complex), and finite.
+
+    Raises:
+        ValueError: naming ``name`` for a wrong type, rank or dtype, or NaN/inf values.
+    """
+    if not isinstance(positions, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
+    if positions.dim() not in (1, 2):
+        raise ValueError(
+            f"{name} must have shape (seq,) or (batch, seq); got {tuple(positions.shape)}"
+        )
+    if positions.dtype == torch.bool or positions.is_complex():
+        raise ValueError(f"{name} must be an integer or floating tensor, got {positions.dtype}")
+    check_finite(name, positions)
+    return positions
+
+
+def positions_from_length(
+    length: int,
+    offset: int | Tensor = 0,
+    *,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Positions ``offset, offset + 1, ..., offset + length - 1``.
+
+    Args:
+        length: number of new tokens (≥ 0).
+        offset: tokens already in the KV cache. An ``int`` gives ``(length,)``; a tensor of
+            shape ``(batch,)`` gives per-row offsets and ``(batch, length)`` positions
+            (rows with different cache lengths).
+        device: device of the result (defaults to the offset tensor's device).
+
+    Returns:
+        int64 tensor ``(length,)`` or ``(batch, length)``.
+    """
+    check_non_negative_int("length", length)
+    if isinstance(offset, Tensor):
+        if offset.dim() != 1 or offset.is_floating_point() or offset.dtype == torch.bool:
+            raise ValueError(
+                "offset must be an int or an integer tensor of shape (batch,); "
+                f"got dtype {offset.dtype} and shape {tuple(offset.shape)}"
+            )
+        if bool((offset < 0).any()):
+            raise ValueError("offset must be >= 0 in every row")
+        device = offset.device if device is None else device
+        steps = torch.arange(length, device=device)
+        return offset.to(device=device, dtype=torch.long)[:, None] + steps
+    check_non_negative_int("offset", offset)
+    return torch.arange(offset, offset + length, device=device)
+
+
+def positions_from_padding_mask(mask: Tensor) -> Tensor:
+    """Positions for left- (or right-) padded rows: count real tokens, pads get 0.
+
+    ``mask`` is ``(batch, seq)`` bool or 0/1, True for real tokens. A real token's position
+    is the number of real tokens before it in its row, so a left-padded row starts at 0 at
+    its first real token (what HF ``generate`` does with ``attention_mask.cumsum(-1) - 1``).
+    """
+    if not isinstance(mask, Tensor) or mask.dim() != 2:
+        raise ValueError("mask must be a (batch, seq) tensor")
+    if mask.is_floating_point() and not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("mask must hold only 0/1 or True/False")
+    keep = mask.to(torch.long)
+    return ((keep.cumsum(-1) - 1) * keep).clamp(min=0)
+
+
+def cu_seqlens_to_document_ids(cu_seqlens: Tensor) -> Tensor:
+    """Document id of every token from cumulative sequence lengths ``[0, l0, l0+l1, ...]``."""
+    if not isinstance(cu_seqlens, Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
+        raise ValueError("cu_seqlens must be a non-empty 1-D integer tensor")
+    if cu_seqlens.is_floating_point() or cu_seqlens.dtype == torch.bool:
+        raise ValueError(f"cu_seqlens must be an integer tensor, got {cu_seqlens.dtype}")
+    if int(cu_seqlens[0]) != 0:
+        raise ValueError(f"cu_seqlens must start at 0, got {int(cu_seqlens[0])}")
+    lengths = cu_seqlens.diff()
+    if bool((lengths < 0).any()):
+        raise ValueError("cu_seqlens must be non-decreasing")
+    ids = torch.arange(lengths.numel(), device=cu_seqlens.device)
+    return torch.repeat_interleave(ids, lengths)
+
+
+def packed_positions(
+    document_ids: Tensor | None = None, *, cu_seqlens: Tensor | None = None
+) -> Tensor:
+    """Positions that restart at 0 at every document boundary of a packed sequence.
+
+    Give exactly one of ``document_ids`` (``(seq,)`` or ``(batch, seq)``; a new document
+    starts wherever the id changes) or ``cu_seqlens`` (flash-attention's cumulative lengths,
+    ``(num_docs + 1,)``, for one packed row).
+
+    Example::
+
+        >>> packed_positions(cu_seqlens=torch.tensor([0, 3, 5]))
+        tensor([0, 1, 2, 0, 1])
+    """
+    if (document_ids is None) == (cu_seqlens is None):
+        raise ValueError("give exactly one of document_ids or cu_seqlens")
+    if cu_seqlens is not None:
+        document_ids = cu_seqlens_to_document_ids(cu_seqlens)
+    assert document_ids is not None
+    if document_ids.dim() not in (1, 2) or document_ids.is_floating_point():
+        raise ValueError(
+            "document_ids must be an integer tensor of shape (seq,) or (batch, seq); "
+            f"got dtype {document_ids.dtype} and shape {tuple(document_ids.shape)}"
+        )
+    seq = document_ids.shape[-1]
+    index = torch.arange(seq, device=document_ids.device).expand_as(document_ids)
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[..., 1:] = document_ids[..., 1:] != document_ids[..., :-1]
+    # Index of the most recent document start at or before each token.
+    start_index = torch.where(starts, index, torch.zeros_like(index)).cummax(-1).values
+    return index - start_index
+
+
+def document_mask(document_ids: Tensor, k_document_ids: Tensor | None = None) -> Tensor:
+    """Boolean ``(..., q_len, k_len)`` mask, True where query and key are in one document.
+
+    Pass it as ``attn_mask`` to :class:`posenc.attention.Attention` for packed sequences, so
+    that tokens never attend across a document boundary.
+    """
+    k_ids = document_ids if k_document_ids is None else k_document_ids
+    return document_ids[..., :, None] == k_ids[..., None, :]
