@@ -1,4 +1,9 @@
-"""Small argument checks shared by every module; each error names the argument."""
+"""Small argument checks shared by every module; each error names the argument.
+
+Checks that read tensor values (NaN, whole numbers, ranges) need a host sync and would break
+a ``torch.compile(fullgraph=True)`` graph, so they run eagerly and are skipped while
+compiling (:func:`validating_values`); shape and dtype checks always run.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ __all__ = [
     "check_non_negative_int",
     "check_positive_float",
     "check_positive_int",
+    "validating_values",
 ]
 
 
@@ -47,14 +53,23 @@ def check_in_choices(name: str, value: object, choices: tuple[object, ...]) -> N
         raise ValueError(f"{name} must be one of {allowed}; got {value!r}")
 
 
+def validating_values() -> bool:
+    """True when value checks should run: always in eager mode, never while compiling."""
+    return not torch.compiler.is_compiling()
+
+
 def check_finite(name: str, tensor: Tensor) -> None:
     """Raise ``ValueError`` naming ``name`` if a floating tensor holds NaN or ±inf."""
+    if not validating_values():
+        return
     if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
         raise ValueError(f"{name} must be finite; it contains NaN or inf")
 
 
 def check_integer_valued(name: str, tensor: Tensor) -> None:
     """Raise ``ValueError`` unless every entry of ``tensor`` is a whole number."""
+    if not validating_values():
+        return
     if tensor.is_floating_point() and not bool((tensor == tensor.round()).all()):
         raise ValueError(
             f"{name} must hold whole numbers for this encoding (got fractional values)"

@@ -98,7 +98,7 @@ class ContextualEncoding(PositionalEncoding):
 
     family: ClassVar[Family] = "contextual"
     #: True when :meth:`values` contributes; attention then needs the probabilities.
-    uses_values: ClassVar[bool] = False
+    uses_values: bool = False
 
     def logits(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
         raise NotImplementedError

@@ -1,0 +1,123 @@
+"""``posenc`` command line: list, plot, check, demo. Each subcommand calls a public function."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
+    kwargs = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"posenc: --set takes KEY=VALUE, got {pair!r}")
+        kwargs[key] = _parse_value(value)
+    return kwargs
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from posenc.registry import list_encodings
+
+    rows: list[dict[str, Any]] = [
+        {
+            "name": spec.name,
+            "family": spec.family,
+            "paper": spec.paper,
+            "summary": spec.summary,
+            "parameters": spec.parameters(),
+        }
+        for spec in list_encodings()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+        return 0
+    for row in rows:
+        params = ", ".join(f"{k}={v!r}" for k, v in row["parameters"].items()) or "-"
+        print(f"{row['name']:<18} {row['family']:<11} {row['summary']}")
+        print(f"{'':<18} paper: {row['paper']}")
+        print(f"{'':<18} parameters: {params}")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from posenc.viz import plot_encoding
+
+    out = Path(args.out or f"{args.method}.png")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plot_encoding(args.method, **_parse_kwargs(args.set)).savefig(out, dpi=110)
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from posenc.checks import format_result, run_checks
+
+    results = run_checks()
+    if args.json:
+        print(json.dumps([r.as_dict() for r in results], indent=2))
+    else:
+        for result in results:
+            print(format_result(result))
+    return 0 if all(r.passed for r in results) else 1
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from posenc.demo import run_demo
+
+    summary = run_demo(args.out)
+    return 0 if not summary["failed"] else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="posenc", description="Positional encodings for transformers: list, plot, check."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("list", help="every method with its family, paper and parameters")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_list)
+    p = sub.add_parser("plot", help="write a PNG that shows an encoding")
+    p.add_argument("method", help="a name from `posenc list`")
+    p.add_argument("--out", help="output file (default METHOD.png)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="encoding or plot keyword argument (JSON values), repeatable",
+    )
+    p.set_defaults(func=_cmd_plot)
+    p = sub.add_parser("check", help="run the property checks and print measured numbers")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("demo", help="the main job: property checks, numbers and figures")
+    p.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ValueError as error:
+        print(f"posenc: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

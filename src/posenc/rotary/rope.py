@@ -1,0 +1,357 @@
+"""Rotary position embedding (RoPE): rotate channel pairs of q and k by position-dependent angles.
+
+Paper: RoFormer, Su et al. 2021, https://arxiv.org/abs/2104.09864. A pair of channels
+``(a, b)`` of a query or key at position ``m`` with inverse frequency ``θ_i`` becomes
+
+.. math::
+
+    \\begin{pmatrix} a' \\\\ b' \\end{pmatrix} =
+    \\begin{pmatrix} \\cos mθ_i & -\\sin mθ_i \\\\ \\sin mθ_i & \\cos mθ_i \\end{pmatrix}
+    \\begin{pmatrix} a \\\\ b \\end{pmatrix},
+
+so that ``q_m · k_n`` depends on positions only through ``m - n``. Two layouts say which
+channels form the pair ``i`` of the first ``rotary_dim = d`` channels (the rest pass through):
+
+* ``"half"`` (GPT-NeoX, HF Llama): ``(i, i + d/2)``; ``x' = x·cos + rotate_half(x)·sin`` with
+  ``rotate_half(x) = cat(-x[d/2:], x[:d/2])`` and ``cos = cat(cos mθ, cos mθ)``;
+* ``"interleaved"`` (GPT-J, Meta Llama, RoFormer): ``(2i, 2i + 1)``; ``rotate_every_two(x)``
+  maps ``x[2i] -> -x[2i+1]``, ``x[2i+1] -> x[2i]`` and ``cos = repeat_interleave(cos mθ, 2)``.
+
+Numerics: phases ``m·θ_i`` and their cos/sin are evaluated in float64 (exact to far beyond
+``m = 2^24``) and rounded once to the table dtype; half-precision q/k are rotated with float32
+arithmetic and rounded once to their dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor
+
+from posenc._validate import check_in_choices, check_positive_float, check_positive_int
+from posenc.base import RotaryEncoding
+from posenc.positions import check_positions
+from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
+
+__all__ = [
+    "Layout",
+    "RotaryEmbedding",
+    "apply_rotary",
+    "rope_angles",
+    "rope_cos_sin",
+]
+
+Layout = Literal["half", "interleaved"]
+LAYOUTS: tuple[str, ...] = get_args(Layout)
+
+
+def _check_inv_freq(inv_freq: Tensor) -> None:
+    if not isinstance(inv_freq, Tensor) or inv_freq.dim() != 1 or inv_freq.numel() == 0:
+        raise ValueError("inv_freq must be a non-empty 1-D tensor (rotary_dim // 2,)")
+    if not inv_freq.is_floating_point():
+        raise ValueError(f"inv_freq must be a floating tensor, got {inv_freq.dtype}")
+
+
+def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """Rotation angles ``positions[..., None] * inv_freq``, in float64.
+
+    .. math:: φ_{m,i} = m · θ_i
+
+    Float64 keeps the phase exact where HF's float32 product (``fp32(m)·fp32(θ_i)``) is off
+    by up to ``m·2^-24`` rad. On MPS, which has no float64, the angles are computed and
+    returned on the CPU (:func:`rope_cos_sin` moves its float32 result back).
+
+    Args:
+        positions: integer or floating positions ``(seq,)`` or ``(batch, seq)``; fractional
+            positions (position interpolation) are legal.
+        inv_freq: inverse frequencies ``(rotary_dim // 2,)``, e.g. :func:`rope_inv_freq`.
+
+    Shape:
+        Output: ``(seq, rotary_dim // 2)`` or ``(batch, seq, rotary_dim // 2)``.
+
+    Example::
+
+        >>> rope_angles(torch.tensor([0, 2]), torch.tensor([1.0, 0.5]))
+        tensor([[0., 0.],
+                [2., 1.]], dtype=torch.float64)
+    """
+    check_positions(positions)
+    _check_inv_freq(inv_freq)
+    device = torch.device("cpu") if positions.device.type == "mps" else positions.device
+    positions = positions.to(device=device, dtype=torch.float64)
+    return positions[..., None] * inv_freq.to(device=device, dtype=torch.float64)
+
+
+def rope_cos_sin(
+    positions: Tensor,
+    inv_freq: Tensor,
+    *,
+    layout: Layout = "half",
+    dtype: torch.dtype = torch.float32,
+    attention_factor: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """Full-width cos/sin tables of the rotation angles, in the layout's channel order.
+
+    .. math::
+
+        \\cos_{m} = A·\\cos(m θ), \\quad \\sin_{m} = A·\\sin(m θ), \\quad
+        \\text{half: } \\mathrm{cat}(f, f), \\quad
+        \\text{interleaved: } \\mathrm{repeat\\_interleave}(f, 2)
+
+    ``A`` is the attention factor of a context-extension scaling (YaRN, LongRoPE); it scales
+    both q and k, so the logits scale by ``A²`` (HF convention). Plain RoPE has ``A = 1``.
+    Tested against HF ``LlamaRotaryEmbedding`` (half) and rotary-embedding-torch (interleaved).
+
+    Args:
+        positions: ``(seq,)`` or ``(batch, seq)``, integer or floating.
+        inv_freq: ``(rotary_dim // 2,)`` inverse frequencies.
+        layout: ``"half"`` (NeoX/HF) or ``"interleaved"`` (GPT-J/Meta).
+        dtype: dtype of the tables; they are evaluated in float64 and rounded once.
+        attention_factor: ``A`` > 0.
+
+    Shape:
+        Output: two tensors ``(seq, rotary_dim)`` or ``(batch, seq, rotary_dim)``, on
+        ``positions.device``.
+
+    Example::
+
+        >>> cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(4), layout="interleaved")
+        >>> cos.shape
+        torch.Size([3, 4])
+    """
+    check_in_choices("layout", layout, LAYOUTS)
+    attention_factor = check_positive_float("attention_factor", attention_factor)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
+    angles = rope_angles(positions, inv_freq)  # (..., seq, rotary_dim // 2), float64
+    tables = []
+    for fn in (torch.cos, torch.sin):
+        half = fn(angles)
+        if attention_factor != 1.0:
+            half = half * attention_factor
+        half = half.to(dtype)  # one rounding, before the (exact) widening below
+        if layout == "half":
+            full = torch.cat((half, half), dim=-1)
+        else:
+            full = half.repeat_interleave(2, dim=-1)
+        tables.append(full.to(positions.device))
+    return tables[0], tables[1]
+
+
+def _rotate_pairs(x: Tensor, layout: str) -> Tensor:
+    """The 90° turn of every pair: half ``cat(-x2, x1)``; interleaved ``(-x[2i+1], x[2i])``."""
+    if layout == "half":
+        x1, x2 = x.chunk(2, dim=-1)
+        return torch.cat((-x2, x1), dim=-1)
+    pairs = x.unflatten(-1, (-1, 2))  # (..., rotary_dim // 2, 2)
+    return torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+
+
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    # float16/bfloat16 rotate in float32 (one rounding at the end); float64 stays float64.
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, layout: Layout = "half") -> Tensor:
+    """Rotate the first ``rotary_dim`` channels of ``x`` by the angles behind ``cos``/``sin``.
+
+    .. math:: x' = x · \\cos + \\mathrm{rot}(x) · \\sin \\quad \\text{(first } d
+        \\text{ channels; the rest pass through)}
+
+    where ``rot`` is ``rotate_half`` (layout ``"half"``, HF ``apply_rotary_pos_emb``) or
+    ``rotate_every_two`` (layout ``"interleaved"``, rotary-embedding-torch
+    ``apply_rotary_emb``). Paper: https://arxiv.org/abs/2104.09864. Half-precision ``x`` is
+    rotated in float32 and rounded once to ``x.dtype``; float64 stays float64.
+
+    Args:
+        x: queries or keys ``(batch, heads, seq, head_dim)``.
+        cos: ``(seq, rotary_dim)`` or ``(batch, seq, rotary_dim)`` from :func:`rope_cos_sin`;
+            ``rotary_dim = cos.shape[-1]`` is even and ≤ ``head_dim`` (partial rotary when
+            smaller). A batch of 1 broadcasts.
+        sin: same shape as ``cos``.
+        layout: ``"half"`` or ``"interleaved"``; must match the one ``cos``/``sin`` were
+            built with.
+
+    Shape:
+        Output: same shape and dtype as ``x``.
+
+    Example::
+
+        >>> x = torch.randn(1, 2, 5, 8)
+        >>> cos, sin = rope_cos_sin(torch.arange(5), rope_inv_freq(8))
+        >>> apply_rotary(x, cos, sin).shape
+        torch.Size([1, 2, 5, 8])
+    """
+    check_in_choices("layout", layout, LAYOUTS)
+    if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
+        raise ValueError(
+            "x must be a floating tensor (batch, heads, seq, head_dim); "
+            f"got {getattr(x, 'shape', type(x).__name__)}"
+        )
+    for name, table in (("cos", cos), ("sin", sin)):
+        if not isinstance(table, Tensor) or table.dim() not in (2, 3):
+            raise ValueError(
+                f"{name} must be a tensor (seq, rotary_dim) or (batch, seq, rotary_dim)"
+            )
+    if cos.shape != sin.shape:
+        raise ValueError(f"cos and sin must have one shape; got {cos.shape} and {sin.shape}")
+    batch, _, seq, head_dim = x.shape
+    rotary_dim = check_rotary_dim(cos.shape[-1], "cos.shape[-1] (rotary_dim)")
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim = cos.shape[-1] = {rotary_dim} exceeds head_dim {head_dim}")
+    if cos.shape[-2] != seq:
+        raise ValueError(f"cos has {cos.shape[-2]} positions but x has seq {seq}")
+    if cos.dim() == 3:
+        if cos.shape[0] not in (1, batch):
+            raise ValueError(f"cos has batch {cos.shape[0]} but x has batch {batch}")
+        cos, sin = cos[:, None], sin[:, None]  # (batch, 1, seq, rotary_dim): broadcast heads
+
+    compute = _compute_dtype(x.dtype)
+    x_rot = x[..., :rotary_dim].to(compute)
+    cos, sin = cos.to(device=x.device, dtype=compute), sin.to(device=x.device, dtype=compute)
+    rotated = (x_rot * cos + _rotate_pairs(x_rot, layout) * sin).to(x.dtype)
+    if rotary_dim == head_dim:
+        return rotated
+    return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
+
+
+class RotaryEmbedding(RotaryEncoding):
+    """Rotary position embedding (RoPE) for q and k, with optional partial rotary.
+
+    .. math::
+
+        q'_m = R(m θ) q_m, \\quad k'_n = R(n θ) k_n, \\quad
+        θ_i = \\mathrm{base}^{-2i/d}, \\quad q'_m · k'_n = f(q, k, m - n)
+
+    Paper: RoFormer, https://arxiv.org/abs/2104.09864. Tested against HF Llama
+    (``layout="half"``) and rotary-embedding-torch (``layout="interleaved"``).
+
+    The module holds no tensors: ``inv_freq`` is recomputed (``rotary_dim / 2`` numbers, in
+    float64 on the CPU) and memoised per device outside ``state_dict`` and ``_apply``, so
+    ``model.to(torch.bfloat16)`` cannot round the frequencies (the HF/NeoX bug of casting the
+    ``inv_freq`` buffer). cos/sin are built for the given positions at every call; nothing
+    limits the length.
+
+    Scalings (later) override :meth:`inv_freq` and :attr:`attention_factor`.
+
+    Args:
+        head_dim: channels per head of q and k (≥ 1).
+        rotary_dim: channels rotated per head (even, ≤ ``head_dim``); the rest pass through.
+            Defaults to ``head_dim``.
+        base: the RoPE base (``rope_theta``), > 0.
+        layout: ``"half"`` (NeoX/HF) or ``"interleaved"`` (GPT-J/Meta).
+        device: default device of :meth:`inv_freq`.
+        dtype: dtype of the cos/sin tables. ``None`` (default) keeps them exact: float32, or
+            float64 when q is float64. ``torch.bfloat16`` reproduces HF's bf16 tables.
+
+    Shape:
+        - q: ``(batch, q_heads, q_len, head_dim)``; k: ``(batch, k_heads, k_len, head_dim)``
+          (GQA and KV caches give other head counts and lengths).
+        - q_pos: ``(q_len,)`` or ``(batch, q_len)``; k_pos: ``(k_len,)`` or ``(batch, k_len)``.
+        - Output: q and k rotated, same shapes and dtypes.
+
+    Example::
+
+        >>> rope = RotaryEmbedding(64)
+        >>> q, k = torch.randn(2, 8, 5, 64), torch.randn(2, 2, 9, 64)
+        >>> q, k = rope(q, k, torch.arange(4, 9), torch.arange(9))
+    """
+
+    attention_factor: float
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        rotary_dim: int | None = None,
+        base: float = 10000.0,
+        layout: Layout = "half",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        self.rotary_dim = check_rotary_dim(rotary_dim)
+        if self.rotary_dim > self.head_dim:
+            raise ValueError(f"rotary_dim must be <= head_dim ({head_dim}), got {rotary_dim}")
+        self.base = check_positive_float("base", base)
+        check_in_choices("layout", layout, LAYOUTS)
+        self.layout: Layout = layout
+        if dtype is not None and not dtype.is_floating_point:
+            raise ValueError(f"dtype must be a floating dtype or None, got {dtype}")
+        self.dtype = dtype
+        self.device = None if device is None else torch.device(device)
+        self.attention_factor = 1.0
+        self._inv_freq_memo: dict[tuple[torch.device, int, float], Tensor] = {}
+
+    def inv_freq(self, device: torch.device | str | None = None) -> Tensor:
+        """Inverse frequencies ``(rotary_dim // 2,)`` on ``device`` (or the default device).
+
+        Float64 (float32 on MPS, which has no float64). Memoised per device and never
+        registered as a buffer, so module dtype casts leave it alone.
+        """
+        device = torch.device(device if device is not None else (self.device or "cpu"))
+        key = (device, self.rotary_dim, self.base)
+        if key not in self._inv_freq_memo:
+            dtype = torch.float32 if device.type == "mps" else torch.float64
+            self._inv_freq_memo[key] = rope_inv_freq(
+                self.rotary_dim, self.base, device=device, dtype=dtype
+            )
+        return self._inv_freq_memo[key]
+
+    def cos_sin(self, positions: Tensor, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
+        """cos/sin tables ``(..., seq, rotary_dim)`` for ``positions`` in this module's layout."""
+        table_dtype = self.dtype or dtype or torch.float32
+        # MPS has no float64: rope_angles works on the CPU there, so take the CPU frequencies.
+        device = "cpu" if positions.device.type == "mps" else positions.device
+        return rope_cos_sin(
+            positions,
+            self.inv_freq(device),
+            layout=self.layout,
+            dtype=table_dtype,
+            attention_factor=self.attention_factor,
+        )
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Rotate one tensor by its positions (a query or key block on its own).
+
+        Args:
+            x: ``(batch, heads, seq, head_dim)``, floating.
+            positions: ``(seq,)`` or ``(batch, seq)``, integer or floating.
+
+        Returns:
+            ``x`` rotated, same shape and dtype.
+        """
+        return self._rotate(x, positions, "x", "positions")
+
+    def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotate q by ``q_pos`` and k by ``k_pos``; returns ``(q_rot, k_rot)``."""
+        return self._rotate(q, q_pos, "q", "q_pos"), self._rotate(k, k_pos, "k", "k_pos")
+
+    def _rotate(self, x: Tensor, positions: Tensor, name: str, pos_name: str) -> Tensor:
+        if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
+            raise ValueError(f"{name} must be a floating tensor (batch, heads, seq, head_dim)")
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(
+                f"{name} has last dim {x.shape[-1]} but this RotaryEmbedding has "
+                f"head_dim {self.head_dim}"
+            )
+        check_positions(positions, pos_name)
+        if positions.shape[-1] != x.shape[-2]:
+            raise ValueError(
+                f"{pos_name} has {positions.shape[-1]} positions but {name} has seq {x.shape[-2]}"
+            )
+        if positions.dim() == 2 and positions.shape[0] not in (1, x.shape[0]):
+            raise ValueError(
+                f"{pos_name} has batch {positions.shape[0]} but {name} has batch {x.shape[0]}"
+            )
+        cos, sin = self.cos_sin(positions.to(x.device), _compute_dtype(x.dtype))
+        return apply_rotary(x, cos, sin, layout=self.layout)
+
+    def extra_repr(self) -> str:
+        return (
+            f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base:g}, "
+            f"layout={self.layout!r}"
+        )

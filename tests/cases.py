@@ -1,0 +1,38 @@
+"""Encoding configurations every cross-cutting test runs over (name, kwargs, id)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+# Every registered encoding, plus the variants whose code paths differ.
+ALL_CASES: list[tuple[str, dict[str, Any]]] = [
+    ("nope", {}),
+    ("sinusoidal", {}),
+    ("scaled_sinusoidal", {}),
+    ("learned", {}),
+    ("rope", {}),
+    ("rope", {"layout": "interleaved", "rotary_dim": 8}),
+    ("alibi", {}),
+    ("alibi", {"mode": "symmetric", "num_biased_heads": 2}),
+    ("t5", {}),
+    ("t5", {"num_buckets": 8, "max_distance": 20}),
+    ("shaw", {"max_distance": 3}),
+    ("shaw", {"max_distance": 3, "values": False}),
+    ("xl", {}),
+]
+
+
+def case_id(name: str, kwargs: dict[str, Any]) -> str:
+    return name + "".join(f"-{k}={v}" for k, v in kwargs.items())
+
+
+def all_cases() -> list[Any]:
+    return [pytest.param(n, kw, id=case_id(n, kw)) for n, kw in ALL_CASES]
+
+
+def attention_side_cases() -> list[Any]:
+    """Cases that act inside attention (rotary, bias, contextual)."""
+    side = {"rope", "alibi", "t5", "shaw", "xl"}
+    return [pytest.param(n, kw, id=case_id(n, kw)) for n, kw in ALL_CASES if n in side]

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import pytest
+
+from posenc import base
+from posenc.registry import ModelDims, build_encoding, encoding_spec, list_encodings
+
+DIMS = ModelDims(dim=32, num_heads=4, max_seq_len=64)
+
+
+@pytest.mark.parametrize("spec", list_encodings(), ids=lambda s: s.name)
+def test_every_spec_builds_an_encoding_of_its_family(spec) -> None:
+    encoding = build_encoding(spec.name, DIMS)
+    assert isinstance(encoding, base.PositionalEncoding)
+    assert encoding.family == spec.family
+    assert "arxiv.org" in spec.paper
+
+
+def test_model_dims_fill_constructor_arguments() -> None:
+    rope = build_encoding("rope", ModelDims(dim=64, num_heads=8))
+    assert rope.head_dim == 8
+    learned = build_encoding("learned", ModelDims(dim=16, num_heads=2, max_seq_len=33))
+    assert learned.weight.shape == (33, 16)
+    xl = build_encoding("xl", ModelDims(dim=48, num_heads=4, head_dim=16))
+    assert (xl.num_heads, xl.head_dim, xl.dim) == (4, 16, 48)
+
+
+def test_decoder_and_encoder_defaults_differ_for_biases() -> None:
+    assert build_encoding("alibi", DIMS).mode == "causal"
+    encoder = ModelDims(dim=32, num_heads=4, causal=False)
+    assert build_encoding("alibi", encoder).mode == "symmetric"
+    assert build_encoding("t5", DIMS).bidirectional is False
+    assert build_encoding("t5", encoder).bidirectional is True
+    # An explicit argument wins over the model-filled default.
+    assert build_encoding("t5", encoder, bidirectional=False).bidirectional is False
+
+
+def test_user_arguments_override_and_unknown_ones_raise() -> None:
+    rope = build_encoding("rope", DIMS, {"base": 500000.0, "layout": "interleaved"})
+    assert (rope.base, rope.layout) == (500000.0, "interleaved")
+    with pytest.raises(ValueError, match="thetaa"):
+        build_encoding("rope", DIMS, thetaa=1.0)
+    with pytest.raises(ValueError, match="allowed: none"):
+        build_encoding("nope", DIMS, base=1.0)
+    with pytest.raises(ValueError, match="unknown encoding 'rotary'"):
+        encoding_spec("rotary")
+
+
+def test_parameters_list_user_settable_arguments() -> None:
+    params = encoding_spec("rope").parameters()
+    assert params["base"] == 10000.0 and params["layout"] == "half"
+    assert "head_dim" not in params and "device" not in params
+    assert encoding_spec("nope").parameters() == {}
