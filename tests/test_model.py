@@ -134,3 +134,14 @@ def test_tokens_must_be_integer_batch() -> None:
         model(torch.zeros(2, 3))
     with pytest.raises(ValueError, match="cache"):
         model(torch.zeros(1, 3, dtype=torch.long), cache=[])
+
+
+@pytest.mark.parametrize(("name", "kwargs"), all_cases())
+def test_model_compiles_fullgraph(name: str, kwargs: dict) -> None:
+    """The whole model, additive encodings included, traces without graph breaks."""
+    torch._dynamo.reset()
+    model = DecoderLM(config(name, kwargs)).eval()
+    tokens = torch.randint(0, VOCAB, (2, 8))
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    with torch.no_grad():
+        assert_close(compiled(tokens, torch.arange(8)), model(tokens, torch.arange(8)))
