@@ -14,6 +14,7 @@ ALL_CASES: list[tuple[str, dict[str, Any]]] = [
     ("learned", {}),
     ("rope", {}),
     ("rope", {"layout": "interleaved", "rotary_dim": 8}),
+    ("xpos", {}),
     ("alibi", {}),
     ("alibi", {"mode": "symmetric", "num_biased_heads": 2}),
     ("t5", {}),
@@ -34,5 +35,5 @@ def all_cases() -> list[Any]:
 
 def attention_side_cases() -> list[Any]:
     """Cases that act inside attention (rotary, bias, contextual)."""
-    side = {"rope", "alibi", "t5", "shaw", "xl"}
+    side = {"rope", "xpos", "alibi", "t5", "shaw", "xl"}
     return [pytest.param(n, kw, id=case_id(n, kw)) for n, kw in ALL_CASES if n in side]

@@ -54,11 +54,16 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from posenc.viz import plot_encoding
+    from posenc.viz import FIGURES, plot_encoding, plot_figure
 
+    kwargs = _parse_kwargs(args.set)
+    if args.method in FIGURES:
+        figure = plot_figure(args.method, **kwargs)
+    else:
+        figure = plot_encoding(args.method, **kwargs)
     out = Path(args.out or f"{args.method}.png")
     out.parent.mkdir(parents=True, exist_ok=True)
-    plot_encoding(args.method, **_parse_kwargs(args.set)).savefig(out, dpi=110)
+    figure.savefig(out, dpi=110)
     print(f"wrote {out}")
     return 0
 
@@ -90,15 +95,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="every method with its family, paper and parameters")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_list)
-    p = sub.add_parser("plot", help="write a PNG that shows an encoding")
-    p.add_argument("method", help="a name from `posenc list`")
+    p = sub.add_parser("plot", help="write a PNG that shows an encoding or a RoPE-scaling figure")
+    p.add_argument(
+        "method",
+        help="a name from `posenc list`, or a figure: wavelengths, rope-decay, rope-scaling",
+    )
     p.add_argument("--out", help="output file (default METHOD.png)")
     p.add_argument(
         "--set",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="encoding or plot keyword argument (JSON values), repeatable",
+        help="encoding or figure keyword argument (JSON values), repeatable; e.g. "
+        '--set factor=16 --set \'scalings={"yarn": {"type": "yarn", ...}}\'',
     )
     p.set_defaults(func=_cmd_plot)
     p = sub.add_parser("check", help="run the property checks and print measured numbers")

@@ -29,6 +29,7 @@ __all__ = [
     "packed_positions",
     "positions_from_length",
     "positions_from_padding_mask",
+    "randomized_positions",
 ]
 
 
@@ -158,3 +159,57 @@ def document_mask(document_ids: Tensor, k_document_ids: Tensor | None = None) ->
     """
     k_ids = document_ids if k_document_ids is None else k_document_ids
     return document_ids[..., :, None] == k_ids[..., None, :]
+
+
+def randomized_positions(
+    length: int,
+    max_length: int,
+    *,
+    batch: int | None = None,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Randomized positions (Ruoss et al.): ``length`` distinct sorted ints in ``[0, max_length)``.
+
+    Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization of
+    Transformers" (https://arxiv.org/abs/2305.16843): in training, replace ``0 .. length - 1``
+    by a uniformly random subset of ``length`` positions of a larger range ``max_length`` ≥
+    every test length, kept in increasing order, so that the model sees every position up to
+    ``max_length`` while keeping the order of tokens. Each row is an independent subset,
+    drawn as the first ``length`` entries of a random permutation of ``range(max_length)``.
+
+    Args:
+        length: number of positions per row (≥ 0).
+        max_length: size of the range to sample from (≥ ``length``).
+        batch: rows to draw; None gives a single ``(length,)`` row.
+        generator: optional ``torch.Generator`` (the draw runs on its device).
+        device: device of the result (defaults to the generator's device, else CPU).
+
+    Returns:
+        int64 tensor ``(length,)`` or ``(batch, length)``, strictly increasing along the last axis.
+
+    Raises:
+        ValueError: naming ``length`` and ``max_length`` when ``length > max_length``, or the
+            argument that is not a valid integer.
+
+    Example::
+
+        >>> randomized_positions(4, 100, generator=torch.Generator().manual_seed(0)).shape
+        torch.Size([4])
+    """
+    check_non_negative_int("length", length)
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise ValueError(f"max_length must be a positive integer (>= 1), got {max_length!r}")
+    if length > max_length:
+        raise ValueError(
+            f"length must be <= max_length to draw distinct positions; "
+            f"got length={length}, max_length={max_length}"
+        )
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
+        raise ValueError(f"batch must be None or a positive integer (>= 1), got {batch!r}")
+    rows = 1 if batch is None else batch
+    draw_device = generator.device if generator is not None else device
+    noise = torch.rand(rows, max_length, generator=generator, device=draw_device)
+    positions = noise.argsort(dim=-1)[:, :length].sort(dim=-1).values  # (rows, length)
+    positions = positions.to(device=device if device is not None else positions.device)
+    return positions[0] if batch is None else positions

@@ -49,6 +49,8 @@ class EncodingSpec:
     summary: str
     factory: Callable[[], type[PositionalEncoding]]
     from_dims: Callable[[ModelDims], dict[str, Any]]
+    #: converts the user's keyword arguments once at this boundary (e.g. dict -> dataclass).
+    convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     @property
     def cls(self) -> type[PositionalEncoding]:
@@ -92,6 +94,16 @@ def _bias():
     return bias
 
 
+def _rope_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``scaling`` in posenc's dict form ``{"type": "yarn", ...}`` becomes a ``Scaling``."""
+    scaling = kwargs.get("scaling")
+    if not isinstance(scaling, Mapping):
+        return kwargs  # None, a Scaling instance, or a wrong type RotaryEmbedding rejects
+    from posenc.rotary.scaling import scaling_from_dict
+
+    return {**kwargs, "scaling": scaling_from_dict(scaling)}
+
+
 _SPECS: tuple[EncodingSpec, ...] = (
     EncodingSpec(
         "nope",
@@ -131,6 +143,15 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "Su et al. 2021, https://arxiv.org/abs/2104.09864",
         "rotate q and k pairs by position-proportional angles",
         lambda: _rotary().RotaryEmbedding,
+        lambda d: {"head_dim": d.resolved_head_dim},
+        convert=_rope_kwargs,
+    ),
+    EncodingSpec(
+        "xpos",
+        "rotary",
+        "Sun et al. 2022, https://arxiv.org/abs/2212.10554",
+        "RoPE whose q·k decays as ζ^((n − m)/B) per channel pair (for causal attention)",
+        lambda: __import__("posenc.rotary.xpos", fromlist=["XPos"]).XPos,
         lambda d: {"head_dim": d.resolved_head_dim},
     ),
     EncodingSpec(
@@ -202,4 +223,6 @@ def build_encoding(
             f"unknown argument(s) {', '.join(unknown)} for encoding {name!r}; "
             f"allowed: {', '.join(sorted(allowed)) or 'none'}"
         )
+    if spec.convert is not None:
+        user = spec.convert(user)
     return spec.cls(**{**spec.from_dims(dims), **user})

@@ -1,18 +1,54 @@
-"""Rotary position embeddings: rotate q and k by their positions (RoPE and its layouts)."""
+"""Rotary position embeddings: rotate q and k by their positions (RoPE, layouts, scalings)."""
 
 from __future__ import annotations
 
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.layouts import permute_rotary_weight, rotary_channel_permutation
+from posenc.rotary.presets import (
+    DEEPSEEK_V3,
+    GPT_OSS_20B,
+    LLAMA_3_1_8B,
+    PRESETS,
+    QWEN2_7B,
+    RopePreset,
+)
 from posenc.rotary.rope import Layout, RotaryEmbedding, apply_rotary, rope_angles, rope_cos_sin
+from posenc.rotary.scaling import (
+    DynamicNTK,
+    Linear,
+    Llama3,
+    LongRoPE,
+    NTKAware,
+    Proportional,
+    Scaling,
+    YaRN,
+    scaling_from_dict,
+    scaling_to_dict,
+)
 
 __all__ = [
+    "DEEPSEEK_V3",
+    "GPT_OSS_20B",
+    "LLAMA_3_1_8B",
+    "PRESETS",
+    "QWEN2_7B",
+    "DynamicNTK",
     "Layout",
+    "Linear",
+    "Llama3",
+    "LongRoPE",
+    "NTKAware",
+    "Proportional",
+    "RopePreset",
     "RotaryEmbedding",
+    "Scaling",
+    "YaRN",
     "apply_rotary",
     "permute_rotary_weight",
     "rope_angles",
     "rope_cos_sin",
     "rope_inv_freq",
     "rotary_channel_permutation",
+    "scaling_from_dict",
+    "scaling_to_dict",
 ]

@@ -7,9 +7,11 @@ Plain RoPE (Su et al. 2021, https://arxiv.org/abs/2104.09864) uses
     θ_i = \\mathrm{base}^{-2i / d}, \\qquad i = 0, \\dots, d/2 - 1,
 
 where ``d`` is the rotary dimension. Context-extension scalings (PI, NTK, YaRN, ...) change
-these frequencies and may add an attention factor; they plug in by supplying their own
-``inv_freq`` tensor and ``attention_factor`` to :func:`posenc.rotary.rope.rope_cos_sin`, so
-everything here is a plain function of ``(rotary_dim, base)``.
+these frequencies and may add an attention factor: see :mod:`posenc.rotary.scaling`, whose
+values build on :func:`rope_inv_freq` and plug into
+:class:`posenc.rotary.rope.RotaryEmbedding` (``scaling=``) or, as an ``inv_freq`` tensor and
+``attention_factor``, into :func:`posenc.rotary.rope.rope_cos_sin`. Everything here is a
+plain function of ``(rotary_dim, base)``.
 
 Frequencies are computed in float64 by default: a float32 ``θ_i`` carries a relative error of
 up to ``2^-24``, which a position ``m`` multiplies into a phase error of ``m·θ_i·2^-24``

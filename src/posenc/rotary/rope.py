@@ -24,6 +24,7 @@ arithmetic and rounded once to their dtype.
 
 from __future__ import annotations
 
+import math
 from typing import Literal, get_args
 
 import torch
@@ -33,6 +34,7 @@ from posenc._validate import check_in_choices, check_positive_float, check_posit
 from posenc.base import RotaryEncoding
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
+from posenc.rotary.scaling import DynamicNTK, LongRoPE, Proportional, Scaling
 
 __all__ = [
     "Layout",
@@ -233,7 +235,27 @@ class RotaryEmbedding(RotaryEncoding):
     ``inv_freq`` buffer). cos/sin are built for the given positions at every call; nothing
     limits the length.
 
-    Scalings (later) override :meth:`inv_freq` and :attr:`attention_factor`.
+    Context extension: ``scaling`` (:mod:`posenc.rotary.scaling`) supplies the frequencies
+    and :attr:`attention_factor`. Static scalings (PI, NTK, YaRN, Llama-3, proportional,
+    DynamicNTK ``"fixed"``) are computed once per device. Length-dependent ones
+    (``scaling.depends_on_length``: DynamicNTK ``"hf"``, LongRoPE) follow HF's runtime
+    semantics (``dynamic_rope_update``): each call of :meth:`forward`, :meth:`rotate` or
+    :meth:`cos_sin` takes ``seq_len = max(positions) + 1`` (over q and k) and
+
+    * DynamicNTK: if ``seq_len > max_seq_len_cached`` the frequencies are recomputed for
+      ``seq_len`` and ``max_seq_len_cached = seq_len``; else, if ``seq_len <
+      max_position_embeddings`` while ``max_seq_len_cached > max_position_embeddings``, the
+      original frequencies come back and ``max_seq_len_cached = max_position_embeddings``
+      (its initial value);
+    * LongRoPE: the long factors are used iff ``seq_len > original_max_position_embeddings``.
+
+    Each change counts one in :attr:`rebuilds`. This state (current frequencies,
+    :attr:`max_seq_len_cached`, :attr:`rebuilds`) lives in plain attributes of *this
+    module* and is mutated in forward, as in HF: share one module per model (or per layer)
+    accordingly, and note that keys already in a KV cache keep the rotation they were given
+    (HF's behaviour too). Reading ``seq_len`` costs one host sync per call, so under
+    ``torch.compile`` the length-dependent path graph-breaks and is not
+    ``fullgraph``-compatible; static scalings add no sync.
 
     Args:
         head_dim: channels per head of q and k (≥ 1).
@@ -241,6 +263,9 @@ class RotaryEmbedding(RotaryEncoding):
             Defaults to ``head_dim``.
         base: the RoPE base (``rope_theta``), > 0.
         layout: ``"half"`` (NeoX/HF) or ``"interleaved"`` (GPT-J/Meta).
+        scaling: a :class:`~posenc.rotary.scaling.Scaling` or None (plain RoPE). Dicts are
+            converted at the boundaries (registry, CLI) with ``scaling_from_dict``.
+            :class:`~posenc.rotary.scaling.Proportional` needs ``rotary_dim == head_dim``.
         device: default device of :meth:`inv_freq`.
         dtype: dtype of the cos/sin tables. ``None`` (default) keeps them exact: float32, or
             float64 when q is float64. ``torch.bfloat16`` reproduces HF's bf16 tables.
@@ -259,6 +284,10 @@ class RotaryEmbedding(RotaryEncoding):
     """
 
     attention_factor: float
+    #: frequency changes made by a length-dependent scaling (HF's recomputes and resets).
+    rebuilds: int
+    #: DynamicNTK ("hf"): the longest length the frequencies follow; None otherwise.
+    max_seq_len_cached: int | None
 
     def __init__(
         self,
@@ -267,6 +296,7 @@ class RotaryEmbedding(RotaryEncoding):
         rotary_dim: int | None = None,
         base: float = 10000.0,
         layout: Layout = "half",
+        scaling: Scaling | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -283,26 +313,112 @@ class RotaryEmbedding(RotaryEncoding):
             raise ValueError(f"dtype must be a floating dtype or None, got {dtype}")
         self.dtype = dtype
         self.device = None if device is None else torch.device(device)
-        self.attention_factor = 1.0
-        self._inv_freq_memo: dict[tuple[torch.device, int, float], Tensor] = {}
+        if scaling is not None and not isinstance(scaling, Scaling):
+            raise ValueError(
+                "scaling must be a posenc.rotary.scaling.Scaling or None (convert dicts with "
+                f"scaling_from_dict), got {type(scaling).__name__}"
+            )
+        if isinstance(scaling, Proportional) and self.rotary_dim != self.head_dim:
+            raise ValueError(
+                f"rotary_dim must equal head_dim ({head_dim}) with Proportional scaling "
+                f"(its zero frequencies span the head), got {rotary_dim}"
+            )
+        if scaling is not None:
+            scaling.inv_freq(self.rotary_dim, self.base)  # surface argument errors now
+        self.scaling = scaling
+        self.attention_factor = 1.0 if scaling is None else scaling.attention_factor
+        self.rebuilds = 0
+        self.max_seq_len_cached = (
+            scaling.max_position_embeddings
+            if isinstance(scaling, DynamicNTK) and scaling.mode == "hf"
+            else None
+        )
+        # seq_len the current frequencies were computed for (None: the initial ones).
+        self._freq_seq_len: int | None = None
+        self._inv_freq_memo: dict[tuple[object, ...], Tensor] = {}
+
+    @property
+    def depends_on_length(self) -> bool:
+        """True when the frequencies follow the sequence length (one host sync per call)."""
+        return self.scaling is not None and self.scaling.depends_on_length
+
+    def update(self, seq_len: int) -> None:
+        """Advance the length-dependent frequencies to ``seq_len`` (HF's
+        ``dynamic_rope_update``); a no-op for plain RoPE and static scalings.
+
+        Args:
+            seq_len: ``max(positions) + 1`` of the current call, ≥ 1.
+        """
+        check_positive_int("seq_len", seq_len)
+        scaling = self.scaling
+        if scaling is None or not scaling.depends_on_length:
+            return
+        if isinstance(scaling, DynamicNTK):
+            original = scaling.max_position_embeddings
+            assert self.max_seq_len_cached is not None
+            if seq_len > self.max_seq_len_cached:  # grow: follow the longest length seen
+                self._set_frequencies(seq_len)
+                self.max_seq_len_cached = seq_len
+            elif seq_len < original < self.max_seq_len_cached:  # reset: back to plain RoPE
+                self._set_frequencies(None)
+                self.max_seq_len_cached = original
+        elif isinstance(scaling, LongRoPE):
+            original = scaling.original_max_position_embeddings
+            target = original + 1 if seq_len > original else None  # long or short factors
+            if target != self._freq_seq_len:
+                self._set_frequencies(target)
+        elif seq_len != self._freq_seq_len:  # any other length-dependent scaling
+            self._set_frequencies(seq_len)
+
+    def _set_frequencies(self, seq_len: int | None) -> None:
+        self._freq_seq_len = seq_len
+        self._inv_freq_memo.clear()
+        self.rebuilds += 1
+
+    def _update_from(self, *positions: Tensor) -> None:
+        """``update(max(positions) + 1)`` with one host sync; only for length-dependent ones."""
+        if not self.depends_on_length:
+            return
+        maxima = [p.detach().max().to(torch.float64) for p in positions if p.numel() > 0]
+        if not maxima:
+            return
+        largest = maxima[0]
+        for other in maxima[1:]:
+            largest = torch.maximum(largest, other.to(largest.device))
+        self.update(max(math.floor(float(largest)) + 1, 1))  # the host sync
 
     def inv_freq(self, device: torch.device | str | None = None) -> Tensor:
         """Inverse frequencies ``(rotary_dim // 2,)`` on ``device`` (or the default device).
 
-        Float64 (float32 on MPS, which has no float64). Memoised per device and never
-        registered as a buffer, so module dtype casts leave it alone.
+        Float64 (float32 on MPS, which has no float64). Memoised per device (keyed on the
+        scaling and its current length too) and never registered as a buffer, so module
+        dtype casts leave it alone. With a length-dependent scaling these are the frequencies
+        of the current state (see :meth:`update`).
         """
         device = torch.device(device if device is not None else (self.device or "cpu"))
-        key = (device, self.rotary_dim, self.base)
+        key = (device, self.rotary_dim, self.base, self.scaling, self._freq_seq_len)
         if key not in self._inv_freq_memo:
             dtype = torch.float32 if device.type == "mps" else torch.float64
-            self._inv_freq_memo[key] = rope_inv_freq(
-                self.rotary_dim, self.base, device=device, dtype=dtype
-            )
+            if self.scaling is None:
+                values = rope_inv_freq(self.rotary_dim, self.base)
+            else:
+                values = self.scaling.inv_freq(
+                    self.rotary_dim, self.base, seq_len=self._freq_seq_len
+                )
+            self._inv_freq_memo[key] = values.to(dtype).to(device)
         return self._inv_freq_memo[key]
 
     def cos_sin(self, positions: Tensor, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
-        """cos/sin tables ``(..., seq, rotary_dim)`` for ``positions`` in this module's layout."""
+        """cos/sin tables ``(..., seq, rotary_dim)`` for ``positions`` in this module's layout.
+
+        Like HF's rotary ``forward(x, position_ids)``: a length-dependent scaling first
+        updates its frequencies to ``max(positions) + 1``. Tables include ``A``.
+        """
+        check_positions(positions)
+        self._update_from(positions)
+        return self._tables(positions, dtype)
+
+    def _tables(self, positions: Tensor, dtype: torch.dtype | None) -> tuple[Tensor, Tensor]:
         table_dtype = self.dtype or dtype or torch.float32
         # MPS has no float64: rope_angles works on the CPU there, so take the CPU frequencies.
         device = "cpu" if positions.device.type == "mps" else positions.device
@@ -324,10 +440,18 @@ class RotaryEmbedding(RotaryEncoding):
         Returns:
             ``x`` rotated, same shape and dtype.
         """
+        check_positions(positions, "positions")
+        self._update_from(positions)
         return self._rotate(x, positions, "x", "positions")
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        """Rotate q by ``q_pos`` and k by ``k_pos``; returns ``(q_rot, k_rot)``."""
+        """Rotate q by ``q_pos`` and k by ``k_pos``; returns ``(q_rot, k_rot)``.
+
+        A length-dependent scaling updates once, to ``max(q_pos, k_pos) + 1``, before both.
+        """
+        check_positions(q_pos, "q_pos")
+        check_positions(k_pos, "k_pos")
+        self._update_from(q_pos, k_pos)
         return self._rotate(q, q_pos, "q", "q_pos"), self._rotate(k, k_pos, "k", "k_pos")
 
     def _rotate(self, x: Tensor, positions: Tensor, name: str, pos_name: str) -> Tensor:
@@ -347,11 +471,14 @@ class RotaryEmbedding(RotaryEncoding):
             raise ValueError(
                 f"{pos_name} has batch {positions.shape[0]} but {name} has batch {x.shape[0]}"
             )
-        cos, sin = self.cos_sin(positions.to(x.device), _compute_dtype(x.dtype))
+        cos, sin = self._tables(positions.to(x.device), _compute_dtype(x.dtype))
         return apply_rotary(x, cos, sin, layout=self.layout)
 
     def extra_repr(self) -> str:
-        return (
+        text = (
             f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}, base={self.base:g}, "
             f"layout={self.layout!r}"
         )
+        if self.scaling is not None:
+            text += f", scaling={self.scaling!r}"
+        return text

@@ -1,0 +1,301 @@
+"""Train short, test long: perplexity beyond the training length, per encoding.
+
+The setting of Press et al. 2022 (ALiBi, https://arxiv.org/abs/2108.12409, Tables 1-3 and
+Figure 1) at CPU scale: a small byte-level decoder LM is trained with each encoding at length
+``T`` on the embedded corpus, then evaluated on non-overlapping windows of the test split at
+``1×, 1.25×, 2×, 4×, 8×, 16× T``. Every evaluation length scores the same bytes (the first
+``eval_tokens`` of the test split), so the numbers compare across lengths. Training tokens/s
+and peak memory are recorded per encoding, as ALiBi's Table 1 does.
+
+A learned absolute table is only defined up to ``T``: longer lengths are reported as
+undefined (``defined = False``, no loss), never crashed or clamped.
+
+Example::
+
+    rows = run_extrapolate(ExtrapolateConfig(encodings=("alibi", "rope")), "runs/extrapolate")
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from posenc._validate import check_positive_int
+from posenc.lab.data import CorpusSplits, LMSource, eval_windows, load_corpus
+from posenc.lab.results import _atomic_write, write_results_csv
+from posenc.lab.train import TrainConfig, train
+from posenc.model import DecoderLM, ModelConfig
+from posenc.registry import encoding_spec
+
+__all__ = ["ExtrapolateConfig", "evaluate_lm", "format_ppl_table", "run_extrapolate"]
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ExtrapolateConfig:
+    """One extrapolation experiment.
+
+    Args:
+        encodings: registered encoding names (``posenc list``).
+        train_len: training context ``T``.
+        multipliers: evaluation lengths as multiples of ``T`` (rounded to whole tokens).
+        dim, depth, num_heads: the decoder's shape.
+        steps, batch_size, lr, warmup_steps: training (AdamW, cosine decay).
+        eval_tokens: bytes of the test split scored at every evaluation length.
+        corpus: text files or folders; empty = the Python standard library sources.
+        corpus_bytes: cap on each split's size (``None`` = whole corpus).
+        seed: model init, batches and corpus split.
+        isolate: train each encoding in a fresh process (spawn), so its peak memory is its
+            own; ``False`` trains in this process (peak memory is then the process's so far).
+        threads: torch intra-op threads per training process (``None`` = torch's default).
+        progress: progress bars.
+    """
+
+    encodings: tuple[str, ...] = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5")
+    train_len: int = 128
+    multipliers: tuple[float, ...] = (1.0, 1.25, 2.0, 4.0, 8.0, 16.0)
+    dim: int = 128
+    depth: int = 4
+    num_heads: int = 4
+    steps: int = 1500
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 100
+    eval_tokens: int = 32768
+    corpus: tuple[str, ...] = ()
+    corpus_bytes: int | None = None
+    seed: int = 0
+    isolate: bool = True
+    threads: int | None = None
+    progress: bool = True
+    pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("train_len", "dim", "depth", "num_heads", "steps", "batch_size"):
+            check_positive_int(name, getattr(self, name))
+        if not self.encodings:
+            raise ValueError("encodings must name at least one encoding")
+        for name in self.encodings:
+            encoding_spec(name)  # raises ValueError naming unknown encodings
+        if not self.multipliers or any(m <= 0 for m in self.multipliers):
+            raise ValueError(f"multipliers must be positive numbers, got {self.multipliers}")
+        longest = max(self.eval_lengths)
+        if self.eval_tokens < longest:
+            raise ValueError(
+                f"eval_tokens ({self.eval_tokens}) must be >= the longest evaluation length "
+                f"({longest}) so that every length scores at least one window"
+            )
+
+    @property
+    def eval_lengths(self) -> tuple[int, ...]:
+        return tuple(max(1, round(m * self.train_len)) for m in self.multipliers)
+
+    def model_config(self, encoding: str) -> ModelConfig:
+        return ModelConfig(
+            vocab_size=256,
+            dim=self.dim,
+            depth=self.depth,
+            num_heads=self.num_heads,
+            max_seq_len=self.train_len,
+            pos=encoding,
+            pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
+        )
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(
+            steps=self.steps,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            warmup_steps=min(self.warmup_steps, self.steps - 1),
+            eval_every=self.steps,
+            checkpoint_every=max(1, self.steps // 4),
+            log_every=max(1, min(50, self.steps // 10)),
+            seed=self.seed,
+            progress=self.progress,
+        )
+
+
+def evaluate_lm(
+    model: DecoderLM,
+    stream: Tensor,
+    eval_len: int,
+    *,
+    eval_tokens: int,
+    max_tokens_per_batch: int = 16384,
+    positions: Callable[[int], Tensor] | None = None,
+) -> float:
+    """Mean next-byte cross-entropy over non-overlapping windows of ``eval_len`` tokens.
+
+    Scores the first ``eval_tokens`` targets of ``stream`` (``eval_tokens // eval_len``
+    windows), in batches of at most ``max_tokens_per_batch`` tokens.
+    ``positions(eval_len)`` overrides the default ``arange(eval_len)``.
+    """
+    windows = eval_windows(stream[: eval_tokens + 1], eval_len)
+    rows_per_batch = max(1, max_tokens_per_batch // eval_len)
+    total, count = 0.0, 0
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, windows.shape[0], rows_per_batch):
+            chunk = windows[start : start + rows_per_batch].to(device=device, dtype=torch.long)
+            pos = None if positions is None else positions(eval_len).to(device)
+            logits = model(chunk[:, :-1], pos)
+            loss = F.cross_entropy(
+                logits.float().reshape(-1, logits.shape[-1]),
+                chunk[:, 1:].reshape(-1),
+                reduction="sum",
+            )
+            total += float(loss)
+            count += chunk[:, 1:].numel()
+    model.train(was_training)
+    return total / count
+
+
+def _train_and_evaluate(encoding: str, config: ExtrapolateConfig, run_dir: str) -> list[Row]:
+    """Train one encoding (resuming if its folder holds a run) and evaluate every length."""
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    corpus = _load(config)
+    folder = Path(run_dir)
+    torch.manual_seed(config.seed)
+    model = DecoderLM(config.model_config(encoding))
+    source = LMSource(corpus.train, config.train_len, seed=config.seed)
+    result = train(model, source, config.train_config(), folder)
+    final = folder / "final.pt"
+    if final.is_file():  # a finished run returns early without training: load its weights
+        state = torch.load(final, map_location="cpu", weights_only=False)
+        model.load_state_dict(state.get("model", state))
+    rows = []
+    for multiplier, eval_len in zip(config.multipliers, config.eval_lengths, strict=True):
+        row: Row = {
+            "experiment": "extrapolate",
+            "encoding": encoding,
+            "train_len": config.train_len,
+            "eval_len": eval_len,
+            "multiplier": multiplier,
+        }
+        if encoding == "learned" and eval_len > config.train_len:
+            row.update(
+                loss=None,
+                ppl=None,
+                bits_per_byte=None,
+                defined=False,
+                note=f"undefined: learned table has {config.train_len} positions",
+            )
+        else:
+            loss = evaluate_lm(model, corpus.test, eval_len, eval_tokens=config.eval_tokens)
+            row.update(
+                loss=loss,
+                ppl=math.exp(loss),
+                bits_per_byte=loss / math.log(2),
+                defined=True,
+                note="",
+            )
+        row.update(
+            train_loss=result.final_loss,
+            tokens_per_s=result.tokens_per_second,
+            peak_memory_mb=result.peak_memory_bytes / 2**20,
+            params=sum(p.numel() for p in model.parameters()),
+        )
+        rows.append(row)
+    _atomic_write(folder / "eval.json", json.dumps(rows, indent=2))
+    return rows
+
+
+def _load(config: ExtrapolateConfig) -> CorpusSplits:
+    return load_corpus(config.corpus or None, seed=config.seed, max_bytes=config.corpus_bytes)
+
+
+def _check_out_dir(out: Path, config: ExtrapolateConfig) -> None:
+    saved = out / "config.json"
+    current = {"experiment": "extrapolate", **asdict(replace(config, progress=True))}
+    current = json.loads(json.dumps(current))
+    if saved.is_file():
+        previous = json.loads(saved.read_text())
+        for key in sorted(set(previous) | set(current)):
+            if previous.get(key) != current.get(key) and key not in ("isolate", "threads"):
+                raise ValueError(
+                    f"out folder {out} holds a run with a different {key!r} "
+                    f"({previous.get(key)!r} != {current.get(key)!r}); choose another folder"
+                )
+    _atomic_write(saved, json.dumps(current, indent=2))
+
+
+def run_extrapolate(
+    config: ExtrapolateConfig, out: str | Path, *, echo: Callable[[str], None] | None = print
+) -> list[Row]:
+    """Run (or resume) the experiment in folder ``out``; return and save its result rows.
+
+    Writes ``out/config.json``, one run folder per encoding under ``out/runs/``,
+    ``out/results.csv`` and ``out/report.html``. Encodings already evaluated (their
+    ``eval.json`` exists) are not trained again, so the same command resumes a killed run.
+    """
+    from posenc.lab.report import write_report
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    _check_out_dir(folder, config)
+    _load(config)  # fail early on a bad corpus, before spawning workers
+    rows: list[Row] = []
+    pending: list[tuple[str, str]] = []
+    for encoding in config.encodings:
+        done = folder / "runs" / encoding / "eval.json"
+        if done.is_file():
+            rows += json.loads(done.read_text())
+        else:
+            pending.append((encoding, str(done.parent)))
+    for encoding, run_dir in pending:
+        start = time.perf_counter()
+        if echo:
+            echo(f"[extrapolate] training {encoding} at T={config.train_len} ...")
+        if config.isolate:
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
+                new = pool.submit(_train_and_evaluate, encoding, config, run_dir).result()
+        else:
+            new = _train_and_evaluate(encoding, config, run_dir)
+        rows += new
+        if echo:
+            echo(f"[extrapolate] {encoding} done in {time.perf_counter() - start:.1f} s")
+    order = {name: index for index, name in enumerate(config.encodings)}
+    rows.sort(key=lambda r: (order[r["encoding"]], r["eval_len"]))
+    write_results_csv(rows, folder / "results.csv")
+    write_report(folder, title="posenc: train short, test long")
+    if echo:
+        echo(format_ppl_table(rows))
+    return rows
+
+
+def format_ppl_table(rows: Sequence[Row]) -> str:
+    """Perplexity table: encodings down, evaluation lengths across (``–`` = undefined)."""
+    selected = [r for r in rows if r.get("experiment") == "extrapolate"]
+    lengths = sorted({r["eval_len"] for r in selected})
+    encodings = list(dict.fromkeys(r["encoding"] for r in selected))
+    train_len = selected[0]["train_len"] if selected else 0
+    header = f"{'encoding':<18}" + "".join(f"{f'L={n}':>10}" for n in lengths)
+    header += f"{'tok/s':>10}{'mem MB':>9}"
+    lines = [f"perplexity (bytes) by evaluation length; trained at T={train_len}", header]
+    for name in encodings:
+        cells = {r["eval_len"]: r for r in selected if r["encoding"] == name}
+        values = "".join(
+            f"{cells[n]['ppl']:>10.3f}" if cells.get(n) and cells[n].get("ppl") else f"{'–':>10}"
+            for n in lengths
+        )
+        any_row = next(iter(cells.values()))
+        lines.append(
+            f"{name:<18}{values}{any_row['tokens_per_s']:>10.0f}{any_row['peak_memory_mb']:>9.0f}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,87 @@
+"""Result rows of lab experiments: one CSV per run folder, written atomically.
+
+Every experiment produces rows (dicts) with an ``experiment`` column and its own fields;
+:func:`write_results_csv` writes the union of columns, :func:`read_results_csv` reads them
+back with numbers parsed, so reports and figures work from the file alone.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["merge_rows", "read_results_csv", "write_results_csv"]
+
+Row = dict[str, Any]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_results_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:
+    """Write ``rows`` to ``path`` (columns: union in first-seen order), atomically."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [key for key in row if key not in columns]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: _format(row.get(key)) for key in columns})
+    target = Path(path)
+    _atomic_write(target, buffer.getvalue())
+    return target
+
+
+def _format(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else repr(value)
+    return value
+
+
+def _parse(text: str) -> Any:
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def read_results_csv(path: str | Path) -> list[Row]:
+    """Rows of a results CSV with numbers and booleans parsed (empty cells are ``None``)."""
+    with open(path, newline="") as handle:
+        return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+
+
+def merge_rows(existing: Iterable[Row], new: Iterable[Row], key: Sequence[str]) -> list[Row]:
+    """Rows of ``existing`` replaced or extended by ``new``, matching on the ``key`` columns."""
+    merged: dict[tuple[Any, ...], Row] = {}
+    for row in [*existing, *new]:
+        merged[tuple(row.get(k) for k in key)] = dict(row)
+    return list(merged.values())

@@ -1,0 +1,614 @@
+"""Seeded synthetic tasks for length generalization: train short, test long.
+
+Every task makes decoder-style sequences ``prompt, <sep>, answer`` over a small vocabulary
+(flip-flop is the one exception: its answers are inline, after each read). The model reads
+``tokens = sequence[:-1]`` and predicts ``targets = sequence[1:]``; ``loss_mask`` is True
+exactly where the target is an answer symbol. Rows of one batch may differ in length: they are
+padded **at the end** with token 0 (``vocab[0]`` is always padding), ``loss_mask`` False and
+``key_padding_mask`` False there. Under causal attention a real token never sees a later pad,
+so neither the pads nor their positions change any scored prediction; the key padding mask
+only keeps pad queries well defined.
+
+``length`` is each task's problem size (documented per task in :data:`TASKS`), not the
+token count; :meth:`TaskSource.max_seq_len` gives the widest ``tokens`` for a length.
+
+Tasks (Delétang et al. 2023 https://arxiv.org/abs/2207.02098 and Ruoss et al. 2023
+https://arxiv.org/abs/2305.16843 for copy, reverse, sort, binary addition; Mohtashami & Jaggi
+2023 https://arxiv.org/abs/2305.16300 for passkey; Arora et al. 2023
+https://arxiv.org/abs/2312.04927 for MQAR; Liu et al. 2023 https://arxiv.org/abs/2306.00946
+for flip-flop; Gu & Dao 2023 https://arxiv.org/abs/2312.00752 for selective copy; Golovneva
+et al. 2024 https://arxiv.org/abs/2405.18719 for counting).
+
+Example::
+
+    >>> task = make_task("reverse", seed=0)
+    >>> ex = task.examples(1, length=3, seed=0)[0]
+    >>> ex.answer == ex.prompt[::-1]
+    True
+    >>> batch = task.batch(step=0, batch_size=4)            # lengths from train_lengths
+    >>> batch = task.batch(step=0, batch_size=4, length=16)  # a test length
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import torch
+from torch import Tensor
+
+from posenc._validate import check_non_negative_int, check_positive_int
+from posenc.lab.batch import Batch, derive_seed, shard_slice
+
+__all__ = ["PAD", "SEP", "TASKS", "Example", "TaskSource", "TaskSpec", "accuracy", "make_task"]
+
+PAD = "<pad>"
+SEP = "<sep>"
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+_DIGITS = "0123456789"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One task instance as symbols.
+
+    Attributes:
+        prompt: symbols before the separator (flip-flop: the whole instruction string).
+        answer: the scored symbols, in order.
+        sequence: the full sequence ``(*prompt, sep, *answer)`` (flip-flop: the instructions).
+        answer_mask: True at the positions of ``sequence`` that hold answer symbols.
+    """
+
+    prompt: tuple[str, ...]
+    answer: tuple[str, ...]
+    sequence: tuple[str, ...]
+    answer_mask: tuple[bool, ...]
+
+
+def _qa(prompt: list[str], answer: list[str], sep: str = SEP) -> Example:
+    sequence = (*prompt, sep, *answer)
+    mask = (False,) * (len(prompt) + 1) + (True,) * len(answer)
+    return Example(tuple(prompt), tuple(answer), sequence, mask)
+
+
+Params = Mapping[str, object]
+
+
+def _int(params: Params, key: str) -> int:
+    value = params[key]
+    assert isinstance(value, int), key
+    return value
+
+
+def _float(params: Params, key: str) -> float:
+    value = params[key]
+    assert isinstance(value, (int, float)), key
+    return float(value)
+
+
+def _any_length(length: int, params: Params) -> None:
+    del length, params
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task: its default lengths and parameters and the functions that make it.
+
+    Attributes:
+        name: key in :data:`TASKS`.
+        description: what ``length`` means, the format and the vocabulary.
+        train_lengths: inclusive range ``(low, high)`` sampled per row in training.
+        test_lengths: longer lengths to evaluate at.
+        defaults: default task parameters (``make_task(name, **params)`` overrides them).
+        vocab: ``params -> symbols``; ``vocab[0]`` is padding.
+        generate: ``(rng, length, params) -> Example``.
+        max_symbols: ``(length, params) ->`` the longest ``Example.sequence`` at that length.
+        check: ``(length, params) -> None``; raises ``ValueError`` for invalid combinations.
+    """
+
+    name: str
+    description: str
+    train_lengths: tuple[int, int]
+    test_lengths: tuple[int, ...]
+    defaults: Mapping[str, object]
+    vocab: Callable[[Params], tuple[str, ...]]
+    generate: Callable[[random.Random, int, Params], Example]
+    max_symbols: Callable[[int, Params], int]
+    check: Callable[[int, Params], None] = _any_length
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+
+
+def _min_length(minimum: Callable[[Params], int]) -> Callable[[int, Params], None]:
+    def check(length: int, params: Params) -> None:
+        if length < minimum(params):
+            raise ValueError(f"length must be >= {minimum(params)} for these params, got {length}")
+
+    return check
+
+
+def _letters(params: Params) -> list[str]:
+    return list(_LETTERS[: _int(params, "alphabet_size")])
+
+
+def _copy(rng: random.Random, n: int, params: Params) -> Example:
+    symbols = rng.choices(_letters(params), k=n)
+    return _qa(symbols, symbols)
+
+
+def _reverse(rng: random.Random, n: int, params: Params) -> Example:
+    symbols = rng.choices(_letters(params), k=n)
+    return _qa(symbols, symbols[::-1])
+
+
+def _sort(rng: random.Random, n: int, params: Params) -> Example:
+    digits = rng.choices(_DIGITS[: _int(params, "num_digits")], k=n)
+    return _qa(digits, sorted(digits))
+
+
+def _bits(value: int, width: int, lsb_first: bool) -> list[str]:
+    text = format(value, f"0{width}b")
+    return list(text[::-1] if lsb_first else text)
+
+
+def _binary_addition(rng: random.Random, n: int, params: Params) -> Example:
+    a, b = rng.getrandbits(n), rng.getrandbits(n)
+    lsb = bool(params["lsb_first"])
+    prompt = [*_bits(a, n, lsb), "+", *_bits(b, n, lsb)]
+    return _qa(prompt, _bits(a + b, n + 1, lsb))
+
+
+_FILLER_TEXT = "The grass is green. The sky is blue. The sun is yellow. Here we go. "
+_FILLER_TEXT += "There and back again. "
+_QUESTION_TEXT = "What is the pass key? The pass key is"
+
+
+def _key_text(key: str) -> str:
+    return f" The pass key is {key}. Remember it. {key} is the pass key. "
+
+
+def _passkey_overhead(params: Params) -> int:
+    digits = _int(params, "digits")
+    if params["byte_level"]:
+        return len(_key_text("0" * digits)) + len(_QUESTION_TEXT)
+    return digits + 2  # marker K, the digits, question Q
+
+
+def _passkey(rng: random.Random, n: int, params: Params) -> Example:
+    digits = _int(params, "digits")
+    key = str(rng.randint(10 ** (digits - 1), 10**digits - 1))
+    depth = params["depth"]
+    depth = rng.random() if depth is None else float(depth)
+    filler_total = n - _passkey_overhead(params)
+    before = round(depth * filler_total)
+    if params["byte_level"]:
+        reps = filler_total // len(_FILLER_TEXT) + 1
+        filler = (_FILLER_TEXT * reps)[:filler_total]
+        text = filler[:before] + _key_text(key) + filler[before:] + _QUESTION_TEXT
+        return _qa(list(text), list(key), sep=" ")
+    filler = ["xyz"[i % 3] for i in range(filler_total)]
+    return _qa([*filler[:before], "K", *key, *filler[before:], "Q"], list(key))
+
+
+def _passkey_vocab(params: Params) -> tuple[str, ...]:
+    if params["byte_level"]:
+        return tuple(chr(i) for i in range(256))
+    return (PAD, SEP, *_DIGITS, "K", "Q", "x", "y", "z")
+
+
+def _mqar_queries(n: int, params: Params) -> int:
+    return n if params["queries"] is None else _int(params, "queries")
+
+
+def _mqar(rng: random.Random, n: int, params: Params) -> Example:
+    keys = rng.sample(range(_int(params, "num_keys")), n)
+    values = rng.choices(range(_int(params, "num_values")), k=n)
+    table = dict(zip(keys, values, strict=True))
+    if params["queries"] is None:
+        asked = rng.sample(keys, n)
+    else:
+        asked = rng.choices(keys, k=_mqar_queries(n, params))
+    prompt = [s for k, v in zip(keys, values, strict=True) for s in (f"k{k}", f"v{v}")]
+    prompt += [f"k{k}" for k in asked]
+    return _qa(prompt, [f"v{table[k]}" for k in asked])
+
+
+def _mqar_check(length: int, params: Params) -> None:
+    num_keys = _int(params, "num_keys")
+    if not 1 <= length <= num_keys:
+        raise ValueError(f"length must be in [1, num_keys={num_keys}] for mqar, got {length}")
+
+
+def _flip_flop(rng: random.Random, n: int, params: Params) -> Example:
+    p_ignore = _float(params, "p")
+    sequence: list[str] = []
+    mask: list[bool] = []
+    memory = "0"
+    for index in range(n):
+        if index == 0:
+            op = "w"
+        elif index == n - 1:
+            op = "r"
+        else:
+            draw = rng.random()
+            op = "i" if draw < p_ignore else ("w" if draw < p_ignore + (1 - p_ignore) / 2 else "r")
+        bit = memory if op == "r" else rng.choice("01")
+        memory = bit if op == "w" else memory
+        sequence += [op, bit]
+        mask += [False, op == "r"]
+    answer = tuple(s for s, m in zip(sequence, mask, strict=True) if m)
+    return Example(tuple(sequence), answer, tuple(sequence), tuple(mask))
+
+
+def _selective_copy(rng: random.Random, n: int, params: Params) -> Example:
+    count = _int(params, "num_tokens")
+    where = sorted(rng.sample(range(n), count))
+    data = rng.choices(_letters(params), k=count)
+    prompt = ["."] * n
+    for index, symbol in zip(where, data, strict=True):
+        prompt[index] = symbol
+    return _qa(prompt, data)
+
+
+def _counting(rng: random.Random, n: int, params: Params) -> Example:
+    names = list(_LETTERS[: _int(params, "num_variables")])
+    p_set, p_inc = _float(params, "p_set"), _float(params, "p_increment")
+    values = dict.fromkeys(names, 0)
+    prompt: list[str] = []
+    for _ in range(n):
+        draw, var = rng.random(), rng.choice(names)
+        if draw < p_set:
+            values[var] = rng.randrange(10)
+            prompt += ["S", var, str(values[var])]
+        elif draw < p_set + p_inc:
+            values[var] = (values[var] + 1) % 10
+            prompt += ["I", var]
+        else:
+            prompt.append("D")
+    query = rng.choice(names)
+    return _qa([*prompt, "?", query], [str(values[query])])
+
+
+def _letters_vocab(params: Params) -> tuple[str, ...]:
+    return (PAD, SEP, *_letters(params))
+
+
+TASKS: dict[str, TaskSpec] = {
+    "copy": TaskSpec(
+        name="copy",
+        description="length = n random letters (the first alphabet_size of a..z); answer: them.",
+        train_lengths=(1, 12),
+        test_lengths=(16, 24, 32, 48),
+        defaults={"alphabet_size": 8},
+        vocab=_letters_vocab,
+        generate=_copy,
+        max_symbols=lambda n, p: 2 * n + 1,
+    ),
+    "reverse": TaskSpec(
+        name="reverse",
+        description="length = n random letters; answer: them in reverse order.",
+        train_lengths=(1, 12),
+        test_lengths=(16, 24, 32, 48),
+        defaults={"alphabet_size": 8},
+        vocab=_letters_vocab,
+        generate=_reverse,
+        max_symbols=lambda n, p: 2 * n + 1,
+    ),
+    "sort": TaskSpec(
+        name="sort",
+        description="length = n random digits (0..num_digits-1); answer: them sorted ascending.",
+        train_lengths=(1, 12),
+        test_lengths=(16, 24, 32, 48),
+        defaults={"num_digits": 10},
+        vocab=lambda p: (PAD, SEP, *_DIGITS[: _int(p, "num_digits")]),
+        generate=_sort,
+        max_symbols=lambda n, p: 2 * n + 1,
+    ),
+    "binary_addition": TaskSpec(
+        name="binary_addition",
+        description="length = n bits per operand: prompt 'a + b' with both written in "
+        "exactly n bits; answer: a + b in exactly n + 1 bits. lsb_first=True (default) writes "
+        "every number least-significant bit first, so the carry flows left to right.",
+        train_lengths=(1, 8),
+        test_lengths=(12, 16, 24, 32),
+        defaults={"lsb_first": True},
+        vocab=lambda p: (PAD, SEP, "0", "1", "+"),
+        generate=_binary_addition,
+        max_symbols=lambda n, p: 3 * n + 3,
+    ),
+    "passkey": TaskSpec(
+        name="passkey",
+        description="length = prompt tokens: filler with a digits-long key hidden at depth "
+        "(fraction of the filler before it; None = uniform per row), then a question; answer: "
+        "the key's digits. Small vocabulary: filler 'x y z x ...', key 'K d d d d d', question "
+        "'Q'. byte_level=True: English filler, key sentence and question as bytes (vocab 256, "
+        "separator ' ', padding NUL), usable on a byte-level LM.",
+        train_lengths=(128, 256),
+        test_lengths=(384, 512, 768, 1024),
+        defaults={"depth": None, "digits": 5, "byte_level": False},
+        vocab=_passkey_vocab,
+        generate=_passkey,
+        max_symbols=lambda n, p: n + 1 + _int(p, "digits"),
+        check=_min_length(_passkey_overhead),
+    ),
+    "mqar": TaskSpec(
+        name="mqar",
+        description="length = n key-value pairs 'k v k v ...' with distinct keys (of num_keys) and "
+        "values (of num_values), then the query keys; answer: their values in order. "
+        "queries=None asks every key once in random order; an int asks that many keys drawn "
+        "with replacement.",
+        train_lengths=(2, 8),
+        test_lengths=(12, 16, 24, 32),
+        defaults={"num_keys": 32, "num_values": 16, "queries": None},
+        vocab=lambda p: (
+            PAD,
+            SEP,
+            *(f"k{i}" for i in range(_int(p, "num_keys"))),
+            *(f"v{i}" for i in range(_int(p, "num_values"))),
+        ),
+        generate=_mqar,
+        max_symbols=lambda n, p: 2 * n + 2 * _mqar_queries(n, p) + 1,
+        check=_mqar_check,
+    ),
+    "flip_flop": TaskSpec(
+        name="flip_flop",
+        description="FFL(p), Liu et al. 2023: length = n instructions, each an op and a bit: "
+        "'w b' writes b, 'i b' is ignored, 'r b' reads (b = the last written bit). The first "
+        "op is w, the last r; in between i with probability p, else w or r equally. Answers "
+        "are inline: every read's bit (no separator).",
+        train_lengths=(8, 32),
+        test_lengths=(48, 64, 96, 128),
+        defaults={"p": 0.8},
+        vocab=lambda p: (PAD, SEP, "w", "r", "i", "0", "1"),
+        generate=_flip_flop,
+        max_symbols=lambda n, p: 2 * n,
+        check=_min_length(lambda p: 2),
+    ),
+    "selective_copy": TaskSpec(
+        name="selective_copy",
+        description="length = prompt tokens: num_tokens letters at random places among "
+        "noise '.'; answer: the letters in order.",
+        train_lengths=(8, 24),
+        test_lengths=(32, 48, 64, 96),
+        defaults={"num_tokens": 4, "alphabet_size": 8},
+        vocab=lambda p: (*_letters_vocab(p), "."),
+        generate=_selective_copy,
+        max_symbols=lambda n, p: n + 1 + _int(p, "num_tokens"),
+        check=_min_length(lambda p: _int(p, "num_tokens")),
+    ),
+    "counting": TaskSpec(
+        name="counting",
+        description="length = n ops on num_variables variables a, b, ... (all start at 0): "
+        "'S v d' sets v to digit d (prob p_set), 'I v' adds 1 mod 10 (prob p_increment), 'D' "
+        "does nothing; then '? v'; answer: v's final value (one digit).",
+        train_lengths=(4, 16),
+        test_lengths=(24, 32, 48, 64),
+        defaults={"num_variables": 3, "p_set": 0.2, "p_increment": 0.5},
+        vocab=lambda p: (
+            PAD,
+            SEP,
+            "S",
+            "I",
+            "D",
+            "?",
+            *_LETTERS[: _int(p, "num_variables")],
+            *_DIGITS,
+        ),
+        generate=_counting,
+        max_symbols=lambda n, p: 3 * n + 4,
+    ),
+}
+"""The nine tasks by name; see each :attr:`TaskSpec.description`."""
+
+# Allowed ranges (inclusive) of the task parameters; None is allowed where the default is None.
+_INT_RANGES = {
+    "alphabet_size": (2, 26),
+    "num_digits": (2, 10),
+    "digits": (1, 9),
+    "num_keys": (1, 4096),
+    "num_values": (1, 4096),
+    "queries": (1, 1 << 16),
+    "num_tokens": (1, 1 << 16),
+    "num_variables": (1, 26),
+}
+_FLOAT_RANGES = {"depth": (0.0, 1.0), "p": (0.0, 0.999), "p_set": (0.0, 1.0)}
+_FLOAT_RANGES |= {"p_increment": (0.0, 1.0)}
+
+
+def _check_params(spec: TaskSpec, params: dict[str, object]) -> None:
+    unknown = sorted(set(params) - set(spec.defaults))
+    if unknown:
+        allowed = ", ".join(sorted(spec.defaults)) or "none"
+        raise ValueError(
+            f"unknown parameter(s) {unknown} for task {spec.name!r}; allowed: {allowed}"
+        )
+    for key, value in params.items():
+        if value is None and spec.defaults[key] is None:
+            continue
+        if isinstance(spec.defaults[key], bool):
+            if not isinstance(value, bool):
+                raise ValueError(f"{key} must be True or False, got {value!r}")
+        elif key in _INT_RANGES:
+            low, high = _INT_RANGES[key]
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{key} must be an int in [{low}, {high}], got {value!r}")
+        else:
+            low_f, high_f = _FLOAT_RANGES[key]
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not ok or not low_f <= value <= high_f:
+                raise ValueError(f"{key} must be a number in [{low_f}, {high_f}], got {value!r}")
+    if "p_set" in params and _float(params, "p_set") + _float(params, "p_increment") > 1:
+        raise ValueError("p_set + p_increment must be <= 1")
+
+
+class TaskSource:
+    """A seeded synthetic task: training batches, test batches, examples. Use :func:`make_task`.
+
+    Attributes:
+        spec: the :class:`TaskSpec`.
+        params: the task parameters (defaults updated by the caller's).
+        seed: data seed.
+        train_lengths: inclusive ``(low, high)`` range sampled per training row.
+        test_lengths: the lengths to evaluate at.
+        vocab: the symbols; token id ``i`` is ``vocab[i]``, ``vocab[0]`` is padding.
+        vocab_size: ``len(vocab)``.
+    """
+
+    def __init__(
+        self,
+        spec: TaskSpec,
+        *,
+        seed: int,
+        params: Mapping[str, object],
+        train_lengths: tuple[int, int],
+        test_lengths: tuple[int, ...],
+    ) -> None:
+        check_non_negative_int("seed", seed)
+        self.spec = spec
+        self.seed = seed
+        self.params = MappingProxyType(dict(params))
+        if len(train_lengths) != 2 or not 1 <= train_lengths[0] <= train_lengths[1]:
+            raise ValueError(
+                f"train_lengths must be (low, high) with 1 <= low <= high, got {train_lengths}"
+            )
+        self.train_lengths = (
+            check_positive_int("train_lengths", train_lengths[0]),
+            check_positive_int("train_lengths", train_lengths[1]),
+        )
+        self.test_lengths = tuple(check_positive_int("test_lengths", n) for n in test_lengths)
+        for n in (*self.train_lengths, *self.test_lengths):
+            spec.check(n, self.params)
+        self.vocab = spec.vocab(self.params)
+        self.vocab_size = len(self.vocab)
+        self._ids = {symbol: i for i, symbol in enumerate(self.vocab)}
+
+    @property
+    def name(self) -> str:
+        """The task's name."""
+        return self.spec.name
+
+    def _length(self, length: int) -> int:
+        check_positive_int("length", length)
+        self.spec.check(length, self.params)
+        return length
+
+    def encode(self, symbols: tuple[str, ...] | list[str]) -> list[int]:
+        """Token ids of ``symbols``."""
+        return [self._ids[s] for s in symbols]
+
+    def decode(self, ids: Tensor | list[int]) -> tuple[str, ...]:
+        """Symbols of token ids."""
+        return tuple(self.vocab[int(i)] for i in ids)
+
+    def max_seq_len(self, length: int | None = None) -> int:
+        """The widest ``tokens`` (``T``) of a batch at ``length``; over every train and test
+        length when None (what a learned table or randomized positions must cover)."""
+        if length is None:
+            return max(self.max_seq_len(n) for n in (*self.train_lengths, *self.test_lengths))
+        return self.spec.max_symbols(self._length(length), self.params) - 1
+
+    def examples(self, n: int, length: int, *, seed: int = 0) -> list[Example]:
+        """``n`` examples of problem size ``length`` from ``seed`` (independent of steps)."""
+        check_positive_int("n", n)
+        rng = random.Random(derive_seed(self.name, "examples", seed, self._length(length)))
+        return [self.spec.generate(rng, length, self.params) for _ in range(n)]
+
+    def collate(self, examples: list[Example]) -> Batch:
+        """Stack examples into a :class:`Batch`, padding short rows at the end with token 0."""
+        if not examples:
+            raise ValueError("examples must not be empty")
+        width = max(len(ex.sequence) for ex in examples) - 1
+        tokens = torch.zeros(len(examples), width, dtype=torch.long)
+        targets = torch.zeros_like(tokens)
+        loss_mask = torch.zeros_like(tokens, dtype=torch.bool)
+        real = torch.zeros_like(loss_mask)
+        for row, ex in enumerate(examples):
+            ids = torch.tensor(self.encode(ex.sequence))
+            size = ids.numel() - 1
+            tokens[row, :size], targets[row, :size] = ids[:-1], ids[1:]
+            loss_mask[row, :size] = torch.tensor(ex.answer_mask[1:])
+            real[row, :size] = True
+        return Batch(tokens, targets, loss_mask, key_padding_mask=None if real.all() else real)
+
+    def batch(
+        self,
+        step: int,
+        batch_size: int,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        length: int | None = None,
+    ) -> Batch:
+        """Rank ``rank``'s shard of step ``step``'s global batch of ``batch_size`` rows.
+
+        Without ``length`` each row's length is drawn uniformly from ``train_lengths``; with
+        it every row has that length (a test batch, from a random stream separate from the
+        training one). The global batch is built and then sharded, so shards concatenate to
+        it exactly (padding width included).
+        """
+        check_non_negative_int("step", step)
+        shard_slice(batch_size, rank, world_size)
+        if length is None:
+            rng = random.Random(derive_seed(self.name, self.seed, step))
+            low, high = self.train_lengths
+            lengths = [rng.randint(low, high) for _ in range(batch_size)]
+        else:
+            rng = random.Random(derive_seed(self.name, self.seed, step, "length", length))
+            lengths = [self._length(length)] * batch_size
+        rows = [self.spec.generate(rng, n, self.params) for n in lengths]
+        return self.collate(rows).shard(rank, world_size)
+
+
+def make_task(
+    name: str,
+    *,
+    seed: int = 0,
+    train_lengths: tuple[int, int] | None = None,
+    test_lengths: tuple[int, ...] | None = None,
+    **params: object,
+) -> TaskSource:
+    """The task ``name`` of :data:`TASKS` with its default lengths and parameters overridden.
+
+    Raises:
+        ValueError: naming ``name`` for an unknown task, an unknown or out-of-range
+            parameter, or lengths the task cannot make (e.g. mqar length > num_keys).
+    """
+    if name not in TASKS:
+        raise ValueError(f"name must be one of {', '.join(TASKS)}; got {name!r}")
+    spec = TASKS[name]
+    _check_params(spec, params)
+    return TaskSource(
+        spec,
+        seed=seed,
+        params={**spec.defaults, **params},
+        train_lengths=spec.train_lengths if train_lengths is None else tuple(train_lengths),
+        test_lengths=spec.test_lengths if test_lengths is None else tuple(test_lengths),
+    )
+
+
+def accuracy(logits: Tensor, batch: Batch) -> tuple[float, float]:
+    """Greedy accuracy over the answer positions: ``(token_acc, sequence_acc)``.
+
+    ``token_acc`` is the fraction of ``loss_mask`` positions where ``argmax(logits)`` equals
+    the target; ``sequence_acc`` the fraction of rows (with at least one answer position)
+    whose every answer position is right (exact match).
+
+    Shape:
+        logits ``(B, T, V)`` for ``batch.tokens`` ``(B, T)``.
+    """
+    if logits.dim() != 3 or logits.shape[:2] != batch.tokens.shape:
+        raise ValueError(
+            f"logits must have shape (B, T, V) with (B, T) = "
+            f"{tuple(batch.tokens.shape)}, got {tuple(logits.shape)}"
+        )
+    mask = batch.loss_mask.to(logits.device)
+    if not bool(mask.any()):
+        raise ValueError("loss_mask selects no position; accuracy is undefined")
+    hit = logits.argmax(-1) == batch.targets.to(logits.device)
+    token_acc = (hit & mask).sum().item() / mask.sum().item()
+    scored = mask.any(-1)
+    exact = (hit | ~mask).all(-1)[scored]
+    return float(token_acc), float(exact.float().mean().item())

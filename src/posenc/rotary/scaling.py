@@ -1,0 +1,633 @@
+"""RoPE context-extension scalings: typed values that give inverse frequencies and ``A``.
+
+A scaling replaces plain RoPE's ``θ_i = b^(-2i/d)`` by ``θ'_i`` and may add an attention
+factor ``A`` that multiplies cos and sin (so the logits by ``A²``, HF convention). Each
+scaling is a frozen dataclass validated on construction (``ValueError`` naming the field and
+its allowed range); :meth:`Scaling.inv_freq` computes float64 values on the CPU.
+
+Notation: ``b`` base, ``d`` rotary dim, ``s`` factor, ``L0`` original context length.
+Every formula reproduces HF transformers 5.23 ``modeling_rope_utils.ROPE_INIT_FUNCTIONS``
+(tested to 1e-6 relative on the frequencies and exactly on ``A``), computed in float64.
+
+Differences from HF, all deliberate:
+
+* values HF only warns about raise here: ``factor`` < 1 for the extension methods (> 0 for
+  :class:`Linear` and :class:`Proportional`, which are plain divisions), ``beta_fast`` <
+  ``beta_slow``, ``low_freq_factor`` > ``high_freq_factor``, LongRoPE factor lists whose
+  length is not ``d/2``;
+* YaRN ``beta_fast``/``beta_slow`` must be > 0: HF's ``beta or default`` silently turns 0
+  into the default, which a typed value has no need for;
+* Llama-3 with ``low_freq_factor == high_freq_factor``: the smoothing band is empty; the
+  single wavelength ``λ = L0/lf`` (if hit exactly) is kept, where HF divides 0 by 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields
+from typing import Any, ClassVar, Literal
+
+import torch
+from torch import Tensor
+
+from posenc._validate import check_in_choices, check_positive_float, check_positive_int
+from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
+
+__all__ = [
+    "DynamicNTK",
+    "Linear",
+    "Llama3",
+    "LongRoPE",
+    "NTKAware",
+    "Proportional",
+    "Scaling",
+    "YaRN",
+    "scaling_from_dict",
+    "scaling_to_dict",
+]
+
+
+def _at_least_one(name: str, value: object) -> float:
+    value = check_positive_float(name, value)
+    if value < 1.0:
+        raise ValueError(f"{name} must be a finite number >= 1, got {value!r}")
+    return value
+
+
+def _non_negative(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
+def _check_seq_len(seq_len: object) -> int | None:
+    if seq_len is None:
+        return None
+    return check_positive_int("seq_len", seq_len)
+
+
+def _set(obj: object, name: str, value: object) -> None:
+    object.__setattr__(obj, name, value)  # normalise a field of a frozen dataclass
+
+
+def _get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's magnitude correction ``0.1·k·ln s + 1`` (1 for ``s ≤ 1``), in HF's op order."""
+    if scale <= 1:
+        return 1.0
+    return 0.1 * mscale * math.log(scale) + 1.0
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """Base of the RoPE scalings: inverse frequencies and an attention factor ``A``."""
+
+    #: True when inv_freq depends on the sequence length (DynamicNTK "hf" mode, LongRoPE).
+    depends_on_length: ClassVar[bool] = False
+    #: the ``"type"`` of :func:`scaling_from_dict` / :func:`scaling_to_dict`.
+    type_name: ClassVar[str] = ""
+
+    def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
+        """float64 ``(rotary_dim // 2,)`` inverse frequencies, computed on the CPU."""
+        raise NotImplementedError
+
+    @property
+    def attention_factor(self) -> float:
+        """``A``, multiplying cos and sin (so the logits by ``A²``)."""
+        return 1.0
+
+
+@dataclass(frozen=True)
+class Linear(Scaling):
+    """Position interpolation (PI): ``θ'_i = θ_i / s``, i.e. positions ``m / s``; ``A = 1``.
+
+    Paper: Chen et al. 2023, https://arxiv.org/abs/2306.15595. Tested against HF
+    ``ROPE_INIT_FUNCTIONS["linear"]``.
+
+    Args:
+        factor: ``s`` > 0 (``s < 1`` compresses, which HF allows with a warning).
+
+    Example::
+
+        >>> Linear(4.0).inv_freq(4, 100.0)
+        tensor([0.2500, 0.0250], dtype=torch.float64)
+    """
+
+    factor: float
+    type_name: ClassVar[str] = "linear"
+
+    def __post_init__(self) -> None:
+        _set(self, "factor", check_positive_float("factor", self.factor))
+
+    def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
+        _check_seq_len(seq_len)
+        return rope_inv_freq(rotary_dim, base) / self.factor
+
+
+def _ntk_base(base: float, rotary_dim: int, ratio: float) -> float:
+    """``b · ratio^(d/(d-2))`` (NTK-aware base change); needs ``d ≥ 4``."""
+    base = check_positive_float("base", base)
+    if check_rotary_dim(rotary_dim) < 4:
+        raise ValueError(
+            f"rotary_dim must be >= 4 for NTK scaling (exponent d/(d-2)), got {rotary_dim}"
+        )
+    return base * ratio ** (rotary_dim / (rotary_dim - 2))
+
+
+@dataclass(frozen=True)
+class NTKAware(Scaling):
+    """NTK-aware scaling: a fixed base change ``b' = b · s^(d/(d-2))``, ``θ'_i = b'^(-2i/d)``.
+
+    The highest frequency is kept and the lowest is divided by exactly ``s``. From bloc97,
+    "NTK-Aware Scaled RoPE", r/LocalLLaMA, 2023 (discussed in YaRN,
+    https://arxiv.org/abs/2309.00071, §3.1). HF has no static NTK type; tested against
+    rotary-embedding-torch ``RotaryEmbedding(theta_rescale_factor=s)``. ``A = 1``.
+
+    Args:
+        factor: ``s`` ≥ 1.
+
+    Example::
+
+        >>> NTKAware(1.0).inv_freq(4, 100.0)
+        tensor([1.0000, 0.1000], dtype=torch.float64)
+    """
+
+    factor: float
+    type_name: ClassVar[str] = "ntk"
+
+    def __post_init__(self) -> None:
+        _set(self, "factor", _at_least_one("factor", self.factor))
+
+    def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
+        _check_seq_len(seq_len)
+        return rope_inv_freq(rotary_dim, _ntk_base(base, rotary_dim, self.factor))
+
+
+@dataclass(frozen=True)
+class DynamicNTK(Scaling):
+    """Dynamic NTK: the NTK base change sized to the current length (emozilla, 2023).
+
+    .. math::
+
+        L = \\max(\\text{seq\\_len}, L_{max}), \\quad
+        b' = b\\,\\bigl(s L / L_{max} - (s - 1)\\bigr)^{d/(d-2)}, \\quad θ'_i = b'^{-2i/d}
+
+    with ``L_max = max_position_embeddings`` (not ``L0``), so lengths up to ``L_max`` give
+    plain RoPE. From emozilla, "Dynamically Scaled RoPE", r/LocalLLaMA, 2023. Tested against
+    HF ``ROPE_INIT_FUNCTIONS["dynamic"]`` and HF ``LlamaRotaryEmbedding`` decoding.
+
+    Two modes:
+
+    * ``"hf"``: HF semantics. :meth:`inv_freq` with ``seq_len`` applies the formula
+      (``seq_len=None`` gives plain RoPE); a :class:`~posenc.rotary.rope.RotaryEmbedding`
+      follows the longest length seen and resets to plain RoPE when a shorter-than-``L_max``
+      sequence comes after a longer one. ``depends_on_length`` is True. Note that the formula
+      still rescales beyond ``L_max`` when ``s = 1`` (``b' = b (L/L_max)^{d/(d-2)}``).
+    * ``"fixed"``: frequencies computed once at ``target_length`` and never changed, as vLLM
+      does at start-up (vLLM uses ``target_length = s · L_max``). ``depends_on_length`` is
+      False; ``seq_len`` is ignored.
+
+    ``A = 1``.
+
+    Args:
+        factor: ``s`` ≥ 1.
+        max_position_embeddings: ``L_max`` ≥ 1.
+        mode: ``"hf"`` or ``"fixed"``.
+        target_length: the length of the ``"fixed"`` mode (required there, None in ``"hf"``).
+    """
+
+    factor: float
+    max_position_embeddings: int
+    mode: Literal["hf", "fixed"] = "hf"
+    target_length: int | None = None
+    type_name: ClassVar[str] = "dynamic"
+
+    def __post_init__(self) -> None:
+        _set(self, "factor", _at_least_one("factor", self.factor))
+        check_positive_int("max_position_embeddings", self.max_position_embeddings)
+        check_in_choices("mode", self.mode, ("hf", "fixed"))
+        if self.mode == "fixed":
+            if self.target_length is None:
+                raise ValueError("target_length is required when mode='fixed' (an int >= 1)")
+            check_positive_int("target_length", self.target_length)
+        elif self.target_length is not None:
+            raise ValueError("target_length must be None when mode='hf' (the length is dynamic)")
+
+    @property
+    def depends_on_length(self) -> bool:  # type: ignore[override]
+        return self.mode == "hf"
+
+    def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
+        seq_len = _check_seq_len(seq_len)
+        length = self.target_length if self.mode == "fixed" else seq_len
+        if length is None or length <= self.max_position_embeddings:
+            _ntk_base(base, rotary_dim, 1.0)  # same argument checks as the scaled path
+            return rope_inv_freq(rotary_dim, base)
+        s = self.factor
+        ratio = s * length / self.max_position_embeddings - (s - 1)
+        return rope_inv_freq(rotary_dim, _ntk_base(base, rotary_dim, ratio))
+
+
+@dataclass(frozen=True)
+class YaRN(Scaling):
+    """YaRN: interpolate low frequencies, keep high ones, ramp between; plus ``A``.
+
+    .. math::
+
+        c(β) = \\frac{d \\ln(L_0 / (2π β))}{2 \\ln b}, \\quad
+        lo = \\max(\\lfloor c(β_{fast}) \\rfloor, 0), \\quad
+        hi = \\min(\\lceil c(β_{slow}) \\rceil, d - 1)
+
+        r_i = \\mathrm{clamp}\\bigl((i - lo) / (hi - lo), 0, 1\\bigr), \\quad
+        θ'_i = \\frac{θ_i}{s} r_i + θ_i (1 - r_i)
+
+        A = \\text{attention\\_factor\\_override, else }
+        \\frac{g(s, \\text{mscale})}{g(s, \\text{mscale\\_all\\_dim})}
+        \\text{ if both are non-zero, else } g(s, 1), \\quad g(s, k) = 0.1 k \\ln s + 1
+
+    floor/ceil only when ``truncate`` (gpt-oss uses ``truncate=False``); ``hi`` gets +0.001
+    when ``lo == hi``; ``g = 1`` for ``s ≤ 1``. The clamp at ``d - 1`` (not ``d/2 - 1``) is
+    HF's. ``mscale``/``mscale_all_dim`` of 0 or None mean "unset" (DeepSeek configs).
+
+    Paper: Peng et al. 2023, https://arxiv.org/abs/2309.00071 (eqs. 17-23). Tested against
+    HF ``ROPE_INIT_FUNCTIONS["yarn"]``.
+
+    Args:
+        factor: ``s`` ≥ 1 (with ``s = 1`` the frequencies are plain RoPE and ``A = 1``).
+        original_max_position_embeddings: ``L0`` ≥ 1.
+        beta_fast: ``β_fast`` > 0, rotations where extrapolation ends (32).
+        beta_slow: ``β_slow`` > 0 and ≤ ``beta_fast``, rotations where interpolation
+            begins (1).
+        mscale, mscale_all_dim: DeepSeek's ``A`` ratio; None or ≥ 0.
+        attention_factor_override: ``A`` > 0, replacing the formula (HF key
+            ``attention_factor``).
+        truncate: floor/ceil the correction range.
+
+    Example::
+
+        >>> YaRN(40.0, 4096, mscale=1.0, mscale_all_dim=1.0).attention_factor
+        1.0
+    """
+
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor_override: float | None = None
+    truncate: bool = True
+    type_name: ClassVar[str] = "yarn"
+
+    def __post_init__(self) -> None:
+        _set(self, "factor", _at_least_one("factor", self.factor))
+        check_positive_int(
+            "original_max_position_embeddings", self.original_max_position_embeddings
+        )
+        _set(self, "beta_fast", check_positive_float("beta_fast", self.beta_fast))
+        _set(self, "beta_slow", check_positive_float("beta_slow", self.beta_slow))
+        if self.beta_fast < self.beta_slow:
+            raise ValueError(
+                f"beta_fast must be >= beta_slow ({self.beta_slow}), got {self.beta_fast}"
+            )
+        for name in ("mscale", "mscale_all_dim"):
+            value = getattr(self, name)
+            if value is not None:
+                _set(self, name, _non_negative(name, value))
+        if self.attention_factor_override is not None:
+            _set(
+                self,
+                "attention_factor_override",
+                check_positive_float("attention_factor_override", self.attention_factor_override),
+            )
+        if not isinstance(self.truncate, bool):
+            raise ValueError(f"truncate must be a bool, got {self.truncate!r}")
+
+    def correction_range(self, rotary_dim: int, base: float) -> tuple[float, float]:
+        """``(lo, hi)``: the channel-pair indices where the ramp starts and ends."""
+        check_rotary_dim(rotary_dim)
+        base = check_positive_float("base", base)
+        if base == 1.0:
+            raise ValueError("base must be != 1 for YaRN (ln b divides)")
+        original = self.original_max_position_embeddings
+
+        def dim_of(rotations: float) -> float:
+            return (
+                rotary_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+            )
+
+        low, high = dim_of(self.beta_fast), dim_of(self.beta_slow)
+        if self.truncate:
+            low, high = math.floor(low), math.ceil(high)
+        return max(low, 0), min(high, rotary_dim - 1)
+
+    def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
+        _check_seq_len(seq_len)
+        low, high = self.correction_range(rotary_dim, base)
+        if low == high:
+            high += 0.001  # HF's guard against the singular ramp
+        theta = rope_inv_freq(rotary_dim, base)
+        index = torch.arange(rotary_dim // 2, dtype=torch.float64)
+        ramp = ((index - low) / (high - low)).clamp(0.0, 1.0)  # 0: keep θ, 1: θ / s
+        return theta / self.factor * ramp + theta * (1.0 - ramp)
+
+    @property
+    def attention_factor(self) -> float:
+        if self.attention_factor_override is not None:
+            return self.attention_factor_override
+        if self.mscale and self.mscale_all_dim:
+            return float(
+                _get_mscale(self.factor, self.mscale)
+                / _get_mscale(self.factor, self.mscale_all_dim)
+            )
+        return _get_mscale(self.factor)
+
+
+def _factor_list(name: str, values: object) -> tuple[float, ...]:
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
+        raise ValueError(f"{name} must be a non-empty sequence of numbers > 0")
+    return tuple(check_positive_float(f"{name}[{i}]", v) for i, v in enumerate(values))
+
+
+@dataclass(frozen=True, repr=False)
+class LongRoPE(Scaling):
+    """LongRoPE: per-frequency rescale factors, short below ``L0`` and long above.
+
+    .. math::
+
+        θ'_i = \\frac{1}{e_i\\, b^{2i/d}}, \\quad
+        e = \\begin{cases} \\text{long\\_factor} & \\text{seq\\_len} > L_0 \\\\
+        \\text{short\\_factor} & \\text{otherwise (and seq\\_len = None)} \\end{cases}
+
+        A = \\text{attention\\_factor\\_override, else }
+        \\sqrt{1 + \\ln s / \\ln L_0} \\text{ for } s > 1 \\text{ else } 1,
+        \\quad s = \\text{factor or } \\text{max\\_position\\_embeddings} / L_0
+
+    Paper: Ding et al. 2024, https://arxiv.org/abs/2402.13753 (used by Phi-3). Tested
+    against HF ``ROPE_INIT_FUNCTIONS["longrope"]`` and HF's per-forward switch.
+
+    Args:
+        short_factor, long_factor: ``d/2`` numbers > 0 each (the length is checked against
+            ``rotary_dim`` in :meth:`inv_freq`).
+        original_max_position_embeddings: ``L0`` ≥ 2.
+        factor: ``s`` ≥ 1, or None to use ``max_position_embeddings / L0`` (Phi-3).
+        max_position_embeddings: ≥ ``L0``; needed when ``factor`` and the override are None.
+        attention_factor_override: ``A`` > 0, replacing the formula.
+    """
+
+    short_factor: tuple[float, ...]
+    long_factor: tuple[float, ...]
+    original_max_position_embeddings: int
+    factor: float | None = None
+    max_position_embeddings: int | None = None
+    attention_factor_override: float | None = None
+    depends_on_length: ClassVar[bool] = True
+    type_name: ClassVar[str] = "longrope"
+
+    def __post_init__(self) -> None:
+        _set(self, "short_factor", _factor_list("short_factor", self.short_factor))
+        _set(self, "long_factor", _factor_list("long_factor", self.long_factor))
+        if len(self.long_factor) != len(self.short_factor):
+            raise ValueError(
+                f"long_factor has {len(self.long_factor)} entries but short_factor has "
+                f"{len(self.short_factor)}; both must have rotary_dim // 2"
+            )
+        original = check_positive_int(
+            "original_max_position_embeddings", self.original_max_position_embeddings
+        )
+        if original < 2:
+            raise ValueError("original_max_position_embeddings must be >= 2 (ln L0 divides)")
+        if self.factor is not None:
+            _set(self, "factor", _at_least_one("factor", self.factor))
+        if self.max_position_embeddings is not None:
+            check_positive_int("max_position_embeddings", self.max_position_embeddings)
+            if self.max_position_embeddings < original:
+                raise ValueError(
+                    f"max_position_embeddings must be >= original_max_position_embeddings "
+                    f"({original}), got {self.max_position_embeddings}"
+                )
+        if self.attention_factor_override is not None:
+            _set(
+                self,
+                "attention_factor_override",
+                check_positive_float("attention_factor_override", self.attention_factor_override),
+            )
+        elif self.factor is None and self.max_position_embeddings is None:
+            raise ValueError(
+                "factor (or max_position_embeddings, or attention_factor_override) is required "
+                "to set LongRoPE's attention factor"
+            )
+
+    @property
+    def scale(self) -> float | None:
+        """``s``: ``factor``, else ``max_position_embeddings / L0`` (None if neither is set)."""
+        if self.factor is not None:
+            return self.factor
+        if self.max_position_embeddings is None:
+            return None
+        return self.max_position_embeddings / self.original_max_position_embeddings
+
+    def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
+        seq_len = _check_seq_len(seq_len)
+        check_rotary_dim(rotary_dim)
+        if len(self.short_factor) != rotary_dim // 2:
+            raise ValueError(
+                f"short_factor and long_factor have {len(self.short_factor)} entries but "
+                f"rotary_dim {rotary_dim} needs {rotary_dim // 2}"
+            )
+        long = seq_len is not None and seq_len > self.original_max_position_embeddings
+        factors = torch.tensor(self.long_factor if long else self.short_factor, dtype=torch.float64)
+        return rope_inv_freq(rotary_dim, base) / factors
+
+    @property
+    def attention_factor(self) -> float:
+        if self.attention_factor_override is not None:
+            return self.attention_factor_override
+        s = self.scale
+        assert s is not None  # guaranteed by __post_init__
+        if s <= 1.0:
+            return 1.0
+        return math.sqrt(1 + math.log(s) / math.log(self.original_max_position_embeddings))
+
+    def __repr__(self) -> str:
+        return (
+            f"LongRoPE(short_factor=<{len(self.short_factor)} values>, "
+            f"long_factor=<{len(self.long_factor)} values>, "
+            f"original_max_position_embeddings={self.original_max_position_embeddings}, "
+            f"factor={self.factor}, max_position_embeddings={self.max_position_embeddings}, "
+            f"attention_factor_override={self.attention_factor_override})"
+        )
+
+
+@dataclass(frozen=True)
+class Llama3(Scaling):
+    """Llama-3.1 scaling: keep short wavelengths, divide long ones by ``s``, smooth between.
+
+    .. math::
+
+        λ_i = 2π / θ_i, \\quad
+        θ'_i = \\begin{cases} θ_i & λ_i < L_0 / hf \\\\ θ_i / s & λ_i > L_0 / lf \\\\
+        (1 - g_i)\\, θ_i / s + g_i θ_i & \\text{otherwise} \\end{cases}, \\quad
+        g_i = \\frac{L_0 / λ_i - lf}{hf - lf}
+
+    With ``lf == hf`` the smoothing band is empty (no division by zero). ``A = 1``.
+    Paper: Llama 3 herd, https://arxiv.org/abs/2407.21783 (Meta's reference
+    ``apply_scaling``); Llama-3.1 uses ``s = 8, lf = 1, hf = 4, L0 = 8192``. Tested against
+    HF ``ROPE_INIT_FUNCTIONS["llama3"]``.
+
+    Args:
+        factor: ``s`` ≥ 1.
+        low_freq_factor: ``lf`` > 0.
+        high_freq_factor: ``hf`` ≥ ``lf``.
+        original_max_position_embeddings: ``L0`` ≥ 1.
+    """
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+    type_name: ClassVar[str] = "llama3"
+
+    def __post_init__(self) -> None:
+        _set(self, "factor", _at_least_one("factor", self.factor))
+        _set(self, "low_freq_factor", check_positive_float("low_freq_factor", self.low_freq_factor))
+        high = check_positive_float("high_freq_factor", self.high_freq_factor)
+        _set(self, "high_freq_factor", high)
+        if self.low_freq_factor > high:
+            raise ValueError(
+                f"low_freq_factor must be <= high_freq_factor ({high}), got {self.low_freq_factor}"
+            )
+        check_positive_int(
+            "original_max_position_embeddings", self.original_max_position_embeddings
+        )
+
+    def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
+        _check_seq_len(seq_len)
+        theta = rope_inv_freq(rotary_dim, base)
+        original, low, high = (
+            self.original_max_position_embeddings,
+            self.low_freq_factor,
+            self.high_freq_factor,
+        )
+        wavelength = 2 * math.pi / theta
+        out = torch.where(wavelength > original / low, theta / self.factor, theta)
+        if high > low:
+            smooth = (original / wavelength - low) / (high - low)
+            smoothed = (1 - smooth) * theta / self.factor + smooth * theta
+            medium = (wavelength >= original / high) & (wavelength <= original / low)
+            out = torch.where(medium, smoothed, out)
+        return out
+
+
+@dataclass(frozen=True)
+class Proportional(Scaling):
+    """Gemma-style proportional RoPE: head-width frequencies on a fraction of the pairs.
+
+    .. math::
+
+        n = \\lfloor p · D / 2 \\rfloor, \\quad
+        θ'_j = \\begin{cases} b^{-2j/D} / s & j < n \\\\ 0 & n ≤ j < D/2 \\end{cases}
+
+    Called with ``rotary_dim = D = head_dim``: pairs ``(j, j + D/2)`` span the whole head and
+    the zero frequencies leave their pairs unrotated (unlike partial rotary, whose exponent
+    uses the rotary width). ``A = 1``. Reference: HF ``ROPE_INIT_FUNCTIONS["proportional"]``
+    (Gemma 4), against which it is tested.
+
+    Args:
+        partial_rotary_factor: ``p`` in (0, 1].
+        factor: ``s`` > 0 (a plain division, 1 in Gemma 4).
+    """
+
+    partial_rotary_factor: float
+    factor: float = 1.0
+    type_name: ClassVar[str] = "proportional"
+
+    def __post_init__(self) -> None:
+        p = check_positive_float("partial_rotary_factor", self.partial_rotary_factor)
+        if p > 1.0:
+            raise ValueError(f"partial_rotary_factor must be in (0, 1], got {p}")
+        _set(self, "partial_rotary_factor", p)
+        _set(self, "factor", check_positive_float("factor", self.factor))
+
+    def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
+        _check_seq_len(seq_len)
+        theta = rope_inv_freq(rotary_dim, base)
+        rotated = int(self.partial_rotary_factor * rotary_dim // 2)
+        theta[rotated:] = 0.0
+        return theta / self.factor
+
+
+_TYPES: dict[str, type[Scaling]] = {
+    cls.type_name: cls
+    for cls in (Linear, NTKAware, DynamicNTK, YaRN, LongRoPE, Llama3, Proportional)
+}
+
+
+def scaling_from_dict(d: Mapping[str, Any] | None) -> Scaling | None:
+    """Build a scaling from posenc's dict form ``{"type": "yarn", **fields}``.
+
+    The keys are the dataclass field names (e.g. ``attention_factor_override``, not HF's
+    ``attention_factor``; HF configs go through :mod:`posenc.integrations.hf`). ``None``,
+    ``{"type": "default"}`` and ``{"type": None}`` give None (plain RoPE). An unknown type, an
+    unknown key or a missing required key raises ``ValueError`` naming it.
+
+    Example::
+
+        >>> scaling_from_dict({"type": "linear", "factor": 2})
+        Linear(factor=2.0)
+    """
+    if d is None:
+        return None
+    if not isinstance(d, Mapping):
+        raise ValueError(f"scaling must be a mapping with a 'type' key, got {type(d).__name__}")
+    if "type" not in d:
+        raise ValueError(f"scaling dict needs a 'type' key (one of default, {', '.join(_TYPES)})")
+    kind = d["type"]
+    rest = {key: value for key, value in d.items() if key != "type"}
+    if kind in (None, "default"):
+        if rest:
+            raise ValueError(
+                f"unknown key(s) {', '.join(map(str, rest))} for scaling type 'default'"
+            )
+        return None
+    if kind not in _TYPES:
+        raise ValueError(
+            f"unknown scaling type {kind!r}; choose one of default, {', '.join(_TYPES)}"
+        )
+    cls = _TYPES[kind]
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(map(str, rest)) - names)
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {', '.join(unknown)} for scaling type {kind!r}; "
+            f"allowed: {', '.join(sorted(names))}"
+        )
+    required = [
+        f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+    ]
+    missing = [name for name in required if name not in rest]
+    if missing:
+        raise ValueError(f"missing key(s) {', '.join(missing)} for scaling type {kind!r}")
+    return cls(**rest)
+
+
+def scaling_to_dict(s: Scaling | None) -> dict[str, Any]:
+    """posenc's dict form of a scaling (every field; tuples as lists); inverse of
+    :func:`scaling_from_dict`. ``None`` gives ``{"type": "default"}``.
+
+    Example::
+
+        >>> scaling_to_dict(Linear(2.0))
+        {'type': 'linear', 'factor': 2.0}
+    """
+    if s is None:
+        return {"type": "default"}
+    if not isinstance(s, Scaling) or type(s).type_name not in _TYPES:
+        raise ValueError(f"s must be a Scaling or None, got {type(s).__name__}")
+    out: dict[str, Any] = {"type": type(s).type_name}
+    for f in fields(s):
+        value = getattr(s, f.name)
+        out[f.name] = list(value) if isinstance(value, tuple) else value
+    return out

@@ -1,0 +1,178 @@
+"""Length-dependent RoPE state: HF's dynamic-NTK grow-and-reset and LongRoPE's switch,
+step by step against HF ``LlamaRotaryEmbedding``, with the exact count of rebuilds."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posenc.rotary.frequencies import rope_inv_freq
+from posenc.rotary.rope import RotaryEmbedding
+from posenc.rotary.scaling import DynamicNTK, LongRoPE, YaRN
+
+HEAD_DIM = 16
+MAX_POS = 16  # L_max of DynamicNTK, L0 of LongRoPE
+
+
+def hf_rotary(rope_parameters: dict):
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    config = transformers.LlamaConfig(
+        hidden_size=2 * HEAD_DIM,
+        num_attention_heads=2,
+        head_dim=HEAD_DIM,
+        max_position_embeddings=MAX_POS,
+        rope_parameters=rope_parameters,
+    )
+    return LlamaRotaryEmbedding(config)
+
+
+def decode_positions(seq_len: int, prefill: bool) -> torch.Tensor:
+    """HF decoding: the whole prompt at prefill, else only the newest position."""
+    return torch.arange(seq_len) if prefill else torch.tensor([seq_len - 1])
+
+
+def step(ours: RotaryEmbedding, hf, seq_len: int, prefill: bool) -> None:
+    """One forward on both sides, then compare frequencies, tables and rotated q and k."""
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+    positions = decode_positions(seq_len, prefill)
+    q = torch.randn(1, 2, positions.numel(), HEAD_DIM)
+    k = torch.randn(1, 2, seq_len, HEAD_DIM)  # the whole cache, as if re-rotated
+    hf_cos, hf_sin = hf(q, positions[None])  # (1, seq, head_dim); updates HF's state
+    hf_q, _ = apply_rotary_pos_emb(q, q, hf_cos, hf_sin)
+    # Ours: q at its positions, k over the whole cache: seq_len = max(q_pos, k_pos) + 1.
+    q_rot, _ = ours(q, k, positions, torch.arange(seq_len))
+
+    torch.testing.assert_close(ours.inv_freq().float(), hf.inv_freq, rtol=1e-6, atol=0)
+    assert ours.attention_factor == hf.attention_scaling
+    cos, sin = ours.cos_sin(positions)  # same seq_len: no further change of state
+    torch.testing.assert_close(cos, hf_cos[0], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(sin, hf_sin[0], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(q_rot, hf_q, rtol=1e-5, atol=1e-5)
+
+
+# Lengths that cross L_max = 16 and come back, with prefill (True) or one decode step.
+DYNAMIC_SEQUENCE = [
+    (8, True),
+    (12, True),
+    (16, False),
+    (17, False),  # grow 1
+    (20, False),  # grow 2
+    (20, False),
+    (25, True),  # grow 3
+    (10, True),  # reset 4: shorter than L_max after longer
+    (30, True),  # grow 5
+    (16, True),  # not < L_max: HF keeps the frequencies of 30
+    (12, True),  # reset 6
+    (14, False),
+]
+
+
+def test_dynamic_ntk_reproduces_hf_grow_and_reset() -> None:
+    hf = hf_rotary({"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0})
+    ours = RotaryEmbedding(HEAD_DIM, scaling=DynamicNTK(4.0, MAX_POS))
+    assert ours.depends_on_length and ours.max_seq_len_cached == hf.max_seq_len_cached
+    expected_rebuilds = [0, 0, 0, 1, 2, 2, 3, 4, 5, 5, 6, 6]
+    for (seq_len, prefill), rebuilds in zip(DYNAMIC_SEQUENCE, expected_rebuilds, strict=True):
+        step(ours, hf, seq_len, prefill)
+        assert ours.max_seq_len_cached == hf.max_seq_len_cached, seq_len
+        assert ours.rebuilds == rebuilds, seq_len
+    # After the last reset the frequencies are plain RoPE again.
+    torch.testing.assert_close(ours.inv_freq(), rope_inv_freq(HEAD_DIM))
+
+
+def test_dynamic_ntk_rebuilds_only_when_the_length_passes_the_cached_one() -> None:
+    ours = RotaryEmbedding(HEAD_DIM, scaling=DynamicNTK(2.0, MAX_POS))
+    x = torch.randn(1, 1, 1, HEAD_DIM)
+    for position in range(40):  # token by token: grows at 17, 18, ..., 40
+        ours.rotate(x, torch.tensor([position]))
+    assert (ours.rebuilds, ours.max_seq_len_cached) == (40 - MAX_POS, 40)
+    for position in range(MAX_POS, 40):  # never beyond the cache, never below L_max
+        ours.rotate(x, torch.tensor([position]))
+    assert ours.rebuilds == 40 - MAX_POS
+    torch.testing.assert_close(
+        ours.inv_freq(), DynamicNTK(2.0, MAX_POS).inv_freq(HEAD_DIM, 1e4, seq_len=40)
+    )
+
+
+def test_longrope_switches_like_hf() -> None:
+    generator = torch.Generator().manual_seed(1)
+    short = (1 + torch.rand(HEAD_DIM // 2, generator=generator)).tolist()
+    long = (1 + 8 * torch.rand(HEAD_DIM // 2, generator=generator)).tolist()
+    hf = hf_rotary(
+        {
+            "rope_type": "longrope",
+            "short_factor": short,
+            "long_factor": long,
+            "factor": 8.0,
+            "original_max_position_embeddings": MAX_POS,
+            "rope_theta": 10000.0,
+        }
+    )
+    ours = RotaryEmbedding(HEAD_DIM, scaling=LongRoPE(short, long, MAX_POS, factor=8.0))
+    sequence = [
+        (8, True),
+        (16, False),
+        (17, False),
+        (30, True),
+        (12, True),
+        (20, True),
+        (21, False),
+    ]
+    expected_rebuilds = [0, 0, 1, 1, 2, 3, 3]  # one per switch between short and long
+    for (seq_len, prefill), rebuilds in zip(sequence, expected_rebuilds, strict=True):
+        step(ours, hf, seq_len, prefill)
+        assert ours.rebuilds == rebuilds, seq_len
+        assert ours.max_seq_len_cached is None
+
+
+def test_fixed_mode_keeps_its_frequencies() -> None:
+    scaling = DynamicNTK(4.0, MAX_POS, mode="fixed", target_length=64)
+    ours = RotaryEmbedding(HEAD_DIM, scaling=scaling)
+    assert not ours.depends_on_length and ours.max_seq_len_cached is None
+    expected = DynamicNTK(4.0, MAX_POS).inv_freq(HEAD_DIM, 1e4, seq_len=64)
+    x = torch.randn(1, 1, 1, HEAD_DIM)
+    for position in (3, 20, 100, 5):
+        ours.rotate(x, torch.tensor([position]))
+        torch.testing.assert_close(ours.inv_freq(), expected, rtol=0, atol=0)
+    assert ours.rebuilds == 0
+
+
+def test_fixed_mode_matches_hf_at_its_target_length() -> None:
+    pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    hf = hf_rotary({"rope_type": "dynamic", "factor": 4.0, "rope_theta": 10000.0})
+    inv_freq, _ = ROPE_INIT_FUNCTIONS["dynamic"](hf.config, seq_len=64)
+    ours = RotaryEmbedding(
+        HEAD_DIM, scaling=DynamicNTK(4.0, MAX_POS, mode="fixed", target_length=64)
+    )
+    torch.testing.assert_close(ours.inv_freq().float(), inv_freq, rtol=1e-6, atol=0)
+
+
+def test_static_scalings_never_rebuild() -> None:
+    ours = RotaryEmbedding(HEAD_DIM, scaling=YaRN(4.0, MAX_POS))
+    x = torch.randn(1, 1, 3, HEAD_DIM)
+    for offset in (0, 100, 10_000, 1):
+        ours.rotate(x, torch.arange(offset, offset + 3))
+    assert (ours.rebuilds, ours.max_seq_len_cached, ours.depends_on_length) == (0, None, False)
+
+
+def test_state_is_plain_attributes_that_dtype_casts_leave_alone() -> None:
+    ours = RotaryEmbedding(HEAD_DIM, scaling=DynamicNTK(4.0, MAX_POS))
+    ours.rotate(torch.randn(1, 1, 1, HEAD_DIM), torch.tensor([40]))
+    before = ours.inv_freq().clone()
+    ours.to(torch.bfloat16)
+    assert list(ours.buffers()) == [] and list(ours.parameters()) == []
+    assert ours.inv_freq().dtype == torch.float64
+    torch.testing.assert_close(ours.inv_freq(), before, rtol=0, atol=0)
+    assert ours.state_dict() == {}
+    assert "DynamicNTK" in repr(ours)
+
+
+def test_update_rejects_a_non_positive_length() -> None:
+    ours = RotaryEmbedding(HEAD_DIM, scaling=DynamicNTK(4.0, MAX_POS))
+    with pytest.raises(ValueError, match="seq_len"):
+        ours.update(0)
