@@ -151,7 +151,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "rotary",
         "Sun et al. 2022, https://arxiv.org/abs/2212.10554",
         "RoPE whose q·k decays as ζ^((n − m)/B) per channel pair (for causal attention)",
-        lambda: __import__("posenc.rotary.xpos", fromlist=["XPos"]).XPos,
+        lambda: _rotary().XPos,
         lambda d: {"head_dim": d.resolved_head_dim},
     ),
     EncodingSpec(

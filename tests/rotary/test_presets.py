@@ -12,6 +12,7 @@ from posenc.rotary.presets import (
     DEEPSEEK_V3,
     GPT_OSS_20B,
     LLAMA_3_1_8B,
+    PHI_3_VISION_128K,
     PRESETS,
     QWEN2_7B,
     RopePreset,
@@ -34,6 +35,13 @@ HF_ROPE_PARAMETERS = {
         "factor": 4.0,
         "original_max_position_embeddings": 32768,
         "rope_theta": 1000000.0,
+    },
+    PHI_3_VISION_128K.name: {
+        "rope_type": "longrope",
+        "short_factor": list(PHI_3_VISION_128K.scaling.short_factor),
+        "long_factor": list(PHI_3_VISION_128K.scaling.long_factor),
+        "original_max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
     },
     GPT_OSS_20B.name: {
         "rope_type": "yarn",
@@ -79,7 +87,7 @@ def test_preset_matches_hf(preset: RopePreset) -> None:
     rope = preset.rope()
     got = rope.inv_freq()
     theta = rope_inv_freq(preset.head_dim, preset.base)
-    factor = params["factor"]
+    factor = params.get("factor", 1.0)  # LongRoPE has no blend: nothing is excluded below
     # HF's float32 blend weights: see test_scaling.assert_matches_hf.
     blended = (got < theta * (1 - 1e-9)) & (got > theta / factor * (1 + 1e-9))
     bound = 1e-6 * (inv_freq.double() + torch.where(blended, theta * (1 - 1 / factor), 0.0))
@@ -89,6 +97,26 @@ def test_preset_matches_hf(preset: RopePreset) -> None:
     )  # outside the blend: plain 1e-6
     assert rope.attention_factor == attention_factor
     assert (rope.head_dim, rope.base, rope.layout) == (preset.head_dim, preset.base, preset.layout)
+
+
+@pytest.mark.parametrize("seq_len", [4096, 4097, 131072])
+def test_phi_3_128k_preset_switches_factors_like_hf(seq_len: int) -> None:
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    config = transformers.LlamaConfig(
+        hidden_size=3072,
+        num_attention_heads=32,
+        max_position_embeddings=131072,
+        rope_parameters=dict(HF_ROPE_PARAMETERS[PHI_3_VISION_128K.name]),
+    )
+    inv_freq, attention_factor = ROPE_INIT_FUNCTIONS["longrope"](config, seq_len=seq_len)
+    scaling = PHI_3_VISION_128K.scaling
+    assert scaling is not None
+    got = scaling.inv_freq(96, PHI_3_VISION_128K.base, seq_len=seq_len)
+    torch.testing.assert_close(got.float(), inv_freq, rtol=1e-6, atol=0)
+    assert scaling.attention_factor == attention_factor
+    assert math.isclose(attention_factor, 1.190238, abs_tol=5e-7)
 
 
 def test_gpt_oss_anchors() -> None:

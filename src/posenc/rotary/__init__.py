@@ -8,6 +8,7 @@ from posenc.rotary.presets import (
     DEEPSEEK_V3,
     GPT_OSS_20B,
     LLAMA_3_1_8B,
+    PHI_3_VISION_128K,
     PRESETS,
     QWEN2_7B,
     RopePreset,
@@ -25,11 +26,13 @@ from posenc.rotary.scaling import (
     scaling_from_dict,
     scaling_to_dict,
 )
+from posenc.rotary.xpos import XPos, xpos_scale, xpos_zeta
 
 __all__ = [
     "DEEPSEEK_V3",
     "GPT_OSS_20B",
     "LLAMA_3_1_8B",
+    "PHI_3_VISION_128K",
     "PRESETS",
     "QWEN2_7B",
     "DynamicNTK",
@@ -42,6 +45,7 @@ __all__ = [
     "RopePreset",
     "RotaryEmbedding",
     "Scaling",
+    "XPos",
     "YaRN",
     "apply_rotary",
     "permute_rotary_weight",
@@ -51,4 +55,6 @@ __all__ = [
     "rotary_channel_permutation",
     "scaling_from_dict",
     "scaling_to_dict",
+    "xpos_scale",
+    "xpos_zeta",
 ]

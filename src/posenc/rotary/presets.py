@@ -6,11 +6,13 @@ rotary dim, ``rope_theta``, ``rope_scaling``, ``max_position_embeddings``); the 
 config and against the anchors of the research notes (gpt-oss correction range and ``A``,
 DeepSeek-V3 ``A = 1``, Llama-3.1's 29/29/6 split).
 
-Phi-3-mini-128k (LongRoPE) is not here: its 48-entry ``short_factor``/``long_factor`` lists
-could not be retrieved in full from a verifiable copy of the published config, and the
-preset will not carry invented numbers. Build it with
-:class:`~posenc.rotary.scaling.LongRoPE` from the config (head_dim 96, base 1e4,
-``original_max_position_embeddings`` 4096, ``max_position_embeddings`` 131072).
+The Phi-3 128k preset is Phi-3-vision-128k-instruct's LongRoPE (its 48-entry
+``short_factor``/``long_factor`` lists were checked against a stored copy of the published
+config). Phi-3-mini-128k-instruct shares the shape (head_dim 96, base 1e4,
+``original_max_position_embeddings`` 4096, ``max_position_embeddings`` 131072) but has its
+own searched lists, which could not be retrieved in full offline; this module carries no
+invented numbers, so build it with :func:`posenc.integrations.hf.rope_from_config` from
+that model's config.
 
 Example::
 
@@ -26,9 +28,17 @@ from dataclasses import dataclass
 import torch
 
 from posenc.rotary.rope import Layout, RotaryEmbedding
-from posenc.rotary.scaling import Llama3, Scaling, YaRN
+from posenc.rotary.scaling import Llama3, LongRoPE, Scaling, YaRN
 
-__all__ = ["DEEPSEEK_V3", "GPT_OSS_20B", "LLAMA_3_1_8B", "PRESETS", "QWEN2_7B", "RopePreset"]
+__all__ = [
+    "DEEPSEEK_V3",
+    "GPT_OSS_20B",
+    "LLAMA_3_1_8B",
+    "PHI_3_VISION_128K",
+    "PRESETS",
+    "QWEN2_7B",
+    "RopePreset",
+]
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,124 @@ DEEPSEEK_V3 = RopePreset(
     "the softmax scale also gets get_mscale(40, 1)^2, outside RoPE)",
 )
 
+_PHI_3_VISION_SHORT = (
+    1.05,
+    1.05,
+    1.05,
+    1.1,
+    1.1,
+    1.1,
+    1.2500000000000002,
+    1.2500000000000002,
+    1.4000000000000004,
+    1.4500000000000004,
+    1.5500000000000005,
+    1.8500000000000008,
+    1.9000000000000008,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.000000000000001,
+    2.1000000000000005,
+    2.1000000000000005,
+    2.2,
+    2.3499999999999996,
+    2.3499999999999996,
+    2.3499999999999996,
+    2.3499999999999996,
+    2.3999999999999995,
+    2.3999999999999995,
+    2.6499999999999986,
+    2.6999999999999984,
+    2.8999999999999977,
+    2.9499999999999975,
+    3.049999999999997,
+    3.049999999999997,
+    3.049999999999997,
+)
+_PHI_3_VISION_LONG = (
+    1.0299999713897705,
+    1.0499999523162842,
+    1.0499999523162842,
+    1.0799999237060547,
+    1.2299998998641968,
+    1.2299998998641968,
+    1.2999999523162842,
+    1.4499999284744263,
+    1.5999999046325684,
+    1.6499998569488525,
+    1.8999998569488525,
+    2.859999895095825,
+    3.68999981880188,
+    5.419999599456787,
+    5.489999771118164,
+    5.489999771118164,
+    9.09000015258789,
+    11.579999923706055,
+    15.65999984741211,
+    15.769999504089355,
+    15.789999961853027,
+    18.360000610351562,
+    21.989999771118164,
+    23.079999923706055,
+    30.009998321533203,
+    32.35000228881836,
+    32.590003967285156,
+    35.56000518798828,
+    39.95000457763672,
+    53.840003967285156,
+    56.20000457763672,
+    57.95000457763672,
+    59.29000473022461,
+    59.77000427246094,
+    59.920005798339844,
+    61.190006256103516,
+    61.96000671386719,
+    62.50000762939453,
+    63.3700065612793,
+    63.48000717163086,
+    63.48000717163086,
+    63.66000747680664,
+    63.850006103515625,
+    64.08000946044922,
+    64.760009765625,
+    64.80001068115234,
+    64.81001281738281,
+    64.81001281738281,
+)
+
+PHI_3_VISION_128K = RopePreset(
+    name="microsoft/Phi-3-vision-128k-instruct",
+    head_dim=96,
+    base=10000.0,
+    scaling=LongRoPE(
+        short_factor=_PHI_3_VISION_SHORT,
+        long_factor=_PHI_3_VISION_LONG,
+        original_max_position_embeddings=4096,
+        max_position_embeddings=131072,
+    ),
+    max_position_embeddings=131072,
+    source="https://huggingface.co/microsoft/Phi-3-vision-128k-instruct/blob/main/config.json "
+    '(hidden 3072 / 32 heads, rope_theta 1e4, rope_scaling type "su" = longrope, '
+    "original_max_position_embeddings 4096, max_position_embeddings 131072)",
+)
+
 PRESETS: dict[str, RopePreset] = {
-    preset.name: preset for preset in (LLAMA_3_1_8B, QWEN2_7B, GPT_OSS_20B, DEEPSEEK_V3)
+    preset.name: preset
+    for preset in (LLAMA_3_1_8B, QWEN2_7B, PHI_3_VISION_128K, GPT_OSS_20B, DEEPSEEK_V3)
 }
