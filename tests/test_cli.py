@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ pytest.importorskip("matplotlib")
 
 from posenc.checks import run_checks
 from posenc.cli import main
+from posenc.demo import DEMO_CONFIG, run_demo
 from posenc.registry import list_encodings
 
 
@@ -52,12 +54,57 @@ def test_check_command_prints_table(capsys) -> None:
     assert all(row["passed"] for row in rows)
 
 
-def test_demo_writes_figures_and_results(tmp_path: Path) -> None:
-    assert main(["demo", "--out", str(tmp_path)]) == 0
-    summary = json.loads((tmp_path / "results.json").read_text())
-    for name in summary["figures"]:
-        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG"
-    assert summary["equivariance_gaps"]["nope"] < 1e-10
-    assert min(v for k, v in summary["equivariance_gaps"].items() if k != "nope") > 1e-3
-    bound = summary["rope_decay_bound"]
+def test_demo_writes_checks_results_and_report(tmp_path: Path) -> None:
+    tiny = replace(
+        DEMO_CONFIG,
+        steps=4,
+        dim=16,
+        depth=1,
+        num_heads=2,
+        train_len=16,
+        eval_tokens=256,
+        corpus_bytes=20_000,
+        workers=1,
+        isolate=False,
+        encodings=("nope", "learned", "alibi"),
+    )
+    summary = run_demo(tmp_path, config=tiny, echo=lambda _: None)
+    assert not summary["failed"]
+    checks = json.loads((tmp_path / "checks" / "checks.json").read_text())
+    for name in checks["figures"]:
+        assert (tmp_path / "checks" / name).read_bytes()[:4] == b"\x89PNG"
+    assert checks["equivariance_gaps"]["nope"] < 1e-10
+    assert min(v for k, v in checks["equivariance_gaps"].items() if k != "nope") > 1e-3
+    bound = checks["rope_decay_bound"]
     assert bound["0"] == 1.0 and bound["1024"] < bound["16"] < bound["0"]
+    with open(tmp_path / "results.csv") as handle:
+        header = handle.readline().strip().split(",")
+    assert {"encoding", "train_len", "eval_len", "loss", "ppl"} <= set(header)
+    assert "<table>" in (tmp_path / "report.html").read_text()
+    assert len(summary["rows"]) == 3 * len(tiny.multipliers)
+
+
+def test_lab_command_builds_config_from_settings(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "run"
+    settings = [
+        "steps=2",
+        "dim=16",
+        "depth=1",
+        "num_heads=2",
+        "train_len=8",
+        "eval_tokens=64",
+        "corpus_bytes=5000",
+        'encodings=["alibi"]',
+        "multipliers=[1, 2]",
+        "isolate=false",
+        "progress=false",
+    ]
+    args = ["lab", "extrapolate", "--out", str(out)]
+    for setting in settings:
+        args += ["--set", setting]
+    assert main(args) == 0
+    assert (out / "results.csv").is_file() and (out / "report.html").is_file()
+    assert main(["lab", "extrapolate", "--out", str(out), "--set", "stepz=3"]) == 2
+    assert "stepz" in capsys.readouterr().err
+    assert main(["report", str(out)]) == 0
+    assert main(["report", str(tmp_path / "empty")]) == 2

@@ -81,10 +81,38 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from posenc.demo import run_demo
+    from dataclasses import replace
 
-    summary = run_demo(args.out)
+    from posenc.demo import DEMO_CONFIG, run_demo
+
+    config = replace(DEMO_CONFIG, progress=not args.quiet)
+    summary = run_demo(args.out, config=config)
     return 0 if not summary["failed"] else 1
+
+
+def _cmd_lab(args: argparse.Namespace) -> int:
+    from posenc.lab.experiments import config_from_settings, get_experiment
+
+    config_class, run = get_experiment(args.experiment).load()
+    settings = dict(pair.split("=", 1) for pair in _check_pairs(args.set))
+    config = config_from_settings(config_class, settings)
+    run(config, args.out or f"runs/{args.experiment}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from posenc.lab.report import write_report
+
+    print(f"wrote {write_report(args.run_dir)}")
+    return 0
+
+
+def _check_pairs(pairs: Sequence[str]) -> list[str]:
+    for pair in pairs:
+        key, sep, _ = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
+    return list(pairs)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,9 +141,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="run the property checks and print measured numbers")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_check)
-    p = sub.add_parser("demo", help="the main job: property checks, numbers and figures")
+    p = sub.add_parser(
+        "demo", help="the main job: property checks, then train short / test long (~2 min)"
+    )
     p.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_demo)
+    from posenc.lab.experiments import EXPERIMENTS
+
+    p = sub.add_parser("lab", help="run a lab experiment into a run folder (resumable)")
+    p.add_argument("experiment", choices=sorted(EXPERIMENTS), help="which experiment")
+    p.add_argument("--out", help="run folder (default runs/EXPERIMENT)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="config field (JSON value), repeatable, e.g. --set steps=200",
+    )
+    p.set_defaults(func=_cmd_lab)
+    p = sub.add_parser("report", help="write RUN_DIR/report.html from RUN_DIR/results.csv")
+    p.add_argument("run_dir", help="a run folder")
+    p.set_defaults(func=_cmd_report)
     return parser
 
 

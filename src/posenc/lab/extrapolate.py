@@ -20,10 +20,11 @@ from __future__ import annotations
 import json
 import math
 import multiprocessing
+import sys
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field, replace
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,7 @@ from torch import Tensor
 
 from posenc._validate import check_positive_int
 from posenc.lab.data import CorpusSplits, LMSource, eval_windows, load_corpus
-from posenc.lab.results import _atomic_write, write_results_csv
+from posenc.lab.results import _atomic_write, prepare_out_dir, write_results_csv
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import encoding_spec
@@ -59,7 +60,10 @@ class ExtrapolateConfig:
         seed: model init, batches and corpus split.
         isolate: train each encoding in a fresh process (spawn), so its peak memory is its
             own; ``False`` trains in this process (peak memory is then the process's so far).
-        threads: torch intra-op threads per training process (``None`` = torch's default).
+        workers: processes training at once when ``isolate`` (tokens/s are then measured
+            with that many trainings sharing the machine).
+        threads: torch intra-op threads per training process (``None`` = torch's default;
+            1 is fastest for these small models on a shared 2-core machine).
         progress: progress bars.
     """
 
@@ -78,12 +82,13 @@ class ExtrapolateConfig:
     corpus_bytes: int | None = None
     seed: int = 0
     isolate: bool = True
-    threads: int | None = None
+    workers: int = 1
+    threads: int | None = 1
     progress: bool = True
     pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("train_len", "dim", "depth", "num_heads", "steps", "batch_size"):
+        for name in ("train_len", "dim", "depth", "num_heads", "steps", "batch_size", "workers"):
             check_positive_int(name, getattr(self, name))
         if not self.encodings:
             raise ValueError("encodings must name at least one encoding")
@@ -166,8 +171,16 @@ def evaluate_lm(
 
 def _train_and_evaluate(encoding: str, config: ExtrapolateConfig, run_dir: str) -> list[Row]:
     """Train one encoding (resuming if its folder holds a run) and evaluate every length."""
+    previous = torch.get_num_threads()
     if config.threads is not None:
         torch.set_num_threads(config.threads)
+    try:
+        return _train_and_evaluate_inner(encoding, config, run_dir)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _train_and_evaluate_inner(encoding: str, config: ExtrapolateConfig, run_dir: str) -> list[Row]:
     corpus = _load(config)
     folder = Path(run_dir)
     torch.manual_seed(config.seed)
@@ -219,21 +232,6 @@ def _load(config: ExtrapolateConfig) -> CorpusSplits:
     return load_corpus(config.corpus or None, seed=config.seed, max_bytes=config.corpus_bytes)
 
 
-def _check_out_dir(out: Path, config: ExtrapolateConfig) -> None:
-    saved = out / "config.json"
-    current = {"experiment": "extrapolate", **asdict(replace(config, progress=True))}
-    current = json.loads(json.dumps(current))
-    if saved.is_file():
-        previous = json.loads(saved.read_text())
-        for key in sorted(set(previous) | set(current)):
-            if previous.get(key) != current.get(key) and key not in ("isolate", "threads"):
-                raise ValueError(
-                    f"out folder {out} holds a run with a different {key!r} "
-                    f"({previous.get(key)!r} != {current.get(key)!r}); choose another folder"
-                )
-    _atomic_write(saved, json.dumps(current, indent=2))
-
-
 def run_extrapolate(
     config: ExtrapolateConfig, out: str | Path, *, echo: Callable[[str], None] | None = print
 ) -> list[Row]:
@@ -245,9 +243,7 @@ def run_extrapolate(
     """
     from posenc.lab.report import write_report
 
-    folder = Path(out)
-    folder.mkdir(parents=True, exist_ok=True)
-    _check_out_dir(folder, config)
+    folder = prepare_out_dir(out, "extrapolate", config)
     _load(config)  # fail early on a bad corpus, before spawning workers
     rows: list[Row] = []
     pending: list[tuple[str, str]] = []
@@ -257,19 +253,31 @@ def run_extrapolate(
             rows += json.loads(done.read_text())
         else:
             pending.append((encoding, str(done.parent)))
-    for encoding, run_dir in pending:
-        start = time.perf_counter()
-        if echo:
-            echo(f"[extrapolate] training {encoding} at T={config.train_len} ...")
-        if config.isolate:
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=1, mp_context=context) as pool:
-                new = pool.submit(_train_and_evaluate, encoding, config, run_dir).result()
-        else:
-            new = _train_and_evaluate(encoding, config, run_dir)
-        rows += new
-        if echo:
-            echo(f"[extrapolate] {encoding} done in {time.perf_counter() - start:.1f} s")
+    if pending and echo:
+        names = ", ".join(name for name, _ in pending)
+        echo(f"[extrapolate] training {names} at T={config.train_len} ({config.steps} steps)")
+    start = time.perf_counter()
+    if config.isolate and pending:
+        # A fresh process per encoding: its peak memory is its own.
+        context = multiprocessing.get_context("spawn")
+        one_task = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
+        with ProcessPoolExecutor(
+            max_workers=min(config.workers, len(pending)), mp_context=context, **one_task
+        ) as pool:
+            futures = {
+                pool.submit(_train_and_evaluate, name, config, run_dir): name
+                for name, run_dir in pending
+            }
+            for future in as_completed(futures):
+                rows += future.result()
+                if echo:
+                    elapsed = time.perf_counter() - start
+                    echo(f"[extrapolate] {futures[future]} done ({elapsed:.0f} s)")
+    else:
+        for name, run_dir in pending:
+            rows += _train_and_evaluate(name, config, run_dir)
+            if echo:
+                echo(f"[extrapolate] {name} done ({time.perf_counter() - start:.0f} s)")
     order = {name: index for index, name in enumerate(config.encodings)}
     rows.sort(key=lambda r: (order[r["encoding"]], r["eval_len"]))
     write_results_csv(rows, folder / "results.csv")

@@ -8,7 +8,9 @@ back with numbers parsed, so reports and figures work from the file alone.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
+import json
 import math
 import os
 import tempfile
@@ -16,7 +18,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["merge_rows", "read_results_csv", "write_results_csv"]
+__all__ = ["merge_rows", "prepare_out_dir", "read_results_csv", "write_results_csv"]
+
+#: Config fields that only change how a run executes, not what it computes.
+EXECUTION_FIELDS = ("progress", "threads", "isolate", "workers")
 
 Row = dict[str, Any]
 
@@ -33,6 +38,31 @@ def _atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def prepare_out_dir(out: str | Path, experiment: str, config: Any) -> Path:
+    """Create ``out`` and write ``out/config.json``; refuse a folder holding another run.
+
+    ``config`` is the experiment's dataclass. If ``out/config.json`` exists and differs in a
+    field other than :data:`EXECUTION_FIELDS`, raise ``ValueError`` naming the folder and the
+    field, so that a resumed command never mixes two experiments' results.
+    """
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    current = json.loads(json.dumps({"experiment": experiment, **dataclasses.asdict(config)}))
+    saved = folder / "config.json"
+    if saved.is_file():
+        previous = json.loads(saved.read_text())
+        for key in sorted(set(previous) | set(current)):
+            if key in EXECUTION_FIELDS:
+                continue
+            if previous.get(key) != current.get(key):
+                raise ValueError(
+                    f"out folder {folder} holds a run with a different {key!r} "
+                    f"({previous.get(key)!r} != {current.get(key)!r}); choose another folder"
+                )
+    _atomic_write(saved, json.dumps(current, indent=2))
+    return folder
 
 
 def write_results_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:

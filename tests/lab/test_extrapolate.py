@@ -1,0 +1,116 @@
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+from posenc.lab.data import load_corpus
+from posenc.lab.extrapolate import (
+    ExtrapolateConfig,
+    evaluate_lm,
+    format_ppl_table,
+    run_extrapolate,
+)
+from posenc.model import DecoderLM, ModelConfig
+
+TINY = ExtrapolateConfig(
+    encodings=("learned", "alibi", "rope"),
+    train_len=16,
+    multipliers=(1.0, 1.5, 4.0),
+    dim=16,
+    depth=1,
+    num_heads=2,
+    steps=6,
+    batch_size=4,
+    eval_tokens=128,
+    corpus_bytes=20_000,
+    isolate=False,
+    progress=False,
+)
+
+
+def quiet(_: str) -> None:
+    pass
+
+
+def test_rows_cover_every_encoding_and_length(tmp_path: Path) -> None:
+    rows = run_extrapolate(TINY, tmp_path, echo=quiet)
+    assert [(r["encoding"], r["eval_len"]) for r in rows] == [
+        (name, n) for name in TINY.encodings for n in (16, 24, 64)
+    ]
+    for row in rows:
+        if row["encoding"] == "learned" and row["eval_len"] > 16:
+            assert row["defined"] is False and row["loss"] is None
+            assert "learned table" in row["note"]
+        else:
+            assert row["defined"] is True and 0 < row["loss"] < 10
+            assert math.isclose(row["ppl"], math.exp(row["loss"]))
+        assert row["tokens_per_s"] > 0 and row["peak_memory_mb"] > 0
+    for name in ("config.json", "results.csv", "report.html"):
+        assert (tmp_path / name).is_file()
+    table = format_ppl_table(rows)
+    assert "learned" in table and "–" in table
+
+
+def test_same_command_resumes_without_training(tmp_path: Path) -> None:
+    first = run_extrapolate(TINY, tmp_path, echo=quiet)
+    metrics = (tmp_path / "runs" / "alibi" / "metrics.jsonl").read_text()
+    (tmp_path / "runs" / "rope" / "eval.json").unlink()  # as if killed before rope's eval
+    again = run_extrapolate(replace(TINY, progress=True), tmp_path, echo=quiet)
+    assert again == first
+    assert (tmp_path / "runs" / "alibi" / "metrics.jsonl").read_text() == metrics
+
+
+def test_a_different_config_in_the_same_folder_raises(tmp_path: Path) -> None:
+    run_extrapolate(replace(TINY, encodings=("alibi",)), tmp_path, echo=quiet)
+    with pytest.raises(ValueError, match="'steps'"):
+        run_extrapolate(replace(TINY, encodings=("alibi",), steps=7), tmp_path, echo=quiet)
+
+
+def test_isolated_training_in_a_fresh_process(tmp_path: Path) -> None:
+    config = replace(TINY, encodings=("alibi",), isolate=True)
+    rows = run_extrapolate(config, tmp_path, echo=quiet)
+    in_process = run_extrapolate(replace(config, isolate=False), tmp_path / "b", echo=quiet)
+    # Same seed, same batches, same model: the fresh process trains the same weights.
+    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in in_process], rel=1e-5)
+
+
+def test_evaluate_lm_is_the_mean_cross_entropy_of_the_windows() -> None:
+    torch.manual_seed(0)
+    model = DecoderLM(ModelConfig(dim=16, depth=1, num_heads=2, pos="alibi")).eval()
+    stream = torch.randint(0, 256, (200,), dtype=torch.uint8)
+    got = evaluate_lm(model, stream, 10, eval_tokens=50, max_tokens_per_batch=20)
+    windows = torch.stack([stream[i * 10 : i * 10 + 11] for i in range(5)]).long()
+    with torch.no_grad():
+        logits = model(windows[:, :-1])
+    want = F.cross_entropy(logits.reshape(-1, 256), windows[:, 1:].reshape(-1))
+    assert_close(torch.tensor(got, dtype=torch.float64), want.double(), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"encodings": ("alibi", "rotary")}, "unknown encoding 'rotary'"),
+        ({"encodings": ()}, "encodings"),
+        ({"multipliers": (1.0, -2.0)}, "multipliers"),
+        ({"eval_tokens": 32}, "eval_tokens"),
+        ({"steps": 0}, "steps"),
+        ({"workers": 0}, "workers"),
+    ],
+)
+def test_config_errors_name_the_field(change: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        replace(TINY, **change)
+
+
+def test_corpus_split_used_for_evaluation_is_the_test_split(tmp_path: Path) -> None:
+    corpus = load_corpus(seed=0, max_bytes=TINY.corpus_bytes)
+    assert corpus.test.numel() >= TINY.eval_tokens + 1
+    assert not set(corpus.files["test"]) & set(corpus.files["train"])
+    json.dumps(corpus.files)  # plain strings, recorded in reports
