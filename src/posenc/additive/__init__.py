@@ -14,14 +14,26 @@ from posenc.additive.sinusoidal import (
     sinusoidal_encoding,
     sinusoidal_inv_freq,
 )
+from posenc.additive.sinusoidal_nd import (
+    Sinusoidal2D,
+    Sinusoidal2DLayout,
+    grid_coordinates,
+    sinusoidal_2d,
+    sinusoidal_2d_encoding,
+)
 
 __all__ = [
     "LearnedPositionalEmbedding",
     "ResizeMode",
     "ScaledSinusoidalEncoding",
+    "Sinusoidal2D",
+    "Sinusoidal2DLayout",
     "SinusoidalEncoding",
     "SinusoidalLayout",
+    "grid_coordinates",
     "resize_table",
+    "sinusoidal_2d",
+    "sinusoidal_2d_encoding",
     "sinusoidal_encoding",
     "sinusoidal_inv_freq",
 ]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, fields, replace
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -114,7 +114,7 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         """The same batch with every tensor on ``device``."""
-        moved = {
+        moved: dict[str, Any] = {
             f.name: None if getattr(self, f.name) is None else getattr(self, f.name).to(device)
             for f in fields(self)
         }

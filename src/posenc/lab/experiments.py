@@ -43,6 +43,20 @@ EXPERIMENTS: dict[str, Experiment] = {
             "run_extrapolate",
             "train each encoding at T, perplexity at 1x..16x T (ALiBi Tables 1-3)",
         ),
+        Experiment(
+            "tasks",
+            "posenc.lab.generalize",
+            "TasksConfig",
+            "run_tasks",
+            "length generalization on synthetic tasks, plain and randomized positions",
+        ),
+        Experiment(
+            "vit",
+            "posenc.lab.vit",
+            "VitConfig",
+            "run_vit",
+            "digits ViT: no encoding, 1D learned, 2D sinusoidal, 2D axial RoPE",
+        ),
     )
 }
 

@@ -260,10 +260,12 @@ def run_extrapolate(
     if config.isolate and pending:
         # A fresh process per encoding: its peak memory is its own.
         context = multiprocessing.get_context("spawn")
-        one_task = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
-        with ProcessPoolExecutor(
-            max_workers=min(config.workers, len(pending)), mp_context=context, **one_task
-        ) as pool:
+        workers = min(config.workers, len(pending))
+        if sys.version_info >= (3, 11):
+            pool = ProcessPoolExecutor(workers, context, max_tasks_per_child=1)
+        else:  # pragma: no cover - Python 3.10 reuses workers (memory then accumulates)
+            pool = ProcessPoolExecutor(workers, context)
+        with pool:
             futures = {
                 pool.submit(_train_and_evaluate, name, config, run_dir): name
                 for name, run_dir in pending

@@ -134,14 +134,23 @@ def accuracy_vs_length(rows: Sequence[Row]) -> Figure:
 
 
 def vit_accuracy(rows: Sequence[Row]) -> Figure:
-    """Test accuracy of the digits ViT per positional encoding."""
-    points = [(r["encoding"], r["accuracy"]) for r in rows if r.get("experiment") == "vit"]
+    """Test accuracy of the digits ViT per positional encoding: mean over seeds, each seed a dot."""
+    by_encoding: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row.get("experiment") == "vit":
+            by_encoding[row["encoding"]].append(row["accuracy"])
     fig = _figure(figsize=(6, 3.4), layout="constrained")
     ax = fig.add_subplot()
-    if points:
-        names, values = zip(*points, strict=True)
-        ax.bar(names, values)
-        low = min(values)
+    names = list(by_encoding)
+    means = [sum(v) / len(v) for v in by_encoding.values()]
+    ax.bar(names, means, color="tab:blue", alpha=0.6)
+    for index, values in enumerate(by_encoding.values()):
+        ax.plot([index] * len(values), values, "k.", ms=6)
+    if means:
+        low = min(min(v) for v in by_encoding.values())
         ax.set_ylim(max(0.0, low - 0.1), 1.0)
-    ax.set(ylabel="test accuracy", title="ViT on sklearn digits (8×8, 2×2 patches)")
+    ax.set(
+        ylabel="test accuracy (bar: mean, dots: seeds)",
+        title="ViT on sklearn digits (8x8, 2x2 patches)",
+    )
     return fig

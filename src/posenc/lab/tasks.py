@@ -32,7 +32,7 @@ Example::
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -180,14 +180,14 @@ def _passkey_overhead(params: Params) -> int:
 def _passkey(rng: random.Random, n: int, params: Params) -> Example:
     digits = _int(params, "digits")
     key = str(rng.randint(10 ** (digits - 1), 10**digits - 1))
-    depth = params["depth"]
-    depth = rng.random() if depth is None else float(depth)
+    depth_param = params["depth"]
+    depth = rng.random() if depth_param is None else float(depth_param)  # type: ignore[arg-type]
     filler_total = n - _passkey_overhead(params)
     before = round(depth * filler_total)
     if params["byte_level"]:
         reps = filler_total // len(_FILLER_TEXT) + 1
-        filler = (_FILLER_TEXT * reps)[:filler_total]
-        text = filler[:before] + _key_text(key) + filler[before:] + _QUESTION_TEXT
+        text_filler = (_FILLER_TEXT * reps)[:filler_total]
+        text = text_filler[:before] + _key_text(key) + text_filler[before:] + _QUESTION_TEXT
         return _qa(list(text), list(key), sep=" ")
     filler = ["xyz"[i % 3] for i in range(filler_total)]
     return _qa([*filler[:before], "K", *key, *filler[before:], "Q"], list(key))
@@ -438,7 +438,7 @@ def _check_params(spec: TaskSpec, params: dict[str, object]) -> None:
         else:
             low_f, high_f = _FLOAT_RANGES[key]
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not ok or not low_f <= value <= high_f:
+            if not ok or not low_f <= value <= high_f:  # type: ignore[operator]
                 raise ValueError(f"{key} must be a number in [{low_f}, {high_f}], got {value!r}")
     if "p_set" in params and _float(params, "p_set") + _float(params, "p_increment") > 1:
         raise ValueError("p_set + p_increment must be <= 1")
@@ -562,6 +562,13 @@ class TaskSource:
         return self.collate(rows).shard(rank, world_size)
 
 
+def _pair(lengths: Sequence[int]) -> tuple[int, int]:
+    values = tuple(lengths)
+    if len(values) != 2:
+        raise ValueError(f"train_lengths must be (low, high), got {values!r}")
+    return (int(values[0]), int(values[1]))
+
+
 def make_task(
     name: str,
     *,
@@ -584,7 +591,7 @@ def make_task(
         spec,
         seed=seed,
         params={**spec.defaults, **params},
-        train_lengths=spec.train_lengths if train_lengths is None else tuple(train_lengths),
+        train_lengths=spec.train_lengths if train_lengths is None else _pair(train_lengths),
         test_lengths=spec.test_lengths if test_lengths is None else tuple(test_lengths),
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from posenc.rotary.axial import AxialRotary2D, axial_cos_sin
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.layouts import permute_rotary_weight, rotary_channel_permutation
 from posenc.rotary.presets import (
@@ -35,6 +36,7 @@ __all__ = [
     "PHI_3_VISION_128K",
     "PRESETS",
     "QWEN2_7B",
+    "AxialRotary2D",
     "DynamicNTK",
     "Layout",
     "Linear",
@@ -48,6 +50,7 @@ __all__ = [
     "XPos",
     "YaRN",
     "apply_rotary",
+    "axial_cos_sin",
     "permute_rotary_weight",
     "rope_angles",
     "rope_cos_sin",

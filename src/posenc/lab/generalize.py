@@ -1,0 +1,411 @@
+"""Length generalization on synthetic tasks, each encoding plain and with randomized positions.
+
+The setting of Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization
+of Transformers" (https://arxiv.org/abs/2305.16843), and Kazemnejad et al. 2023, "The Impact
+of Positional Encoding on Length Generalization in Transformers"
+(https://arxiv.org/abs/2305.19466), at CPU scale: for each task of :mod:`posenc.lab.tasks` and
+each encoding, a small decoder (:class:`~posenc.model.DecoderLM`) is trained on the task's
+short train lengths with the loss on the answer tokens only, once with the positions
+``0 .. T - 1`` and once with randomized positions (``T`` sorted distinct integers from
+``[0, L)``, a fresh draw per row and step). It is then scored by greedy token accuracy and
+exact-match sequence accuracy (:func:`posenc.lab.tasks.accuracy`) at the longest train length
+(``split = "train"``) and at every test length (``split = "test"``).
+
+As in Ruoss et al. (and their code), a randomized model is also *evaluated* with randomized
+positions; these are drawn from a generator seeded by ``(seed, task, length, chunk)``, so the
+evaluation is deterministic and every randomized model sees the same positions.
+
+A plain learned table is sized to the longest test sequence, so it is defined there, but its
+rows past the train lengths are never trained: failing out of distribution is the expected
+finding, not a bug. A randomized learned table is sized ``L`` and sees all of its rows.
+
+Budget (2 shared CPU cores, ``threads = 1``): one model of the defaults trains in about 50 s
+(copy, reverse) to 2 min (flip-flop, counting) on a quiet core, so the default 48 models take
+about an hour with ``workers = 1`` and half that with ``workers = 2``. Measured: the reverse
+task alone (12 models) took 14 min of wall time with ``workers = 2`` on a machine loaded ~3×.
+
+Example::
+
+    rows = run_tasks(TasksConfig(tasks=("reverse",), encodings=("nope", "rope")), "runs/tasks")
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from posenc._validate import check_non_negative_int, check_positive_int
+from posenc.lab.batch import Batch, derive_seed
+from posenc.lab.results import _atomic_write, prepare_out_dir, write_results_csv
+from posenc.lab.tasks import TASKS, TaskSource, accuracy, make_task
+from posenc.lab.train import TrainConfig, train
+from posenc.model import DecoderLM, ModelConfig
+from posenc.positions import randomized_positions
+from posenc.registry import encoding_spec
+
+__all__ = ["TasksConfig", "evaluate_task", "format_tasks_table", "run_tasks"]
+
+Row = dict[str, Any]
+
+#: Tokens per evaluation forward pass (rows are chunked to stay below it).
+EVAL_TOKENS_PER_CHUNK = 16384
+
+
+@dataclass(frozen=True)
+class TasksConfig:
+    """One length-generalization experiment.
+
+    Args:
+        tasks: task names of :data:`posenc.lab.tasks.TASKS`.
+        encodings: registered encoding names (``posenc list``).
+        randomized: which variants to train: ``False`` = positions ``0 .. T - 1``, ``True`` =
+            randomized positions (Ruoss et al. 2023) in training and evaluation.
+        dim, depth, num_heads: the decoder's shape.
+        steps, batch_size, lr, warmup_steps: training (AdamW, warmup and cosine decay).
+        eval_examples: examples scored at each length.
+        random_max_length: ``L``, the range randomized positions are drawn from; ``None`` =
+            4 × the task's longest sequence (train and test lengths), per task.
+        task_params: per task, keyword arguments of :func:`~posenc.lab.tasks.make_task` (task
+            parameters, and ``train_lengths`` / ``test_lengths`` to override the defaults).
+        pos_kwargs: per encoding, keyword arguments of its constructor.
+        seed: model init, data, randomized positions.
+        device: torch device of training and evaluation.
+        threads: torch intra-op threads per training (``None`` = torch's default).
+        workers: trainings run at once in spawned processes (1 = in this process).
+        progress: progress bars (only with ``workers = 1``).
+    """
+
+    tasks: tuple[str, ...] = ("copy", "reverse", "flip_flop", "counting")
+    encodings: tuple[str, ...] = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5")
+    randomized: tuple[bool, ...] = (False, True)
+    dim: int = 64
+    depth: int = 4
+    num_heads: int = 4
+    steps: int = 1000
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup_steps: int = 100
+    eval_examples: int = 200
+    random_max_length: int | None = None
+    task_params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    seed: int = 0
+    device: str = "cpu"
+    threads: int | None = 1
+    workers: int = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("dim", "depth", "num_heads", "steps", "batch_size", "eval_examples"):
+            check_positive_int(name, getattr(self, name))
+        if self.dim % self.num_heads:
+            raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
+        check_non_negative_int("warmup_steps", self.warmup_steps)
+        check_non_negative_int("seed", self.seed)
+        check_positive_int("workers", self.workers)
+        if self.threads is not None:
+            check_positive_int("threads", self.threads)
+        if self.random_max_length is not None:
+            check_positive_int("random_max_length", self.random_max_length)
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or self.lr <= 0:
+            raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
+        for name in ("tasks", "encodings"):
+            values = getattr(self, name)
+            if not values or len(set(values)) != len(values):
+                raise ValueError(f"{name} must be a non-empty tuple without repeats, got {values}")
+        for task in self.tasks:
+            if task not in TASKS:
+                raise ValueError(f"tasks must name tasks of {', '.join(TASKS)}; got {task!r}")
+        for encoding in self.encodings:
+            try:
+                encoding_spec(encoding)
+            except ValueError as error:
+                raise ValueError(f"encodings: {error}") from error
+        flags = self.randomized
+        booleans = all(isinstance(flag, bool) for flag in flags)
+        if not flags or not booleans or len(set(flags)) != len(flags):
+            raise ValueError(f"randomized must hold False and/or True once each, got {flags}")
+        for name, known in (("task_params", self.tasks), ("pos_kwargs", self.encodings)):
+            extra = sorted(set(getattr(self, name)) - set(known))
+            if extra:
+                raise ValueError(f"{name} names {extra}, which are not in {known}")
+        for task in self.tasks:
+            try:
+                source = self.source(task)
+            except ValueError as error:
+                raise ValueError(f"task_params[{task!r}]: {error}") from error
+            longest = source.max_seq_len()
+            if self.random_max_length is not None and self.random_max_length < longest:
+                raise ValueError(
+                    f"random_max_length ({self.random_max_length}) must be >= the longest "
+                    f"{task} sequence ({longest} tokens)"
+                )
+
+    def source(self, task: str) -> TaskSource:
+        """The task's seeded source, with ``task_params`` applied."""
+        params = dict(self.task_params.get(task, {}))
+        for key in ("train_lengths", "test_lengths"):
+            if key in params and isinstance(params[key], list):
+                params[key] = tuple(params[key])  # JSON gives lists
+        return make_task(task, seed=self.seed, **params)
+
+    def max_position(self, task: str) -> int:
+        """``L`` of the randomized variant of ``task``."""
+        if self.random_max_length is not None:
+            return self.random_max_length
+        return 4 * self.source(task).max_seq_len()
+
+    def model_config(self, task: str, encoding: str, randomized: bool) -> ModelConfig:
+        """The decoder; ``max_seq_len`` (the learned table) covers every position it is fed."""
+        source = self.source(task)
+        return ModelConfig(
+            vocab_size=source.vocab_size,
+            dim=self.dim,
+            depth=self.depth,
+            num_heads=self.num_heads,
+            max_seq_len=self.max_position(task) if randomized else source.max_seq_len(),
+            pos=encoding,
+            pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
+        )
+
+    def train_config(self, task: str, randomized: bool) -> TrainConfig:
+        return TrainConfig(
+            steps=self.steps,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            warmup_steps=min(self.warmup_steps, self.steps - 1),
+            eval_every=self.steps,
+            checkpoint_every=max(1, self.steps // 4),
+            log_every=max(1, min(50, self.steps // 10)),
+            seed=self.seed,
+            device=self.device,
+            progress=self.progress and self.workers == 1,
+            randomize_positions=self.max_position(task) if randomized else None,
+        )
+
+
+def evaluate_task(
+    model: nn.Module,
+    source: TaskSource,
+    length: int,
+    *,
+    examples: int,
+    max_position: int | None = None,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Greedy ``(token_acc, seq_acc)`` of ``model`` on ``examples`` test rows of ``length``.
+
+    The rows are ``source.batch(0, examples, length=length)`` (a stream separate from
+    training), scored in chunks of at most :data:`EVAL_TOKENS_PER_CHUNK` tokens; token
+    accuracy is pooled over all answer tokens, sequence accuracy over all rows. With
+    ``max_position = L`` each row gets randomized positions (sorted distinct integers from
+    ``[0, L)``) from a generator seeded by ``(seed, task, length, chunk)``, so repeated calls
+    give the same result.
+
+    Args:
+        model: maps ``(tokens, positions, key_padding_mask=...)`` to logits ``(B, T, V)``.
+        source: the task.
+        length: problem size (see :data:`posenc.lab.tasks.TASKS`).
+        examples: rows to score.
+        max_position: ``L`` for randomized positions, ``None`` = ``0 .. T - 1``.
+        seed: seed of the randomized positions.
+    """
+    check_positive_int("examples", examples)
+    full = source.batch(0, examples, length=length)
+    rows_per_chunk = max(1, EVAL_TOKENS_PER_CHUNK // full.seq_len)
+    device = next(model.parameters()).device
+    hits, answers, exact, scored = 0.0, 0, 0.0, 0
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for chunk, start in enumerate(range(0, examples, rows_per_chunk)):
+            rows = slice(start, start + rows_per_chunk)
+            padding = full.key_padding_mask
+            batch = Batch(
+                full.tokens[rows],
+                full.targets[rows],
+                full.loss_mask[rows],
+                key_padding_mask=None if padding is None else padding[rows],
+            ).to(device)
+            positions = None
+            if max_position is not None:
+                key = derive_seed("tasks-eval-positions", seed, source.name, length, chunk)
+                positions = randomized_positions(
+                    batch.seq_len,
+                    max_position,
+                    batch=batch.batch_size,
+                    generator=torch.Generator().manual_seed(key),
+                ).to(device)
+            logits = model(batch.tokens, positions, key_padding_mask=batch.key_padding_mask)
+            token_acc, seq_acc = accuracy(logits, batch)
+            count = int(batch.loss_mask.sum())
+            rows_scored = int(batch.loss_mask.any(-1).sum())
+            hits += token_acc * count
+            answers += count
+            exact += seq_acc * rows_scored
+            scored += rows_scored
+    model.train(was_training)
+    return hits / answers, exact / scored
+
+
+@contextlib.contextmanager
+def _threads(threads: int | None) -> Iterator[None]:
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_name(task: str, encoding: str, randomized: bool) -> str:
+    return f"{task}-{encoding}-{'rand' if randomized else 'plain'}"
+
+
+def _train_and_evaluate(
+    task: str, encoding: str, randomized: bool, config: TasksConfig, run_dir: str
+) -> list[Row]:
+    """Train one (task, encoding, variant), resuming if its folder holds a run; score it."""
+    folder = Path(run_dir)
+    source = config.source(task)
+    max_position = config.max_position(task) if randomized else None
+    with _threads(config.threads):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = DecoderLM(config.model_config(task, encoding, randomized))
+        result = train(model, source, config.train_config(task, randomized), folder)
+        final = folder / "final.pt"
+        if final.is_file():  # a finished run returns early without training: load its weights
+            state = torch.load(final, map_location=config.device, weights_only=True)
+            model.load_state_dict(state["model"])
+        low, high = source.train_lengths
+        lengths = [(high, "train"), *((n, "test") for n in source.test_lengths)]
+        rows = []
+        for length, split in lengths:
+            token_acc, seq_acc = evaluate_task(
+                model,
+                source,
+                length,
+                examples=config.eval_examples,
+                max_position=max_position,
+                seed=config.seed,
+            )
+            rows.append(
+                {
+                    "experiment": "tasks",
+                    "task": task,
+                    "encoding": encoding,
+                    "randomized": randomized,
+                    "length": length,
+                    "split": split,
+                    "token_acc": token_acc,
+                    "seq_acc": seq_acc,
+                    "train_len_min": low,
+                    "train_len_max": high,
+                    "seq_len": source.max_seq_len(length),
+                    "max_position": max_position,
+                    "examples": config.eval_examples,
+                    "train_loss": result.final_loss,
+                    "train_seconds": result.seconds,
+                }
+            )
+    _atomic_write(folder / "eval.json", json.dumps(rows, indent=2))
+    return rows
+
+
+def run_tasks(
+    config: TasksConfig, out: str | Path, *, echo: Callable[[str], None] | None = print
+) -> list[Row]:
+    """Run (or resume) the experiment in folder ``out``; return and save its result rows.
+
+    Writes ``out/config.json``, one run folder per (task, encoding, variant) under
+    ``out/runs/`` (``copy-rope-rand``, ...), ``out/results.csv`` and ``out/report.html``. Runs
+    already evaluated (their ``eval.json`` exists) are not trained again, so the same command
+    resumes a killed experiment.
+
+    Raises:
+        ValueError: naming the field when ``out`` holds a run with a different config.
+    """
+    from posenc.lab.report import write_report
+
+    folder = prepare_out_dir(out, "tasks", config)
+    rows: list[Row] = []
+    pending: list[tuple[str, str, bool, str]] = []
+    for task in config.tasks:
+        for encoding in config.encodings:
+            for randomized in config.randomized:
+                run_dir = folder / "runs" / _run_name(task, encoding, randomized)
+                done = run_dir / "eval.json"
+                if done.is_file():
+                    rows += json.loads(done.read_text())
+                else:
+                    pending.append((task, encoding, randomized, str(run_dir)))
+    start = time.perf_counter()
+    if config.workers == 1:
+        for index, job in enumerate(pending):
+            if echo:
+                echo(f"[tasks] {index + 1}/{len(pending)} training {_run_name(*job[:3])} ...")
+            rows += _train_and_evaluate(*job[:3], config, job[3])
+    elif pending:
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=config.workers, mp_context=context) as pool:
+            futures = {
+                pool.submit(_train_and_evaluate, *job[:3], config, job[3]): job for job in pending
+            }
+            for index, future in enumerate(as_completed(futures)):
+                rows += future.result()
+                if echo:
+                    name = _run_name(*futures[future][:3])
+                    elapsed = time.perf_counter() - start
+                    echo(f"[tasks] {index + 1}/{len(pending)} {name} done ({elapsed:.0f} s)")
+    if echo and pending:
+        echo(f"[tasks] trained {len(pending)} models in {time.perf_counter() - start:.1f} s")
+    rows.sort(key=lambda r: _order(config, r))
+    write_results_csv(rows, folder / "results.csv")
+    write_report(folder, title="posenc: length generalization on synthetic tasks")
+    if echo:
+        echo(format_tasks_table(rows))
+    return rows
+
+
+def _order(config: TasksConfig, row: Row) -> tuple[int, int, int, int]:
+    return (
+        config.tasks.index(row["task"]),
+        config.encodings.index(row["encoding"]),
+        config.randomized.index(row["randomized"]),
+        row["length"],
+    )
+
+
+def format_tasks_table(rows: Sequence[Row], metric: str = "seq_acc") -> str:
+    """Per task: ``metric`` (``seq_acc`` or ``token_acc``) with encodings down and lengths
+    across; ``*`` marks the in-distribution length, ``+rand`` the randomized variant."""
+    selected = [r for r in rows if r.get("experiment") == "tasks"]
+    lines: list[str] = []
+    for task in dict.fromkeys(r["task"] for r in selected):
+        cells = [r for r in selected if r["task"] == task]
+        lengths = sorted({r["length"] for r in cells})
+        train = {r["length"] for r in cells if r.get("split") == "train"}
+        header = f"{task:<18}" + "".join(f"{f'{n}*' if n in train else str(n):>8}" for n in lengths)
+        lines += [f"{metric} by length (* = in distribution)" if not lines else "", header]
+        for key in dict.fromkeys((r["encoding"], r["randomized"]) for r in cells):
+            values = {
+                r["length"]: r[metric] for r in cells if (r["encoding"], r["randomized"]) == key
+            }
+            name = f"{key[0]}{'+rand' if key[1] else ''}"
+            lines.append(
+                f"{name:<18}"
+                + "".join(f"{values[n]:>8.3f}" if n in values else f"{'–':>8}" for n in lengths)
+            )
+    return "\n".join(lines)

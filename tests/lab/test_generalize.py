@@ -1,0 +1,171 @@
+"""Tests of posenc.lab.generalize: a tiny ``tasks`` experiment end to end, resume, config checks,
+and that randomized evaluation is deterministic and really feeds randomized positions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from posenc.lab import generalize
+from posenc.lab.generalize import TasksConfig, evaluate_task, format_tasks_table, run_tasks
+from posenc.lab.results import read_results_csv
+from posenc.lab.tasks import make_task
+from posenc.model import DecoderLM, ModelConfig
+
+TINY = TasksConfig(
+    tasks=("copy", "counting"),
+    encodings=("rope", "learned"),
+    randomized=(False, True),
+    dim=32,
+    depth=2,
+    num_heads=4,
+    steps=20,
+    batch_size=8,
+    warmup_steps=5,
+    eval_examples=6,
+    task_params={
+        "copy": {"train_lengths": [1, 4], "test_lengths": [6, 8]},
+        "counting": {"train_lengths": [2, 4], "test_lengths": [6]},
+    },
+    progress=False,
+)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    out = tmp_path_factory.mktemp("tasks")
+    return out, run_tasks(TINY, out, echo=None)
+
+
+def test_tiny_run_rows_and_files(tiny_run: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, rows = tiny_run
+    expected = {
+        (task, encoding, randomized, length)
+        for task, lengths in (("copy", (4, 6, 8)), ("counting", (4, 6)))
+        for encoding in TINY.encodings
+        for randomized in TINY.randomized
+        for length in lengths
+    }
+    keys = [(r["task"], r["encoding"], r["randomized"], r["length"]) for r in rows]
+    assert len(keys) == len(set(keys)) and set(keys) == expected
+    for row in rows:
+        assert row["experiment"] == "tasks"
+        assert 0.0 <= row["token_acc"] <= 1.0 and 0.0 <= row["seq_acc"] <= 1.0
+        assert row["split"] == ("train" if row["length"] == row["train_len_max"] else "test")
+        limit = TINY.max_position(row["task"]) if row["randomized"] else None
+        assert row["max_position"] == limit
+    for name in ("config.json", "results.csv", "report.html"):
+        assert (out / name).is_file(), name
+    assert json.loads((out / "config.json").read_text())["experiment"] == "tasks"
+    assert len(list((out / "runs").glob("*/eval.json"))) == 8
+    saved = read_results_csv(out / "results.csv")
+    assert [(r["task"], r["encoding"], r["randomized"], r["length"]) for r in saved] == keys
+    table = format_tasks_table(rows)
+    assert "learned+rand" in table and "copy" in table and "counting" in table
+
+
+def test_resume_trains_nothing(
+    tiny_run: tuple[Path, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out, rows = tiny_run
+
+    def fail(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a finished experiment must not train again")
+
+    monkeypatch.setattr(generalize, "train", fail)
+    assert run_tasks(TINY, out, echo=None) == rows
+    # threads/workers/progress only change how it runs, so they do not count as a mismatch
+    assert run_tasks(replace(TINY, threads=2, workers=2), out, echo=None) == rows
+
+
+def test_config_mismatch_raises(tiny_run: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, _ = tiny_run
+    with pytest.raises(ValueError, match="steps"):
+        run_tasks(replace(TINY, steps=21), out, echo=None)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("tasks", ()),
+        ("tasks", ("copy", "copy")),
+        ("tasks", ("juggling",)),
+        ("encodings", ("bogus",)),
+        ("randomized", ()),
+        ("randomized", (1,)),
+        ("dim", 0),
+        ("dim", 30),
+        ("steps", 0),
+        ("eval_examples", 0),
+        ("lr", 0.0),
+        ("threads", 0),
+        ("workers", 0),
+        ("random_max_length", 3),
+        ("task_params", {"sort": {}}),
+        ("task_params", {"copy": {"alphabet_size": 99}}),
+        ("pos_kwargs", {"alibi": {}}),
+    ],
+)
+def test_config_rejects_bad_fields(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        replace(TINY, **{field: value})
+
+
+def test_model_covers_positions() -> None:
+    source = TINY.source("copy")
+    longest = source.max_seq_len()
+    assert TINY.model_config("copy", "learned", False).max_seq_len == longest
+    assert TINY.model_config("copy", "learned", True).max_seq_len == 4 * longest
+    assert TINY.train_config("copy", True).randomize_positions == 4 * longest
+    assert TINY.train_config("copy", False).randomize_positions is None
+
+
+class _Spy(nn.Module):
+    """Wraps a model and records the positions it is called with."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.calls: list[tuple[Tensor, Tensor | None]] = []
+
+    def forward(self, tokens: Tensor, positions: Tensor | None, **kwargs: Any) -> Tensor:
+        self.calls.append((tokens, positions))
+        return self.model(tokens, positions, **kwargs)
+
+
+def test_randomized_evaluation_is_deterministic_and_uses_positions() -> None:
+    source = make_task("reverse", seed=0)
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=source.vocab_size, dim=32, depth=2, num_heads=4, pos="rope")
+    spy = _Spy(DecoderLM(config))
+    first = evaluate_task(spy, source, 16, examples=5, max_position=200, seed=3)
+    assert evaluate_task(spy, source, 16, examples=5, max_position=200, seed=3) == first
+    (tokens, positions), (_, positions_again) = spy.calls
+    assert positions is not None and positions_again is not None
+    torch.testing.assert_close(positions, positions_again)
+    assert positions.shape == tokens.shape
+    assert bool((positions.diff(dim=-1) > 0).all())
+    assert 0 <= positions.min() <= positions.max() < 200
+    assert not torch.equal(positions, torch.arange(tokens.shape[1]).expand_as(positions))
+    # The same weights give different logits with randomized and with default positions.
+    with torch.no_grad():
+        randomized = spy.model(tokens, positions)
+        plain = spy.model(tokens, None)
+    assert not torch.allclose(randomized, plain)
+    evaluate_task(spy, source, 16, examples=5)
+    assert spy.calls[-1][1] is None  # plain evaluation feeds 0 .. T - 1
