@@ -37,6 +37,15 @@ def check_rotary_dim(rotary_dim: object, name: str = "rotary_dim") -> int:
     return rotary_dim
 
 
+def resolve_rotary_dim(head_dim: int, rotary_dim: int | None) -> int:
+    """``rotary_dim`` (default ``head_dim``), checked even, ≥ 2 and ≤ ``head_dim``."""
+    check_positive_int("head_dim", head_dim)
+    rotary_dim = check_rotary_dim(head_dim if rotary_dim is None else rotary_dim)
+    if rotary_dim > head_dim:
+        raise ValueError(f"rotary_dim must be <= head_dim ({head_dim}), got {rotary_dim}")
+    return rotary_dim
+
+
 def rope_inv_freq(
     rotary_dim: int,
     base: float = 10000.0,

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_int
-from posenc.rotary.frequencies import check_rotary_dim
+from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim
 from posenc.rotary.rope import LAYOUTS, Layout
 
 __all__ = ["permute_rotary_weight", "rotary_channel_permutation"]
@@ -94,11 +94,7 @@ def permute_rotary_weight(
         torch.Size([8, 16])
     """
     check_positive_int("num_heads", num_heads)
-    check_positive_int("head_dim", head_dim)
-    rotary_dim = head_dim if rotary_dim is None else rotary_dim
-    check_rotary_dim(rotary_dim)
-    if rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim must be <= head_dim ({head_dim}), got {rotary_dim}")
+    rotary_dim = resolve_rotary_dim(head_dim, rotary_dim)
     if not isinstance(weight, Tensor) or weight.dim() not in (1, 2):
         raise ValueError(
             "weight must be a (num_heads * head_dim, in_features) weight or a "

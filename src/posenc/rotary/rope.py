@@ -33,7 +33,7 @@ from torch import Tensor
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
 from posenc.base import RotaryEncoding
 from posenc.positions import check_positions
-from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
+from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
 from posenc.rotary.scaling import DynamicNTK, LongRoPE, Proportional, Scaling
 
 __all__ = [
@@ -302,10 +302,7 @@ class RotaryEmbedding(RotaryEncoding):
     ) -> None:
         super().__init__()
         self.head_dim = check_positive_int("head_dim", head_dim)
-        rotary_dim = head_dim if rotary_dim is None else rotary_dim
-        self.rotary_dim = check_rotary_dim(rotary_dim)
-        if self.rotary_dim > self.head_dim:
-            raise ValueError(f"rotary_dim must be <= head_dim ({head_dim}), got {rotary_dim}")
+        self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim)
         self.base = check_positive_float("base", base)
         check_in_choices("layout", layout, LAYOUTS)
         self.layout: Layout = layout

@@ -48,7 +48,7 @@ from posenc._validate import (
 )
 from posenc.base import RotaryEncoding
 from posenc.positions import check_positions
-from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
+from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
 from posenc.rotary.rope import Layout, apply_rotary, rope_cos_sin
 
 __all__ = ["XPos", "xpos_max_distance", "xpos_scale", "xpos_zeta"]
@@ -219,10 +219,7 @@ class XPos(RotaryEncoding):
     ) -> None:
         super().__init__()
         self.head_dim = check_positive_int("head_dim", head_dim)
-        rotary_dim = head_dim if rotary_dim is None else rotary_dim
-        self.rotary_dim = check_rotary_dim(rotary_dim)
-        if self.rotary_dim > self.head_dim:
-            raise ValueError(f"rotary_dim must be <= head_dim ({head_dim}), got {rotary_dim}")
+        self.rotary_dim = resolve_rotary_dim(head_dim, rotary_dim)
         self.base = check_positive_float("base", base)
         self.scale_base = check_positive_float("scale_base", scale_base)
         self.center = _check_center(center)
