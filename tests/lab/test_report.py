@@ -89,3 +89,34 @@ def test_report_embeds_a_figure_and_table_per_experiment(tmp_path: Path) -> None
 def test_report_without_results_names_the_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"results\.csv"):
         write_report(tmp_path)
+
+
+def test_a_run_folder_in_use_by_another_process_is_refused(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from posenc.lab.extrapolate import ExtrapolateConfig
+    from posenc.lab.results import prepare_out_dir
+
+    config = ExtrapolateConfig(encodings=("alibi",), train_len=8, eval_tokens=128)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from posenc.lab.results import prepare_out_dir; "
+            "from posenc.lab.extrapolate import ExtrapolateConfig as C; "
+            f"prepare_out_dir({str(tmp_path)!r}, 'extrapolate', "
+            "C(encodings=('alibi',), train_len=8, eval_tokens=128)); "
+            "print('locked', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ValueError, match="in use"):
+            prepare_out_dir(tmp_path, "extrapolate", config)
+    finally:
+        holder.kill()
+        holder.wait()
+    prepare_out_dir(tmp_path, "extrapolate", config)  # the dead holder's lock is gone

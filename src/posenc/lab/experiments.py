@@ -44,6 +44,13 @@ EXPERIMENTS: dict[str, Experiment] = {
             "train each encoding at T, perplexity at 1x..16x T (ALiBi Tables 1-3)",
         ),
         Experiment(
+            "extend",
+            "posenc.lab.extend",
+            "ExtendConfig",
+            "run_extend",
+            "RoPE trained at T, extended by PI/NTK/dynamic NTK/YaRN/Llama-3; passkey",
+        ),
+        Experiment(
             "tasks",
             "posenc.lab.generalize",
             "TasksConfig",

@@ -40,15 +40,46 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
+_HELD_LOCKS: dict[Path, Any] = {}
+
+
+def _lock(folder: Path) -> None:
+    """Hold an exclusive lock on ``folder/.lock`` until this process exits.
+
+    Two processes writing one run folder would mix their checkpoints and results; the second
+    gets a ``ValueError`` instead. The operating system releases the lock when the holder
+    dies, so a killed run never leaves a stale lock. (No locking where ``fcntl`` is missing.)
+    """
+    key = folder.resolve()
+    if key in _HELD_LOCKS:
+        return
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return
+    handle = open(key / ".lock", "a+")  # noqa: SIM115 - held open on purpose
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise ValueError(
+            f"out folder {folder} is in use by another running experiment; wait for it or "
+            "choose another folder"
+        ) from None
+    _HELD_LOCKS[key] = handle
+
+
 def prepare_out_dir(out: str | Path, experiment: str, config: Any) -> Path:
     """Create ``out`` and write ``out/config.json``; refuse a folder holding another run.
 
-    ``config`` is the experiment's dataclass. If ``out/config.json`` exists and differs in a
+    ``config`` is the experiment's dataclass. The folder is locked for the life of this
+    process (a second process gets a ``ValueError``). If ``out/config.json`` exists and differs in a
     field other than :data:`EXECUTION_FIELDS`, raise ``ValueError`` naming the folder and the
     field, so that a resumed command never mixes two experiments' results.
     """
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
+    _lock(folder)
     current = json.loads(json.dumps({"experiment": experiment, **dataclasses.asdict(config)}))
     saved = folder / "config.json"
     if saved.is_file():

@@ -1,0 +1,445 @@
+"""Context extension of a RoPE LM: PI, NTK-aware, dynamic NTK, YaRN, Llama-3 at 1×–8× T.
+
+The setting of PI (Chen et al. 2023, https://arxiv.org/abs/2306.15595, Tables 1, 3, 4) and
+YaRN (Peng et al. 2023, https://arxiv.org/abs/2309.00071, Tables 1, 5) at CPU scale:
+
+1. a byte-level RoPE decoder LM is trained at length ``T`` on the embedded corpus
+   (``out/runs/base``);
+2. **no fine-tuning** (stage ``"no_ft"``): the same weights are evaluated at each length
+   ``L = m·T`` with every scaling at ``s = max(1, L / T)`` (perplexity on non-overlapping
+   windows of the test split, as :func:`posenc.lab.extrapolate.evaluate_lm`). RoPE holds no
+   weights, so a scaled model is the trained state loaded into a ``DecoderLM`` whose
+   ``pos_kwargs`` carry the scaling;
+3. **fine-tuning** (stage ``"ft"``): for each of ``ft_methods`` the base weights are trained
+   ``ft_steps`` more steps at ``ft_len = ft_len_multiplier·T`` with the scaling fixed at
+   ``s_ft = ft_len / T`` (``out/runs/ft_<method>``; plain ``rope`` is the control), then
+   evaluated at the same lengths with that same ``s_ft``, as PI's and YaRN's fine-tuned models
+   are;
+4. **passkey retrieval** (:mod:`posenc.lab.passkey`) of every (method, stage) over a grid of
+   context lengths (multiples of ``T``) and depths.
+
+Methods (:func:`scaling_for`): ``rope`` (no scaling), ``pi`` = ``Linear(s)``, ``ntk`` =
+``NTKAware(s)``, ``dynamic_ntk`` = ``DynamicNTK(s, max_position_embeddings=T)`` in HF mode,
+``yarn`` = ``YaRN(s, T)``, ``llama3`` = ``Llama3(s, 1, 4, T)``. Dynamic NTK follows the
+length of each forward; every evaluation window is its own forward from position 0, so its
+frequencies are those of the window length ``L``: HF's base change with ratio
+``s·L/T - (s - 1) = s² - s + 1`` at ``s = L/T`` (3 at 2×, 13 at 4×), a stronger change than
+static NTK's ratio ``s``. At ``1×`` every method has ``s = 1`` and is plain RoPE.
+
+Example::
+
+    rows = run_extend(ExtendConfig(), "runs/extend")
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
+from posenc.lab.data import CorpusSplits, LMSource, load_corpus
+from posenc.lab.extrapolate import evaluate_lm
+from posenc.lab.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
+from posenc.lab.results import _atomic_write, prepare_out_dir, write_results_csv
+from posenc.lab.train import TrainConfig, TrainResult, train
+from posenc.model import DecoderLM, ModelConfig
+
+__all__ = ["METHODS", "ExtendConfig", "format_extend_tables", "run_extend", "scaling_for"]
+
+Row = dict[str, Any]
+
+#: the methods and their scaling (see :func:`scaling_for`).
+METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
+
+
+def scaling_for(method: str, factor: float, train_len: int) -> dict[str, Any] | None:
+    """posenc's dict form of ``method``'s scaling at extension factor ``factor`` (None = rope).
+
+    Example::
+
+        >>> scaling_for("yarn", 4.0, 128)
+        {'type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 128}
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    factor = float(factor)
+    if method == "rope":
+        return None
+    if method == "pi":
+        return {"type": "linear", "factor": factor}
+    if method == "ntk":
+        return {"type": "ntk", "factor": factor}
+    if method == "dynamic_ntk":
+        return {"type": "dynamic", "factor": factor, "max_position_embeddings": train_len}
+    if method == "yarn":
+        return {"type": "yarn", "factor": factor, "original_max_position_embeddings": train_len}
+    return {
+        "type": "llama3",
+        "factor": factor,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": train_len,
+    }
+
+
+def _lengths(name: str, multipliers: tuple[float, ...], train_len: int) -> tuple[int, ...]:
+    for m in multipliers:
+        if isinstance(m, bool) or not isinstance(m, (int, float)) or not m > 0:
+            raise ValueError(f"{name} must hold numbers > 0, got {multipliers}")
+    return tuple(max(1, round(m * train_len)) for m in multipliers)
+
+
+@dataclass(frozen=True)
+class ExtendConfig:
+    """One context-extension experiment (defaults: the documented full setting).
+
+    Args:
+        train_len: ``T``, the base model's training length.
+        dim, depth, num_heads: the decoder's shape (head_dim = dim / num_heads, even, ≥ 4;
+            ≥ 32 gives YaRN's ramp several high-frequency pairs).
+        steps, batch_size, lr, warmup_steps: base training (AdamW, cosine decay).
+        methods: methods evaluated without fine-tuning (of :data:`METHODS`).
+        multipliers: evaluation lengths as multiples of ``T``.
+        ft_len_multiplier: fine-tuning length as a multiple of ``T`` (``s_ft``), ≥ 1.
+        ft_steps, ft_lr, ft_warmup_steps: the short fine-tune of each of ``ft_methods``.
+        ft_methods: methods fine-tuned (empty = no fine-tuning stage).
+        passkey_ft_steps: fine-tune steps (of ``ft_steps``, evenly spread) whose batch is
+            passkey examples at ``ft_len`` (random depths) instead of corpus text; 0 = none.
+        passkey_lengths: passkey context lengths as multiples of ``T`` (empty = no passkey);
+            each must hold the key sentence and question (:func:`passkey_min_context`).
+        passkey_depths: key depths in ``[0, 1]``.
+        passkey_trials: keys per (context length, depth).
+        eval_tokens: bytes of the test split scored at every evaluation length.
+        corpus: text files or folders; empty = the Python standard library sources.
+        corpus_bytes: cap on each split's size (None = whole corpus).
+        seed: model init, batches, corpus split and passkeys.
+        threads: torch intra-op threads while running (None = torch's default).
+        progress: progress bars.
+    """
+
+    train_len: int = 128
+    dim: int = 128
+    depth: int = 4
+    num_heads: int = 4
+    steps: int = 1000
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 100
+    methods: tuple[str, ...] = METHODS
+    multipliers: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+    ft_len_multiplier: float = 2.0
+    ft_steps: int = 100
+    ft_lr: float = 1e-3
+    ft_warmup_steps: int = 10
+    ft_methods: tuple[str, ...] = ("rope", "pi", "ntk", "yarn")
+    passkey_ft_steps: int = 0
+    passkey_lengths: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
+    passkey_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+    passkey_trials: int = 10
+    eval_tokens: int = 16384
+    corpus: tuple[str, ...] = ()
+    corpus_bytes: int | None = None
+    seed: int = 0
+    threads: int | None = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # JSON (CLI --set) gives lists: keep the frozen tuples
+            if isinstance(getattr(self, f.name), list):
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
+        for name in ("train_len", "dim", "depth", "num_heads", "steps", "batch_size"):
+            check_positive_int(name, getattr(self, name))
+        for name in ("ft_steps", "passkey_trials", "eval_tokens"):
+            check_positive_int(name, getattr(self, name))
+        for name in ("warmup_steps", "ft_warmup_steps", "passkey_ft_steps", "seed"):
+            check_non_negative_int(name, getattr(self, name))
+        check_positive_float("lr", self.lr)
+        check_positive_float("ft_lr", self.ft_lr)
+        head_dim, rest = divmod(self.dim, self.num_heads)
+        if rest or head_dim < 4 or head_dim % 2:
+            raise ValueError(
+                f"dim must be num_heads ({self.num_heads}) times an even head_dim >= 4, "
+                f"got {self.dim}"
+            )
+        if not self.methods:
+            raise ValueError("methods must name at least one method")
+        for name in ("methods", "ft_methods"):
+            for method in getattr(self, name):
+                if method not in METHODS:
+                    raise ValueError(f"{name} must be of {', '.join(METHODS)}; got {method!r}")
+        if not self.multipliers:
+            raise ValueError("multipliers must hold at least one number")
+        _lengths("multipliers", self.multipliers, self.train_len)
+        ft = check_positive_float("ft_len_multiplier", self.ft_len_multiplier)
+        if ft < 1:
+            raise ValueError(f"ft_len_multiplier must be >= 1, got {ft}")
+        if self.passkey_ft_steps > self.ft_steps:
+            raise ValueError(
+                f"passkey_ft_steps must be <= ft_steps ({self.ft_steps}), "
+                f"got {self.passkey_ft_steps}"
+            )
+        shortest = passkey_min_context()
+        passkey_lens = list(self.passkey_lengths_tokens)
+        if self.passkey_ft_steps:
+            passkey_lens.append(self.ft_len)
+        if passkey_lens and min(passkey_lens) < shortest:
+            raise ValueError(
+                f"passkey_lengths (and ft_len when passkey_ft_steps > 0) must give contexts "
+                f">= {shortest} tokens at train_len {self.train_len}, got {min(passkey_lens)}"
+            )
+        for d in self.passkey_depths:
+            if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1:
+                raise ValueError(f"passkey_depths must be numbers in [0, 1], got {d!r}")
+        if self.eval_tokens < max(self.eval_lengths):
+            raise ValueError(
+                f"eval_tokens ({self.eval_tokens}) must be >= the longest evaluation length "
+                f"({max(self.eval_lengths)})"
+            )
+        if self.corpus_bytes is not None:
+            check_positive_int("corpus_bytes", self.corpus_bytes)
+        if self.threads is not None:
+            check_positive_int("threads", self.threads)
+
+    @property
+    def eval_lengths(self) -> tuple[int, ...]:
+        return _lengths("multipliers", self.multipliers, self.train_len)
+
+    @property
+    def passkey_lengths_tokens(self) -> tuple[int, ...]:
+        return _lengths("passkey_lengths", self.passkey_lengths, self.train_len)
+
+    @property
+    def ft_len(self) -> int:
+        return round(self.ft_len_multiplier * self.train_len)
+
+    def factor(self, length: int) -> float:
+        """``s = max(1, length / T)``."""
+        return max(1.0, length / self.train_len)
+
+    def model_config(self, method: str, factor: float) -> ModelConfig:
+        scaling = scaling_for(method, factor, self.train_len)
+        return ModelConfig(
+            vocab_size=256,
+            dim=self.dim,
+            depth=self.depth,
+            num_heads=self.num_heads,
+            max_seq_len=self.train_len,
+            pos="rope",
+            pos_kwargs={} if scaling is None else {"scaling": scaling},
+        )
+
+    def train_config(self, *, fine_tune: bool) -> TrainConfig:
+        steps = self.ft_steps if fine_tune else self.steps
+        warmup = self.ft_warmup_steps if fine_tune else self.warmup_steps
+        return TrainConfig(
+            steps=steps,
+            batch_size=self.batch_size,
+            lr=self.ft_lr if fine_tune else self.lr,
+            warmup_steps=min(warmup, steps - 1),
+            eval_every=steps,
+            checkpoint_every=max(1, steps // 4),
+            log_every=max(1, min(50, steps // 10)),
+            seed=self.seed,
+            progress=self.progress,
+        )
+
+
+def _load(config: ExtendConfig) -> CorpusSplits:
+    return load_corpus(config.corpus or None, seed=config.seed, max_bytes=config.corpus_bytes)
+
+
+def _model(config: ExtendConfig, method: str, factor: float, state: dict[str, Tensor]) -> DecoderLM:
+    """A fresh model (length-dependent RoPE state starts anew) holding ``state``."""
+    model = DecoderLM(config.model_config(method, factor))
+    model.load_state_dict(state)
+    return model
+
+
+def _final_state(run_dir: Path) -> dict[str, Tensor]:
+    state = torch.load(run_dir / "final.pt", map_location="cpu", weights_only=False)
+    return state.get("model", state)
+
+
+def _evaluate(
+    config: ExtendConfig,
+    corpus: CorpusSplits,
+    state: dict[str, Tensor],
+    method: str,
+    stage: str,
+    fixed_factor: float | None,
+    train_loss: float,
+) -> list[Row]:
+    """Perplexity and passkey rows of one (method, stage); ``fixed_factor`` None = per length."""
+    common = {"method": method, "stage": stage, "train_len": config.train_len}
+    ft = {"ft_len": config.ft_len if stage == "ft" else None, "train_loss": train_loss}
+    rows: list[Row] = []
+    for multiplier, length in zip(config.multipliers, config.eval_lengths, strict=True):
+        s = config.factor(length) if fixed_factor is None else fixed_factor
+        model = _model(config, method, s, state)
+        loss = evaluate_lm(model, corpus.test, length, eval_tokens=config.eval_tokens)
+        rows.append(
+            {
+                "experiment": "extend",
+                **common,
+                "eval_len": length,
+                "multiplier": multiplier,
+                "factor": None if method == "rope" else s,
+                "loss": loss,
+                "ppl": math.exp(loss),
+                "bits_per_byte": loss / math.log(2),
+                **ft,
+            }
+        )
+    for multiplier, length in zip(
+        config.passkey_lengths, config.passkey_lengths_tokens, strict=True
+    ):
+        s = config.factor(length) if fixed_factor is None else fixed_factor
+        model = _model(config, method, s, state)
+        for depth in config.passkey_depths:
+            acc, token_acc = passkey_accuracy(
+                model, length, float(depth), config.passkey_trials, seed=config.seed
+            )
+            rows.append(
+                {
+                    "experiment": "passkey",
+                    **common,
+                    "context_len": length,
+                    "multiplier": multiplier,
+                    "depth": float(depth),
+                    "factor": None if method == "rope" else s,
+                    "accuracy": acc,
+                    "token_accuracy": token_acc,
+                    "trials": config.passkey_trials,
+                    **ft,
+                }
+            )
+    return rows
+
+
+def _cached(path: Path, compute: Callable[[], list[Row]]) -> list[Row]:
+    if path.is_file():
+        return json.loads(path.read_text())
+    rows = compute()
+    _atomic_write(path, json.dumps(rows, indent=2))
+    return rows
+
+
+def _run(config: ExtendConfig, folder: Path, echo: Callable[[str], None] | None) -> list[Row]:
+    say = echo or (lambda text: None)
+    corpus = _load(config)
+    start = time.perf_counter()
+    base_dir = folder / "runs" / "base"
+    torch.manual_seed(config.seed)
+    base = DecoderLM(config.model_config("rope", 1.0))
+    done = base_dir / "done.json"
+    if done.is_file():  # finished: its stored result, without building a training run
+        base_result = TrainResult(**json.loads(done.read_text()))
+    else:
+        say(f"[extend] training the RoPE base at T={config.train_len} ({config.steps} steps)")
+        source = LMSource(corpus.train, config.train_len, seed=config.seed)
+        base_result = train(base, source, config.train_config(fine_tune=False), base_dir)
+    base_state = _final_state(base_dir)
+    rows: list[Row] = []
+    for method in config.methods:
+
+        def no_ft(method: str = method) -> list[Row]:
+            loss = base_result.final_loss
+            return _evaluate(config, corpus, base_state, method, "no_ft", None, loss)
+
+        rows += _cached(base_dir / f"eval_{method}.json", no_ft)
+    say(f"[extend] no fine-tuning evaluated ({time.perf_counter() - start:.0f} s)")
+    s_ft = config.factor(config.ft_len)
+    for method in config.ft_methods:
+        run_dir = folder / "runs" / f"ft_{method}"
+
+        def fine_tune(method: str = method, run_dir: Path = run_dir) -> list[Row]:
+            say(f"[extend] fine-tuning {method} at {config.ft_len} ({config.ft_steps} steps)")
+            torch.manual_seed(config.seed)
+            model = _model(config, method, s_ft, base_state)
+            lm = LMSource(corpus.train, config.ft_len, seed=config.seed + 1)
+            mix = PasskeyMix(
+                lm, config.ft_len, config.ft_steps, config.passkey_ft_steps, config.seed + 1
+            )
+            result = train(model, mix, config.train_config(fine_tune=True), run_dir)
+            state = _final_state(run_dir)
+            return _evaluate(config, corpus, state, method, "ft", s_ft, result.final_loss)
+
+        rows += _cached(run_dir / "eval.json", fine_tune)
+        say(f"[extend] {method} fine-tuned and evaluated ({time.perf_counter() - start:.0f} s)")
+    return rows
+
+
+def run_extend(
+    config: ExtendConfig, out: str | Path, *, echo: Callable[[str], None] | None = print
+) -> list[Row]:
+    """Run (or resume) the experiment in folder ``out``; return and save its result rows.
+
+    Writes ``out/config.json``, the base run ``out/runs/base`` (with ``eval_<method>.json`` per
+    method evaluated without fine-tuning), one fine-tuning run per method
+    ``out/runs/ft_<method>`` (with ``eval.json``), ``out/results.csv`` and
+    ``out/report.html``. Finished parts are not redone, so the same command resumes a killed
+    run. Rows: ``experiment="extend"`` (method, stage, train_len, eval_len, loss, ppl, ...)
+    and ``experiment="passkey"`` (method, stage, context_len, depth, accuracy, ...).
+
+    Raises:
+        ValueError: naming the field when ``out`` holds a run with a different config.
+    """
+    from posenc.lab.report import write_report
+
+    folder = prepare_out_dir(out, "extend", config)
+    previous = torch.get_num_threads()
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    try:
+        rows = _run(config, folder, echo)
+    finally:
+        torch.set_num_threads(previous)
+    write_results_csv(rows, folder / "results.csv")
+    write_report(folder, title="posenc: RoPE context extension")
+    if echo:
+        echo(format_extend_tables(rows))
+    return rows
+
+
+def format_extend_tables(rows: Sequence[Row]) -> str:
+    """Perplexity by (method, stage) and evaluation length, then mean passkey accuracy over
+    depths by context length."""
+    lines: list[str] = []
+    extend = [r for r in rows if r.get("experiment") == "extend"]
+    if extend:
+        lengths = sorted({r["eval_len"] for r in extend})
+        lines.append(f"perplexity (bytes); RoPE trained at T={extend[0]['train_len']}")
+        lines.append(f"{'method':<14}{'stage':<7}" + "".join(f"{f'L={n}':>10}" for n in lengths))
+        keys = dict.fromkeys((r["method"], r["stage"]) for r in extend)
+        for method, stage in keys:
+            cells = {
+                r["eval_len"]: r["ppl"]
+                for r in extend
+                if (r["method"], r["stage"]) == (method, stage)
+            }
+            values = "".join(f"{cells[n]:>10.3f}" if n in cells else f"{'–':>10}" for n in lengths)
+            lines.append(f"{method:<14}{stage:<7}{values}")
+    passkey = [r for r in rows if r.get("experiment") == "passkey"]
+    if passkey:
+        lengths = sorted({r["context_len"] for r in passkey})
+        lines.append("passkey accuracy (mean over depths)")
+        lines.append(f"{'method':<14}{'stage':<7}" + "".join(f"{f'L={n}':>10}" for n in lengths))
+        for method, stage in dict.fromkeys((r["method"], r["stage"]) for r in passkey):
+            values = ""
+            for n in lengths:
+                accs = [
+                    r["accuracy"]
+                    for r in passkey
+                    if (r["method"], r["stage"], r["context_len"]) == (method, stage, n)
+                ]
+                values += f"{sum(accs) / len(accs):>10.2f}" if accs else f"{'–':>10}"
+            lines.append(f"{method:<14}{stage:<7}{values}")
+    return "\n".join(lines)

@@ -1,0 +1,277 @@
+"""The extend experiment end to end at toy size, its config, scalings and passkey scoring."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, replace
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from posenc.lab import extend
+from posenc.lab.data import LMSource
+from posenc.lab.extend import METHODS, ExtendConfig, run_extend, scaling_for
+from posenc.lab.passkey import (
+    PASSKEY_DIGITS,
+    PasskeyMix,
+    passkey_accuracy,
+    passkey_batch,
+    passkey_min_context,
+)
+from posenc.lab.results import read_results_csv
+from posenc.rotary.scaling import (
+    DynamicNTK,
+    Linear,
+    Llama3,
+    NTKAware,
+    YaRN,
+    scaling_from_dict,
+)
+
+TINY = ExtendConfig(
+    train_len=16,
+    dim=32,
+    depth=2,
+    num_heads=2,
+    steps=20,
+    batch_size=8,
+    warmup_steps=2,
+    multipliers=(1.0, 2.0),
+    ft_len_multiplier=7.0,  # passkey fine-tuning rows need >= passkey_min_context() tokens
+    ft_steps=5,
+    ft_warmup_steps=1,
+    passkey_ft_steps=2,
+    passkey_lengths=(7.0, 8.0),
+    passkey_depths=(0.0, 1.0),
+    passkey_trials=2,
+    eval_tokens=256,
+    corpus_bytes=20_000,
+    progress=False,
+)
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, one_thread) -> tuple[Path, list[dict]]:
+    out = tmp_path_factory.mktemp("extend")
+    return out, run_extend(TINY, out, echo=None)
+
+
+def _extend_rows(rows: list[dict]) -> list[dict]:
+    return [r for r in rows if r["experiment"] == "extend"]
+
+
+def test_one_row_per_method_stage_and_length(finished):
+    _, rows = finished
+    keys = [(r["method"], r["stage"], r["eval_len"]) for r in _extend_rows(rows)]
+    expected = [(m, "no_ft", n) for m in TINY.methods for n in (16, 32)]
+    expected += [(m, "ft", n) for m in TINY.ft_methods for n in (16, 32)]
+    assert sorted(keys) == sorted(expected)
+
+
+def test_losses_finite_positive_and_ppl_is_exp_loss(finished):
+    _, rows = finished
+    for row in _extend_rows(rows):
+        assert math.isfinite(row["loss"]) and row["loss"] > 0
+        assert row["ppl"] == pytest.approx(math.exp(row["loss"]), rel=1e-12)
+        assert row["train_len"] == 16
+
+
+def test_every_scaling_with_factor_one_is_plain_rope_at_train_len(finished):
+    _, rows = finished
+    at_t = {
+        r["method"]: r["loss"]
+        for r in _extend_rows(rows)
+        if (r["stage"], r["eval_len"]) == ("no_ft", 16)
+    }
+    assert set(at_t) == set(METHODS)
+    torch.testing.assert_close(
+        torch.tensor([at_t[m] for m in METHODS], dtype=torch.float64),
+        torch.full((len(METHODS),), at_t["rope"], dtype=torch.float64),
+        rtol=0,
+        atol=0,
+    )
+
+
+def test_scalings_change_the_model_beyond_train_len(finished):
+    _, rows = finished
+    at_2t = {
+        r["method"]: r for r in _extend_rows(rows) if (r["stage"], r["eval_len"]) == ("no_ft", 32)
+    }
+    for method in METHODS[1:]:
+        assert at_2t[method]["factor"] == 2.0
+        assert at_2t[method]["loss"] != at_2t["rope"]["loss"], method
+    assert at_2t["rope"]["factor"] is None
+
+
+def test_fine_tuned_rows_use_the_fine_tuning_factor(finished):
+    _, rows = finished
+    for row in _extend_rows(rows):
+        if row["stage"] == "ft":
+            assert row["ft_len"] == 112
+            assert row["factor"] == (None if row["method"] == "rope" else 7.0)
+
+
+def test_passkey_rows_per_method_stage_context_depth(finished):
+    _, rows = finished
+    passkey = [r for r in rows if r["experiment"] == "passkey"]
+    keys = [(r["method"], r["stage"], r["context_len"], r["depth"]) for r in passkey]
+    grid = [(n, d) for n in (112, 128) for d in (0.0, 1.0)]
+    expected = [(m, "no_ft", *g) for m in TINY.methods for g in grid]
+    expected += [(m, "ft", *g) for m in TINY.ft_methods for g in grid]
+    assert sorted(keys) == sorted(expected)
+    for row in passkey:
+        assert row["accuracy"] in (0.0, 0.5, 1.0)  # 2 trials
+        assert 0.0 <= row["token_accuracy"] <= 1.0
+
+
+def test_files_written(finished):
+    out, rows = finished
+    config = json.loads((out / "config.json").read_text())
+    assert config["experiment"] == "extend" and config["train_len"] == 16
+    assert len(read_results_csv(out / "results.csv")) == len(rows)
+    assert "RoPE context extension" in (out / "report.html").read_text()
+    assert (out / "runs" / "base" / "final.pt").is_file()
+    for method in TINY.ft_methods:
+        assert (out / "runs" / f"ft_{method}" / "done.json").is_file()
+        assert (out / "runs" / f"ft_{method}" / "eval.json").is_file()
+
+
+def test_resume_returns_the_same_rows_without_work(finished, monkeypatch):
+    out, rows = finished
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished experiment must not train or evaluate again")
+
+    for name in ("train", "evaluate_lm", "passkey_accuracy"):
+        monkeypatch.setattr(extend, name, refuse)
+    metrics = (out / "runs" / "base" / "metrics.jsonl").read_text()
+    again = run_extend(replace(TINY, threads=None, progress=True), out, echo=None)
+    assert again == rows
+    assert (out / "runs" / "base" / "metrics.jsonl").read_text() == metrics
+
+
+@pytest.mark.parametrize(("field", "value"), [("seed", 1), ("ft_methods", ("pi",))])
+def test_config_mismatch_names_the_field(finished, field, value):
+    out, _ = finished
+    with pytest.raises(ValueError, match=field):
+        run_extend(replace(TINY, **{field: value}), out, echo=None)
+
+
+def test_passkey_mix_replaces_the_chosen_steps(one_thread):
+    stream = torch.randint(0, 256, (5000,), dtype=torch.uint8)
+    mix = PasskeyMix(LMSource(stream, 112, seed=0), 112, steps=10, passkey_steps=3, seed=0)
+    chosen = [step for step in range(10) if mix.is_passkey(step)]
+    assert len(chosen) == 3
+    for step in range(10):
+        batch = mix.batch(step, 4)
+        assert batch.tokens.shape == (4, 112)
+        assert int(batch.loss_mask.sum()) == (4 * PASSKEY_DIGITS if step in chosen else 4 * 112)
+
+
+def test_config_round_trips_through_json():
+    restored = ExtendConfig(**json.loads(json.dumps(asdict(TINY))))
+    assert restored == TINY
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("train_len", 0),
+        ("dim", 30),
+        ("steps", 0),
+        ("methods", ("rope", "alibi")),
+        ("methods", ()),
+        ("ft_methods", ("bogus",)),
+        ("multipliers", (1.0, 0.0)),
+        ("ft_len_multiplier", 0.5),
+        ("passkey_ft_steps", 6),
+        ("passkey_lengths", (1.0,)),
+        ("passkey_depths", (0.0, 1.5)),
+        ("passkey_trials", 0),
+        ("eval_tokens", 16),
+        ("lr", 0.0),
+        ("ft_lr", -1.0),
+        ("corpus_bytes", 0),
+        ("threads", 0),
+    ],
+)
+def test_bad_config_raises_naming_the_field(field, value):
+    with pytest.raises(ValueError, match=field):
+        replace(TINY, **{field: value})
+
+
+@pytest.mark.parametrize(
+    ("method", "cls"),
+    [
+        ("pi", Linear),
+        ("ntk", NTKAware),
+        ("dynamic_ntk", DynamicNTK),
+        ("yarn", YaRN),
+        ("llama3", Llama3),
+    ],
+)
+def test_scaling_for_builds_the_method_at_the_factor(method, cls):
+    scaling = scaling_from_dict(scaling_for(method, 4.0, 128))
+    assert isinstance(scaling, cls) and scaling.factor == 4.0
+    if method == "dynamic_ntk":
+        assert scaling.mode == "hf" and scaling.max_position_embeddings == 128
+
+
+def test_scaling_for_rope_is_none_and_unknown_raises():
+    assert scaling_for("rope", 8.0, 128) is None
+    with pytest.raises(ValueError, match="method"):
+        scaling_for("alibi", 2.0, 128)
+
+
+# ---- passkey scoring ---------------------------------------------------------------------
+
+
+class _KeyReader(nn.Module):
+    """Reads the key from the text and puts the argmax on its digits (``wrong``: last digit +1)."""
+
+    def __init__(self, wrong: bool = False) -> None:
+        super().__init__()
+        self.unused = nn.Parameter(torch.zeros(()))
+        self.wrong = wrong
+
+    def forward(self, tokens: Tensor, positions: Tensor | None) -> Tensor:
+        logits = torch.zeros(*tokens.shape, 256)
+        for row, ids in enumerate(tokens.tolist()):
+            key = re.search(rb"pass key is (\d{5})\.", bytes(ids)).group(1).decode()
+            if self.wrong:
+                key = key[:-1] + str((int(key[-1]) + 1) % 10)
+            for i, digit in enumerate(key):
+                logits[row, tokens.shape[1] - PASSKEY_DIGITS + i, ord(digit)] = 1.0
+        return logits
+
+
+@pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])
+def test_passkey_batch_is_context_len_wide_with_the_digits_scored_last(depth):
+    batch = passkey_batch(160, depth, 3, seed=0)
+    assert batch.tokens.shape == (3, 160)
+    expected = torch.zeros(3, 160, dtype=torch.bool)
+    expected[:, -PASSKEY_DIGITS:] = True
+    torch.testing.assert_close(batch.loss_mask, expected)
+
+
+@pytest.mark.parametrize(("wrong", "expected"), [(False, (1.0, 1.0)), (True, (0.0, 0.8))])
+def test_passkey_accuracy_counts_exact_matches(wrong, expected):
+    assert passkey_accuracy(_KeyReader(wrong), 200, 0.5, 5, max_tokens_per_batch=400) == expected
+
+
+def test_passkey_context_below_minimum_raises():
+    with pytest.raises(ValueError, match="context_len"):
+        passkey_batch(passkey_min_context() - 1, 0.5, 2)
+    passkey_batch(passkey_min_context(), 0.5, 2)  # the minimum itself works
