@@ -48,7 +48,8 @@ from posenc._validate import check_non_negative_int, check_positive_float, check
 from posenc.lab.data import CorpusSplits, LMSource, load_corpus
 from posenc.lab.extrapolate import evaluate_lm
 from posenc.lab.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
-from posenc.lab.results import _atomic_write, prepare_out_dir, write_results_csv
+from posenc.lab.results import prepare_out_dir, write_results_csv
+from posenc.lab.run import atomic_write_text
 from posenc.lab.train import TrainConfig, TrainResult, train
 from posenc.model import DecoderLM, ModelConfig
 
@@ -328,7 +329,7 @@ def _cached(path: Path, compute: Callable[[], list[Row]]) -> list[Row]:
     if path.is_file():
         return json.loads(path.read_text())
     rows = compute()
-    _atomic_write(path, json.dumps(rows, indent=2))
+    atomic_write_text(path, json.dumps(rows, indent=2))
     return rows
 
 

@@ -34,7 +34,8 @@ from torch import Tensor
 
 from posenc._validate import check_positive_int
 from posenc.lab.data import CorpusSplits, LMSource, eval_windows, load_corpus
-from posenc.lab.results import _atomic_write, prepare_out_dir, write_results_csv
+from posenc.lab.results import prepare_out_dir, write_results_csv
+from posenc.lab.run import atomic_write_text
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import encoding_spec
@@ -224,7 +225,7 @@ def _train_and_evaluate_inner(encoding: str, config: ExtrapolateConfig, run_dir:
             params=sum(p.numel() for p in model.parameters()),
         )
         rows.append(row)
-    _atomic_write(folder / "eval.json", json.dumps(rows, indent=2))
+    atomic_write_text(folder / "eval.json", json.dumps(rows, indent=2))
     return rows
 
 

@@ -46,7 +46,8 @@ from torch import nn
 
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed
-from posenc.lab.results import _atomic_write, prepare_out_dir, write_results_csv
+from posenc.lab.results import prepare_out_dir, write_results_csv
+from posenc.lab.run import atomic_write_text
 from posenc.lab.tasks import TASKS, TaskSource, accuracy, make_task
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
@@ -320,7 +321,7 @@ def _train_and_evaluate(
                     "train_seconds": result.seconds,
                 }
             )
-    _atomic_write(folder / "eval.json", json.dumps(rows, indent=2))
+    atomic_write_text(folder / "eval.json", json.dumps(rows, indent=2))
     return rows
 
 

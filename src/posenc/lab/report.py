@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from posenc.lab import figures
-from posenc.lab.results import _atomic_write, read_results_csv
+from posenc.lab.results import read_results_csv
+from posenc.lab.run import atomic_write_text
 
 __all__ = ["write_report"]
 
@@ -111,5 +112,5 @@ def write_report(run_dir: str | Path, *, title: str | None = None) -> Path:
         f"<body>{''.join(parts)}</body></html>"
     )
     target = folder / "report.html"
-    _atomic_write(target, page)
+    atomic_write_text(target, page)
     return target

@@ -12,11 +12,11 @@ import dataclasses
 import io
 import json
 import math
-import os
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from posenc.lab.run import atomic_write_text
 
 __all__ = ["merge_rows", "prepare_out_dir", "read_results_csv", "write_results_csv"]
 
@@ -24,20 +24,6 @@ __all__ = ["merge_rows", "prepare_out_dir", "read_results_csv", "write_results_c
 EXECUTION_FIELDS = ("progress", "threads", "isolate", "workers")
 
 Row = dict[str, Any]
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 _HELD_LOCKS: dict[Path, Any] = {}
@@ -92,7 +78,7 @@ def prepare_out_dir(out: str | Path, experiment: str, config: Any) -> Path:
                     f"out folder {folder} holds a run with a different {key!r} "
                     f"({previous.get(key)!r} != {current.get(key)!r}); choose another folder"
                 )
-    _atomic_write(saved, json.dumps(current, indent=2))
+    atomic_write_text(saved, json.dumps(current, indent=2))
     return folder
 
 
@@ -107,7 +93,7 @@ def write_results_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Pa
     for row in rows:
         writer.writerow({key: _format(row.get(key)) for key in columns})
     target = Path(path)
-    _atomic_write(target, buffer.getvalue())
+    atomic_write_text(target, buffer.getvalue())
     return target
 
 

@@ -37,14 +37,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -55,6 +53,14 @@ from posenc._validate import check_non_negative_int, check_positive_float, check
 from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, BatchSource, derive_seed, shard_slice
 from posenc.lab.ddp import rank_and_world, rank_device
+from posenc.lab.run import (
+    MetricsLog,
+    as_json,
+    atomic_torch_save,
+    atomic_write_text,
+    check_run_dir,
+    read_metrics,
+)
 from posenc.positions import randomized_positions
 
 __all__ = [
@@ -241,42 +247,6 @@ def lm_loss(logits: Tensor, batch: Batch) -> Tensor:
     return total / count.clamp(min=1)
 
 
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not supported on every platform / file system
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            write(handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(target.parent)
-    return target
-
-
-def atomic_write_text(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` via a temporary file and ``os.replace``."""
-    return _atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
-
-
-def atomic_torch_save(obj: object, path: str | Path) -> Path:
-    """``torch.save(obj, path)`` via a temporary file: ``path`` is never half-written."""
-    return _atomic_write(path, lambda handle: torch.save(obj, handle))
-
-
 def peak_memory_bytes(device: torch.device | str | None = None) -> int:
     """Peak memory: ``torch.cuda.max_memory_allocated`` on a CUDA device, else the process's
     peak resident set size (``resource.getrusage``; 0 where unavailable, e.g. Windows)."""
@@ -290,47 +260,16 @@ def peak_memory_bytes(device: torch.device | str | None = None) -> int:
     return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS: bytes, Linux: KiB
 
 
-def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of ``run_dir/metrics.jsonl`` (a torn last line, from a kill, is skipped)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
-
-
-def _as_json(obj: object) -> Any:
-    """Plain JSON data (dataclasses as dicts, unknown objects as repr)."""
-    if is_dataclass(obj) and not isinstance(obj, type):
-        obj = asdict(obj)
-    return json.loads(json.dumps(obj, sort_keys=True, default=repr))
-
-
-def _first_difference(old: Any, new: Any, prefix: str = "") -> str | None:
-    if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new)):
-            found = _first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
-            if found:
-                return found
-        return None
-    return None if old == new else f"{prefix.rstrip('.')}: {old!r} there, {new!r} now"
-
-
 def _run_config(model: nn.Module, config: TrainConfig) -> dict[str, Any]:
     train_fields = {f.name: getattr(config, f.name) for f in fields(config)}
     for name in _DISPLAY_FIELDS:
         train_fields.pop(name)
     model_config = getattr(model, "config", None)
-    return _as_json(
+    return as_json(
         {
             "train": train_fields,
             "model_class": type(model).__name__,
-            "model": _as_json(model_config) if is_dataclass(model_config) else None,
+            "model": as_json(model_config) if is_dataclass(model_config) else None,
         }
     )
 
@@ -364,36 +303,6 @@ class _Progress:
             self.bar.close()
 
 
-class _MetricsLog:
-    """Append-only metrics.jsonl written by rank 0 (no-op on other ranks)."""
-
-    def __init__(self, path: Path, active: bool) -> None:
-        self.path, self.active = path, active
-
-    def truncate(self, step: int) -> None:
-        """Keep the records at or before ``step`` (rewritten atomically if anything drops)."""
-        if not self.active or not self.path.exists():
-            return
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        kept = []
-        for line in lines:
-            with contextlib.suppress(json.JSONDecodeError):
-                if json.loads(line)["step"] <= step:
-                    kept.append(line)
-        if kept != lines:
-            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
-
-    def append(self, record: dict[str, Any]) -> None:
-        if self.active:
-            with self.path.open("a", encoding="utf-8") as handle:
-                handle.write(json.dumps(record) + "\n")
-
-    def sync(self) -> None:
-        if self.active and self.path.exists():
-            with self.path.open("rb+") as handle:
-                os.fsync(handle.fileno())
-
-
 def _model_inputs(batch: Batch, config: TrainConfig, step: int, rows: slice) -> Tensor | None:
     """The positions fed to the model: randomized (same for any world size) or the batch's."""
     if config.randomize_positions is None:
@@ -408,18 +317,6 @@ def _model_inputs(batch: Batch, config: TrainConfig, step: int, rows: slice) -> 
         batch.seq_len, config.randomize_positions, batch=config.batch_size, generator=generator
     )  # (global batch, seq)
     return positions[rows].to(batch.tokens.device)
-
-
-def _check_run_dir(run_dir: Path, expected: dict[str, Any]) -> None:
-    path = run_dir / "config.json"
-    if path.exists():
-        stored = json.loads(path.read_text(encoding="utf-8"))
-        difference = _first_difference(stored, expected)
-        if difference is not None:
-            raise ValueError(
-                f"run_dir {str(run_dir)!r} holds a different experiment ({difference}); "
-                "use another run_dir or delete this one"
-            )
 
 
 def train(
@@ -464,7 +361,7 @@ def train(
     run_dir = Path(run_dir)
     rank, world_size = rank_and_world()
     rows = shard_slice(config.batch_size, rank, world_size)
-    _check_run_dir(run_dir, _run_config(model, config))
+    check_run_dir(run_dir, _run_config(model, config))
     done = run_dir / "done.json"
     if done.exists():
         return TrainResult(**json.loads(done.read_text(encoding="utf-8")))
@@ -487,7 +384,7 @@ def train(
         optimizer.load_state_dict(checkpoint.pop("optimizer"))
         state = checkpoint
         resumed_from = state["step"]
-    log = _MetricsLog(run_dir / "metrics.jsonl", writer)
+    log = MetricsLog(run_dir / "metrics.jsonl", writer)
     log.truncate(state["step"])
 
     if device.type == "cuda":

@@ -42,7 +42,8 @@ from posenc._validate import check_non_negative_int, check_positive_float, check
 from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D, grid_coordinates
 from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, derive_seed
-from posenc.lab.results import _atomic_write, prepare_out_dir, write_results_csv
+from posenc.lab.results import prepare_out_dir, write_results_csv
+from posenc.lab.run import atomic_write_text
 from posenc.lab.train import TrainConfig, train
 from posenc.model import Block, ModelConfig
 from posenc.rotary import AxialRotary2D
@@ -432,7 +433,7 @@ def _train_and_evaluate(
         "steps": result.steps,
         "train_seconds": result.seconds,
     }
-    _atomic_write(run_dir / "eval.json", json.dumps(row, indent=2))
+    atomic_write_text(run_dir / "eval.json", json.dumps(row, indent=2))
     return row
 
 

@@ -1,0 +1,137 @@
+"""Run-folder input and output shared by the lab: atomic writes, the metrics log, config guards.
+
+Every file of a run folder is written atomically (a temporary file in the same folder,
+``fsync``, then ``os.replace``, then ``fsync`` of the folder), so a kill at any point leaves
+the previous version readable and never a half-written one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import torch
+
+__all__ = [
+    "MetricsLog",
+    "as_json",
+    "atomic_torch_save",
+    "atomic_write_text",
+    "check_run_dir",
+    "read_metrics",
+]
+
+
+def _fsync_dir(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not supported on every platform / file system
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write(handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` via a temporary file and ``os.replace``."""
+    return _atomic_write(path, lambda handle: handle.write(text.encode("utf-8")))
+
+
+def atomic_torch_save(obj: object, path: str | Path) -> Path:
+    """``torch.save(obj, path)`` via a temporary file: ``path`` is never half-written."""
+    return _atomic_write(path, lambda handle: torch.save(obj, handle))
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of ``run_dir/metrics.jsonl`` (a torn last line, from a kill, is skipped)."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def as_json(obj: object) -> Any:
+    """Plain JSON data (dataclasses as dicts, unknown objects as repr)."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        obj = asdict(obj)
+    return json.loads(json.dumps(obj, sort_keys=True, default=repr))
+
+
+def _first_difference(old: Any, new: Any, prefix: str = "") -> str | None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new)):
+            found = _first_difference(old.get(key), new.get(key), f"{prefix}{key}.")
+            if found:
+                return found
+        return None
+    return None if old == new else f"{prefix.rstrip('.')}: {old!r} there, {new!r} now"
+
+
+class MetricsLog:
+    """Append-only metrics.jsonl written by rank 0 (no-op on other ranks)."""
+
+    def __init__(self, path: Path, active: bool) -> None:
+        self.path, self.active = path, active
+
+    def truncate(self, step: int) -> None:
+        """Keep the records at or before ``step`` (rewritten atomically if anything drops)."""
+        if not self.active or not self.path.exists():
+            return
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        kept = []
+        for line in lines:
+            with contextlib.suppress(json.JSONDecodeError):
+                if json.loads(line)["step"] <= step:
+                    kept.append(line)
+        if kept != lines:
+            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+
+    def append(self, record: dict[str, Any]) -> None:
+        if self.active:
+            with self.path.open("a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+
+    def sync(self) -> None:
+        if self.active and self.path.exists():
+            with self.path.open("rb+") as handle:
+                os.fsync(handle.fileno())
+
+
+def check_run_dir(run_dir: Path, expected: dict[str, Any]) -> None:
+    path = run_dir / "config.json"
+    if path.exists():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        difference = _first_difference(stored, expected)
+        if difference is not None:
+            raise ValueError(
+                f"run_dir {str(run_dir)!r} holds a different experiment ({difference}); "
+                "use another run_dir or delete this one"
+            )
