@@ -1,0 +1,376 @@
+"""The nine synthetic tasks' generators and their table (:data:`TASKS`).
+
+Each generator maps ``(rng, length, params)`` to an :class:`Example` whose answer is correct
+by construction; :mod:`posenc.lab.tasks` turns examples into batches. Papers per task are
+listed in :mod:`posenc.lab.tasks`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+__all__ = ["PAD", "SEP", "TASKS", "Example", "Params", "TaskSpec"]
+
+PAD = "<pad>"
+SEP = "<sep>"
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+_DIGITS = "0123456789"
+
+
+@dataclass(frozen=True)
+class Example:
+    """One task instance as symbols.
+
+    Attributes:
+        prompt: symbols before the separator (flip-flop: the whole instruction string).
+        answer: the scored symbols, in order.
+        sequence: the full sequence ``(*prompt, sep, *answer)`` (flip-flop: the instructions).
+        answer_mask: True at the positions of ``sequence`` that hold answer symbols.
+    """
+
+    prompt: tuple[str, ...]
+    answer: tuple[str, ...]
+    sequence: tuple[str, ...]
+    answer_mask: tuple[bool, ...]
+
+
+def _qa(prompt: list[str], answer: list[str], sep: str = SEP) -> Example:
+    sequence = (*prompt, sep, *answer)
+    mask = (False,) * (len(prompt) + 1) + (True,) * len(answer)
+    return Example(tuple(prompt), tuple(answer), sequence, mask)
+
+
+Params = Mapping[str, object]
+
+
+def _int(params: Params, key: str) -> int:
+    value = params[key]
+    assert isinstance(value, int), key
+    return value
+
+
+def _float(params: Params, key: str) -> float:
+    value = params[key]
+    assert isinstance(value, (int, float)), key
+    return float(value)
+
+
+def _any_length(length: int, params: Params) -> None:
+    del length, params
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task: its default lengths and parameters and the functions that make it.
+
+    Attributes:
+        name: key in :data:`TASKS`.
+        description: what ``length`` means, the format and the vocabulary.
+        train_lengths: inclusive range ``(low, high)`` sampled per row in training.
+        test_lengths: longer lengths to evaluate at.
+        defaults: default task parameters (``make_task(name, **params)`` overrides them).
+        vocab: ``params -> symbols``; ``vocab[0]`` is padding.
+        generate: ``(rng, length, params) -> Example``.
+        max_symbols: ``(length, params) ->`` the longest ``Example.sequence`` at that length.
+        check: ``(length, params) -> None``; raises ``ValueError`` for invalid combinations.
+    """
+
+    name: str
+    description: str
+    train_lengths: tuple[int, int]
+    test_lengths: tuple[int, ...]
+    defaults: Mapping[str, object]
+    vocab: Callable[[Params], tuple[str, ...]]
+    generate: Callable[[random.Random, int, Params], Example]
+    max_symbols: Callable[[int, Params], int]
+    check: Callable[[int, Params], None] = _any_length
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+
+
+def _min_length(minimum: Callable[[Params], int]) -> Callable[[int, Params], None]:
+    def check(length: int, params: Params) -> None:
+        if length < minimum(params):
+            raise ValueError(f"length must be >= {minimum(params)} for these params, got {length}")
+
+    return check
+
+
+def _letters(params: Params) -> list[str]:
+    return list(_LETTERS[: _int(params, "alphabet_size")])
+
+
+def _copy(rng: random.Random, n: int, params: Params) -> Example:
+    symbols = rng.choices(_letters(params), k=n)
+    return _qa(symbols, symbols)
+
+
+def _reverse(rng: random.Random, n: int, params: Params) -> Example:
+    symbols = rng.choices(_letters(params), k=n)
+    return _qa(symbols, symbols[::-1])
+
+
+def _sort(rng: random.Random, n: int, params: Params) -> Example:
+    digits = rng.choices(_DIGITS[: _int(params, "num_digits")], k=n)
+    return _qa(digits, sorted(digits))
+
+
+def _bits(value: int, width: int, lsb_first: bool) -> list[str]:
+    text = format(value, f"0{width}b")
+    return list(text[::-1] if lsb_first else text)
+
+
+def _binary_addition(rng: random.Random, n: int, params: Params) -> Example:
+    a, b = rng.getrandbits(n), rng.getrandbits(n)
+    lsb = bool(params["lsb_first"])
+    prompt = [*_bits(a, n, lsb), "+", *_bits(b, n, lsb)]
+    return _qa(prompt, _bits(a + b, n + 1, lsb))
+
+
+_FILLER_TEXT = "The grass is green. The sky is blue. The sun is yellow. Here we go. "
+_FILLER_TEXT += "There and back again. "
+_QUESTION_TEXT = "What is the pass key? The pass key is"
+
+
+def _key_text(key: str) -> str:
+    return f" The pass key is {key}. Remember it. {key} is the pass key. "
+
+
+def _passkey_overhead(params: Params) -> int:
+    digits = _int(params, "digits")
+    if params["byte_level"]:
+        return len(_key_text("0" * digits)) + len(_QUESTION_TEXT)
+    return digits + 2  # marker K, the digits, question Q
+
+
+def _passkey(rng: random.Random, n: int, params: Params) -> Example:
+    digits = _int(params, "digits")
+    key = str(rng.randint(10 ** (digits - 1), 10**digits - 1))
+    depth_param = params["depth"]
+    depth = rng.random() if depth_param is None else float(depth_param)  # type: ignore[arg-type]
+    filler_total = n - _passkey_overhead(params)
+    before = round(depth * filler_total)
+    if params["byte_level"]:
+        reps = filler_total // len(_FILLER_TEXT) + 1
+        text_filler = (_FILLER_TEXT * reps)[:filler_total]
+        text = text_filler[:before] + _key_text(key) + text_filler[before:] + _QUESTION_TEXT
+        return _qa(list(text), list(key), sep=" ")
+    filler = ["xyz"[i % 3] for i in range(filler_total)]
+    return _qa([*filler[:before], "K", *key, *filler[before:], "Q"], list(key))
+
+
+def _passkey_vocab(params: Params) -> tuple[str, ...]:
+    if params["byte_level"]:
+        return tuple(chr(i) for i in range(256))
+    return (PAD, SEP, *_DIGITS, "K", "Q", "x", "y", "z")
+
+
+def _mqar_queries(n: int, params: Params) -> int:
+    return n if params["queries"] is None else _int(params, "queries")
+
+
+def _mqar(rng: random.Random, n: int, params: Params) -> Example:
+    keys = rng.sample(range(_int(params, "num_keys")), n)
+    values = rng.choices(range(_int(params, "num_values")), k=n)
+    table = dict(zip(keys, values, strict=True))
+    if params["queries"] is None:
+        asked = rng.sample(keys, n)
+    else:
+        asked = rng.choices(keys, k=_mqar_queries(n, params))
+    prompt = [s for k, v in zip(keys, values, strict=True) for s in (f"k{k}", f"v{v}")]
+    prompt += [f"k{k}" for k in asked]
+    return _qa(prompt, [f"v{table[k]}" for k in asked])
+
+
+def _mqar_check(length: int, params: Params) -> None:
+    num_keys = _int(params, "num_keys")
+    if not 1 <= length <= num_keys:
+        raise ValueError(f"length must be in [1, num_keys={num_keys}] for mqar, got {length}")
+
+
+def _flip_flop(rng: random.Random, n: int, params: Params) -> Example:
+    p_ignore = _float(params, "p")
+    sequence: list[str] = []
+    mask: list[bool] = []
+    memory = "0"
+    for index in range(n):
+        if index == 0:
+            op = "w"
+        elif index == n - 1:
+            op = "r"
+        else:
+            draw = rng.random()
+            op = "i" if draw < p_ignore else ("w" if draw < p_ignore + (1 - p_ignore) / 2 else "r")
+        bit = memory if op == "r" else rng.choice("01")
+        memory = bit if op == "w" else memory
+        sequence += [op, bit]
+        mask += [False, op == "r"]
+    answer = tuple(s for s, m in zip(sequence, mask, strict=True) if m)
+    return Example(tuple(sequence), answer, tuple(sequence), tuple(mask))
+
+
+def _selective_copy(rng: random.Random, n: int, params: Params) -> Example:
+    count = _int(params, "num_tokens")
+    where = sorted(rng.sample(range(n), count))
+    data = rng.choices(_letters(params), k=count)
+    prompt = ["."] * n
+    for index, symbol in zip(where, data, strict=True):
+        prompt[index] = symbol
+    return _qa(prompt, data)
+
+
+def _counting(rng: random.Random, n: int, params: Params) -> Example:
+    names = list(_LETTERS[: _int(params, "num_variables")])
+    p_set, p_inc = _float(params, "p_set"), _float(params, "p_increment")
+    values = dict.fromkeys(names, 0)
+    prompt: list[str] = []
+    for _ in range(n):
+        draw, var = rng.random(), rng.choice(names)
+        if draw < p_set:
+            values[var] = rng.randrange(10)
+            prompt += ["S", var, str(values[var])]
+        elif draw < p_set + p_inc:
+            values[var] = (values[var] + 1) % 10
+            prompt += ["I", var]
+        else:
+            prompt.append("D")
+    query = rng.choice(names)
+    return _qa([*prompt, "?", query], [str(values[query])])
+
+
+def _letters_vocab(params: Params) -> tuple[str, ...]:
+    return (PAD, SEP, *_letters(params))
+
+
+TASKS: dict[str, TaskSpec] = {
+    "copy": TaskSpec(
+        name="copy",
+        description="length = n random letters (the first alphabet_size of a..z); answer: them.",
+        train_lengths=(1, 12),
+        test_lengths=(16, 24, 32, 48),
+        defaults={"alphabet_size": 8},
+        vocab=_letters_vocab,
+        generate=_copy,
+        max_symbols=lambda n, p: 2 * n + 1,
+    ),
+    "reverse": TaskSpec(
+        name="reverse",
+        description="length = n random letters; answer: them in reverse order.",
+        train_lengths=(1, 12),
+        test_lengths=(16, 24, 32, 48),
+        defaults={"alphabet_size": 8},
+        vocab=_letters_vocab,
+        generate=_reverse,
+        max_symbols=lambda n, p: 2 * n + 1,
+    ),
+    "sort": TaskSpec(
+        name="sort",
+        description="length = n random digits (0..num_digits-1); answer: them sorted ascending.",
+        train_lengths=(1, 12),
+        test_lengths=(16, 24, 32, 48),
+        defaults={"num_digits": 10},
+        vocab=lambda p: (PAD, SEP, *_DIGITS[: _int(p, "num_digits")]),
+        generate=_sort,
+        max_symbols=lambda n, p: 2 * n + 1,
+    ),
+    "binary_addition": TaskSpec(
+        name="binary_addition",
+        description="length = n bits per operand: prompt 'a + b' with both written in "
+        "exactly n bits; answer: a + b in exactly n + 1 bits. lsb_first=True (default) writes "
+        "every number least-significant bit first, so the carry flows left to right.",
+        train_lengths=(1, 8),
+        test_lengths=(12, 16, 24, 32),
+        defaults={"lsb_first": True},
+        vocab=lambda p: (PAD, SEP, "0", "1", "+"),
+        generate=_binary_addition,
+        max_symbols=lambda n, p: 3 * n + 3,
+    ),
+    "passkey": TaskSpec(
+        name="passkey",
+        description="length = prompt tokens: filler with a digits-long key hidden at depth "
+        "(fraction of the filler before it; None = uniform per row), then a question; answer: "
+        "the key's digits. Small vocabulary: filler 'x y z x ...', key 'K d d d d d', question "
+        "'Q'. byte_level=True: English filler, key sentence and question as bytes (vocab 256, "
+        "separator ' ', padding NUL), usable on a byte-level LM.",
+        train_lengths=(128, 256),
+        test_lengths=(384, 512, 768, 1024),
+        defaults={"depth": None, "digits": 5, "byte_level": False},
+        vocab=_passkey_vocab,
+        generate=_passkey,
+        max_symbols=lambda n, p: n + 1 + _int(p, "digits"),
+        check=_min_length(_passkey_overhead),
+    ),
+    "mqar": TaskSpec(
+        name="mqar",
+        description="length = n key-value pairs 'k v k v ...' with distinct keys (of num_keys) and "
+        "values (of num_values), then the query keys; answer: their values in order. "
+        "queries=None asks every key once in random order; an int asks that many keys drawn "
+        "with replacement.",
+        train_lengths=(2, 8),
+        test_lengths=(12, 16, 24, 32),
+        defaults={"num_keys": 32, "num_values": 16, "queries": None},
+        vocab=lambda p: (
+            PAD,
+            SEP,
+            *(f"k{i}" for i in range(_int(p, "num_keys"))),
+            *(f"v{i}" for i in range(_int(p, "num_values"))),
+        ),
+        generate=_mqar,
+        max_symbols=lambda n, p: 2 * n + 2 * _mqar_queries(n, p) + 1,
+        check=_mqar_check,
+    ),
+    "flip_flop": TaskSpec(
+        name="flip_flop",
+        description="FFL(p), Liu et al. 2023: length = n instructions, each an op and a bit: "
+        "'w b' writes b, 'i b' is ignored, 'r b' reads (b = the last written bit). The first "
+        "op is w, the last r; in between i with probability p, else w or r equally. Answers "
+        "are inline: every read's bit (no separator).",
+        train_lengths=(8, 32),
+        test_lengths=(48, 64, 96, 128),
+        defaults={"p": 0.8},
+        vocab=lambda p: (PAD, SEP, "w", "r", "i", "0", "1"),
+        generate=_flip_flop,
+        max_symbols=lambda n, p: 2 * n,
+        check=_min_length(lambda p: 2),
+    ),
+    "selective_copy": TaskSpec(
+        name="selective_copy",
+        description="length = prompt tokens: num_tokens letters at random places among "
+        "noise '.'; answer: the letters in order.",
+        train_lengths=(8, 24),
+        test_lengths=(32, 48, 64, 96),
+        defaults={"num_tokens": 4, "alphabet_size": 8},
+        vocab=lambda p: (*_letters_vocab(p), "."),
+        generate=_selective_copy,
+        max_symbols=lambda n, p: n + 1 + _int(p, "num_tokens"),
+        check=_min_length(lambda p: _int(p, "num_tokens")),
+    ),
+    "counting": TaskSpec(
+        name="counting",
+        description="length = n ops on num_variables variables a, b, ... (all start at 0): "
+        "'S v d' sets v to digit d (prob p_set), 'I v' adds 1 mod 10 (prob p_increment), 'D' "
+        "does nothing; then '? v'; answer: v's final value (one digit).",
+        train_lengths=(4, 16),
+        test_lengths=(24, 32, 48, 64),
+        defaults={"num_variables": 3, "p_set": 0.2, "p_increment": 0.5},
+        vocab=lambda p: (
+            PAD,
+            SEP,
+            "S",
+            "I",
+            "D",
+            "?",
+            *_LETTERS[: _int(p, "num_variables")],
+            *_DIGITS,
+        ),
+        generate=_counting,
+        max_symbols=lambda n, p: 3 * n + 4,
+    ),
+}
+"""The nine tasks by name; see each :attr:`TaskSpec.description`."""
+
+# Allowed ranges (inclusive) of the task parameters; None is allowed where the default is None.
