@@ -81,12 +81,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from dataclasses import replace
+    from posenc.demo import run_demo
 
-    from posenc.demo import DEMO_CONFIG, run_demo
-
-    config = replace(DEMO_CONFIG, progress=not args.quiet)
-    summary = run_demo(args.out, config=config)
+    summary = run_demo(args.out)
     return 0 if not summary["failed"] else 1
 
 
@@ -145,7 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
         "demo", help="the main job: property checks, then train short / test long (~2 min)"
     )
     p.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=_cmd_demo)
     from posenc.lab.experiments import EXPERIMENTS
 

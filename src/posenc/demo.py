@@ -27,7 +27,7 @@ from posenc.lab.extrapolate import ExtrapolateConfig, run_extrapolate
 
 __all__ = ["DEMO_CONFIG", "run_demo"]
 
-#: The demo's experiment: about 2 minutes on 2 CPU cores (two trainings at a time).
+#: The demo's experiment: about 90 s on 2 idle CPU cores (two trainings at a time).
 DEMO_CONFIG = ExtrapolateConfig(
     encodings=("nope", "sinusoidal", "learned", "rope", "alibi", "t5"),
     train_len=64,

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +62,8 @@ class ExtrapolateConfig:
         isolate: train each encoding in a fresh process (spawn), so its peak memory is its
             own; ``False`` trains in this process (peak memory is then the process's so far).
         workers: processes training at once when ``isolate`` (tokens/s are then measured
-            with that many trainings sharing the machine).
+            with that many trainings sharing the machine; with more than one, the workers
+            show no progress bars, and a line is printed as each encoding finishes).
         threads: torch intra-op threads per training process (``None`` = torch's default;
             1 is fastest for these small models on a shared 2-core machine).
         progress: progress bars.
@@ -267,8 +268,10 @@ def run_extrapolate(
         else:  # pragma: no cover - Python 3.10 reuses workers (memory then accumulates)
             pool = ProcessPoolExecutor(workers, context)
         with pool:
+            # Progress bars of parallel workers would overwrite each other on one terminal.
+            child = replace(config, progress=False) if workers > 1 else config
             futures = {
-                pool.submit(_train_and_evaluate, name, config, run_dir): name
+                pool.submit(_train_and_evaluate, name, child, run_dir): name
                 for name, run_dir in pending
             }
             for future in as_completed(futures):
