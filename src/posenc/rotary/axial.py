@@ -15,7 +15,7 @@ from posenc._validate import check_in_choices, check_positive_float, check_posit
 from posenc.additive.sinusoidal_nd import grid_coordinates
 from posenc.base import RotaryEncoding
 from posenc.rotary.frequencies import rope_inv_freq
-from posenc.rotary.rope import LAYOUTS, Layout, apply_rotary, rope_cos_sin
+from posenc.rotary.rope import LAYOUTS, Layout, apply_rotary, check_rotary_input, rope_cos_sin
 
 __all__ = ["AxialRotary2D", "axial_cos_sin"]
 
@@ -152,22 +152,8 @@ class AxialRotary2D(RotaryEncoding):
     def rotate(self, x: Tensor, positions: Tensor, *, name: str = "x") -> Tensor:
         """Rotate one tensor ``(batch, heads, seq, head_dim)`` by its token indices."""
         pos_name = "positions" if name == "x" else f"{name}_pos"
-        if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
-            raise ValueError(f"{name} must be a floating tensor (batch, heads, seq, head_dim)")
-        if x.shape[-1] != self.head_dim:
-            raise ValueError(
-                f"{name} has last dim {x.shape[-1]} but this AxialRotary2D has "
-                f"head_dim {self.head_dim}"
-            )
+        check_rotary_input(x, positions, self.head_dim, name, pos_name, "AxialRotary2D")
         y, x_coord = grid_coordinates(positions, self.height, self.width, name=pos_name)
-        if positions.shape[-1] != x.shape[-2]:
-            raise ValueError(
-                f"{pos_name} has {positions.shape[-1]} positions but {name} has seq {x.shape[-2]}"
-            )
-        if positions.dim() == 2 and positions.shape[0] not in (1, x.shape[0]):
-            raise ValueError(
-                f"{pos_name} has batch {positions.shape[0]} but {name} has batch {x.shape[0]}"
-            )
         compute = torch.float64 if x.dtype == torch.float64 else torch.float32
         cos, sin = axial_cos_sin(
             x_coord.to(x.device),

@@ -155,6 +155,32 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def check_rotary_input(
+    x: Tensor, positions: Tensor, head_dim: int, name: str, pos_name: str, owner: str
+) -> None:
+    """Check one rotary call's tensor and positions; errors name ``name`` / ``pos_name``.
+
+    ``x`` must be a floating ``(batch, heads, seq, head_dim)`` tensor; ``positions`` valid
+    (:func:`posenc.positions.check_positions`) with ``seq`` entries and a batch of 1 or
+    ``x``'s.
+    """
+    if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating tensor (batch, heads, seq, head_dim)")
+    if x.shape[-1] != head_dim:
+        raise ValueError(
+            f"{name} has last dim {x.shape[-1]} but this {owner} has head_dim {head_dim}"
+        )
+    check_positions(positions, pos_name)
+    if positions.shape[-1] != x.shape[-2]:
+        raise ValueError(
+            f"{pos_name} has {positions.shape[-1]} positions but {name} has seq {x.shape[-2]}"
+        )
+    if positions.dim() == 2 and positions.shape[0] not in (1, x.shape[0]):
+        raise ValueError(
+            f"{pos_name} has batch {positions.shape[0]} but {name} has batch {x.shape[0]}"
+        )
+
+
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, layout: Layout = "half") -> Tensor:
     """Rotate the first ``rotary_dim`` channels of ``x`` by the angles behind ``cos``/``sin``.
 
@@ -452,22 +478,7 @@ class RotaryEmbedding(RotaryEncoding):
         return self._rotate(q, q_pos, "q", "q_pos"), self._rotate(k, k_pos, "k", "k_pos")
 
     def _rotate(self, x: Tensor, positions: Tensor, name: str, pos_name: str) -> Tensor:
-        if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
-            raise ValueError(f"{name} must be a floating tensor (batch, heads, seq, head_dim)")
-        if x.shape[-1] != self.head_dim:
-            raise ValueError(
-                f"{name} has last dim {x.shape[-1]} but this RotaryEmbedding has "
-                f"head_dim {self.head_dim}"
-            )
-        check_positions(positions, pos_name)
-        if positions.shape[-1] != x.shape[-2]:
-            raise ValueError(
-                f"{pos_name} has {positions.shape[-1]} positions but {name} has seq {x.shape[-2]}"
-            )
-        if positions.dim() == 2 and positions.shape[0] not in (1, x.shape[0]):
-            raise ValueError(
-                f"{pos_name} has batch {positions.shape[0]} but {name} has batch {x.shape[0]}"
-            )
+        check_rotary_input(x, positions, self.head_dim, name, pos_name, type(self).__name__)
         cos, sin = self._tables(positions.to(x.device), _compute_dtype(x.dtype))
         return apply_rotary(x, cos, sin, layout=self.layout)
 

@@ -49,7 +49,7 @@ from posenc._validate import (
 from posenc.base import RotaryEncoding
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
-from posenc.rotary.rope import Layout, apply_rotary, rope_cos_sin
+from posenc.rotary.rope import Layout, apply_rotary, check_rotary_input, rope_cos_sin
 
 __all__ = ["XPos", "xpos_max_distance", "xpos_scale", "xpos_zeta"]
 
@@ -267,21 +267,7 @@ class XPos(RotaryEncoding):
     def _rotate(
         self, x: Tensor, positions: Tensor, name: str, pos_name: str, *, inverse: bool
     ) -> Tensor:
-        if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
-            raise ValueError(f"{name} must be a floating tensor (batch, heads, seq, head_dim)")
-        if x.shape[-1] != self.head_dim:
-            raise ValueError(
-                f"{name} has last dim {x.shape[-1]} but this XPos has head_dim {self.head_dim}"
-            )
-        check_positions(positions, pos_name)
-        if positions.shape[-1] != x.shape[-2]:
-            raise ValueError(
-                f"{pos_name} has {positions.shape[-1]} positions but {name} has seq {x.shape[-2]}"
-            )
-        if positions.dim() == 2 and positions.shape[0] not in (1, x.shape[0]):
-            raise ValueError(
-                f"{pos_name} has batch {positions.shape[0]} but {name} has batch {x.shape[0]}"
-            )
+        check_rotary_input(x, positions, self.head_dim, name, pos_name, "XPos")
         if validating_values() and positions.numel() > 0:
             self._check_range(positions, pos_name, x.dtype)
         positions = positions.to(x.device)
