@@ -465,7 +465,7 @@ class RotaryEmbedding(RotaryEncoding):
         """
         check_positions(positions, "positions")
         self._update_from(positions)
-        return self._rotate(x, positions, "x", "positions")
+        return self._rotate(x, positions, "x", "positions")[0]
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate q by ``q_pos`` and k by ``k_pos``; returns ``(q_rot, k_rot)``.
@@ -475,12 +475,24 @@ class RotaryEmbedding(RotaryEncoding):
         check_positions(q_pos, "q_pos")
         check_positions(k_pos, "k_pos")
         self._update_from(q_pos, k_pos)
-        return self._rotate(q, q_pos, "q", "q_pos"), self._rotate(k, k_pos, "k", "k_pos")
+        q_rot, tables = self._rotate(q, q_pos, "q", "q_pos")
+        # Self-attention passes one positions tensor for both: build its tables once.
+        same = k_pos is q_pos and k.dtype == q.dtype and k.device == q.device
+        k_rot, _ = self._rotate(k, k_pos, "k", "k_pos", tables if same else None)
+        return q_rot, k_rot
 
-    def _rotate(self, x: Tensor, positions: Tensor, name: str, pos_name: str) -> Tensor:
+    def _rotate(
+        self,
+        x: Tensor,
+        positions: Tensor,
+        name: str,
+        pos_name: str,
+        tables: tuple[Tensor, Tensor] | None = None,
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
         check_rotary_input(x, positions, self.head_dim, name, pos_name, type(self).__name__)
-        cos, sin = self._tables(positions.to(x.device), _compute_dtype(x.dtype))
-        return apply_rotary(x, cos, sin, layout=self.layout)
+        if tables is None:
+            tables = self._tables(positions.to(x.device), _compute_dtype(x.dtype))
+        return apply_rotary(x, *tables, layout=self.layout), tables
 
     def extra_repr(self) -> str:
         text = (
