@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,14 +64,6 @@ def make_model() -> DecoderLM:
 
 def evaluate(model: torch.nn.Module, step: int) -> dict[str, float]:
     return {"sum_of_params": float(sum(p.double().sum() for p in model.parameters()))}
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def ddp_rank(rank: int, world_size: int, run_dir: str) -> None:

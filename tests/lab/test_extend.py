@@ -23,6 +23,7 @@ from posenc.lab.passkey import (
     passkey_min_context,
 )
 from posenc.lab.results import read_results_csv
+from posenc.lab.run import torch_threads
 from posenc.rotary.scaling import (
     DynamicNTK,
     Linear,
@@ -56,10 +57,8 @@ TINY = ExtendConfig(
 
 @pytest.fixture(scope="module")
 def one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,15 +30,6 @@ from posenc.positions import randomized_positions
 
 VOCAB = 16
 SEQ = 12
-
-
-@pytest.fixture(autouse=True)
-def _one_thread() -> Iterator[None]:
-    """Tiny models run fastest on one thread, and bitwise resume needs fixed threads."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 class CountingSource:

@@ -49,7 +49,7 @@ from posenc.lab.data import CorpusSplits, LMSource, load_corpus
 from posenc.lab.extrapolate import evaluate_lm
 from posenc.lab.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
 from posenc.lab.results import prepare_out_dir, write_results_csv
-from posenc.lab.run import atomic_write_text
+from posenc.lab.run import atomic_write_text, torch_threads
 from posenc.lab.train import TrainConfig, TrainResult, train
 from posenc.model import DecoderLM, ModelConfig
 
@@ -396,13 +396,8 @@ def run_extend(
     from posenc.lab.report import write_report
 
     folder = prepare_out_dir(out, "extend", config)
-    previous = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         rows = _run(config, folder, echo)
-    finally:
-        torch.set_num_threads(previous)
     write_results_csv(rows, folder / "results.csv")
     write_report(folder, title="posenc: RoPE context extension")
     if echo:

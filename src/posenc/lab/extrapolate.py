@@ -35,7 +35,7 @@ from torch import Tensor
 from posenc._validate import check_positive_int
 from posenc.lab.data import CorpusSplits, LMSource, eval_windows, load_corpus
 from posenc.lab.results import prepare_out_dir, write_results_csv
-from posenc.lab.run import atomic_write_text
+from posenc.lab.run import atomic_write_text, torch_threads
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import encoding_spec
@@ -173,13 +173,8 @@ def evaluate_lm(
 
 def _train_and_evaluate(encoding: str, config: ExtrapolateConfig, run_dir: str) -> list[Row]:
     """Train one encoding (resuming if its folder holds a run) and evaluate every length."""
-    previous = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    try:
+    with torch_threads(config.threads):
         return _train_and_evaluate_inner(encoding, config, run_dir)
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _train_and_evaluate_inner(encoding: str, config: ExtrapolateConfig, run_dir: str) -> list[Row]:

@@ -31,11 +31,10 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 import json
 import multiprocessing
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,7 +46,7 @@ from torch import nn
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.results import prepare_out_dir, write_results_csv
-from posenc.lab.run import atomic_write_text
+from posenc.lab.run import atomic_write_text, torch_threads
 from posenc.lab.tasks import TASKS, TaskSource, accuracy, make_task
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
@@ -259,17 +258,6 @@ def evaluate_task(
     return hits / answers, exact / scored
 
 
-@contextlib.contextmanager
-def _threads(threads: int | None) -> Iterator[None]:
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def _run_name(task: str, encoding: str, randomized: bool) -> str:
     return f"{task}-{encoding}-{'rand' if randomized else 'plain'}"
 
@@ -281,7 +269,7 @@ def _train_and_evaluate(
     folder = Path(run_dir)
     source = config.source(task)
     max_position = config.max_position(task) if randomized else None
-    with _threads(config.threads):
+    with torch_threads(config.threads):
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
             model = DecoderLM(config.model_config(task, encoding, randomized))

@@ -43,7 +43,7 @@ from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D, grid_coord
 from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.results import prepare_out_dir, write_results_csv
-from posenc.lab.run import atomic_write_text
+from posenc.lab.run import atomic_write_text, torch_threads
 from posenc.lab.train import TrainConfig, train
 from posenc.model import Block, ModelConfig
 from posenc.rotary import AxialRotary2D
@@ -455,11 +455,8 @@ def run_vit(
 
     folder = prepare_out_dir(out, "vit", config)
     data = load_digits_splits(config.test_size, seed=config.split_seed)
-    previous_threads = torch.get_num_threads()
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
     rows: list[Row] = []
-    try:
+    with torch_threads(config.threads):
         for encoding in config.encodings:
             for seed in config.seeds:
                 run_dir = folder / "runs" / encoding / f"seed{seed}"
@@ -477,8 +474,6 @@ def run_vit(
                         f"[vit] {encoding} seed {seed}: test accuracy {row['accuracy']:.4f} "
                         f"in {time.perf_counter() - start:.1f} s"
                     )
-    finally:
-        torch.set_num_threads(previous_threads)
     write_results_csv(rows, folder / "results.csv")
     write_report(folder, title="posenc: ViT on sklearn digits")
     if echo:
