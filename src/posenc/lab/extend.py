@@ -240,14 +240,11 @@ class ExtendConfig:
     def train_config(self, *, fine_tune: bool) -> TrainConfig:
         steps = self.ft_steps if fine_tune else self.steps
         warmup = self.ft_warmup_steps if fine_tune else self.warmup_steps
-        return TrainConfig(
-            steps=steps,
+        return TrainConfig.for_steps(
+            steps,
+            warmup_steps=warmup,
             batch_size=self.batch_size,
             lr=self.ft_lr if fine_tune else self.lr,
-            warmup_steps=min(warmup, steps - 1),
-            eval_every=steps,
-            checkpoint_every=max(1, steps // 4),
-            log_every=max(1, min(50, steps // 10)),
             seed=self.seed,
             progress=self.progress,
         )

@@ -179,14 +179,11 @@ class TasksConfig:
         )
 
     def train_config(self, task: str, randomized: bool) -> TrainConfig:
-        return TrainConfig(
-            steps=self.steps,
+        return TrainConfig.for_steps(
+            self.steps,
+            warmup_steps=self.warmup_steps,
             batch_size=self.batch_size,
             lr=self.lr,
-            warmup_steps=min(self.warmup_steps, self.steps - 1),
-            eval_every=self.steps,
-            checkpoint_every=max(1, self.steps // 4),
-            log_every=max(1, min(50, self.steps // 10)),
             seed=self.seed,
             device=self.device,
             progress=self.progress and self.workers == 1,

@@ -120,6 +120,25 @@ class TrainConfig:
     progress: bool = True
     randomize_positions: int | None = None
 
+    @classmethod
+    def for_steps(
+        cls, steps: int, *, warmup_steps: int, eval_every: int | None = None, **fields: Any
+    ) -> TrainConfig:
+        """The experiments' schedule for a run of ``steps`` steps.
+
+        Warmup capped at ``steps - 1``, evaluation at the end (or every ``eval_every``),
+        four checkpoints, about ten log lines (at most every 50 steps); ``fields`` set the
+        rest.
+        """
+        return cls(
+            steps=steps,
+            warmup_steps=min(warmup_steps, steps - 1),
+            eval_every=steps if eval_every is None else eval_every,
+            checkpoint_every=max(1, steps // 4),
+            log_every=max(1, min(50, steps // 10)),
+            **fields,
+        )
+
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "eval_every", "checkpoint_every", "log_every"):
             check_positive_int(name, getattr(self, name))

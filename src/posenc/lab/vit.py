@@ -378,16 +378,13 @@ class VitConfig:
         )
 
     def train_config(self, seed: int) -> TrainConfig:
-        steps = self.steps
-        return TrainConfig(
-            steps=steps,
+        return TrainConfig.for_steps(
+            self.steps,
+            warmup_steps=self.warmup_steps,
+            eval_every=max(1, self.steps // 5),
             batch_size=self.batch_size,
             lr=self.lr,
             weight_decay=self.weight_decay,
-            warmup_steps=min(self.warmup_steps, steps - 1),
-            eval_every=max(1, steps // 5),
-            checkpoint_every=max(1, steps // 4),
-            log_every=max(1, min(50, steps // 10)),
             seed=seed,
             device=self.device,
             progress=self.progress,
