@@ -1,46 +1,67 @@
-"""The contracts of the four places a positional encoding can enter attention.
+"""The hooks through which a positional encoding enters a transformer.
 
-A positional encoding is a :class:`torch.nn.Module` whose class attribute ``family`` says
-where it acts; :class:`posenc.attention.Attention` and :mod:`posenc.model` dispatch on it.
+An encoding is a :class:`torch.nn.Module` that implements the hooks it needs. The model and
+:class:`posenc.attention.Attention` look for the methods (duck typing, see
+:class:`posenc.attention.hooks.Hooks`), never at a family name, so a new kind of method is
+one new class, and one encoding may implement several hooks.
 
-* ``"additive"``: :class:`AdditiveEncoding`, ``forward(positions) -> (..., seq, dim)``;
-  the model adds it to the token embeddings.
-* ``"rotary"``: :class:`RotaryEncoding`, ``forward(q, k, q_pos, k_pos) -> (q, k)``;
-  q and k may have different lengths (KV cache).
-* ``"bias"``: :class:`BiasEncoding`, ``bias(q_pos, k_pos) -> (heads, q_len, k_len)`` or
-  ``(batch, heads, q_len, k_len)`` for batched positions; added to the scaled logits.
-* ``"contextual"``: :class:`ContextualEncoding`, a logit term that depends on q or k as
-  well as on positions (Shaw, Transformer-XL), and optionally a term added to the output.
-* ``"none"``: :class:`NoPE`, no positional information at all.
+=================  ====================================================================
+hook               methods
+=================  ====================================================================
+additive           ``position_embedding(positions) -> (..., seq, dim)``; the model adds
+                   it to the token embeddings.
+rotary             ``rotary_tables(positions, dtype)`` (built once per forward) and
+                   ``rotate_qk(q, k, q_tables, k_tables) -> (q, k)``; q and k may have
+                   different lengths (KV cache).
+pointwise bias     ``bias_at(head, q_pos, k_pos, dtype) -> bias``, written with
+                   broadcastable ops; the materialized bias and FlexAttention's
+                   ``score_mod`` are both derived from it. ``num_heads``.
+contextual term    ``logit_term(q, k, q_pos, k_pos, scale)`` (reads q or k: Shaw,
+                   Transformer-XL, DeBERTa) and optionally ``value_term(probs, q_pos,
+                   k_pos)`` with ``has_value_term = True``.
+scores reader      ``transform_scores(scores, *, q, k, q_pos, k_pos, allowed)``: gets the
+                   scaled content (+ bias) scores of complete rows of all heads and returns
+                   new ones (CoPE, CAPE); attention applies the mask after it.
+logit scale        ``logit_scale(head_dim) -> float`` (default ``head_dim ** -0.5``).
+=================  ====================================================================
 
-Shapes follow :func:`torch.nn.functional.scaled_dot_product_attention`: q, k, v are
-``(batch, heads, seq, head_dim)``; positions are ``(seq,)`` or ``(batch, seq)``.
+Hot-path hooks (``rotary_tables``, ``rotate_qk``, ``bias_at``, ``logit_term``,
+``value_term``, ``transform_scores``) do no value checks: inputs are validated once, at the
+public boundary (the model, :class:`~posenc.attention.Attention`, an encoding's own
+``forward``). Shapes follow :func:`torch.nn.functional.scaled_dot_product_attention`: q, k,
+v are ``(batch, heads, seq, head_dim)``; positions ``(seq,)`` or ``(batch, seq)``, or with a
+leading axis dimension for encodings with ``num_axes > 1``.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar
 
+import torch
 from torch import Tensor, nn
+
+from posenc.positions import check_positions
 
 __all__ = [
     "AdditiveEncoding",
     "BiasEncoding",
     "ContextualEncoding",
-    "Family",
     "NoPE",
     "PositionalEncoding",
     "RotaryEncoding",
+    "check_rotary_input",
+    "materialize_bias",
 ]
-
-Family = Literal["none", "additive", "rotary", "bias", "contextual"]
 
 
 class PositionalEncoding(nn.Module):
-    """Base of every encoding; ``family`` tells attention where the encoding acts."""
+    """Base of every encoding: how many position axes it reads and whether layers share it."""
 
-    family: ClassVar[Family]
-    #: True when one instance is meant to be shared by all layers (T5 shares its table).
+    #: Position axes the encoding reads: 1 gives positions ``(seq,)`` / ``(batch, seq)``,
+    #: ``n > 1`` gives ``(n, seq)`` / ``(n, batch, seq)`` (M-RoPE's t, h, w).
+    num_axes: int = 1
+    #: True when one instance serves every layer (T5's table; parameter-free encodings, whose
+    #: per-forward tables are then built once for the whole model).
     shared_across_layers: ClassVar[bool] = False
 
 
@@ -51,57 +72,177 @@ class NoPE(PositionalEncoding):
     permutation-equivariant.
     """
 
-    family: ClassVar[Family] = "none"
+    shared_across_layers: ClassVar[bool] = True
 
 
 class AdditiveEncoding(PositionalEncoding):
     """``x + P(positions)``: ``forward(positions) -> (..., seq, dim)``."""
 
-    family: ClassVar[Family] = "additive"
     dim: int
+
+    def position_embedding(self, positions: Tensor) -> Tensor:
+        """The additive hook: ``P(positions)``, ``(..., seq, dim)``."""
+        return self(positions)
 
 
 class RotaryEncoding(PositionalEncoding):
-    """Rotates q and k by their positions: ``forward(q, k, q_pos, k_pos) -> (q, k)``."""
+    """Rotates q and k by their positions.
 
-    family: ClassVar[Family] = "rotary"
+    Subclasses implement the two hot-path hooks; :meth:`forward` is the validated public
+    call ``forward(q, k, q_pos, k_pos) -> (q, k)``.
+    """
+
+    head_dim: int
+    shared_across_layers: ClassVar[bool] = True
+
+    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> Any:
+        """Whatever :meth:`rotate_qk` needs for ``positions`` (cos/sin tables), in ``dtype``.
+
+        Called once per model forward for the new tokens; no value checks.
+        """
+        raise NotImplementedError
+
+    def rotate_qk(
+        self, q: Tensor, k: Tensor, q_tables: Any, k_tables: Any
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate q with ``q_tables`` and k with ``k_tables`` (from :meth:`rotary_tables`)."""
+        raise NotImplementedError
+
+    def check_rotary_call(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> None:
+        """Validate a public call (shapes, dtypes, positions); errors name the argument."""
+        owner = type(self).__name__
+        check_rotary_input(q, q_pos, self.head_dim, "q", "q_pos", owner, self.num_axes)
+        check_rotary_input(k, k_pos, self.head_dim, "k", "k_pos", owner, self.num_axes)
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
-        raise NotImplementedError
+        """Rotate q by ``q_pos`` and k by ``k_pos``; returns ``(q_rot, k_rot)``."""
+        self.check_rotary_call(q, k, q_pos, k_pos)
+        q_tables = self.rotary_tables(q_pos, q.dtype)
+        same = k_pos is q_pos and k.dtype == q.dtype  # self-attention: build the tables once
+        k_tables = q_tables if same else self.rotary_tables(k_pos, k.dtype)
+        return self.rotate_qk(q, k, q_tables, k_tables)
+
+
+def check_rotary_input(
+    x: Tensor,
+    positions: Tensor,
+    head_dim: int,
+    name: str,
+    pos_name: str,
+    owner: str,
+    num_axes: int = 1,
+) -> None:
+    """Check one rotary call's tensor and positions; errors name ``name`` / ``pos_name``.
+
+    ``x`` must be a floating ``(batch, heads, seq, head_dim)`` tensor; ``positions`` valid
+    (:func:`posenc.positions.check_positions`) with ``seq`` entries and a batch of 1 or
+    ``x``'s.
+    """
+    if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating tensor (batch, heads, seq, head_dim)")
+    if x.shape[-1] != head_dim:
+        raise ValueError(
+            f"{name} has last dim {x.shape[-1]} but this {owner} has head_dim {head_dim}"
+        )
+    check_positions(positions, pos_name, num_axes=num_axes)
+    if positions.shape[-1] != x.shape[-2]:
+        raise ValueError(
+            f"{pos_name} has {positions.shape[-1]} positions but {name} has seq {x.shape[-2]}"
+        )
+    batched = positions.dim() == (2 if num_axes == 1 else 3)
+    if batched and positions.shape[-2] not in (1, x.shape[0]):
+        raise ValueError(
+            f"{pos_name} has batch {positions.shape[-2]} but {name} has batch {x.shape[0]}"
+        )
 
 
 class BiasEncoding(PositionalEncoding):
-    """Adds ``bias(q_pos, k_pos)`` to the scaled attention logits.
+    """Adds a pointwise bias ``b(head, q_pos, k_pos)`` to the scaled attention logits.
 
-    ``bias`` returns ``(heads, q_len, k_len)`` for 1-D positions and
-    ``(batch, heads, q_len, k_len)`` when either position tensor is ``(batch, seq)``.
+    Subclasses write :meth:`bias_at` once; :meth:`bias` materializes it and
+    :mod:`posenc.attention` derives FlexAttention's ``score_mod`` from the same method.
     """
 
-    family: ClassVar[Family] = "bias"
     num_heads: int
 
-    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
+    def bias_at(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        """The bias of ``head`` between a query at ``q_pos`` and a key at ``k_pos``.
+
+        Written with broadcastable tensor ops only (no Python branching on values, no
+        checks), so that it evaluates both on whole broadcast grids (``head (H, 1, 1)``,
+        ``q_pos (..., 1, q, 1)``, ``k_pos (..., 1, 1, k)``) and on the scalars FlexAttention
+        passes to a ``score_mod``. Returns the bias in ``dtype``.
+        """
         raise NotImplementedError
+
+    def prepare_bias(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Build whatever :meth:`bias_at` reads on ``device`` in ``dtype`` (a memoised table).
+
+        Attention calls it once per call before :meth:`bias_at` may be traced (FlexAttention,
+        checkpointing under ``torch.compile``), so that ``bias_at`` itself mutates nothing.
+        """
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """Materialized bias ``(num_heads, q_len, k_len)`` or ``(batch, num_heads, q, k)``.
+
+        Validates the positions (shape, dtype, finiteness, whole numbers where the method
+        needs them) and evaluates :meth:`bias_at` on the whole grid. ``dtype`` defaults to
+        float32 (float64 when either position tensor is float64).
+        """
+        self.check_bias_positions(q_pos, k_pos)
+        if dtype is None:
+            wide = torch.float64 in (q_pos.dtype, k_pos.dtype)
+            dtype = torch.float64 if wide else torch.float32
+        return materialize_bias(self, q_pos, k_pos.to(q_pos.device), dtype)
+
+    def check_bias_positions(self, q_pos: Tensor, k_pos: Tensor) -> None:
+        """Validate positions for :meth:`bias` (overridden where whole numbers are needed)."""
+        check_positions(q_pos, "q_pos")
+        check_positions(k_pos, "k_pos")
+        if q_pos.dim() == 2 and k_pos.dim() == 2:
+            qb, kb = q_pos.shape[0], k_pos.shape[0]
+            if qb != kb and 1 not in (qb, kb):
+                raise ValueError(
+                    f"q_pos and k_pos must have the same batch size (or 1); got {qb} and {kb}"
+                )
 
     def forward(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         return self.bias(q_pos, k_pos)
 
 
+def materialize_bias(
+    encoding: BiasEncoding, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype
+) -> Tensor:
+    """``encoding.bias_at`` on the whole ``(heads, q, k)`` grid, without checks.
+
+    Shape:
+        q_pos ``(q,)`` or ``(batch, q)``, k_pos ``(k,)`` or ``(batch, k)`` →
+        ``(heads, q, k)`` when both are 1-D, else ``(batch, heads, q, k)``.
+    """
+    encoding.prepare_bias(q_pos.device, dtype)
+    heads = torch.arange(encoding.num_heads, device=q_pos.device).view(-1, 1, 1)
+    q_grid = q_pos[..., None, :, None]  # (..., 1, q, 1)
+    k_grid = k_pos[..., None, None, :]  # (..., 1, 1, k)
+    return encoding.bias_at(heads, q_grid, k_grid, dtype)
+
+
 class ContextualEncoding(PositionalEncoding):
     """A logit term that reads q or k as well as positions (Shaw, Transformer-XL).
 
-    ``logits(q, k, q_pos, k_pos, scale)`` returns ``(batch, heads, q_len, k_len)``, added
-    to ``scale * q @ k.T``; the encoding applies ``scale`` itself where its formula does.
-    ``values(probs, q_pos, k_pos)`` returns ``(batch, heads, q_len, head_dim)`` added to
-    the attention output, or ``None`` (the default) when the method has no value term.
+    ``logit_term(q, k, q_pos, k_pos, scale)`` returns ``(batch, heads, q_len, k_len)``, added
+    to ``scale · q @ kᵀ``; the encoding applies ``scale`` itself where its formula does.
+    ``value_term(probs, q_pos, k_pos)`` returns ``(batch, heads, q_len, head_dim)`` added to
+    the attention output when ``has_value_term`` is True. Both may be called on a block of
+    queries and any contiguous range of keys; positions are those of the block and range.
     """
 
-    family: ClassVar[Family] = "contextual"
-    #: True when :meth:`values` contributes; attention then needs the probabilities.
-    uses_values: bool = False
+    #: True when :meth:`value_term` contributes; attention then needs the probabilities.
+    has_value_term: bool = False
 
-    def logits(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
+    def logit_term(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
+    ) -> Tensor:
         raise NotImplementedError
 
-    def values(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+    def value_term(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
         return None

@@ -19,12 +19,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_positive_int
-from posenc.attention import Attention, KVCache
-from posenc.base import PositionalEncoding
-from posenc.positions import check_positions, positions_from_length
+from posenc._validate import check_positive_int, validating_values
+from posenc.attention import Attention, AttentionContext, KVCache, MaskMod, build_context
+from posenc.attention.backends import NAMES as BACKENDS
+from posenc.attention.hooks import Hooks, hooks_of
 from posenc.registry import ModelDims, build_encoding
 
 __all__ = ["Block", "DecoderLM", "EncoderClassifier", "ModelConfig"]
@@ -38,11 +39,13 @@ class ModelConfig:
         vocab_size: token vocabulary (256 for bytes).
         dim, depth, num_heads: width, layers and query heads.
         num_kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
-        mlp_ratio: hidden width of the MLP relative to ``dim``.
+        mlp_ratio: hidden width of the MLP relative to ``dim`` (``int(mlp_ratio · dim) ≥ 1``).
         max_seq_len: only used by encodings with a finite table (learned absolute).
         pos: registered encoding name (see ``posenc list``).
         pos_kwargs: keyword arguments for the encoding's constructor.
-        dropout: dropout on attention probabilities and residual branches.
+        dropout: dropout on attention probabilities and residual branches, in ``[0, 1)``.
+        backend: attention backend, ``"auto"`` (default), ``"sdpa"``, ``"flex"`` or
+            ``"chunked"`` (see :mod:`posenc.attention.backends`).
     """
 
     vocab_size: int = 256
@@ -55,14 +58,47 @@ class ModelConfig:
     pos: str = "rope"
     pos_kwargs: dict[str, Any] = field(default_factory=dict)
     dropout: float = 0.0
+    backend: str = "auto"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "depth", "num_heads", "max_seq_len"):
             check_positive_int(name, getattr(self, name))
         if self.dim % self.num_heads != 0:
             raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
-        if self.mlp_ratio <= 0:
-            raise ValueError(f"mlp_ratio must be > 0, got {self.mlp_ratio}")
+        if self.num_kv_heads is not None:
+            check_positive_int("num_kv_heads", self.num_kv_heads)
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads})"
+                )
+        ratio = self.mlp_ratio
+        if (
+            isinstance(ratio, bool)
+            or not isinstance(ratio, (int, float))
+            or not math.isfinite(ratio)
+        ):
+            raise ValueError(f"mlp_ratio must be a finite number > 0, got {ratio!r}")
+        if int(ratio * self.dim) < 1:
+            raise ValueError(
+                f"mlp_ratio must give at least one hidden unit: int(mlp_ratio * dim) = "
+                f"int({ratio} * {self.dim}) = {int(ratio * self.dim)}; "
+                f"use mlp_ratio >= {1 / self.dim:g}"
+            )
+        dropout = self.dropout
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, (int, float))
+            or not 0.0 <= dropout < 1.0
+        ):
+            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+        if not isinstance(self.pos, str):
+            raise ValueError(f"pos must be an encoding name (str), got {type(self.pos).__name__}")
+        if not isinstance(self.pos_kwargs, dict):
+            raise ValueError(f"pos_kwargs must be a dict, got {type(self.pos_kwargs).__name__}")
+        if self.backend not in BACKENDS:
+            raise ValueError(
+                f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {self.backend!r}"
+            )
 
     def dims(self, *, causal: bool) -> ModelDims:
         return ModelDims(
@@ -73,9 +109,7 @@ class ModelConfig:
 class Block(nn.Module):
     """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
 
-    def __init__(
-        self, config: ModelConfig, pos: PositionalEncoding | None, *, causal: bool
-    ) -> None:
+    def __init__(self, config: ModelConfig, pos: nn.Module | None, *, causal: bool) -> None:
         super().__init__()
         hidden = int(config.mlp_ratio * config.dim)
         self.attn_norm = nn.LayerNorm(config.dim)
@@ -86,6 +120,7 @@ class Block(nn.Module):
             pos=pos,
             causal=causal,
             dropout=config.dropout,
+            backend=config.backend,
         )
         self.mlp_norm = nn.LayerNorm(config.dim)
         self.mlp = nn.Sequential(
@@ -96,11 +131,12 @@ class Block(nn.Module):
     def forward(
         self,
         x: Tensor,
-        positions: Tensor,
+        positions: Tensor | None = None,
         *,
         key_padding_mask: Tensor | None = None,
-        attn_mask: Tensor | None = None,
+        attn_mask: Tensor | MaskMod | None = None,
         cache: KVCache | None = None,
+        context: AttentionContext | None = None,
     ) -> Tensor:
         attended = self.attn(
             self.attn_norm(x),
@@ -108,17 +144,47 @@ class Block(nn.Module):
             key_padding_mask=key_padding_mask,
             attn_mask=attn_mask,
             cache=cache,
+            context=context,
         )
         x = x + self.drop(attended)
         return x + self.drop(self.mlp(self.mlp_norm(x)))
 
 
+def check_tokens(tokens: object, vocab_size: int) -> Tensor:
+    """Raise ``ValueError`` naming ``tokens`` unless they are integer ids in ``[0, vocab_size)``."""
+    if (
+        not isinstance(tokens, Tensor)
+        or tokens.dim() != 2
+        or tokens.is_floating_point()
+        or tokens.dtype == torch.bool
+    ):
+        got = (
+            f"{tokens.dtype} {tuple(tokens.shape)}"
+            if isinstance(tokens, Tensor)
+            else type(tokens).__name__
+        )
+        raise ValueError(f"tokens must be an integer tensor (batch, seq); got {got}")
+    if validating_values() and tokens.numel() > 0:
+        low, high = torch.stack(torch.aminmax(tokens)).tolist()  # one host sync per forward
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"tokens must be ids in [0, vocab_size) = [0, {vocab_size}); got values from "
+                f"{low} to {high}"
+            )
+    return tokens
+
+
 class _Trunk(nn.Module):
-    """Embedding, additive encoding, blocks and final norm, shared by both models."""
+    """Embedding, additive encoding, blocks and final norm, shared by both models.
+
+    The per-forward :class:`~posenc.attention.AttentionContext` (positions, mask, the
+    tables of a shared encoding) is built and validated once here and handed to every layer.
+    """
 
     def __init__(self, config: ModelConfig, *, causal: bool) -> None:
         super().__init__()
         self.config = config
+        self.causal = causal
         self.embed = nn.Embedding(config.vocab_size, config.dim)
         # Token vectors enter at unit scale (init std dim^-1/2, times sqrt(dim)) so that an
         # additive encoding of unit amplitude neither drowns them nor is drowned (fairseq).
@@ -126,11 +192,13 @@ class _Trunk(nn.Module):
         self.embed_scale = math.sqrt(config.dim)
         dims = config.dims(causal=causal)
         first = build_encoding(config.pos, dims, config.pos_kwargs)
-        self.additive = first if first.family == "additive" else None
-        # One attention-side encoding per layer, unless the method shares one (T5).
-        layer_pos: list[PositionalEncoding | None] = []
+        hooks = hooks_of(first)
+        self.additive = first if hooks.additive else None
+        acts_in_attention = hooks.rotary or hooks.logit_terms
+        # One attention-side encoding per layer, unless the method shares one (T5, RoPE).
+        layer_pos: list[nn.Module | None] = []
         for index in range(config.depth):
-            if first.family in ("additive", "none"):
+            if not acts_in_attention:
                 layer_pos.append(None)
             elif index == 0 or first.shared_across_layers:
                 layer_pos.append(first)
@@ -138,9 +206,13 @@ class _Trunk(nn.Module):
                 layer_pos.append(build_encoding(config.pos, dims, config.pos_kwargs))
         self.blocks = nn.ModuleList(Block(config, p, causal=causal) for p in layer_pos)
         self.norm = nn.LayerNorm(config.dim)
+        # Positions follow the layout of the encoding (its number of axes, its own checks).
+        self.position_hooks: Hooks = (
+            hooks if (acts_in_attention or hooks.additive) else hooks_of(None)
+        )
 
     @property
-    def encoding(self) -> PositionalEncoding | None:
+    def encoding(self) -> nn.Module | None:
         """The (first layer's) positional encoding module, or None for NoPE."""
         if self.additive is not None:
             return self.additive
@@ -153,32 +225,34 @@ class _Trunk(nn.Module):
         positions: Tensor | None,
         *,
         key_padding_mask: Tensor | None,
-        attn_mask: Tensor | None,
+        document_ids: Tensor | None,
+        attn_mask: Tensor | MaskMod | None,
         cache: list[KVCache] | None,
     ) -> Tensor:
-        if tokens.dim() != 2 or tokens.is_floating_point():
-            raise ValueError(
-                f"tokens must be an integer tensor (batch, seq); got {tokens.dtype} "
-                f"{tuple(tokens.shape)}"
-            )
-        seq = tokens.shape[1]
-        if cache is not None and len(cache) != len(self.blocks):
+        check_tokens(tokens, self.config.vocab_size)
+        batch, seq = tokens.shape
+        if cache is not None and (
+            not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks)
+        ):
             raise ValueError(f"cache must hold one KVCache per layer ({len(self.blocks)})")
-        if positions is None:
-            offset = 0 if cache is None else cache[0].length
-            positions = positions_from_length(seq, offset, device=tokens.device)
-        check_positions(positions, "positions")
+        context = build_context(
+            batch=batch,
+            seq=seq,
+            device=tokens.device,
+            causal=self.causal,
+            hooks=self.position_hooks,
+            positions=positions,
+            key_padding_mask=key_padding_mask,
+            document_ids=document_ids,
+            attn_mask=attn_mask,
+            cache=None if cache is None else cache[0],
+        )
         x = self.embed(tokens) * self.embed_scale
         if self.additive is not None:
-            x = x + self.additive(positions).to(x.dtype)
+            additive: Any = self.additive  # implements the additive hook
+            x = x + additive.position_embedding(context.q_pos).to(x.dtype)
         for index, block in enumerate(self.blocks):
-            x = block(
-                x,
-                positions,
-                key_padding_mask=key_padding_mask,
-                attn_mask=attn_mask,
-                cache=None if cache is None else cache[index],
-            )
+            x = block(x, cache=None if cache is None else cache[index], context=context)
         return self.norm(x)
 
 
@@ -197,7 +271,7 @@ class DecoderLM(nn.Module):
         self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
 
     @property
-    def encoding(self) -> PositionalEncoding | None:
+    def encoding(self) -> nn.Module | None:
         return self.trunk.encoding
 
     def new_cache(self) -> list[KVCache]:
@@ -210,13 +284,17 @@ class DecoderLM(nn.Module):
         positions: Tensor | None = None,
         *,
         key_padding_mask: Tensor | None = None,
-        attn_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
+        attn_mask: Tensor | MaskMod | None = None,
         cache: list[KVCache] | None = None,
     ) -> Tensor:
+        """Logits ``(batch, seq, vocab_size)``; see :class:`~posenc.attention.Attention` for
+        the masks (``key_padding_mask`` and ``document_ids`` of the new tokens)."""
         hidden = self.trunk(
             tokens,
             positions,
             key_padding_mask=key_padding_mask,
+            document_ids=document_ids,
             attn_mask=attn_mask,
             cache=cache,
         )
@@ -239,7 +317,7 @@ class EncoderClassifier(nn.Module):
         self.head = nn.Linear(config.dim, num_classes)
 
     @property
-    def encoding(self) -> PositionalEncoding | None:
+    def encoding(self) -> nn.Module | None:
         return self.trunk.encoding
 
     def encode(
@@ -250,7 +328,12 @@ class EncoderClassifier(nn.Module):
         key_padding_mask: Tensor | None = None,
     ) -> Tensor:
         return self.trunk(
-            tokens, positions, key_padding_mask=key_padding_mask, attn_mask=None, cache=None
+            tokens,
+            positions,
+            key_padding_mask=key_padding_mask,
+            document_ids=None,
+            attn_mask=None,
+            cache=None,
         )
 
     def forward(

@@ -1,8 +1,12 @@
-"""Where positions come from: offsets (KV cache), padding, packed documents, explicit tensors.
+"""Where positions come from: offsets (KV cache), padding, packed documents, grids, tensors.
 
-Every encoding takes positions as a tensor ``(seq,)`` or ``(batch, seq)``, integer or
-floating (position interpolation makes fractional positions legal). The helpers here build
-those tensors for the common cases and :func:`check_positions` validates a user's tensor.
+An encoding with one position axis takes positions ``(seq,)`` or ``(batch, seq)``; an
+encoding that declares ``num_axes = n > 1`` (M-RoPE's temporal, height and width ids) takes
+``(n, seq)`` or ``(n, batch, seq)``, the layout of HF Qwen2-VL's ``position_ids``. Positions
+are integer or floating (position interpolation makes fractional positions legal). Model,
+attention and KV cache treat them as opaque apart from the last dimension being ``seq``.
+The helpers here build those tensors for the common cases, :func:`check_positions`
+validates a user's tensor, and :func:`next_positions` continues them after a KV cache.
 
 Example::
 
@@ -20,38 +24,135 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posenc._validate import check_finite, check_non_negative_int
+from posenc._validate import (
+    check_finite,
+    check_integer_valued,
+    check_non_negative_int,
+    check_positive_int,
+    validating_values,
+)
 
 __all__ = [
     "check_positions",
+    "concat_positions",
     "cu_seqlens_to_document_ids",
     "document_mask",
+    "grid_coordinates",
+    "grid_positions",
+    "next_positions",
     "packed_positions",
+    "position_batch",
     "positions_from_length",
     "positions_from_padding_mask",
     "randomized_positions",
 ]
 
 
-def check_positions(positions: Tensor, name: str = "positions") -> Tensor:
+def check_positions(positions: Tensor, name: str = "positions", *, num_axes: int = 1) -> Tensor:
     """Validate a positions tensor and return it unchanged.
 
-    Positions must be a tensor of rank 1 ``(seq,)`` or 2 ``(batch, seq)``, of an integer
-    or floating dtype (not bool or complex), and finite.
+    With ``num_axes == 1`` positions are ``(seq,)`` or ``(batch, seq)``; with ``num_axes =
+    n > 1`` they are ``(n, seq)`` or ``(n, batch, seq)``. Integer or floating dtype (not bool
+    or complex); floating positions must be finite (checked eagerly, skipped while compiling).
 
     Raises:
-        ValueError: naming ``name`` for a wrong type, rank or dtype, or NaN/inf values.
+        ValueError: naming ``name`` for a wrong type, rank, axis count or dtype, or NaN/inf.
     """
     if not isinstance(positions, Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
-    if positions.dim() not in (1, 2):
+    check_positive_int("num_axes", num_axes)
+    if num_axes == 1:
+        if positions.dim() not in (1, 2):
+            raise ValueError(
+                f"{name} must have shape (seq,) or (batch, seq); got {tuple(positions.shape)}"
+            )
+    elif positions.dim() not in (2, 3) or positions.shape[0] != num_axes:
         raise ValueError(
-            f"{name} must have shape (seq,) or (batch, seq); got {tuple(positions.shape)}"
+            f"{name} must have shape ({num_axes}, seq) or ({num_axes}, batch, seq) for an "
+            f"encoding with {num_axes} position axes; got {tuple(positions.shape)}"
         )
     if positions.dtype == torch.bool or positions.is_complex():
         raise ValueError(f"{name} must be an integer or floating tensor, got {positions.dtype}")
     check_finite(name, positions)
     return positions
+
+
+def position_batch(positions: Tensor, num_axes: int = 1) -> int | None:
+    """Batch size of a (validated) positions tensor, or None when it is shared by all rows."""
+    batched_rank = 2 if num_axes == 1 else 3
+    return positions.shape[-2] if positions.dim() == batched_rank else None
+
+
+def _with_batch(positions: Tensor, batch: int, num_axes: int) -> Tensor:
+    """``positions`` expanded to ``batch`` rows (a view when they are shared)."""
+    if position_batch(positions, num_axes) is not None:
+        return positions
+    return positions.unsqueeze(-2).expand(*positions.shape[:-1], batch, positions.shape[-1])
+
+
+def concat_positions(old: Tensor, new: Tensor, num_axes: int = 1) -> Tensor:
+    """``old`` then ``new`` along ``seq`` (a KV cache growing); shared rows expand to a batch.
+
+    Example::
+
+        >>> concat_positions(torch.arange(3), torch.tensor([[3], [7]])).tolist()
+        [[0, 1, 2, 3], [0, 1, 2, 7]]
+    """
+    old_batch, new_batch = position_batch(old, num_axes), position_batch(new, num_axes)
+    if old_batch != new_batch:
+        batch = old_batch if new_batch is None else new_batch
+        assert batch is not None
+        old, new = _with_batch(old, batch, num_axes), _with_batch(new, batch, num_axes)
+    if old.dtype != new.dtype:
+        dtype = torch.promote_types(old.dtype, new.dtype)
+        old, new = old.to(dtype), new.to(dtype)
+    return torch.cat([old, new.to(old.device)], dim=-1)
+
+
+def next_positions(
+    cached: Tensor | None,
+    length: int,
+    *,
+    num_axes: int = 1,
+    device: torch.device | str | None = None,
+) -> Tensor:
+    """Positions of ``length`` new tokens after the cached ones: ``max(cached) + 1 + arange``.
+
+    The continuation reads the cached positions, not their count: after a left-padded prompt
+    (pads at position 0) the next token follows the last real one, and an M-RoPE sequence
+    whose image block spans fewer position ids than tokens continues at ``max + 1`` of all
+    axes, as HF's ``get_rope_index`` does. Per-row caches continue per row. Every axis of a
+    multi-axis encoding gets the same (text-like) positions. No host sync.
+
+    Args:
+        cached: positions already in the cache (any layout of :func:`check_positions`), or
+            None / an empty tensor for an empty cache (positions then start at 0).
+        length: number of new tokens (≥ 0).
+        num_axes: position axes of the encoding.
+        device: device of the result when ``cached`` is None.
+
+    Returns:
+        ``(length,)`` / ``(batch, length)``, with a leading ``num_axes`` dimension when
+        ``num_axes > 1``; the dtype of ``cached`` (int64 for an empty cache).
+
+    Example::
+
+        >>> next_positions(torch.tensor([[0, 0, 0, 1], [0, 1, 2, 3]]), 2).tolist()
+        [[2, 3], [4, 5]]
+    """
+    check_non_negative_int("length", length)
+    if cached is None or cached.shape[-1] == 0:
+        steps = torch.arange(length, device=device)
+        if cached is not None and position_batch(cached, num_axes) is not None:
+            steps = steps.expand(cached.shape[-2], length)
+    else:
+        last = cached.amax(dim=-1)  # (batch,) or () per axis
+        if num_axes > 1:
+            last = last.amax(dim=0)
+        steps = (last + 1).unsqueeze(-1) + torch.arange(length, device=cached.device)
+    if num_axes > 1:
+        steps = steps.expand(num_axes, *steps.shape)
+    return steps
 
 
 def positions_from_length(
@@ -213,3 +314,66 @@ def randomized_positions(
     positions = noise.argsort(dim=-1)[:, :length].sort(dim=-1).values  # (rows, length)
     positions = positions.to(device=device if device is not None else positions.device)
     return positions[0] if batch is None else positions
+
+
+def grid_coordinates(
+    positions: Tensor, height: int, width: int, *, name: str = "positions"
+) -> tuple[Tensor, Tensor]:
+    """Row and column of row-major token indices on a ``height × width`` grid.
+
+    .. math:: r = \\lfloor t / W \\rfloor, \\quad c = t \\bmod W
+
+    Args:
+        positions: whole-number token indices in ``[0, height · width)``, ``(seq,)`` or
+            ``(batch, seq)``, integer or floating.
+        height, width: the grid (≥ 1 each).
+        name: the argument name used in error messages.
+
+    Returns:
+        ``(rows, cols)``, int64 tensors of the shape of ``positions``.
+
+    Raises:
+        ValueError: naming ``name`` and the grid when an index is fractional or outside
+            ``[0, height · width)``.
+
+    Example::
+
+        >>> grid_coordinates(torch.tensor([0, 5, 7]), height=2, width=4)
+        (tensor([0, 1, 1]), tensor([0, 1, 3]))
+    """
+    check_positive_int("height", height)
+    check_positive_int("width", width)
+    check_positions(positions, name)
+    check_integer_valued(name, positions)
+    if positions.numel() > 0 and validating_values():
+        low, high = torch.stack(torch.aminmax(positions)).tolist()  # one device sync
+        if low < 0 or high >= height * width:
+            raise ValueError(
+                f"{name} must be token indices in [0, {height * width}) of the "
+                f"(height={height}, width={width}) grid; got values in [{low:g}, {high:g}]"
+            )
+    index = positions.to(torch.long)
+    return torch.div(index, width, rounding_mode="floor"), index % width
+
+
+def grid_positions(
+    *sizes: int, offset: int = 0, device: torch.device | str | None = None
+) -> Tensor:
+    """Multi-axis positions of every cell of a grid, row-major: ``(len(sizes), prod(sizes))``.
+
+    Axis ``a`` of token ``t`` is its coordinate along ``sizes[a]`` plus ``offset``, the
+    layout multi-axis encodings (M-RoPE's ``(t, h, w)``) read.
+
+    Example::
+
+        >>> grid_positions(2, 3).tolist()
+        [[0, 0, 0, 1, 1, 1], [0, 1, 2, 0, 1, 2]]
+    """
+    if not sizes:
+        raise ValueError("sizes must name at least one grid axis")
+    for index, size in enumerate(sizes):
+        check_positive_int(f"sizes[{index}]", size)
+    check_non_negative_int("offset", offset)
+    axes = [torch.arange(size, device=device) for size in sizes]
+    mesh = torch.meshgrid(*axes, indexing="ij")
+    return torch.stack([m.reshape(-1) for m in mesh]) + offset

@@ -16,11 +16,21 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from posenc.base import Family, NoPE, PositionalEncoding
+from posenc.base import NoPE, PositionalEncoding
 
-__all__ = ["EncodingSpec", "ModelDims", "build_encoding", "encoding_spec", "list_encodings"]
+__all__ = [
+    "EncodingSpec",
+    "Family",
+    "ModelDims",
+    "build_encoding",
+    "encoding_spec",
+    "list_encodings",
+]
+
+#: Where a method acts, for listings and docs; attention dispatches on hooks, not on this.
+Family = Literal["none", "additive", "rotary", "bias", "contextual"]
 
 
 @dataclass(frozen=True)

@@ -333,7 +333,7 @@ def plot_xpos(
 def plot_bias(encoding: PositionalEncoding, length: int = 64, heads: int = 4) -> Figure:
     """Heatmaps of a bias encoding's ``bias(i, j)`` for the first ``heads`` heads."""
     if not isinstance(encoding, BiasEncoding):
-        raise ValueError(f"encoding must be a bias-family encoding, got family {encoding.family!r}")
+        raise ValueError(f"encoding must be a BiasEncoding, got {type(encoding).__name__}")
     positions = torch.arange(length)
     with torch.no_grad():
         bias = encoding.bias(positions, positions).float()
@@ -394,7 +394,7 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         k = torch.randn(1, dims.num_heads, length, head_dim, generator=generator)
         positions = torch.arange(length)
         with torch.no_grad():
-            term = encoding.logits(q, k, positions, positions, head_dim**-0.5)
+            term = encoding.logit_term(q, k, positions, positions, head_dim**-0.5)
         fig = _figure(figsize=(4.5, 4), layout="constrained")
         ax = fig.add_subplot()
         image = ax.imshow(term[0, 0].numpy(), cmap="viridis")

@@ -8,13 +8,14 @@ from torch.func import functional_call
 from torch.testing import assert_close
 
 from posenc.additive import LearnedPositionalEmbedding, resize_table
+from posenc.attention import hooks_of
 from posenc.base import AdditiveEncoding
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_lookup_equals_weight_rows(dtype: torch.dtype) -> None:
     pe = LearnedPositionalEmbedding(16, 6, dtype=dtype)
-    assert isinstance(pe, AdditiveEncoding) and pe.family == "additive"
+    assert isinstance(pe, AdditiveEncoding) and hooks_of(pe).additive
     positions = torch.tensor([[0, 5, 15, 5], [3, 2, 1, 0]])
     out = pe(positions)
     assert out.shape == (2, 4, 6) and out.dtype == dtype

@@ -15,6 +15,7 @@ from posenc.additive import (
     sinusoidal_encoding,
     sinusoidal_inv_freq,
 )
+from posenc.attention import hooks_of
 from posenc.base import AdditiveEncoding
 
 EPS32 = 2.0**-24  # unit roundoff of float32
@@ -106,7 +107,7 @@ def test_batched_positions_match_rows() -> None:
 
 def test_module_matches_function_and_has_no_parameters() -> None:
     pe = SinusoidalEncoding(12, base=100.0, layout="concat")
-    assert isinstance(pe, AdditiveEncoding) and pe.family == "additive"
+    assert isinstance(pe, AdditiveEncoding) and hooks_of(pe).additive
     assert list(pe.parameters()) == [] and list(pe.buffers()) == []
     positions = torch.arange(70_000)  # any length: there is no table
     out = pe(positions)

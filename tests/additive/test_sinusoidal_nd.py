@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.additive import Sinusoidal2D, grid_coordinates, sinusoidal_2d, sinusoidal_2d_encoding
+from posenc.additive import Sinusoidal2D, sinusoidal_2d, sinusoidal_2d_encoding
 from posenc.base import AdditiveEncoding
+from posenc.positions import grid_coordinates
 
 GRIDS = [(4, 4, 16), (3, 5, 8), (1, 7, 12), (6, 2, 32)]
 

@@ -134,11 +134,16 @@ def test_batched_positions_broadcast() -> None:
         assert_close(bias[b], alibi.bias(q_pos[b], k_pos))
 
 
-def test_dtype_follows_module() -> None:
+def test_dtype_is_chosen_and_module_casts_cannot_round_the_slopes() -> None:
     pos = torch.arange(4)
     assert AlibiBias(2).bias(pos, pos).dtype == torch.float32
-    assert AlibiBias(2).to(torch.bfloat16).bias(pos, pos).dtype == torch.bfloat16
     assert AlibiBias(2, dtype=torch.float64).bias(pos, pos).dtype == torch.float64
+    assert AlibiBias(2).bias(pos, pos, dtype=torch.bfloat16).dtype == torch.bfloat16
+    alibi = AlibiBias(12).to(torch.bfloat16)  # 12 heads: slopes that bf16 would round
+    assert alibi.slopes.dtype == torch.float64
+    assert torch.equal(alibi.slopes, alibi_slopes(12))
+    exact = alibi_slopes(12)[:, None, None] * (pos[None, :] - pos[:, None]).double()
+    assert_close(alibi.bias(pos, pos, dtype=torch.float64), exact, rtol=0, atol=0)
 
 
 def test_relative_distances_whole_and_float() -> None:

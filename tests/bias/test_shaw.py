@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
+from posenc.attention import attend
 from posenc.bias import ShawRelative
 
 HEAD_DIM = 4
@@ -78,11 +79,11 @@ def test_matches_paper_formulas(case: str, clip: int) -> None:
     e, z = _naive(q, k, v, q_pos, k_pos, shaw.key_table, shaw.value_table, clip, causal)
     scale = HEAD_DIM**-0.5
     with torch.no_grad():
-        logits = scale * q @ k.transpose(-1, -2) + shaw.logits(q, k, q_pos, k_pos, scale)
+        logits = scale * q @ k.transpose(-1, -2) + shaw.logit_term(q, k, q_pos, k_pos, scale)
         if causal:
             logits = logits.masked_fill(k_pos[None, :] > q_pos[:, None], float("-inf"))
         probs = logits.softmax(-1)
-        out = probs @ v + shaw.values(probs, q_pos, k_pos)
+        out = probs @ v + shaw.value_term(probs, q_pos, k_pos)
     assert_close(logits, e)
     assert_close(out, z)
 
@@ -94,7 +95,7 @@ def test_clipping_uses_edge_vectors() -> None:
     k_pos = torch.tensor([-100, -3, -2, 0, 2, 3, 100])
     q_pos = torch.tensor([0])
     with torch.no_grad():
-        term = shaw.logits(
+        term = shaw.logit_term(
             q, torch.zeros(1, 1, 7, HEAD_DIM, dtype=torch.float64), q_pos, k_pos, 1.0
         )
     rows = torch.tensor([0, 0, 0, 2, 4, 4, 4])
@@ -103,18 +104,18 @@ def test_clipping_uses_edge_vectors() -> None:
     probs[..., 0] = 0.25
     probs[..., 6] = 0.75
     with torch.no_grad():
-        out = shaw.values(probs, q_pos, k_pos)
+        out = shaw.value_term(probs, q_pos, k_pos)
     expected = 0.25 * shaw.value_table[0] + 0.75 * shaw.value_table[4]
     assert_close(out[0, 0, 0], expected.detach())
 
 
 def test_key_only_variant() -> None:
     shaw = ShawRelative(HEAD_DIM, values=False)
-    assert shaw.uses_values is False
+    assert shaw.has_value_term is False
     assert shaw.value_table is None
-    assert ShawRelative(HEAD_DIM).uses_values is True
+    assert ShawRelative(HEAD_DIM).has_value_term is True
     pos = torch.arange(3)
-    assert shaw.values(torch.rand(1, 1, 3, 3), pos, pos) is None
+    assert shaw.value_term(torch.rand(1, 1, 3, 3), pos, pos) is None
 
 
 class _Both(nn.Module):
@@ -124,8 +125,8 @@ class _Both(nn.Module):
 
     def forward(self, q: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         k = torch.zeros(q.shape[0], q.shape[1], self.k_pos.shape[-1], q.shape[-1], dtype=q.dtype)
-        logits = self.enc.logits(q, k, self.q_pos, self.k_pos, 0.5)
-        return logits, self.enc.values(probs, self.q_pos, self.k_pos)
+        logits = self.enc.logit_term(q, k, self.q_pos, self.k_pos, 0.5)
+        return logits, self.enc.value_term(probs, self.q_pos, self.k_pos)
 
 
 def test_gradcheck_tables_and_q() -> None:
@@ -161,26 +162,34 @@ def _qk(q_len: int = 3, k_len: int = 3, head_dim: int = HEAD_DIM, batch: int = 2
 
 
 @pytest.mark.parametrize(
-    ("q", "k", "q_pos", "k_pos", "name"),
+    ("q", "k", "name"),
     [
-        (*_qk(), torch.tensor([0.0, 0.5, 1.0]), torch.arange(3), "q_pos"),
-        (*_qk(), torch.arange(3), torch.tensor([0.0, 1.0, 2.5]), "k_pos"),
-        (*_qk(), torch.tensor([0.0, float("nan"), 1.0]), torch.arange(3), "q_pos"),
-        (*_qk(), torch.zeros(2, 3), torch.zeros(3, 3), "q_pos"),
-        (*_qk(head_dim=5), torch.arange(3), torch.arange(3), "q"),
-        (*_qk(q_len=4), torch.arange(3), torch.arange(3), "q"),
-        (*_qk(k_len=4), torch.arange(3), torch.arange(3), "k"),
-        (*_qk(batch=3), torch.zeros(2, 3), torch.arange(3), "q_pos"),
+        (*_qk(head_dim=5), "q"),
+        (*_qk(q_len=4), "q"),
+        (*_qk(k_len=4), "k"),
     ],
 )
-def test_bad_logits_input(q, k, q_pos, k_pos, name: str) -> None:
+def test_bad_logit_term_shapes(q, k, name: str) -> None:
     with pytest.raises(ValueError, match=name):
-        ShawRelative(HEAD_DIM).logits(q, k, q_pos, k_pos, 0.5)
+        ShawRelative(HEAD_DIM).logit_term(q, k, torch.arange(3), torch.arange(3), 0.5)
 
 
-def test_bad_values_input() -> None:
+@pytest.mark.parametrize(
+    ("q_pos", "k_pos", "name"),
+    [
+        (torch.tensor([0.0, 0.5, 1.0]), torch.arange(3), "q_pos"),
+        (torch.arange(3), torch.tensor([0.0, 1.0, 2.5]), "k_pos"),
+        (torch.tensor([0.0, float("nan"), 1.0]), torch.arange(3), "q_pos"),
+        (torch.zeros(3, 3), torch.arange(3), "q_pos"),
+    ],
+)
+def test_bad_positions_raise_at_the_attention_boundary(q_pos, k_pos, name: str) -> None:
+    q, k = _qk()
+    with pytest.raises(ValueError, match=name):
+        attend(q, k, k, pos=ShawRelative(HEAD_DIM), q_pos=q_pos, k_pos=k_pos, causal=False)
+
+
+def test_bad_value_term_input() -> None:
     shaw = ShawRelative(HEAD_DIM)
     with pytest.raises(ValueError, match="probs"):
-        shaw.values(torch.rand(1, 2, 3, 4), torch.arange(3), torch.arange(3))
-    with pytest.raises(ValueError, match="q_pos"):
-        shaw.values(torch.rand(1, 2, 2, 3), torch.tensor([0.5, 1.0]), torch.arange(3))
+        shaw.value_term(torch.rand(1, 2, 3, 4), torch.arange(3), torch.arange(3))

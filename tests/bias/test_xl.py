@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
+from posenc.attention import attend
 from posenc.bias import TransformerXLRelative, relative_shift, xl_sinusoid
 
 HEADS, HEAD_DIM, DIM = 2, 4, 6
@@ -63,7 +64,7 @@ def test_matches_naive_formula(case: str) -> None:
     k = torch.randn(2, HEADS, k_pos.shape[-1], HEAD_DIM, dtype=torch.float64)
     scale = HEAD_DIM**-0.5
     with torch.no_grad():
-        full = scale * q @ k.transpose(-1, -2) + xl.logits(q, k, q_pos, k_pos, scale)
+        full = scale * q @ k.transpose(-1, -2) + xl.logit_term(q, k, q_pos, k_pos, scale)
         expected = _naive_scores(xl, q, k, q_pos, k_pos, scale)
     assert_close(full, expected)
 
@@ -142,9 +143,9 @@ def test_only_relative_distances_matter() -> None:
     k = torch.randn(1, HEADS, 6, HEAD_DIM, dtype=torch.float64)
     q_pos, k_pos = torch.arange(3, 6), torch.arange(6)
     with torch.no_grad():
-        base = xl.logits(q, k, q_pos, k_pos, 0.5)
+        base = xl.logit_term(q, k, q_pos, k_pos, 0.5)
         for shift in (7, 1000, -50):
-            assert_close(xl.logits(q, k, q_pos + shift, k_pos + shift, 0.5), base)
+            assert_close(xl.logit_term(q, k, q_pos + shift, k_pos + shift, 0.5), base)
 
 
 class _Logits(nn.Module):
@@ -153,7 +154,7 @@ class _Logits(nn.Module):
         self.enc = enc
 
     def forward(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        return self.enc.logits(q, k, torch.arange(2, 5), torch.arange(5), 0.5)
+        return self.enc.logit_term(q, k, torch.arange(2, 5), torch.arange(5), 0.5)
 
 
 def test_gradcheck_parameters_and_inputs() -> None:
@@ -192,8 +193,6 @@ def _qk(q_len=3, k_len=3, head_dim=HEAD_DIM, heads=HEADS, k_heads=HEADS, batch=1
 @pytest.mark.parametrize(
     ("q", "k", "q_pos", "k_pos", "name"),
     [
-        (*_qk(), torch.arange(3), torch.tensor([0.0, float("nan"), 2.0]), "k_pos"),
-        (*_qk(), torch.zeros(2, 3), torch.zeros(3, 3), "q_pos"),
         (*_qk(head_dim=5), torch.arange(3), torch.arange(3), "q"),
         (*_qk(heads=3), torch.arange(3), torch.arange(3), "q"),
         (*_qk(k_heads=1), torch.arange(3), torch.arange(3), "k"),
@@ -203,7 +202,21 @@ def _qk(q_len=3, k_len=3, head_dim=HEAD_DIM, heads=HEADS, k_heads=HEADS, batch=1
 def test_bad_logits_input(q, k, q_pos, k_pos, name: str) -> None:
     xl = TransformerXLRelative(HEADS, HEAD_DIM, DIM)
     with pytest.raises(ValueError, match=name):
-        xl.logits(q, k, q_pos, k_pos, 0.5)
+        xl.logit_term(q, k, q_pos, k_pos, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("q_pos", "k_pos", "name"),
+    [
+        (torch.arange(3), torch.tensor([0.0, float("nan"), 2.0]), "k_pos"),
+        (torch.zeros(3, 3), torch.arange(3), "q_pos"),
+    ],
+)
+def test_bad_positions_raise_at_the_attention_boundary(q_pos, k_pos, name: str) -> None:
+    q, k = _qk()
+    xl = TransformerXLRelative(HEADS, HEAD_DIM, DIM)
+    with pytest.raises(ValueError, match=name):
+        attend(q, k, k, pos=xl, q_pos=q_pos, k_pos=k_pos, causal=False)
 
 
 def test_odd_dim_in_sinusoid() -> None:

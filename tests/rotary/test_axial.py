@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from posenc.attention import hooks_of
 from posenc.base import RotaryEncoding
 from posenc.rotary import AxialRotary2D, RotaryEmbedding, axial_cos_sin
 from posenc.rotary.layouts import rotary_channel_permutation
@@ -146,7 +147,7 @@ def test_parity_with_rotary_embedding_torch_axial() -> None:
 def test_is_a_rotary_encoding_without_parameters() -> None:
     rope = AxialRotary2D(8, 2, 2)
     assert isinstance(rope, RotaryEncoding)
-    assert rope.family == "rotary"
+    assert hooks_of(rope).rotary and not hooks_of(rope).logit_terms
     assert list(rope.parameters()) == [] and list(rope.buffers()) == []
 
 

@@ -17,7 +17,6 @@ from posenc.additive.sinusoidal import (
 from posenc.additive.sinusoidal_nd import (
     Sinusoidal2D,
     Sinusoidal2DLayout,
-    grid_coordinates,
     sinusoidal_2d,
     sinusoidal_2d_encoding,
 )
@@ -30,7 +29,6 @@ __all__ = [
     "Sinusoidal2DLayout",
     "SinusoidalEncoding",
     "SinusoidalLayout",
-    "grid_coordinates",
     "resize_table",
     "sinusoidal_2d",
     "sinusoidal_2d_encoding",

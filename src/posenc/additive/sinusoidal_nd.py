@@ -21,21 +21,14 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from posenc._validate import (
-    check_in_choices,
-    check_integer_valued,
-    check_positive_float,
-    check_positive_int,
-    validating_values,
-)
+from posenc._validate import check_in_choices, check_positive_float, check_positive_int
 from posenc.additive.sinusoidal import sinusoidal_inv_freq
 from posenc.base import AdditiveEncoding
-from posenc.positions import check_positions
+from posenc.positions import grid_coordinates
 
 __all__ = [
     "Sinusoidal2D",
     "Sinusoidal2DLayout",
-    "grid_coordinates",
     "sinusoidal_2d",
     "sinusoidal_2d_encoding",
 ]
@@ -60,46 +53,6 @@ def _check_dtype(dtype: torch.dtype) -> torch.dtype:
         allowed = ", ".join(str(d) for d in _FLOAT_DTYPES)
         raise ValueError(f"dtype must be one of {allowed}; got {dtype}")
     return dtype
-
-
-def grid_coordinates(
-    positions: Tensor, height: int, width: int, *, name: str = "positions"
-) -> tuple[Tensor, Tensor]:
-    """Row and column of row-major token indices on a ``height × width`` grid.
-
-    .. math:: r = \\lfloor t / W \\rfloor, \\quad c = t \\bmod W
-
-    Args:
-        positions: whole-number token indices in ``[0, height · width)``, ``(seq,)`` or
-            ``(batch, seq)``, integer or floating.
-        height, width: the grid (≥ 1 each).
-        name: the argument name used in error messages.
-
-    Returns:
-        ``(rows, cols)``, int64 tensors of the shape of ``positions``.
-
-    Raises:
-        ValueError: naming ``name`` and the grid when an index is fractional or outside
-            ``[0, height · width)``.
-
-    Example::
-
-        >>> grid_coordinates(torch.tensor([0, 5, 7]), height=2, width=4)
-        (tensor([0, 1, 1]), tensor([0, 1, 3]))
-    """
-    check_positive_int("height", height)
-    check_positive_int("width", width)
-    check_positions(positions, name)
-    check_integer_valued(name, positions)
-    if positions.numel() > 0 and validating_values():
-        low, high = torch.stack(torch.aminmax(positions)).tolist()  # one device sync
-        if low < 0 or high >= height * width:
-            raise ValueError(
-                f"{name} must be token indices in [0, {height * width}) of the "
-                f"(height={height}, width={width}) grid; got values in [{low:g}, {high:g}]"
-            )
-    index = positions.to(torch.long)
-    return torch.div(index, width, rounding_mode="floor"), index % width
 
 
 def sinusoidal_2d_encoding(

@@ -7,7 +7,7 @@ bias in this package (ALiBi, T5, Shaw, Transformer-XL) is a function of.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -130,10 +130,13 @@ def alibi_bias(
     """
     check_in_choices("mode", mode, _MODES)
     dist = relative_distances(q_pos, k_pos)  # (..., q_len, k_len) float64
-    if mode == "symmetric":
-        dist = -dist.abs()
     m = slopes.to(device=dist.device, dtype=torch.float64)[:, None, None]
-    return m * dist.unsqueeze(-3)
+    return _linear_bias(m, dist.unsqueeze(-3), mode)
+
+
+def _linear_bias(slopes: Tensor, distance: Tensor, mode: str) -> Tensor:
+    """ALiBi from broadcastable slopes and ``k_pos - q_pos``: ``m·d`` or ``-m·|d|``."""
+    return slopes * (-distance.abs() if mode == "symmetric" else distance)
 
 
 class AlibiBias(BiasEncoding):
@@ -150,6 +153,11 @@ class AlibiBias(BiasEncoding):
     ``AlibiPositionalBias`` (slopes and the symmetric bias with right-aligned queries) and
     against the reference's row-constant form after a causal softmax.
 
+    The slopes are kept in float64 outside ``state_dict`` and ``_apply`` (like RoPE's
+    frequencies), so ``model.to(torch.bfloat16)`` cannot round them; the bias is evaluated in
+    the dtype attention computes scores in (float32 for half-precision inputs). One instance
+    serves every layer (``shared_across_layers``).
+
     Args:
         num_heads: number of attention heads (≥ 1).
         mode: ``"causal"`` (default) or ``"symmetric"``.
@@ -158,8 +166,8 @@ class AlibiBias(BiasEncoding):
             ``alibi_num_heads``). Must be in ``[1, num_heads]``.
         slopes: explicit slopes, a tensor or sequence of ``num_heads`` finite numbers;
             overrides the schedule (not combinable with ``num_biased_heads``).
-        device, dtype: of the slopes buffer; the bias is returned in its dtype (float32
-            by default) on the positions' device. The arithmetic is done in float64.
+        device: accepted for a uniform constructor signature (nothing is stored on it).
+        dtype: default dtype of :meth:`bias` (float32 when None).
 
     Shape:
         ``bias(q_pos, k_pos)``: ``(num_heads, q_len, k_len)`` for 1-D positions, else
@@ -172,7 +180,7 @@ class AlibiBias(BiasEncoding):
         torch.Size([8, 2, 5])
     """
 
-    slopes: Tensor
+    shared_across_layers: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -188,9 +196,9 @@ class AlibiBias(BiasEncoding):
         self.num_heads = check_positive_int("num_heads", num_heads)
         check_in_choices("mode", mode, _MODES)
         self.mode: AlibiMode = mode
-        dtype = torch.float32 if dtype is None else dtype
-        if not dtype.is_floating_point:
+        if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+        self.dtype = dtype
         if slopes is not None:
             if num_biased_heads is not None:
                 raise ValueError("give at most one of slopes and num_biased_heads")
@@ -214,11 +222,48 @@ class AlibiBias(BiasEncoding):
             values = torch.zeros(num_heads, dtype=torch.float64)
             values[:num_biased_heads] = alibi_slopes(num_biased_heads)
         self.num_biased_heads = num_biased_heads
-        self.register_buffer("slopes", values.to(device=device, dtype=dtype), persistent=False)
+        self._slopes = values
+        self._memo: dict[tuple[torch.device, torch.dtype], Tensor] = {}
 
-    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """``(num_heads, q_len, k_len)`` or ``(batch, num_heads, q_len, k_len)`` bias."""
-        return alibi_bias(self.slopes, q_pos, k_pos, mode=self.mode).to(self.slopes.dtype)
+    @property
+    def slopes(self) -> Tensor:
+        """The slopes ``m_h``, float64 on the CPU."""
+        return self._slopes
+
+    def prepare_bias(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Round the slopes once to ``dtype`` on ``device`` (memoised for :meth:`bias_at`)."""
+        key = (torch.device(device), dtype)
+        if key not in self._memo:
+            self._memo[key] = self._slopes.to(dtype).to(device)
+
+    def slopes_on(self, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """The slopes rounded once to ``dtype`` on ``device``."""
+        self.prepare_bias(device, dtype)
+        return self._memo[(torch.device(device), dtype)]
+
+    def linear_bias_slopes(self) -> Tensor | None:
+        """The slopes when ``bias_at == m_h · (k_pos − q_pos)`` (causal mode), else None.
+
+        Lets the chunked backend split the bias into row constants and key vectors
+        (:mod:`posenc.attention.structured`).
+        """
+        return self._slopes if self.mode == "causal" else None
+
+    def bias_at(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        """``m_h (k_pos - q_pos)`` (causal) or ``-m_h |k_pos - q_pos|`` (symmetric)."""
+        if q_pos.is_floating_point() or k_pos.is_floating_point():
+            # Exact differences of fractional positions (PI), then one rounding.
+            q_pos, k_pos = q_pos.to(torch.float64), k_pos.to(torch.float64)
+        distance = (k_pos - q_pos).to(dtype)  # integer differences are exact
+        slopes = self._memo[(head.device, dtype)]  # filled by prepare_bias
+        return _linear_bias(slopes[head], distance, self.mode)
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """``(num_heads, q_len, k_len)`` or ``(batch, num_heads, q_len, k_len)`` bias.
+
+        ``dtype`` defaults to the constructor's (float32 when that is None).
+        """
+        return super().bias(q_pos, k_pos, dtype or self.dtype or torch.float32)
 
     def extra_repr(self) -> str:
         return (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_positive_int
+from posenc._validate import check_integer_valued, check_positive_int
 from posenc.base import ContextualEncoding
 from posenc.bias.alibi import relative_distances
 
@@ -53,6 +53,12 @@ def shaw_index(q_pos: Tensor, k_pos: Tensor, max_distance: int) -> Tensor:
     return rel.clamp(-max_distance, max_distance) + max_distance
 
 
+def _index(q_pos: Tensor, k_pos: Tensor, max_distance: int) -> Tensor:
+    """:func:`shaw_index` without checks (positions validated at the attention boundary)."""
+    rel = (k_pos[..., None, :] - q_pos[..., :, None]).to(torch.long)
+    return rel.clamp(-max_distance, max_distance) + max_distance
+
+
 def shaw_logits(q: Tensor, key_table: Tensor, index: Tensor, scale: float) -> Tensor:
     """``scale · q_i · a^K_{index(i, j)}`` without materializing ``(q, k, head_dim)``.
 
@@ -94,8 +100,9 @@ class ShawRelative(ContextualEncoding):
         z_i = \\sum_j \\alpha_{ij} (v_j + a^V_{ij}), \\qquad
         a^{K,V}_{ij} = w^{K,V}_{\\text{clip}(k\\_pos_j - q\\_pos_i,\\, -k,\\, k)}
 
-    :meth:`logits` returns the position term ``scale · q_i · a^K_{ij}`` (attention adds the
-    content term ``scale · q_i · k_j``) and :meth:`values` the term ``Σ_j α_ij a^V_ij``.
+    :meth:`logit_term` returns the position term ``scale · q_i · a^K_{ij}`` (attention adds
+    the content term ``scale · q_i · k_j``) and :meth:`value_term` the term
+    ``Σ_j α_ij a^V_ij``.
     Both are computed per table row (``q @ key_tableᵀ`` then a gather; a scatter-add of the
     probabilities then ``@ value_table``), never as a ``(q, k, head_dim)`` tensor. The
     ``2k + 1`` vectors are shared across heads, as in the paper. Paper: Shaw et al. 2018,
@@ -107,7 +114,8 @@ class ShawRelative(ContextualEncoding):
         max_distance: clipping distance ``k`` (≥ 1, default 16); farther keys use the edge
             vectors.
         values: also learn ``a^V`` and add the value term (default True). With False only
-            the key term is used (BERT's ``relative_key``-style) and ``uses_values`` is False.
+            the key term is used (BERT's ``relative_key``-style) and ``has_value_term`` is
+            False.
         device, dtype: of the tables.
 
     Attributes:
@@ -118,8 +126,8 @@ class ShawRelative(ContextualEncoding):
             ``value_table`` is None when ``values=False``.
 
     Shape:
-        ``logits(q, k, q_pos, k_pos, scale)``: q ``(batch, heads, q_len, head_dim)`` ->
-        ``(batch, heads, q_len, k_len)``; ``values(probs, q_pos, k_pos)``: probs
+        ``logit_term(q, k, q_pos, k_pos, scale)``: q ``(batch, heads, q_len, head_dim)`` ->
+        ``(batch, heads, q_len, k_len)``; ``value_term(probs, q_pos, k_pos)``: probs
         ``(batch, heads, q_len, k_len)`` -> ``(batch, heads, q_len, head_dim)``.
 
     Example::
@@ -127,7 +135,7 @@ class ShawRelative(ContextualEncoding):
         >>> shaw = ShawRelative(8, max_distance=4)
         >>> q, k = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8)
         >>> pos = torch.arange(5)
-        >>> shaw.logits(q, k, pos, pos, scale=8**-0.5).shape
+        >>> shaw.logit_term(q, k, pos, pos, scale=8**-0.5).shape
         torch.Size([2, 3, 5, 5])
     """
 
@@ -148,7 +156,7 @@ class ShawRelative(ContextualEncoding):
         if not isinstance(values, bool):
             raise ValueError(f"values must be a bool, got {values!r}")
         # Per instance: the key-only variant has no value term.
-        self.uses_values = values
+        self.has_value_term = values
         rows = 2 * max_distance + 1
         self.key_table = nn.Parameter(torch.empty(rows, head_dim, device=device, dtype=dtype))
         if values:
@@ -166,26 +174,31 @@ class ShawRelative(ContextualEncoding):
         """Table row of every (query, key) pair; see :func:`shaw_index`."""
         return shaw_index(q_pos, k_pos, self.max_distance)
 
-    def logits(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
+    def validate_positions(self, positions: Tensor, name: str) -> None:
+        """Raise ``ValueError`` naming ``name`` unless positions are whole numbers."""
+        check_integer_valued(name, positions)
+
+    def logit_term(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
+    ) -> Tensor:
         """Position term ``scale · q_i · a^K_ij``, ``(batch, heads, q_len, k_len)``."""
-        index = self.index(q_pos, k_pos)
         check_head_tensor("q", q, self.head_dim, q_pos.shape[-1])
         check_head_tensor("k", k, self.head_dim, k_pos.shape[-1])
-        return shaw_logits(q, self.key_table, index, scale)
+        return shaw_logits(q, self.key_table, _index(q_pos, k_pos, self.max_distance), scale)
 
-    def values(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
+    def value_term(self, probs: Tensor, q_pos: Tensor, k_pos: Tensor) -> Tensor | None:
         """Value term ``Σ_j probs_ij a^V_ij``, ``(batch, heads, q_len, head_dim)``."""
         if self.value_table is None:
             return None
-        index = self.index(q_pos, k_pos)
-        if probs.dim() != 4 or tuple(probs.shape[-2:]) != tuple(index.shape[-2:]):
+        if probs.dim() != 4 or tuple(probs.shape[-2:]) != (q_pos.shape[-1], k_pos.shape[-1]):
             raise ValueError(
                 "probs must be (batch, heads, q_len, k_len) matching q_pos and k_pos; "
                 f"got {tuple(probs.shape)}"
             )
-        return shaw_values(probs, self.value_table, index)
+        return shaw_values(probs, self.value_table, _index(q_pos, k_pos, self.max_distance))
 
     def extra_repr(self) -> str:
         return (
-            f"head_dim={self.head_dim}, max_distance={self.max_distance}, values={self.uses_values}"
+            f"head_dim={self.head_dim}, max_distance={self.max_distance}, "
+            f"values={self.has_value_term}"
         )

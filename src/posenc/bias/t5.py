@@ -88,7 +88,11 @@ def t5_bucket(
             f"relative_position must be an integer tensor, got {relative_position.dtype}"
         )
     check_integer_valued("relative_position", relative_position)
-    rel = relative_position.to(torch.long)
+    return _bucket(relative_position.to(torch.long), bidirectional, num_buckets, max_distance)
+
+
+def _bucket(rel: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
+    """:func:`t5_bucket` of int64 ``rel`` without checks (the per-forward path)."""
     if bidirectional:
         num_buckets //= 2
         offset = (rel > 0).to(torch.long) * num_buckets
@@ -173,10 +177,36 @@ class T5RelativeBias(BiasEncoding):
             max_distance=self.max_distance,
         )
 
-    def bias(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
-        """``(num_heads, q_len, k_len)`` or ``(batch, num_heads, q_len, k_len)`` bias."""
-        values = nn.functional.embedding(self.buckets(q_pos, k_pos), self.weight)
-        return values.movedim(-1, -3)  # (..., q, k, heads) -> (..., heads, q, k)
+    @property
+    def bias_constant_beyond(self) -> int:
+        """Distances ``|k_pos − q_pos| ≥ max_distance`` share one bucket per side.
+
+        Lets the chunked backend treat far keys as one constant per head
+        (:mod:`posenc.attention.structured`).
+        """
+        return self.max_distance
+
+    def bias_at(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        """``weight[bucket(k_pos - q_pos), head]`` in ``dtype`` (positions are whole)."""
+        rel = (k_pos - q_pos).to(torch.long)
+        bucket = _bucket(rel, self.bidirectional, self.num_buckets, self.max_distance)
+        return self.weight[bucket, head].to(dtype)
+
+    def check_bias_positions(self, q_pos: Tensor, k_pos: Tensor) -> None:
+        super().check_bias_positions(q_pos, k_pos)
+        self.validate_positions(q_pos, "q_pos")
+        self.validate_positions(k_pos, "k_pos")
+
+    def validate_positions(self, positions: Tensor, name: str) -> None:
+        """Raise ``ValueError`` naming ``name`` unless positions are whole numbers."""
+        check_integer_valued(name, positions)
+
+    def bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+        """``(num_heads, q_len, k_len)`` or ``(batch, num_heads, q_len, k_len)`` bias.
+
+        ``dtype`` defaults to the table's.
+        """
+        return super().bias(q_pos, k_pos, dtype or self.weight.dtype)
 
     def extra_repr(self) -> str:
         return (

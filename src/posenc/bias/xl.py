@@ -78,7 +78,7 @@ class TransformerXLRelative(ContextualEncoding):
     .. math::
         A_{ij} = (q_i + u)^\\top k_j + (q_i + v)^\\top W_R R_{q\\_pos_i - k\\_pos_j}
 
-    Attention already adds ``scale · q_i·k_j``; :meth:`logits` returns the rest,
+    Attention already adds ``scale · q_i·k_j``; :meth:`logit_term` returns the rest,
     ``scale · (u·k_j + (q_i + v)·W_R R_{i-j})``. ``R`` is non-learned
     (:func:`xl_sinusoid`, width ``dim``) and projected per head by ``W_R``. The position
     part is evaluated once per distinct distance in ``[min r, max r]`` and gathered, the
@@ -100,7 +100,7 @@ class TransformerXLRelative(ContextualEncoding):
         w_r: ``nn.Linear(dim, num_heads * head_dim, bias=False)``, default initialization.
 
     Shape:
-        ``logits(q, k, q_pos, k_pos, scale)``: q ``(batch, H, q_len, d)``, k
+        ``logit_term(q, k, q_pos, k_pos, scale)``: q ``(batch, H, q_len, d)``, k
         ``(batch, H, k_len, d)`` (same heads: expand grouped keys first) ->
         ``(batch, H, q_len, k_len)``. Positions may be fractional (``R_r`` is defined for
         real r).
@@ -109,7 +109,7 @@ class TransformerXLRelative(ContextualEncoding):
 
         >>> xl = TransformerXLRelative(4, 8, 32)
         >>> q, k = torch.randn(1, 4, 3, 8), torch.randn(1, 4, 7, 8)  # 4 memory tokens
-        >>> xl.logits(q, k, torch.arange(4, 7), torch.arange(7), scale=8**-0.5).shape
+        >>> xl.logit_term(q, k, torch.arange(4, 7), torch.arange(7), scale=8**-0.5).shape
         torch.Size([1, 4, 3, 7])
     """
 
@@ -165,7 +165,6 @@ class TransformerXLRelative(ContextualEncoding):
         fractional positions too. Phases are float64; tested equal to the per-distance
         gather and to :func:`relative_shift`.
         """
-        relative_distances(q_pos, k_pos)  # validates shapes, devices, batch sizes
         check_head_tensor("q", q, self.head_dim, q_pos.shape[-1], self.num_heads)
         batch = q.shape[0]
         for name, pos in (("q_pos", q_pos), ("k_pos", k_pos)):
@@ -204,7 +203,9 @@ class TransformerXLRelative(ContextualEncoding):
         per_distance = (q + self.v.to(q.dtype)[:, None]) @ projected.transpose(-1, -2)
         return per_distance.gather(-1, _expand_index(r - r_min, batch, heads))
 
-    def logits(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float) -> Tensor:
+    def logit_term(
+        self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
+    ) -> Tensor:
         """``scale · (u·k_j + (q_i + v)·W_R R_{i-j})``, ``(batch, H, q_len, k_len)``."""
         position = self.position_logits(q, q_pos, k_pos)
         check_head_tensor("k", k, self.head_dim, k_pos.shape[-1], self.num_heads)

@@ -39,13 +39,14 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
-from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D, grid_coordinates
+from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D
 from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.results import prepare_out_dir, write_results_csv
 from posenc.lab.run import atomic_write_text, torch_threads
 from posenc.lab.train import TrainConfig, train
 from posenc.model import Block, ModelConfig
+from posenc.positions import grid_coordinates
 from posenc.rotary import AxialRotary2D
 
 __all__ = [

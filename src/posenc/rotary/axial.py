@@ -12,10 +12,10 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.additive.sinusoidal_nd import grid_coordinates
-from posenc.base import RotaryEncoding
+from posenc.base import RotaryEncoding, check_rotary_input
+from posenc.positions import grid_coordinates
 from posenc.rotary.frequencies import rope_inv_freq
-from posenc.rotary.rope import LAYOUTS, Layout, apply_rotary, check_rotary_input, rope_cos_sin
+from posenc.rotary.rope import LAYOUTS, Layout, _rotate_unchecked, rope_cos_sin
 
 __all__ = ["AxialRotary2D", "axial_cos_sin"]
 
@@ -153,17 +153,40 @@ class AxialRotary2D(RotaryEncoding):
         """Rotate one tensor ``(batch, heads, seq, head_dim)`` by its token indices."""
         pos_name = "positions" if name == "x" else f"{name}_pos"
         check_rotary_input(x, positions, self.head_dim, name, pos_name, "AxialRotary2D")
-        y, x_coord = grid_coordinates(positions, self.height, self.width, name=pos_name)
-        compute = torch.float64 if x.dtype == torch.float64 else torch.float32
-        cos, sin = axial_cos_sin(
-            x_coord.to(x.device),
-            y.to(x.device),
+        self.validate_positions(positions, pos_name)
+        cos, sin = self.rotary_tables(positions.to(x.device), x.dtype)
+        return _rotate_unchecked(x, cos, sin, self.layout)
+
+    def validate_positions(self, positions: Tensor, name: str) -> None:
+        """Raise ``ValueError`` naming ``name`` unless positions are indices into the grid."""
+        grid_coordinates(positions, self.height, self.width, name=name)
+
+    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos/sin of the token indices' columns (first half of the pairs) and rows."""
+        index = positions.to(torch.long)
+        y, x_coord = torch.div(index, self.width, rounding_mode="floor"), index % self.width
+        compute = torch.float64 if dtype == torch.float64 else torch.float32
+        return axial_cos_sin(
+            x_coord,
+            y,
             self.head_dim,
             base=self.base,
             layout=self.layout,
             dtype=self.dtype or compute,
         )
-        return apply_rotary(x, cos, sin, layout=self.layout)
+
+    def rotate_qk(
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_tables: tuple[Tensor, Tensor],
+        k_tables: tuple[Tensor, Tensor],
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate q and k with tables from :meth:`rotary_tables`."""
+        return (
+            _rotate_unchecked(q, *q_tables, self.layout),
+            _rotate_unchecked(k, *k_tables, self.layout),
+        )
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate q by ``q_pos`` and k by ``k_pos`` (row-major token indices)."""

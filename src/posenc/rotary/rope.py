@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.base import RotaryEncoding
+from posenc.base import RotaryEncoding, check_rotary_input
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
 from posenc.rotary.scaling import DynamicNTK, LongRoPE, Proportional, Scaling
@@ -80,6 +80,11 @@ def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
     """
     check_positions(positions)
     _check_inv_freq(inv_freq)
+    return _angles(positions, inv_freq)
+
+
+def _angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """:func:`rope_angles` without checks (the per-forward path)."""
     device = torch.device("cpu") if positions.device.type == "mps" else positions.device
     positions = positions.to(device=device, dtype=torch.float64)
     return positions[..., None] * inv_freq.to(device=device, dtype=torch.float64)
@@ -126,7 +131,16 @@ def rope_cos_sin(
     attention_factor = check_positive_float("attention_factor", attention_factor)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-    angles = rope_angles(positions, inv_freq)  # (..., seq, rotary_dim // 2), float64
+    check_positions(positions)
+    _check_inv_freq(inv_freq)
+    return _cos_sin(positions, inv_freq, layout, dtype, attention_factor)
+
+
+def _cos_sin(
+    positions: Tensor, inv_freq: Tensor, layout: str, dtype: torch.dtype, attention_factor: float
+) -> tuple[Tensor, Tensor]:
+    """:func:`rope_cos_sin` without checks (the per-forward path)."""
+    angles = _angles(positions, inv_freq)  # (..., seq, rotary_dim // 2), float64
     tables = []
     for fn in (torch.cos, torch.sin):
         half = fn(angles)
@@ -153,32 +167,6 @@ def _rotate_pairs(x: Tensor, layout: str) -> Tensor:
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     # float16/bfloat16 rotate in float32 (one rounding at the end); float64 stays float64.
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def check_rotary_input(
-    x: Tensor, positions: Tensor, head_dim: int, name: str, pos_name: str, owner: str
-) -> None:
-    """Check one rotary call's tensor and positions; errors name ``name`` / ``pos_name``.
-
-    ``x`` must be a floating ``(batch, heads, seq, head_dim)`` tensor; ``positions`` valid
-    (:func:`posenc.positions.check_positions`) with ``seq`` entries and a batch of 1 or
-    ``x``'s.
-    """
-    if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
-        raise ValueError(f"{name} must be a floating tensor (batch, heads, seq, head_dim)")
-    if x.shape[-1] != head_dim:
-        raise ValueError(
-            f"{name} has last dim {x.shape[-1]} but this {owner} has head_dim {head_dim}"
-        )
-    check_positions(positions, pos_name)
-    if positions.shape[-1] != x.shape[-2]:
-        raise ValueError(
-            f"{pos_name} has {positions.shape[-1]} positions but {name} has seq {x.shape[-2]}"
-        )
-    if positions.dim() == 2 and positions.shape[0] not in (1, x.shape[0]):
-        raise ValueError(
-            f"{pos_name} has batch {positions.shape[0]} but {name} has batch {x.shape[0]}"
-        )
 
 
 def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, layout: Layout = "half") -> Tensor:
@@ -230,11 +218,16 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, layout: Layout = "half"
         raise ValueError(f"rotary_dim = cos.shape[-1] = {rotary_dim} exceeds head_dim {head_dim}")
     if cos.shape[-2] != seq:
         raise ValueError(f"cos has {cos.shape[-2]} positions but x has seq {seq}")
-    if cos.dim() == 3:
-        if cos.shape[0] not in (1, batch):
-            raise ValueError(f"cos has batch {cos.shape[0]} but x has batch {batch}")
-        cos, sin = cos[:, None], sin[:, None]  # (batch, 1, seq, rotary_dim): broadcast heads
+    if cos.dim() == 3 and cos.shape[0] not in (1, batch):
+        raise ValueError(f"cos has batch {cos.shape[0]} but x has batch {batch}")
+    return _rotate_unchecked(x, cos, sin, layout)
 
+
+def _rotate_unchecked(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """:func:`apply_rotary` without checks: the hot path of every rotary encoding."""
+    rotary_dim, head_dim = cos.shape[-1], x.shape[-1]
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]  # (batch, 1, seq, rotary_dim): broadcast heads
     compute = _compute_dtype(x.dtype)
     x_rot = x[..., :rotary_dim].to(compute)
     cos, sin = cos.to(device=x.device, dtype=compute), sin.to(device=x.device, dtype=compute)
@@ -445,12 +438,30 @@ class RotaryEmbedding(RotaryEncoding):
         table_dtype = self.dtype or dtype or torch.float32
         # MPS has no float64: rope_angles works on the CPU there, so take the CPU frequencies.
         device = "cpu" if positions.device.type == "mps" else positions.device
-        return rope_cos_sin(
-            positions,
-            self.inv_freq(device),
-            layout=self.layout,
-            dtype=table_dtype,
-            attention_factor=self.attention_factor,
+        return _cos_sin(
+            positions, self.inv_freq(device), self.layout, table_dtype, self.attention_factor
+        )
+
+    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos/sin for ``positions`` in the compute dtype of ``dtype`` (the rotary hook).
+
+        A length-dependent scaling updates to ``max(positions) + 1`` first (HF's semantics;
+        one host sync). No other checks: attention validated the positions.
+        """
+        self._update_from(positions)
+        return self._tables(positions, _compute_dtype(dtype))
+
+    def rotate_qk(
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_tables: tuple[Tensor, Tensor],
+        k_tables: tuple[Tensor, Tensor],
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate q and k with tables from :meth:`rotary_tables` (the rotary hook)."""
+        return (
+            _rotate_unchecked(q, *q_tables, self.layout),
+            _rotate_unchecked(k, *k_tables, self.layout),
         )
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
@@ -463,36 +474,23 @@ class RotaryEmbedding(RotaryEncoding):
         Returns:
             ``x`` rotated, same shape and dtype.
         """
-        check_positions(positions, "positions")
+        check_rotary_input(x, positions, self.head_dim, "x", "positions", type(self).__name__)
         self._update_from(positions)
-        return self._rotate(x, positions, "x", "positions")[0]
+        cos, sin = self._tables(positions.to(x.device), _compute_dtype(x.dtype))
+        return _rotate_unchecked(x, cos, sin, self.layout)
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate q by ``q_pos`` and k by ``k_pos``; returns ``(q_rot, k_rot)``.
 
         A length-dependent scaling updates once, to ``max(q_pos, k_pos) + 1``, before both.
         """
-        check_positions(q_pos, "q_pos")
-        check_positions(k_pos, "k_pos")
+        self.check_rotary_call(q, k, q_pos, k_pos)
         self._update_from(q_pos, k_pos)
-        q_rot, tables = self._rotate(q, q_pos, "q", "q_pos")
+        q_tables = self._tables(q_pos.to(q.device), _compute_dtype(q.dtype))
         # Self-attention passes one positions tensor for both: build its tables once.
         same = k_pos is q_pos and k.dtype == q.dtype and k.device == q.device
-        k_rot, _ = self._rotate(k, k_pos, "k", "k_pos", tables if same else None)
-        return q_rot, k_rot
-
-    def _rotate(
-        self,
-        x: Tensor,
-        positions: Tensor,
-        name: str,
-        pos_name: str,
-        tables: tuple[Tensor, Tensor] | None = None,
-    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        check_rotary_input(x, positions, self.head_dim, name, pos_name, type(self).__name__)
-        if tables is None:
-            tables = self._tables(positions.to(x.device), _compute_dtype(x.dtype))
-        return apply_rotary(x, *tables, layout=self.layout), tables
+        k_tables = q_tables if same else self._tables(k_pos.to(k.device), _compute_dtype(k.dtype))
+        return self.rotate_qk(q, k, q_tables, k_tables)
 
     def extra_repr(self) -> str:
         text = (

@@ -46,10 +46,10 @@ from posenc._validate import (
     check_positive_int,
     validating_values,
 )
-from posenc.base import RotaryEncoding
+from posenc.base import RotaryEncoding, check_rotary_input
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
-from posenc.rotary.rope import Layout, apply_rotary, check_rotary_input, rope_cos_sin
+from posenc.rotary.rope import Layout, _cos_sin, _rotate_unchecked
 
 __all__ = ["XPos", "xpos_max_distance", "xpos_scale", "xpos_zeta"]
 
@@ -153,6 +153,19 @@ def xpos_scale(
     scale_base = check_positive_float("scale_base", scale_base)
     center = _check_center(center)
     check_in_choices("layout", layout, LAYOUTS)
+    return _scale(positions, rotary_dim, scale_base, center, layout, inverse=inverse)
+
+
+def _scale(
+    positions: Tensor,
+    rotary_dim: int,
+    scale_base: float,
+    center: float,
+    layout: str,
+    *,
+    inverse: bool,
+) -> Tensor:
+    """:func:`xpos_scale` without checks (the per-forward path)."""
     device = torch.device("cpu") if positions.device.type == "mps" else positions.device
     log_zeta = xpos_zeta(rotary_dim).log().to(device)
     power = (positions.to(device=device, dtype=torch.float64) - center) / scale_base
@@ -238,54 +251,77 @@ class XPos(RotaryEncoding):
 
     def rotate_queries(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate queries by ``positions`` and scale them by ``ζ^{(p − c)/B}``."""
-        return self._rotate(x, positions, "x", "positions", inverse=False)
+        self._check_call(x, positions, "x", "positions")
+        cos, sin, _, _ = self.rotary_tables(positions.to(x.device), x.dtype)
+        return _rotate_unchecked(x, cos, sin, self.layout)
 
     def rotate_keys(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate keys by ``positions`` and scale them by ``ζ^{-(p − c)/B}``."""
-        return self._rotate(x, positions, "x", "positions", inverse=True)
+        self._check_call(x, positions, "x", "positions")
+        _, _, cos, sin = self.rotary_tables(positions.to(x.device), x.dtype)
+        return _rotate_unchecked(x, cos, sin, self.layout)
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate and scale q by ``q_pos`` and k by ``k_pos``; returns ``(q', k')``."""
-        return (
-            self._rotate(q, q_pos, "q", "q_pos", inverse=False),
-            self._rotate(k, k_pos, "k", "k_pos", inverse=True),
-        )
+        self._check_call(q, q_pos, "q", "q_pos")
+        self._check_call(k, k_pos, "k", "k_pos")
+        q_tables = self.rotary_tables(q_pos.to(q.device), q.dtype)
+        k_tables = q_tables if k_pos is q_pos else self.rotary_tables(k_pos.to(k.device), k.dtype)
+        return self.rotate_qk(q, k, q_tables, k_tables)
 
-    def _check_range(self, positions: Tensor, pos_name: str, dtype: torch.dtype) -> None:
+    def _check_call(self, x: Tensor, positions: Tensor, name: str, pos_name: str) -> None:
+        check_rotary_input(x, positions, self.head_dim, name, pos_name, "XPos")
+        self.validate_positions(positions, pos_name, x.dtype)
+
+    def validate_positions(
+        self, positions: Tensor, name: str, dtype: torch.dtype = torch.float32
+    ) -> None:
+        """Raise ``ValueError`` naming ``name`` if a scale would overflow ``dtype``.
+
+        Run once per forward at the attention boundary (eagerly; skipped while compiling).
+        """
+        if not validating_values() or positions.numel() == 0:
+            return
         limit = xpos_max_distance(self.scale_base, dtype)
         offsets = (positions.to(torch.float64) - self.center).abs()
         worst = int(offsets.argmax())
         if float(offsets.flatten()[worst]) > limit:
             position = positions.flatten()[worst].item()
             raise ValueError(
-                f"{pos_name} holds position {position:g}, {offsets.flatten()[worst]:g} from "
+                f"{name} holds position {position:g}, {offsets.flatten()[worst]:g} from "
                 f"center {self.center:g}; xPos scales (2/7)^(±(p − center)/{self.scale_base:g}) "
                 f"fit {dtype} only for |p − center| <= {limit:.0f}. Pass a center near the "
                 "positions in use, or use float64."
             )
 
-    def _rotate(
-        self, x: Tensor, positions: Tensor, name: str, pos_name: str, *, inverse: bool
-    ) -> Tensor:
-        check_rotary_input(x, positions, self.head_dim, name, pos_name, "XPos")
-        if validating_values() and positions.numel() > 0:
-            self._check_range(positions, pos_name, x.dtype)
-        positions = positions.to(x.device)
+    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, ...]:
+        """``(cos_q, sin_q, cos_k, sin_k)``: rotation tables times the query and key scales."""
         mps = positions.device.type == "mps"  # no float64 there: tables in float32
         exact = torch.float32 if mps else torch.float64
-        cos, sin = rope_cos_sin(positions, self._inv_freq, layout=self.layout, dtype=exact)
-        scale = xpos_scale(
-            positions,
-            self.rotary_dim,
-            scale_base=self.scale_base,
-            center=self.center,
-            layout=self.layout,
-            inverse=inverse,
-        ).to(device=cos.device, dtype=exact)
-        table = self.dtype or (torch.float64 if x.dtype == torch.float64 else torch.float32)
-        # One rounding of the float64 products to the table dtype; apply_rotary does the rest.
-        cos, sin = (cos * scale).to(table), (sin * scale).to(table)
-        return apply_rotary(x, cos, sin, layout=self.layout)
+        cos, sin = _cos_sin(positions, self._inv_freq, self.layout, exact, 1.0)
+        table = self.dtype or (torch.float64 if dtype == torch.float64 else torch.float32)
+        tables = []
+        for inverse in (False, True):  # query scales, then key scales
+            scale = _scale(
+                positions,
+                self.rotary_dim,
+                self.scale_base,
+                self.center,
+                self.layout,
+                inverse=inverse,
+            ).to(device=cos.device, dtype=exact)
+            # One rounding of the float64 products to the table dtype.
+            tables += [(cos * scale).to(table), (sin * scale).to(table)]
+        return tuple(tables)
+
+    def rotate_qk(
+        self, q: Tensor, k: Tensor, q_tables: tuple[Tensor, ...], k_tables: tuple[Tensor, ...]
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate and scale q (``ζ^{(p − c)/B}``) and k (``ζ^{-(p − c)/B}``)."""
+        return (
+            _rotate_unchecked(q, q_tables[0], q_tables[1], self.layout),
+            _rotate_unchecked(k, k_tables[2], k_tables[3], self.layout),
+        )
 
     def extra_repr(self) -> str:
         return (

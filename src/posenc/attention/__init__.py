@@ -1,0 +1,45 @@
+"""Attention that takes any positional encoding: structural masks, three backends, one context.
+
+* :class:`Attention`: the module (projections, rotary hook, KV cache, backend).
+* :func:`attend`: the functional form on given q, k, v.
+* :class:`AttentionMask`: causal order, key padding, packed documents, predicates and user
+  tensors as structure; no backend builds a ``(batch, heads, L, L)`` mask.
+* Backends (:class:`Backend`): ``sdpa`` (the reference), ``flex`` (FlexAttention with the
+  encoding's ``score_mod``), ``chunked`` (query blocks, O(block · L) memory, every family;
+  exact flash-parts plans for ALiBi and T5 on the CPU), ``auto``.
+* :class:`AttentionContext`: what every layer of one forward shares, validated once.
+* :class:`KVCache`: keys, values and key metadata of one layer.
+
+Example::
+
+    >>> from posenc.bias import AlibiBias
+    >>> attn = Attention(dim=64, num_heads=4, pos=AlibiBias(num_heads=4), backend="chunked")
+    >>> attn(torch.randn(2, 10, 64)).shape
+    torch.Size([2, 10, 64])
+"""
+
+from __future__ import annotations
+
+from posenc.attention.backends import Backend, BackendName, choose_backend
+from posenc.attention.cache import KVCache
+from posenc.attention.context import AttentionContext, build_context
+from posenc.attention.functional import attend
+from posenc.attention.hooks import Hooks, hooks_of
+from posenc.attention.mask import AttentionMask, MaskMod, causal_mask
+from posenc.attention.module import Attention
+
+__all__ = [
+    "Attention",
+    "AttentionContext",
+    "AttentionMask",
+    "Backend",
+    "BackendName",
+    "Hooks",
+    "KVCache",
+    "MaskMod",
+    "attend",
+    "build_context",
+    "causal_mask",
+    "choose_backend",
+    "hooks_of",
+]

@@ -1,0 +1,172 @@
+"""Choosing an attention backend: a capability check at construction, ``auto`` per call.
+
+=========  ===============================================================================
+backend    serves
+=========  ===============================================================================
+sdpa       everything; the reference (materializes a bias, a contextual term, a scores
+           reader's rows). Without logit terms SDPA's own kernels, no L×L mask.
+flex       no logit terms, pointwise biases (``bias_at`` as ``score_mod``); forward only
+           on the CPU; no attention dropout.
+chunked    everything, in O(block · keys) memory, with autograd (activation
+           checkpointing); the CPU flash-parts plans for ALiBi and T5-like biases.
+auto       per call, see :func:`choose_backend`.
+=========  ===============================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor
+
+from posenc._validate import check_positive_int
+from posenc.attention.chunked import chunked_attention
+from posenc.attention.context import AttentionContext
+from posenc.attention.flex import flex_attention_backend, flex_available
+from posenc.attention.hooks import Hooks
+from posenc.attention.rows import compute_dtype
+from posenc.attention.sdpa import sdpa_attention
+
+__all__ = [
+    "SMALL_SCORES",
+    "Backend",
+    "BackendName",
+    "choose_backend",
+    "resolve_backend",
+    "run_backend",
+]
+
+BackendName = Literal["auto", "sdpa", "flex", "chunked"]
+NAMES: tuple[str, ...] = get_args(BackendName)
+
+#: ``q_len · k_len`` up to which ``auto`` materializes logit terms with ``sdpa``: below it
+#: one fused call beats blocks (see docs/performance.md).
+SMALL_SCORES = 512 * 512
+
+
+@dataclass(frozen=True)
+class Backend:
+    """An attention backend and its options.
+
+    Args:
+        name: ``"auto"`` (default), ``"sdpa"``, ``"flex"`` or ``"chunked"``.
+        block_size: ``chunked`` query rows per block (None: about 2^24 score elements).
+        structured: ``chunked`` may take the CPU flash-parts plans (ALiBi, T5-like).
+        compile: ``flex`` runs compiled FlexAttention (False: its eager reference, slow and
+            materializing; for tests).
+    """
+
+    name: BackendName = "auto"
+    block_size: int | None = None
+    structured: bool = True
+    compile: bool = True
+
+    def __post_init__(self) -> None:
+        if self.name not in NAMES:
+            raise ValueError(
+                f"backend must be one of {', '.join(map(repr, NAMES))}; got {self.name!r}"
+            )
+        if self.block_size is not None:
+            check_positive_int("block_size", self.block_size)
+
+    def check(self, hooks: Hooks, *, dropout: float) -> None:
+        """Raise ``ValueError`` at construction if this backend cannot serve ``hooks``."""
+        if self.name != "flex":
+            return
+        if not flex_available():
+            raise ValueError(
+                "backend 'flex' needs FlexAttention (torch >= 2.5); "
+                f"torch {torch.__version__} lacks it"
+            )
+        name = type(hooks.encoding).__name__
+        if hooks.contextual:
+            raise ValueError(
+                f"backend 'flex' cannot serve {name}: its logit term reads q and k per pair"
+                + (" and its value term needs the probabilities" if hooks.value_term else "")
+                + "; use backend 'chunked', 'sdpa' or 'auto'"
+            )
+        if hooks.scores:
+            raise ValueError(
+                f"backend 'flex' cannot serve {name}: a scores reader needs whole rows of "
+                "scores; use backend 'chunked', 'sdpa' or 'auto'"
+            )
+        if dropout > 0.0:
+            raise ValueError(
+                "backend 'flex' has no attention dropout; use dropout=0 or another backend"
+            )
+
+
+def resolve_backend(backend: str | Backend) -> Backend:
+    """A :class:`Backend` from a name or an instance."""
+    if isinstance(backend, Backend):
+        return backend
+    if not isinstance(backend, str) or backend not in NAMES:
+        raise ValueError(
+            f"backend must be one of {', '.join(map(repr, NAMES))} or a Backend; got {backend!r}"
+        )
+    return Backend(backend)  # type: ignore[arg-type]
+
+
+def choose_backend(hooks: Hooks, q: Tensor, k: Tensor, *, dropout_p: float) -> str:
+    """What ``auto`` runs for this call.
+
+    1. No logit terms (NoPE, additive, rotary): ``sdpa`` (its flash kernels).
+    2. ``q_len · k_len ≤`` :data:`SMALL_SCORES`: ``sdpa`` (one fused call over a small
+       materialized bias beats blocks).
+    3. A pointwise bias only, on CUDA, no dropout: ``flex``.
+    4. Otherwise ``chunked`` (on the CPU its flash-parts plans where they apply).
+    """
+    if not hooks.logit_terms:
+        return "sdpa"
+    if q.shape[-2] * k.shape[-2] <= SMALL_SCORES:
+        return "sdpa"
+    if (
+        hooks.bias
+        and not (hooks.contextual or hooks.scores)
+        and q.device.type == "cuda"
+        and dropout_p == 0.0
+        and flex_available()
+    ):
+        return "flex"
+    return "chunked"
+
+
+def run_backend(
+    backend: Backend,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    hooks: Hooks,
+    context: AttentionContext,
+    scale: float,
+    dropout_p: float,
+) -> Tensor:
+    """Attention of ``q`` over ``k``, ``v`` with ``backend`` (already capability-checked)."""
+    if q.shape[-2] == 0 or k.shape[-2] == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1])
+    hooks.prepare(q.device, compute_dtype(q.dtype))
+    name: str = backend.name
+    if name == "auto":
+        name = choose_backend(hooks, q, k, dropout_p=dropout_p)
+    if name == "sdpa":
+        return sdpa_attention(
+            q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p
+        )
+    if name == "flex":
+        return flex_attention_backend(
+            q, k, v, hooks=hooks, context=context, scale=scale, compile=backend.compile
+        )
+    return chunked_attention(
+        q,
+        k,
+        v,
+        hooks=hooks,
+        context=context,
+        scale=scale,
+        dropout_p=dropout_p,
+        block_size=backend.block_size,
+        structured=backend.structured,
+    )

@@ -1,0 +1,246 @@
+"""Per-forward state: positions, the mask and the tables every layer shares, validated once.
+
+A model builds one :class:`AttentionContext` per forward (:func:`build_context`) and hands
+it to every layer; a standalone :class:`~posenc.attention.Attention` builds its own. All
+input checks happen here, at the boundary; the per-layer path reads the context and does
+no value checks (each would be a host sync on a GPU). Tables an encoding shared by all
+layers needs (RoPE's cos/sin, a materialized bias, a flex block mask) are built on first
+use and kept in :attr:`AttentionContext.memo` for the rest of the forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor
+
+from posenc._validate import validating_values
+from posenc.attention.cache import KVCache
+from posenc.attention.hooks import Hooks
+from posenc.attention.mask import AttentionMask, MaskMod
+from posenc.positions import check_positions, concat_positions, next_positions, position_batch
+
+__all__ = [
+    "AttentionContext",
+    "build_context",
+    "check_dense_mask",
+    "check_document_ids",
+    "check_key_padding_mask",
+    "mask_predicate",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class AttentionContext:
+    """What every layer of one forward shares.
+
+    Attributes:
+        q_pos: positions of the new tokens (the queries).
+        k_pos: positions of every key: the cached ones, then the new ones.
+        mask: the :class:`AttentionMask` of this forward.
+        index_positions: True when key ``j`` sits at position ``j`` and the queries are the
+            last keys (positions made by default from an empty or index-positioned cache).
+            Known from how positions were made, never by reading them.
+        memo: per-forward tables, keyed by whatever identifies them.
+    """
+
+    q_pos: Tensor
+    k_pos: Tensor
+    mask: AttentionMask
+    index_positions: bool
+    memo: dict[Hashable, Any] = field(default_factory=dict)
+
+    def cached(self, key: Hashable, build: Callable[[], T]) -> T:
+        """``build()`` once per forward under ``key``; later calls return the same object."""
+        if key not in self.memo:
+            self.memo[key] = build()
+        value: T = self.memo[key]
+        return value
+
+
+def check_key_padding_mask(
+    mask: object, batch: int, seq: int, name: str = "key_padding_mask"
+) -> Tensor:
+    """Validate a key padding mask (True or 1 = real token) and return it as bool.
+
+    Accepts bool, or integer / floating tensors holding only 0 and 1. A floating mask in the
+    additive convention (0 keep, -inf pad) would be silently inverted by a cast, so it raises.
+    """
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"{name} must be a tensor ({batch}, {seq}), got {type(mask).__name__}")
+    if tuple(mask.shape) != (batch, seq):
+        raise ValueError(
+            f"{name} must have shape (batch, seq) = ({batch}, {seq}) (one entry per new token); "
+            f"got {tuple(mask.shape)}"
+        )
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.is_complex():
+        raise ValueError(f"{name} must be bool or 0/1, got {mask.dtype}")
+    if validating_values() and mask.numel() > 0 and not bool(((mask == 0) | (mask == 1)).all()):
+        hint = ""
+        if mask.is_floating_point() and bool(torch.isinf(mask).any()):
+            hint = (
+                " It looks like an additive mask (0 keep, -inf pad); posenc takes a boolean "
+                "key_padding_mask, True (or 1) for real tokens: pass `mask == 0`."
+            )
+        raise ValueError(
+            f"{name} must be bool or hold only 0 and 1 (True/1 = real token, False/0 = "
+            f"padding); got other values.{hint}"
+        )
+    return mask != 0
+
+
+def check_document_ids(ids: object, batch: int, seq: int) -> Tensor:
+    """Validate document ids ``(seq,)`` or ``(batch, seq)`` (integers); errors name them."""
+    if not isinstance(ids, Tensor) or ids.is_floating_point() or ids.dtype == torch.bool:
+        got = ids.dtype if isinstance(ids, Tensor) else type(ids).__name__
+        raise ValueError(
+            f"document_ids must be an integer tensor (seq,) or (batch, seq); got {got}"
+        )
+    if (
+        ids.dim() not in (1, 2)
+        or ids.shape[-1] != seq
+        or (ids.dim() == 2 and ids.shape[0] != batch)
+    ):
+        raise ValueError(
+            f"document_ids must have shape ({seq},) or ({batch}, {seq}); got {tuple(ids.shape)}"
+        )
+    return ids
+
+
+def check_dense_mask(mask: Tensor, batch: int, q_len: int, k_len: int) -> Tensor:
+    """Validate a user's boolean ``attn_mask`` ``(q, k)`` or ``(batch, q, k)``."""
+    if mask.dtype != torch.bool:
+        raise ValueError(
+            f"attn_mask must be a bool tensor (True = may attend) or a mask_mod callable; got "
+            f"{mask.dtype} (add biases through an encoding instead)"
+        )
+    ok = mask.dim() == 2 or (mask.dim() == 3 and mask.shape[0] == batch)
+    if not ok or tuple(mask.shape[-2:]) != (q_len, k_len):
+        raise ValueError(
+            f"attn_mask must have shape ({q_len}, {k_len}) or ({batch}, {q_len}, {k_len}) "
+            f"(queries, all keys); got {tuple(mask.shape)}"
+        )
+    return mask
+
+
+def mask_predicate(
+    attn_mask: Tensor | MaskMod | None, batch: int, q_len: int, k_len: int, device: torch.device
+) -> tuple[Tensor | None, MaskMod | None]:
+    """Split a user ``attn_mask`` into ``(dense, predicate)``, validated."""
+    if attn_mask is None:
+        return None, None
+    if isinstance(attn_mask, Tensor):
+        return check_dense_mask(attn_mask, batch, q_len, k_len).to(device), None
+    if not callable(attn_mask):
+        raise ValueError(
+            "attn_mask must be a bool tensor or a mask_mod callable, "
+            f"got {type(attn_mask).__name__}"
+        )
+    return None, attn_mask
+
+
+def build_context(
+    *,
+    batch: int,
+    seq: int,
+    device: torch.device,
+    causal: bool,
+    hooks: Hooks,
+    positions: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    document_ids: Tensor | None = None,
+    attn_mask: Tensor | MaskMod | None = None,
+    cache: KVCache | None = None,
+) -> AttentionContext:
+    """Validate one forward's inputs and build its :class:`AttentionContext`.
+
+    Args:
+        batch, seq: of the new tokens.
+        device: where attention runs.
+        causal: decoder (True) or encoder (False) attention.
+        hooks: the encoding's hooks (its ``num_axes`` and its own position checks).
+        positions: of the new tokens; default: continue the cache (``max + 1``) or
+            ``arange(seq)`` on every axis.
+        key_padding_mask: ``(batch, seq)`` for the new tokens, True/1 = real token.
+        document_ids: ``(seq,)`` or ``(batch, seq)`` document id of each new token.
+        attn_mask: a bool tensor ``(seq, k_len)`` / ``(batch, seq, k_len)`` over all keys, or
+            a FlexAttention-style ``mask_mod(b, h, q_idx, kv_idx)``.
+        cache: the KV cache the keys continue (its stored positions, padding and ids).
+
+    Raises:
+        ValueError: naming the argument, for every malformed input.
+    """
+    num_axes = hooks.num_axes
+    cached = cache is not None and cache.length > 0
+    if cache is not None and not isinstance(cache, KVCache):
+        raise ValueError(f"cache must be a posenc KVCache, got {type(cache).__name__}")
+    if cached:
+        assert cache is not None and cache.k is not None
+        if cache.k.shape[0] != batch:
+            raise ValueError(f"cache holds batch {cache.k.shape[0]} but x has batch {batch}")
+    old_pos = cache.positions if cached and cache is not None else None
+    if positions is None:
+        positions = next_positions(old_pos, seq, num_axes=num_axes, device=device)
+        index_positions = cache is None or cache.index_positions
+    else:
+        check_positions(positions, "positions", num_axes=num_axes)
+        index_positions = False
+    positions = positions.to(device)
+    rows = position_batch(positions, num_axes)
+    if positions.shape[-1] != seq or rows not in (None, batch):
+        want = (
+            f"({seq},) or ({batch}, {seq})"
+            if num_axes == 1
+            else f"({num_axes}, {seq}) or ({num_axes}, {batch}, {seq})"
+        )
+        raise ValueError(f"positions must have shape {want}; got {tuple(positions.shape)}")
+    if validating_values():
+        hooks.validate_positions(positions, "positions")
+    k_pos = positions if old_pos is None else concat_positions(old_pos, positions, num_axes)
+    old_len = cache.length if cached and cache is not None else 0
+
+    padding = (
+        None if key_padding_mask is None else check_key_padding_mask(key_padding_mask, batch, seq)
+    )
+    old_padding = cache.key_padding_mask if cached and cache is not None else None
+    if padding is not None or old_padding is not None:
+        ones = torch.ones(batch, 0, dtype=torch.bool, device=device)
+        old = old_padding if old_padding is not None else ones.new_ones(batch, old_len)
+        new = padding.to(device) if padding is not None else ones.new_ones(batch, seq)
+        padding = torch.cat([old, new], dim=-1)
+
+    q_docs = k_docs = None
+    old_docs = cache.document_ids if cached and cache is not None else None
+    if document_ids is not None:
+        q_docs = check_document_ids(document_ids, batch, seq).to(device)
+        if cached and old_docs is None:
+            raise ValueError(
+                "document_ids were not given for the tokens already in the cache; give them "
+                "from the cache's first call on"
+            )
+        k_docs = q_docs if old_docs is None else concat_positions(old_docs, q_docs)
+    elif old_docs is not None:
+        raise ValueError("document_ids must be given with every call once the cache holds them")
+
+    k_len = old_len + seq
+    dense, predicate = mask_predicate(attn_mask, batch, seq, k_len, device)
+    mask = AttentionMask(
+        batch=batch,
+        q_len=seq,
+        k_len=k_len,
+        device=device,
+        causal=causal,
+        key_padding=padding,
+        q_documents=q_docs,
+        k_documents=k_docs,
+        predicate=predicate,
+        dense=dense,
+    )
+    return AttentionContext(positions, k_pos, mask, index_positions)

@@ -1,0 +1,232 @@
+"""Exact attention from parts of the key range, on the CPU flash kernel (the structured fast path).
+
+The softmax over all keys of a query equals a merge of softmaxes over disjoint parts of the
+keys, weighted by each part's log-sum-exp (LSE):
+
+.. math::
+    O_i = \\sum_p e^{\\ell_{p,i} - L_i} O_{p,i}, \\qquad L_i = \\log \\sum_p e^{\\ell_{p,i}}
+
+A bias that is *row-separable* on a part, ``b_ij = r_i + c_j``, needs no L×L tensor there:
+``r_i`` only shifts that part's LSE and ``c_j`` is a ``(…, 1, keys)`` vector the kernel
+reads with stride 0 over rows. ALiBi is separable everywhere (``m_h (k_j − q_i)``); T5 is
+constant beyond ``max_distance`` (one LSE shift per head) and needs a dense band only near
+the diagonal, the same band for every block. Each part runs on PyTorch's CPU flash kernel
+(``aten::_scaled_dot_product_flash_attention_for_cpu``, which returns the LSE and takes
+``is_causal`` together with a mask); the backward of the merge is exact: each part's kernel
+backward given the *global* output and LSE yields the global gradients of its keys (the
+ring-attention identity), the gradient of an LSE shift is ``w_p (dO · (O_p − O))``, and a
+part whose dense mask is learnable (T5's band) gets its gradient from an explicit backward
+of that small part.
+
+Used where :func:`available` (a CPU tensor and a torch that has the kernel); otherwise the
+callers fall back to query blocks (:func:`posenc.attention.chunked.blocked`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = ["Part", "available", "causal_with_mask", "merge_parts"]
+
+_FORWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+_DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
+
+
+def available(q: Tensor) -> bool:
+    """True when the CPU flash kernel can run on ``q``'s device and dtype."""
+    return (
+        _FORWARD is not None
+        and _BACKWARD is not None
+        and q.device.type == "cpu"
+        and q.dtype in _DTYPES
+    )
+
+
+def causal_with_mask(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float) -> Tensor:
+    """Causal attention (``q_len == k_len``) plus a broadcast additive mask, one kernel call.
+
+    Public SDPA refuses ``is_causal`` with a mask; the CPU kernel takes both. ``mask`` is
+    ``(batch | 1, heads | 1, 1 | q, k)`` in q's dtype (read with stride 0 where broadcast).
+    """
+    assert _FORWARD is not None
+    out: Tensor = _FORWARD(
+        q, k, v, 0.0, True, attn_mask=_expand(mask, q, k.shape[-2]), scale=scale
+    )[0]
+    return out  # the aten op has its own autograd formula (for q, k and v)
+
+
+@dataclass
+class Part:
+    """A contiguous range of keys for a block of queries.
+
+    Attributes:
+        k, v: the keys and values of the part ``(batch, kv_heads, keys, ·)``.
+        causal: the kernel's top-left causal order within the part (a square diagonal part).
+        mask: additive mask broadcastable to ``(batch, heads, rows, keys)`` in q's dtype, or
+            None. Constant unless it requires grad (then its gradient is computed too).
+        shift: added to the part's LSE, broadcastable to ``(batch, heads, rows)``: the
+            row-constant part of a bias (T5's far constant), or None.
+    """
+
+    k: Tensor
+    v: Tensor
+    causal: bool = False
+    mask: Tensor | None = None
+    shift: Tensor | None = None
+
+
+def merge_parts(q: Tensor, parts: Sequence[Part], scale: float) -> Tensor:
+    """``softmax`` attention of ``q`` over the union of ``parts``' keys, merged exactly.
+
+    Args:
+        q: ``(batch, heads, rows, head_dim)`` on the CPU.
+        parts: non-empty parts (each at least one key).
+        scale: logit scale.
+
+    Returns:
+        ``(batch, heads, rows, v_dim)`` in q's dtype.
+    """
+    flat: list[Tensor | None] = []
+    layout = []
+    for part in parts:
+        flat += [part.k, part.v, part.mask, part.shift]
+        layout.append(part.causal)
+    out: Tensor = _Merge.apply(q, scale, tuple(layout), *flat)
+    return out
+
+
+def _expand(mask: Tensor | None, q: Tensor, keys: int) -> Tensor | None:
+    if mask is None:
+        return None
+    return mask.expand(q.shape[0], q.shape[1], q.shape[2], keys)
+
+
+def _row_shift(shift: Tensor | None, lse: Tensor) -> Tensor:
+    return lse if shift is None else lse + shift.to(lse.dtype).expand_as(lse)
+
+
+class _Merge(torch.autograd.Function):
+    @staticmethod
+    def forward(
+        ctx: Any, q: Tensor, scale: float, layout: tuple[bool, ...], *flat: Tensor | None
+    ) -> Tensor:
+        assert _FORWARD is not None
+        outs, lses = [], []
+        for index, causal in enumerate(layout):
+            k, v, mask, shift = flat[4 * index : 4 * index + 4]
+            assert k is not None and v is not None
+            mask_e = _expand(mask, q, k.shape[-2])
+            out, lse = _FORWARD(q, k, v, 0.0, causal, attn_mask=mask_e, scale=scale)
+            outs.append(out)
+            lses.append(_row_shift(shift, lse))
+        if len(outs) == 1:
+            total, merged = lses[0], outs[0]
+        else:
+            total = torch.logsumexp(torch.stack(lses), dim=0)
+            merged = sum(
+                (
+                    out * (lse - total).exp().unsqueeze(-1).to(out.dtype)
+                    for out, lse in zip(outs, lses, strict=True)
+                ),
+                torch.zeros_like(outs[0]),
+            )
+        keep_parts = any(ctx.needs_input_grad[3 + 4 * i + 3] for i in range(len(layout)))
+        ctx.scale, ctx.layout = scale, layout
+        saved = [q, merged, total, *[t if t is not None else torch.empty(0) for t in flat]]
+        if keep_parts:
+            saved += outs + lses
+        ctx.keep_parts = keep_parts
+        ctx.absent = [t is None for t in flat]
+        ctx.save_for_backward(*saved)
+        return merged
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+        assert _BACKWARD is not None
+        saved = ctx.saved_tensors
+        q, merged, total = saved[:3]
+        n = len(ctx.layout)
+        flat = [
+            None if absent else t
+            for absent, t in zip(ctx.absent, saved[3 : 3 + 4 * n], strict=True)
+        ]
+        outs = saved[3 + 4 * n : 3 + 5 * n] if ctx.keep_parts else None
+        lses = saved[3 + 5 * n :] if ctx.keep_parts else None
+        grad_out = grad_out.contiguous()
+        grad_q = torch.zeros_like(q)
+        grads: list[Tensor | None] = []
+        for index, causal in enumerate(ctx.layout):
+            k, v, mask, shift = flat[4 * index : 4 * index + 4]
+            # The part's kernel recomputes p_ij = exp(s_ij + mask_ij - lse): give it the
+            # global LSE less this part's shift, and the global output for D = rowsum(dO·O).
+            lse = total if shift is None else total - shift.to(total.dtype).expand_as(total)
+            mask_needs_grad = ctx.needs_input_grad[3 + 4 * index + 2]
+            assert k is not None and v is not None
+            if mask_needs_grad:
+                assert mask is not None
+                dq, dk, dv, dmask = _explicit_backward(
+                    grad_out, q, k, v, merged, lse, mask, causal, ctx.scale
+                )
+            else:
+                dq, dk, dv = _BACKWARD(
+                    grad_out,
+                    q,
+                    k,
+                    v,
+                    merged,
+                    lse,
+                    0.0,
+                    causal,
+                    attn_mask=_expand(mask, q, k.shape[-2]),
+                    scale=ctx.scale,
+                )
+                dmask = None
+            grad_q += dq
+            dshift = None
+            if shift is not None and ctx.needs_input_grad[3 + 4 * index + 3]:
+                assert outs is not None and lses is not None
+                weight = (lses[index] - total).exp()
+                per_row = weight * (grad_out * (outs[index] - merged)).sum(-1)
+                dshift = per_row.sum_to_size(shift.shape).to(shift.dtype)
+            grads += [dk, dv, dmask, dshift]
+        return (grad_q, None, None, *grads)
+
+
+def _explicit_backward(
+    grad_out: Tensor,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    out: Tensor,
+    lse: Tensor,
+    mask: Tensor,
+    causal: bool,
+    scale: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients of one (small) part whose mask is learnable, written out."""
+    heads, kv_heads = q.shape[1], k.shape[1]
+    group = heads // kv_heads
+    k_e = k.repeat_interleave(group, dim=1) if group > 1 else k
+    v_e = v.repeat_interleave(group, dim=1) if group > 1 else v
+    logits = (q @ k_e.transpose(-1, -2)) * scale + mask
+    if causal:
+        rows, keys = logits.shape[-2:]
+        future = torch.ones(rows, keys, dtype=torch.bool, device=q.device).triu(1)
+        logits = logits.masked_fill(future, float("-inf"))
+    probs = torch.exp(logits - lse.unsqueeze(-1).to(logits.dtype))
+    d_probs = grad_out @ v_e.transpose(-1, -2)
+    row_dot = (grad_out * out).sum(-1, keepdim=True)
+    d_logits = probs * (d_probs - row_dot)
+    grad_q = (d_logits @ k_e) * scale
+    grad_k = (d_logits.transpose(-1, -2) @ q) * scale
+    grad_v = probs.transpose(-1, -2) @ grad_out
+    if group > 1:
+        grad_k = grad_k.unflatten(1, (kv_heads, group)).sum(2)
+        grad_v = grad_v.unflatten(1, (kv_heads, group)).sum(2)
+    return grad_q, grad_k, grad_v, d_logits.sum_to_size(mask.shape)

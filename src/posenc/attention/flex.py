@@ -1,0 +1,161 @@
+"""The ``flex`` backend: FlexAttention with the encoding's ``score_mod`` and a block mask.
+
+The ``score_mod`` is derived from the encoding's ``bias_at`` (the same method the
+materialized bias comes from, so the two agree by construction): it looks up the query's
+and key's positions by index and adds ``bias_at(head, q_pos, k_pos)``. The mask becomes a
+``BlockMask`` from :meth:`AttentionMask.mask_mod`; a causal-only block mask is cached per
+shape and device across forwards, any other one is built once per forward.
+
+Serves encodings without logit terms and pointwise biases. It cannot serve contextual
+terms (Shaw, Transformer-XL read q and k per pair, and Shaw's value term needs the
+probabilities) or scores readers (they need whole rows): those raise at construction.
+On the CPU (torch 2.13) FlexAttention runs forward only; a call that needs gradients raises.
+Compiled with ``torch.compile`` by default (the first call of a new shape compiles for
+seconds); ``compile=False`` runs FlexAttention's eager reference, which materializes scores
+(for tests).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from posenc.attention.context import AttentionContext
+from posenc.attention.hooks import Hooks
+from posenc.attention.mask import AttentionMask
+
+__all__ = ["flex_attention_backend", "flex_available", "score_mod_of"]
+
+ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
+
+
+def flex_available() -> bool:
+    """True when this torch has FlexAttention."""
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def score_mod_of(hooks: Hooks, q_pos: Tensor, k_pos: Tensor) -> ScoreMod | None:
+    """The encoding's bias as a FlexAttention ``score_mod`` (None without a bias).
+
+    ``score + bias_at(head, q_pos[b, q_idx], k_pos[b, kv_idx], score.dtype)``; positions
+    shared by the batch are indexed without ``b``.
+    """
+    if not hooks.bias:
+        return None
+    bias_at = hooks.encoding.bias_at
+
+    def lookup(positions: Tensor, b: Tensor, index: Tensor) -> Tensor:
+        return positions[b, index] if positions.dim() == 2 else positions[index]
+
+    def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        bias = bias_at(h, lookup(q_pos, b, q_idx), lookup(k_pos, b, kv_idx), score.dtype)
+        return score + bias
+
+    return score_mod
+
+
+@functools.lru_cache(maxsize=32)
+def _causal_block_mask(q_len: int, k_len: int, device: torch.device) -> Any:
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    offset = k_len - q_len
+
+    def causal(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
+        return kv_idx <= q_idx + offset
+
+    return create_block_mask(causal, None, None, q_len, k_len, device=device)
+
+
+def block_mask_of(mask: AttentionMask, context: AttentionContext) -> Any:
+    """The ``BlockMask`` of ``mask`` (None when every pair is visible)."""
+    if mask.is_trivial:
+        return None
+    if mask.key_padding is None and not mask.has_pairwise:
+        return _causal_block_mask(mask.q_len, mask.k_len, mask.device)
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    def build() -> Any:
+        return create_block_mask(
+            mask.mask_mod(), mask.batch, None, mask.q_len, mask.k_len, device=mask.device
+        )
+
+    return context.cached(("flex-block-mask",), build)
+
+
+@functools.lru_cache(maxsize=1)
+def _compiled_flex() -> Callable[..., Tensor]:
+    from torch.nn.attention.flex_attention import flex_attention
+
+    compiled: Callable[..., Tensor] = torch.compile(flex_attention, dynamic=False)
+    return compiled
+
+
+def flex_attention_backend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    hooks: Hooks,
+    context: AttentionContext,
+    scale: float,
+    compile: bool = True,
+) -> Tensor:
+    """Attention with FlexAttention; rows that see no key are zero (FlexAttention's rule)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    needs_grad = torch.is_grad_enabled() and (
+        q.requires_grad or k.requires_grad or v.requires_grad or _has_grad(hooks)
+    )
+    if q.device.type == "cpu" and needs_grad:
+        raise ValueError(
+            "backend 'flex' runs forward only on the CPU (FlexAttention has no CPU backward in "
+            f"torch {torch.__version__}); use backend='chunked' or 'auto' to train on the CPU, "
+            "or call under torch.no_grad()"
+        )
+    mask = context.mask
+    if mask.k_len == 0 or mask.q_len == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1])
+    score_mod = score_mod_of(hooks, context.q_pos, context.k_pos)
+    block_mask = block_mask_of(mask, context)
+    run: Callable[..., Tensor] = _compiled_flex() if compile else flex_attention  # type: ignore[assignment]
+    if not compile:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the eager reference warns that it is slow
+            return _call(run, q, k, v, score_mod, block_mask, scale)
+    return _call(run, q, k, v, score_mod, block_mask, scale)
+
+
+def _call(
+    run: Callable[..., Tensor],
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    score_mod: Any,
+    block_mask: Any,
+    scale: float,
+) -> Tensor:
+    out = run(
+        q,
+        k,
+        v,
+        score_mod=score_mod,
+        block_mask=block_mask,
+        scale=scale,
+        enable_gqa=k.shape[1] != q.shape[1],
+    )
+    return out
+
+
+def _has_grad(hooks: Hooks) -> bool:
+    encoding = hooks.encoding
+    return encoding is not None and any(p.requires_grad for p in encoding.parameters())

@@ -1,0 +1,179 @@
+"""``attend``: attention of given q, k, v with an encoding's logit terms (the functional form)."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from posenc._validate import validating_values
+from posenc.attention.backends import Backend, resolve_backend, run_backend
+from posenc.attention.context import (
+    AttentionContext,
+    check_document_ids,
+    check_key_padding_mask,
+    mask_predicate,
+)
+from posenc.attention.hooks import Hooks, hooks_of
+from posenc.attention.mask import AttentionMask, MaskMod
+from posenc.positions import check_positions, position_batch
+
+__all__ = ["attend", "check_heads_match", "check_qkv"]
+
+
+def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    """Raise ``ValueError`` naming the argument unless q, k, v fit one attention call.
+
+    q ``(batch, heads, q_len, head_dim)``, k ``(batch, kv_heads, k_len, head_dim)``, v
+    ``(batch, kv_heads, k_len, v_dim)``; one floating dtype and device; ``heads`` a
+    multiple of ``kv_heads``.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(
+                f"{name} must be a floating tensor (batch, heads, seq, head_dim); got {got}"
+            )
+    if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
+        raise ValueError(
+            f"q, k and v must share dtype and device; got {q.dtype}/{q.device}, "
+            f"{k.dtype}/{k.device}, {v.dtype}/{v.device}"
+        )
+    if not (q.shape[0] == k.shape[0] == v.shape[0]):
+        raise ValueError(
+            f"q, k and v must have one batch size; got {q.shape[0]}, {k.shape[0]}, {v.shape[0]}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same length; got k_len={k.shape[-2]} and v_len={v.shape[-2]}"
+        )
+    if k.shape[1] != v.shape[1]:
+        raise ValueError(
+            f"k and v must have the same number of heads; got {k.shape[1]} and {v.shape[1]}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same head_dim; got {q.shape[-1]} and {k.shape[-1]}"
+        )
+    if q.shape[1] % k.shape[1] != 0:
+        raise ValueError(
+            f"number of query heads ({q.shape[1]}) must be a multiple of key/value heads "
+            f"({k.shape[1]})"
+        )
+
+
+def check_heads_match(hooks: Hooks, num_heads: int) -> None:
+    """A bias encoding must have as many heads as the attention's queries."""
+    heads = getattr(hooks.encoding, "num_heads", None)
+    if (hooks.bias or hooks.contextual) and heads is not None and heads != num_heads:
+        raise ValueError(
+            f"the encoding has num_heads={heads} but attention has num_heads={num_heads}; "
+            "they must match"
+        )
+
+
+def _check_position_arg(
+    name: str, positions: Tensor, length: int, batch: int, num_axes: int
+) -> Tensor:
+    check_positions(positions, name, num_axes=num_axes)
+    if positions.shape[-1] != length or position_batch(positions, num_axes) not in (None, batch):
+        raise ValueError(
+            f"{name} must have {length} positions in its last axis and a batch of {batch} (or "
+            f"none); got shape {tuple(positions.shape)}"
+        )
+    return positions
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    pos: nn.Module | None = None,
+    q_pos: Tensor | None = None,
+    k_pos: Tensor | None = None,
+    causal: bool,
+    key_padding_mask: Tensor | None = None,
+    document_ids: Tensor | None = None,
+    attn_mask: Tensor | MaskMod | None = None,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    backend: str | Backend = "sdpa",
+) -> Tensor:
+    """Scaled dot-product attention with a positional encoding's logit terms.
+
+    q, k, v are ``(batch, heads, seq, head_dim)``; k and v may have fewer heads than q
+    (grouped-query attention). Rotary encodings must already have been applied to q and k
+    (:class:`~posenc.attention.Attention` does it before caching keys); additive ones act on
+    the token embeddings. Queries are the last ``q_len`` of the ``k_len`` keys for the causal
+    order and the default positions.
+
+    Args:
+        pos: the encoding whose bias, contextual term or scores reader enters the logits.
+        q_pos, k_pos: positions of queries and keys (default ``arange(k_len − q_len, k_len)``
+            and ``arange(k_len)``).
+        causal: hide keys after each query (bottom-right aligned).
+        key_padding_mask: ``(batch, k_len)``, True (or 1) for real keys.
+        document_ids: ``(k_len,)`` or ``(batch, k_len)`` document of each key; the queries
+            are the last ``q_len`` keys and see their own document only.
+        attn_mask: a bool tensor ``(q_len, k_len)`` / ``(batch, q_len, k_len)``, True where
+            attention is allowed, or a ``mask_mod(b, h, q_idx, kv_idx)`` callable.
+        scale: logit scale (default: the encoding's ``logit_scale`` or ``head_dim ** -0.5``).
+        dropout_p: dropout on the attention probabilities.
+        backend: ``"sdpa"`` (default, the reference), ``"flex"``, ``"chunked"``, ``"auto"``
+            or a :class:`~posenc.attention.Backend`.
+
+    Returns:
+        ``(batch, heads, q_len, v_dim)``. Queries that see no key get zeros.
+    """
+    check_qkv(q, k, v)
+    hooks = hooks_of(pos)
+    check_heads_match(hooks, q.shape[1])
+    batch, q_len, k_len = q.shape[0], q.shape[-2], k.shape[-2]
+    if q_len > k_len and (causal or document_ids is not None):
+        raise ValueError(
+            f"q_len ({q_len}) must be <= k_len ({k_len}): the queries are the last keys"
+        )
+    index_positions = q_pos is None and k_pos is None
+    if q_pos is None:
+        q_pos = torch.arange(k_len - q_len, k_len, device=q.device)
+        if hooks.num_axes > 1:
+            q_pos = q_pos.expand(hooks.num_axes, q_len)
+    if k_pos is None:
+        k_pos = torch.arange(k_len, device=q.device)
+        if hooks.num_axes > 1:
+            k_pos = k_pos.expand(hooks.num_axes, k_len)
+    q_pos = _check_position_arg("q_pos", q_pos, q_len, batch, hooks.num_axes).to(q.device)
+    k_pos = _check_position_arg("k_pos", k_pos, k_len, batch, hooks.num_axes).to(q.device)
+    if validating_values():
+        hooks.validate_positions(q_pos, "q_pos")
+        hooks.validate_positions(k_pos, "k_pos")
+    padding = None
+    if key_padding_mask is not None:
+        padding = check_key_padding_mask(key_padding_mask, batch, k_len).to(q.device)
+    k_docs = (
+        None
+        if document_ids is None
+        else check_document_ids(document_ids, batch, k_len).to(q.device)
+    )
+    dense, predicate = mask_predicate(attn_mask, batch, q_len, k_len, q.device)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    mask = AttentionMask(
+        batch=batch,
+        q_len=q_len,
+        k_len=k_len,
+        device=q.device,
+        causal=causal,
+        key_padding=padding,
+        q_documents=None if k_docs is None else k_docs[..., k_len - q_len :],
+        k_documents=k_docs,
+        predicate=predicate,
+        dense=dense,
+    )
+    chosen = resolve_backend(backend)
+    chosen.check(hooks, dropout=dropout_p)
+    context = AttentionContext(q_pos, k_pos, mask, index_positions)
+    scale = hooks.scale(q.shape[-1]) if scale is None else float(scale)
+    return run_backend(
+        chosen, q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p
+    )

@@ -1,0 +1,112 @@
+"""Which hooks an encoding implements, found by duck typing (see :mod:`posenc.base`).
+
+:func:`hooks_of` is the only place that looks at an encoding's methods; attention, the
+model and the backends read the resulting :class:`Hooks`. A new kind of method adds a hook
+here and its use in the backends, nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from posenc.base import NoPE, materialize_bias
+
+__all__ = ["Hooks", "hooks_of"]
+
+
+def _has(encoding: object, name: str) -> bool:
+    return callable(getattr(encoding, name, None))
+
+
+@dataclass(frozen=True)
+class Hooks:
+    """The hooks of one encoding (None: no encoding)."""
+
+    encoding: Any
+    additive: bool = False
+    rotary: bool = False
+    bias: bool = False
+    contextual: bool = False
+    value_term: bool = False
+    scores: bool = False
+    num_axes: int = 1
+
+    @property
+    def logit_terms(self) -> bool:
+        """True when something is added to (or reads) the logits: a bias, a contextual term
+        or a scores reader; without one, attention is plain SDPA."""
+        return self.bias or self.contextual or self.scores
+
+    @property
+    def needs_probabilities(self) -> bool:
+        """True when the softmax must be explicit (a value term or a scores reader)."""
+        return self.value_term or self.scores
+
+    def scale(self, head_dim: int) -> float:
+        """The logit scale: the encoding's ``logit_scale(head_dim)`` or ``head_dim ** -0.5``."""
+        if _has(self.encoding, "logit_scale"):
+            return float(self.encoding.logit_scale(head_dim))
+        return 1.0 / math.sqrt(head_dim)
+
+    def materialized_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
+        """The bias ``(heads, q, k)`` or ``(batch, heads, q, k)`` from ``bias_at``, unchecked."""
+        return materialize_bias(self.encoding, q_pos, k_pos, dtype)
+
+    def prepare(self, device: torch.device, dtype: torch.dtype) -> None:
+        """Let a bias build its tables for ``dtype`` (and float32, FlexAttention's score dtype)
+        before ``bias_at`` is traced or checkpointed."""
+        if self.bias and _has(self.encoding, "prepare_bias"):
+            for each in {dtype, torch.float32}:
+                self.encoding.prepare_bias(device, each)
+
+    def validate_positions(self, positions: Tensor, name: str) -> None:
+        """The encoding's own value checks of positions (whole numbers, table ranges)."""
+        if _has(self.encoding, "validate_positions"):
+            self.encoding.validate_positions(positions, name)
+
+
+def hooks_of(encoding: nn.Module | None) -> Hooks:
+    """The :class:`Hooks` of ``encoding`` (None gives none).
+
+    Raises:
+        ValueError: if ``encoding`` is not a module, implements no hook (and is not
+            :class:`~posenc.base.NoPE`), declares a bias without ``num_heads``, or has a
+            ``num_axes`` that is not a positive integer.
+    """
+    if encoding is None:
+        return Hooks(None)
+    if not isinstance(encoding, nn.Module):
+        raise ValueError(
+            f"pos must be a positional encoding module or None, got {type(encoding).__name__}"
+        )
+    bias = _has(encoding, "bias_at")
+    if bias and not isinstance(getattr(encoding, "num_heads", None), int):
+        raise ValueError(f"{type(encoding).__name__} has bias_at but no integer num_heads")
+    num_axes = getattr(encoding, "num_axes", 1)
+    if isinstance(num_axes, bool) or not isinstance(num_axes, int) or num_axes < 1:
+        raise ValueError(
+            f"{type(encoding).__name__}.num_axes must be an int >= 1, got {num_axes!r}"
+        )
+    contextual = _has(encoding, "logit_term")
+    hooks = Hooks(
+        encoding,
+        additive=_has(encoding, "position_embedding"),
+        rotary=_has(encoding, "rotate_qk") and _has(encoding, "rotary_tables"),
+        bias=bias,
+        contextual=contextual,
+        value_term=contextual and bool(getattr(encoding, "has_value_term", False)),
+        scores=_has(encoding, "transform_scores"),
+        num_axes=num_axes,
+    )
+    if not (hooks.additive or hooks.rotary or hooks.logit_terms or isinstance(encoding, NoPE)):
+        raise ValueError(
+            f"pos must be a positional encoding: {type(encoding).__name__} implements none of "
+            "the hooks (position_embedding, rotary_tables + rotate_qk, bias_at, logit_term, "
+            "transform_scores); pass None or posenc.base.NoPE for no encoding"
+        )
+    return hooks

@@ -1,0 +1,181 @@
+"""Multi-head attention that takes any positional encoding as one object."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from posenc._validate import check_positive_int
+from posenc.attention.backends import Backend, resolve_backend, run_backend
+from posenc.attention.cache import KVCache
+from posenc.attention.context import AttentionContext, build_context
+from posenc.attention.functional import check_heads_match
+from posenc.attention.hooks import hooks_of
+from posenc.attention.mask import MaskMod
+
+__all__ = ["Attention"]
+
+
+class Attention(nn.Module):
+    """Multi-head (or grouped-query) self-attention with a pluggable positional encoding.
+
+    The encoding acts through its hooks (:mod:`posenc.base`): a rotary encoding rotates q
+    and the new k before they are cached; a bias, contextual term or scores reader enters the
+    logits in the backend; an additive encoding is the model's business (ignored here).
+
+    Args:
+        dim: model width.
+        num_heads: query heads.
+        num_kv_heads: key/value heads (grouped-query attention); must divide ``num_heads``.
+            Default ``num_heads``.
+        head_dim: per-head width, default ``dim // num_heads``.
+        pos: the positional encoding module (``None`` or :class:`posenc.base.NoPE` for none).
+        causal: decoder (True) or bidirectional encoder (False) attention.
+        dropout: attention-probability dropout in training, in ``[0, 1)``.
+        backend: ``"auto"`` (default), ``"sdpa"``, ``"flex"``, ``"chunked"`` or a
+            :class:`~posenc.attention.Backend`; checked against the encoding here, so a
+            backend that cannot serve it raises at construction.
+
+    Shape:
+        x ``(batch, seq, dim)`` → ``(batch, seq, dim)``. Positions ``(seq,)`` or ``(batch,
+        seq)`` (``(axes, …)`` for a multi-axis encoding), default: continuing the cache at
+        ``max + 1``, or ``arange(seq)``.
+
+    Example::
+
+        >>> from posenc.bias import AlibiBias
+        >>> attn = Attention(dim=64, num_heads=4, pos=AlibiBias(num_heads=4))
+        >>> attn(torch.randn(2, 10, 64)).shape
+        torch.Size([2, 10, 64])
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        pos: nn.Module | None = None,
+        causal: bool = True,
+        dropout: float = 0.0,
+        backend: str | Backend = "auto",
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        check_positive_int("dim", dim)
+        check_positive_int("num_heads", num_heads)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        check_positive_int("num_kv_heads", num_kv_heads)
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(
+                f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
+            )
+        if head_dim is None:
+            if dim % num_heads != 0:
+                raise ValueError(
+                    f"dim ({dim}) must be divisible by num_heads ({num_heads}), "
+                    "or give head_dim explicitly"
+                )
+            head_dim = dim // num_heads
+        check_positive_int("head_dim", head_dim)
+        if (
+            not isinstance(dropout, (int, float))
+            or isinstance(dropout, bool)
+            or not 0.0 <= dropout < 1.0
+        ):
+            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
+        self.hooks = hooks_of(pos)
+        check_heads_match(self.hooks, num_heads)
+        self.backend = resolve_backend(backend)
+        self.backend.check(self.hooks, dropout=float(dropout))
+        self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, num_kv_heads
+        self.head_dim, self.causal, self.dropout = head_dim, bool(causal), float(dropout)
+        self.pos = pos
+        self.scale = self.hooks.scale(head_dim)
+        factory = {"device": device, "dtype": dtype}
+        self.q_proj = nn.Linear(dim, num_heads * head_dim, bias=False, **factory)
+        self.k_proj = nn.Linear(dim, num_kv_heads * head_dim, bias=False, **factory)
+        self.v_proj = nn.Linear(dim, num_kv_heads * head_dim, bias=False, **factory)
+        self.out_proj = nn.Linear(num_heads * head_dim, dim, bias=False, **factory)
+
+    def forward(
+        self,
+        x: Tensor,
+        positions: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
+        attn_mask: Tensor | MaskMod | None = None,
+        cache: KVCache | None = None,
+        context: AttentionContext | None = None,
+    ) -> Tensor:
+        """Attend over ``x`` (and the cache).
+
+        Args:
+            x: ``(batch, seq, dim)``.
+            positions: of the new tokens (see the class docstring).
+            key_padding_mask: ``(batch, seq)`` for the new tokens, True/1 = real token
+                (stored in the cache for later calls).
+            document_ids: ``(seq,)`` or ``(batch, seq)`` packed-document id of each new
+                token; tokens attend within their document only.
+            attn_mask: a bool ``(seq, k_len)`` / ``(batch, seq, k_len)`` tensor over all keys
+                (True = may attend) or a ``mask_mod(b, h, q_idx, kv_idx)`` callable.
+            cache: a :class:`KVCache` to append to and attend over.
+            context: the per-forward :class:`AttentionContext` a model built for all its
+                layers (then positions and masks come from it and must not be given).
+        """
+        if not isinstance(x, Tensor) or x.dim() != 3 or x.shape[-1] != self.dim:
+            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (batch, seq, {self.dim}); got {got}")
+        batch, seq, _ = x.shape
+        if context is None:
+            context = build_context(
+                batch=batch,
+                seq=seq,
+                device=x.device,
+                causal=self.causal,
+                hooks=self.hooks,
+                positions=positions,
+                key_padding_mask=key_padding_mask,
+                document_ids=document_ids,
+                attn_mask=attn_mask,
+                cache=cache,
+            )
+        elif (
+            positions is not None
+            or key_padding_mask is not None
+            or document_ids is not None
+            or attn_mask is not None
+        ):
+            raise ValueError("give either context or positions and masks, not both")
+        q = self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        if self.hooks.rotary:
+            pos = self.hooks.encoding
+            key = (id(pos), "rotary", q.dtype, q.device)
+            tables = context.cached(key, lambda: pos.rotary_tables(context.q_pos, q.dtype))
+            q, k = pos.rotate_qk(q, k, tables, tables)
+        if cache is not None:
+            k, v = cache.store(k, v, context)
+        out = run_backend(
+            self.backend,
+            q,
+            k,
+            v,
+            hooks=self.hooks,
+            context=context,
+            scale=self.scale,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
+        return self.out_proj(
+            out.transpose(1, 2).reshape(batch, seq, self.num_heads * self.head_dim)
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
+            f"head_dim={self.head_dim}, causal={self.causal}, backend={self.backend.name!r}"
+        )

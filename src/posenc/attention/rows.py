@@ -1,0 +1,117 @@
+"""Attention over complete rows of queries with an encoding's logit terms.
+
+:func:`attend_rows` is the one place where a bias, a contextual term, a scores reader and a
+mask meet: ``softmax(scale·q kᵀ + bias + term → scores hook → mask) v (+ value term)``. The
+``sdpa`` backend calls it once on all queries (the reference), ``chunked`` once per block of
+queries with the keys those queries may see.
+
+Numerics: half-precision inputs are computed in float32 (the bias, the scores, the softmax)
+and rounded once at the end; float64 stays float64 throughout.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from posenc.attention.hooks import Hooks
+
+__all__ = ["attend_rows", "compute_dtype", "expand_heads", "fill_masked"]
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64 stays float64; every other dtype computes scores in float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def expand_heads(x: Tensor, heads: int) -> Tensor:
+    """Repeat grouped key/value heads ``(batch, kv_heads, ...)`` to ``heads``."""
+    repeat = heads // x.shape[1]
+    return x if repeat == 1 else x.repeat_interleave(repeat, dim=1)
+
+
+def fill_masked(logits: Tensor | None, allowed: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """An additive mask: ``logits`` (or 0) where allowed, the dtype's lowest value elsewhere.
+
+    The lowest finite value rather than -inf: a row with no visible key stays finite (its
+    output is zeroed afterwards) instead of turning into NaN in the softmax and its gradient.
+    """
+    if allowed is None:
+        return logits
+    low = torch.finfo(dtype).min
+    if logits is None:
+        return torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, low)
+    return logits.masked_fill(~allowed, low)
+
+
+def attend_rows(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    hooks: Hooks,
+    q_pos: Tensor,
+    k_pos: Tensor,
+    allowed: Tensor | None,
+    scale: float,
+    dropout_p: float,
+    bias: Tensor | None = None,
+) -> Tensor:
+    """Attention of complete query rows over the keys ``k``, ``v``.
+
+    Args:
+        q: ``(batch, heads, rows, head_dim)``; k, v: ``(batch, kv_heads, keys, ·)``.
+        hooks: the encoding's hooks.
+        q_pos, k_pos: positions of these rows and keys (for the encoding's terms).
+        allowed: visible pairs, bool broadcastable to ``(batch, heads, rows, keys)``, or None.
+        scale: logit scale.
+        dropout_p: dropout on the attention probabilities.
+        bias: the encoding's bias for these rows and keys, precomputed (a per-forward table),
+            or None to evaluate ``bias_at`` here.
+
+    Returns:
+        ``(batch, heads, rows, v_dim)`` in q's dtype; rows that see no key are zero.
+    """
+    out_dtype = q.dtype
+    cdt = compute_dtype(q.dtype)
+    q, k, v = q.to(cdt), k.to(cdt), v.to(cdt)
+    heads = q.shape[1]
+    extra: Tensor | None = None
+    if hooks.bias:
+        extra = bias.to(cdt) if bias is not None else hooks.materialized_bias(q_pos, k_pos, cdt)
+    if hooks.contextual:
+        term = hooks.encoding.logit_term(q, expand_heads(k, heads), q_pos, k_pos, scale).to(cdt)
+        extra = term if extra is None else extra + term
+    if hooks.needs_probabilities:
+        k, v = expand_heads(k, heads), expand_heads(v, heads)
+        scores = (q @ k.transpose(-1, -2)) * scale
+        if extra is not None:
+            scores = scores + extra
+        if hooks.scores:
+            scores = hooks.encoding.transform_scores(
+                scores, q=q, k=k, q_pos=q_pos, k_pos=k_pos, allowed=allowed
+            )
+        masked = fill_masked(scores, allowed, cdt)
+        assert masked is not None
+        probs = torch.softmax(masked, dim=-1)
+        if dropout_p > 0.0:
+            probs = F.dropout(probs, p=dropout_p)
+        out = probs @ v
+        if hooks.value_term:
+            value = hooks.encoding.value_term(probs, q_pos, k_pos)
+            if value is not None:
+                out = out + value.to(cdt)
+    else:
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=fill_masked(extra, allowed, cdt),
+            dropout_p=dropout_p,
+            scale=scale,
+            enable_gqa=k.shape[1] != heads,
+        )
+    if allowed is not None:
+        out = out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
+    return out.to(out_dtype)
