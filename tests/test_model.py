@@ -8,6 +8,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from posenc.model import DecoderLM, EncoderClassifier, ModelConfig
+from posenc.positions import packed_positions
 from tests.cases import all_cases
 
 VOCAB = 50
@@ -121,6 +122,17 @@ def test_learned_table_past_its_length_raises() -> None:
         ({"dim": 30}, "divisible"),
         ({"depth": 0}, "depth"),
         ({"vocab_size": -1}, "vocab_size"),
+        (
+            {"mlp_ratio": 0.01},
+            r"mlp_ratio must give at least one hidden unit.*int\(0.01 \* 32\) = 0",
+        ),
+        ({"mlp_ratio": "2"}, "mlp_ratio must be a finite number"),
+        ({"mlp_ratio": float("nan")}, "mlp_ratio must be a finite number"),
+        ({"mlp_ratio": -1.0}, "mlp_ratio must give at least one hidden unit"),
+        ({"dropout": 1.5}, "dropout"),
+        ({"num_kv_heads": 3}, "num_kv_heads"),
+        ({"backend": "fast"}, "backend must be one of"),
+        ({"pos_kwargs": None}, "pos_kwargs"),
     ],
 )
 def test_config_errors_name_the_argument(kwargs: dict, match: str) -> None:
@@ -136,11 +148,43 @@ def test_tokens_must_be_integer_batch() -> None:
         model(torch.zeros(1, 3, dtype=torch.long), cache=[])
 
 
+@pytest.mark.parametrize("bad", [VOCAB, VOCAB + 7, -1])
+def test_token_ids_out_of_range_name_the_range(bad: int) -> None:
+    model = DecoderLM(config("rope", {}))
+    tokens = torch.tensor([[1, 2, bad]])
+    with pytest.raises(
+        ValueError, match=rf"tokens must be ids in \[0, vocab_size\) = \[0, {VOCAB}\)"
+    ):
+        model(tokens)
+
+
 @pytest.mark.parametrize(("name", "kwargs"), all_cases())
-def test_model_compiles_fullgraph(name: str, kwargs: dict) -> None:
+def test_empty_sequence_gives_empty_logits(name: str, kwargs: dict) -> None:
+    model = DecoderLM(config(name, kwargs))
+    assert model(torch.zeros(2, 0, dtype=torch.long)).shape == (2, 0, VOCAB)
+    encoder = EncoderClassifier(config(name, kwargs), num_classes=3)
+    assert encoder.encode(torch.zeros(2, 0, dtype=torch.long)).shape == (2, 0, 32)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "chunked"])
+@pytest.mark.parametrize(("name", "kwargs"), all_cases())
+def test_packed_documents_equal_separate_sequences(name: str, kwargs: dict, backend: str) -> None:
+    model = visible(DecoderLM(config(name, kwargs, backend=backend))).double().eval()
+    lengths = [5, 3, 4]
+    ids = torch.repeat_interleave(torch.arange(3), torch.tensor(lengths))
+    tokens = torch.randint(0, VOCAB, (1, sum(lengths)))
+    with torch.no_grad():
+        packed = model(tokens, packed_positions(ids), document_ids=ids)
+        separate = torch.cat([model(part) for part in tokens.split(lengths, dim=1)], dim=1)
+    assert_close(packed, separate, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "chunked"])
+@pytest.mark.parametrize(("name", "kwargs"), all_cases())
+def test_model_compiles_fullgraph(name: str, kwargs: dict, backend: str) -> None:
     """The whole model, additive encodings included, traces without graph breaks."""
     torch._dynamo.reset()
-    model = DecoderLM(config(name, kwargs)).eval()
+    model = DecoderLM(config(name, kwargs, backend=backend)).eval()
     tokens = torch.randint(0, VOCAB, (2, 8))
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
     with torch.no_grad():

@@ -6,8 +6,11 @@ from torch.testing import assert_close
 
 from posenc.positions import (
     check_positions,
+    concat_positions,
     cu_seqlens_to_document_ids,
     document_mask,
+    grid_positions,
+    next_positions,
     packed_positions,
     positions_from_length,
     positions_from_padding_mask,
@@ -102,3 +105,49 @@ def test_bad_lengths_and_offsets() -> None:
         packed_positions(torch.tensor([0.0, 1.0]))
     with pytest.raises(ValueError, match="mask"):
         positions_from_padding_mask(torch.tensor([[0.5, 1.0]]))
+
+
+def test_next_positions_continue_at_max_plus_one() -> None:
+    assert torch.equal(next_positions(None, 3), torch.arange(3))
+    assert torch.equal(next_positions(torch.arange(4), 2), torch.tensor([4, 5]))
+    # Left padding: pads sit at position 0; the next token follows the last real one.
+    cached = torch.tensor([[0, 0, 0, 1], [0, 1, 2, 3]])
+    assert torch.equal(next_positions(cached, 2), torch.tensor([[2, 3], [4, 5]]))
+    # Several axes: every axis continues at max + 1 over all axes (M-RoPE's rule).
+    image = grid_positions(1, 2, 3)  # t = 0, h in 0..1, w in 0..2: max 2 over 6 tokens
+    assert torch.equal(next_positions(image, 2, num_axes=3), torch.tensor([[3, 4]] * 3))
+    assert next_positions(torch.zeros(2, 0, dtype=torch.long), 3).shape == (2, 3)
+    assert next_positions(torch.tensor([0.5, 1.5]), 1).tolist() == [2.5]
+
+
+def test_concat_positions_expands_shared_rows() -> None:
+    got = concat_positions(torch.arange(3), torch.tensor([[3], [7]]))
+    assert torch.equal(got, torch.tensor([[0, 1, 2, 3], [0, 1, 2, 7]]))
+    axes = concat_positions(
+        torch.zeros(3, 2, dtype=torch.long), torch.ones(3, 4, 1, dtype=torch.long), 3
+    )
+    assert axes.shape == (3, 4, 3)
+
+
+def test_grid_positions_row_major() -> None:
+    assert grid_positions(2, 3).tolist() == [[0, 0, 0, 1, 1, 1], [0, 1, 2, 0, 1, 2]]
+    assert grid_positions(2, 1, 2, offset=5).tolist() == [[5, 5, 6, 6], [5, 5, 5, 5], [5, 6, 5, 6]]
+    with pytest.raises(ValueError, match=r"sizes\[1\]"):
+        grid_positions(2, 0)
+    with pytest.raises(ValueError, match="offset"):
+        grid_positions(2, offset=-1)
+
+
+@pytest.mark.parametrize(
+    ("positions", "num_axes", "match"),
+    [
+        (torch.zeros(2, 5), 3, r"\(3, seq\) or \(3, batch, seq\)"),
+        (torch.zeros(3, 2, 5, 1), 3, r"\(3, seq\)"),
+        (torch.zeros(5), 2, r"\(2, seq\)"),
+    ],
+)
+def test_check_positions_with_axes(positions: torch.Tensor, num_axes: int, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        check_positions(positions, num_axes=num_axes)
+    check_positions(torch.zeros(num_axes, 4), num_axes=num_axes)
+    check_positions(torch.zeros(num_axes, 2, 4), num_axes=num_axes)

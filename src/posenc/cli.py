@@ -104,6 +104,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from posenc.bench.attention import format_result, run
+
+    result = run(args.only or None, threads=args.threads)
+    print(json.dumps(result, indent=2, default=str) if args.json else format_result(result))
+    return 0
+
+
 def _check_pairs(pairs: Sequence[str]) -> list[str]:
     for pair in pairs:
         key, sep, _ = pair.partition("=")
@@ -156,6 +164,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="config field (JSON value), repeatable, e.g. --set steps=200",
     )
     p.set_defaults(func=_cmd_lab)
+    from posenc.bench.attention import SUITES
+
+    p = sub.add_parser(
+        "bench", help="side-by-side benchmarks: one thread, interleaved rounds, median ratios"
+    )
+    p.add_argument("target", choices=["attention"], help="what to measure")
+    p.add_argument(
+        "--only", action="append", choices=list(SUITES), help="run only this suite (repeatable)"
+    )
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("report", help="write RUN_DIR/report.html from RUN_DIR/results.csv")
     p.add_argument("run_dir", help="a run folder")
     p.set_defaults(func=_cmd_report)

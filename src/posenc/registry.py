@@ -197,12 +197,35 @@ _SPECS: tuple[EncodingSpec, ...] = (
         lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim, "dim": d.dim},
     ),
 )
+_BUILTIN = frozenset(spec.name for spec in _SPECS)
 _BY_NAME = {spec.name: spec for spec in _SPECS}
 
 
 def list_encodings() -> tuple[EncodingSpec, ...]:
-    """Every registered encoding, in the order of the docs."""
-    return _SPECS
+    """Every registered encoding, in the order of the docs (user additions last)."""
+    return tuple(_BY_NAME.values())
+
+
+def register_encoding(spec: EncodingSpec) -> None:
+    """Make a user's encoding buildable by name (models, the lab, ``posenc list``).
+
+    Raises:
+        ValueError: if ``spec`` is not an :class:`EncodingSpec` or its name is taken.
+    """
+    if not isinstance(spec, EncodingSpec):
+        raise ValueError(f"spec must be an EncodingSpec, got {type(spec).__name__}")
+    if spec.name in _BY_NAME:
+        raise ValueError(f"an encoding named {spec.name!r} is already registered")
+    _BY_NAME[spec.name] = spec
+
+
+def unregister_encoding(name: str) -> None:
+    """Remove an encoding added by :func:`register_encoding` (built-in ones stay)."""
+    if name in _BUILTIN:
+        raise ValueError(f"{name!r} is a built-in encoding and cannot be removed")
+    if name not in _BY_NAME:
+        raise ValueError(f"no encoding named {name!r} is registered")
+    del _BY_NAME[name]
 
 
 def encoding_spec(name: str) -> EncodingSpec:

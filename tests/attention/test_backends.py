@@ -194,3 +194,25 @@ def test_low_precision_equals_reference(
 @pytest.mark.parametrize("name", ["alibi", "t5"])
 def test_flex_float32_equals_reference(name: str) -> None:
     check_backend("flex", name, {}, "padding", torch.float32, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("mask", ["causal", "bidirectional", "padding", "padding-bidirectional"])
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [pytest.param(n, kw, id=case_id(n, kw)) for n, kw in ENCODINGS if n in ("shaw", "xl")],
+)
+def test_contextual_plans_without_gradients_equal_reference(
+    name: str, kwargs: dict, mask: str, dtype: torch.dtype
+) -> None:
+    """Shaw's and Transformer-XL's forward-only flash plans (no grad, default positions)."""
+    tolerance = {"rtol": 1e-10, "atol": 1e-10} if dtype == torch.float64 else {}
+    encoding = make_encoding(name, kwargs)
+    assert encoding is not None
+    encoding = encoding.to(dtype)
+    q_len, mask_kwargs = mask_case(mask, torch.Generator().manual_seed(2))
+    q, k, v = inputs(dtype, q_len, 2)
+    with torch.no_grad():
+        want = attend(q, k, v, pos=encoding, backend="sdpa", **mask_kwargs)
+        got = attend(q, k, v, pos=encoding, backend=BACKENDS["chunked"], **mask_kwargs)
+    assert_close(got, want, **tolerance)

@@ -1,44 +1,25 @@
-"""The ``chunked`` backend: blocks of queries, each over the keys it may see.
+"""The ``chunked`` backend: every family, every mask, the KV cache, in O(block · keys) memory.
 
-Every family, every mask kind and the KV cache, on any device, with autograd, in
-O(block · keys) memory. A block of queries sees complete rows of keys (up to the last key
-its causal order allows), so a scores reader gets whole rows and the mask is applied after
-it. Each block's bias, contextual term and mask are built for that block only and handed to
-:func:`~posenc.attention.rows.attend_rows`; under autograd every block is recomputed in the
-backward pass (activation checkpointing), so the training memory stays O(block · keys) too.
-
-Where the structure allows it, the CPU takes the exact flash-parts path instead
-(:mod:`posenc.attention.structured`): ALiBi at any positions, T5-like biases that are
-constant beyond a distance at default positions.
-
-Block size: ``block_size`` rows, or by default as many rows as keep one block's
-``(batch, heads, rows, keys)`` scores at about 2^24 elements (64 MiB in float32), between
-16 and 1024 rows.
+* Without logit terms (NoPE, additive, rotary), SDPA's own kernels already run in O(keys)
+  memory: the ``sdpa`` backend's mask forms are used (:mod:`posenc.attention.sdpa`).
+* Where an encoding's structure allows it, the CPU takes an exact flash-parts plan
+  (:mod:`posenc.attention.structured`): ALiBi at any positions, T5-like biases constant
+  beyond a distance at default positions, and, without gradients, Shaw and Transformer-XL.
+* Otherwise blocks of query rows (:func:`posenc.attention.blocks.blocked`), with
+  activation checkpointing under autograd.
 """
 
 from __future__ import annotations
 
-from functools import partial
-
-import torch
 from torch import Tensor
-from torch.utils.checkpoint import checkpoint
 
+from posenc.attention.blocks import blocked
 from posenc.attention.context import AttentionContext
 from posenc.attention.hooks import Hooks
-from posenc.attention.rows import attend_rows
+from posenc.attention.sdpa import sdpa_attention
 from posenc.attention.structured import structured_attention
 
-__all__ = ["BLOCK_ELEMENTS", "blocked", "chunked_attention", "default_block_rows"]
-
-#: Elements of one block's score tensor the default block size aims at.
-BLOCK_ELEMENTS = 1 << 24
-
-
-def default_block_rows(batch: int, heads: int, keys: int) -> int:
-    """Rows per block so that ``batch · heads · rows · keys ≈ BLOCK_ELEMENTS`` (16 to 1024)."""
-    rows = BLOCK_ELEMENTS // max(1, batch * heads * keys)
-    return max(16, min(1024, rows))
+__all__ = ["chunked_attention"]
 
 
 def chunked_attention(
@@ -53,7 +34,11 @@ def chunked_attention(
     block_size: int | None = None,
     structured: bool = True,
 ) -> Tensor:
-    """The structured flash-parts path where it applies, else :func:`blocked`."""
+    """Attention by the cheapest path that keeps memory at O(block · keys)."""
+    if not hooks.logit_terms and block_size is None:
+        return sdpa_attention(
+            q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p
+        )
     if structured:
         out = structured_attention(
             q,
@@ -76,80 +61,4 @@ def chunked_attention(
         scale=scale,
         dropout_p=dropout_p,
         block_size=block_size,
-    )
-
-
-def _needs_grad(q: Tensor, k: Tensor, v: Tensor, hooks: Hooks) -> bool:
-    if not torch.is_grad_enabled():
-        return False
-    if q.requires_grad or k.requires_grad or v.requires_grad:
-        return True
-    encoding = hooks.encoding
-    return encoding is not None and any(p.requires_grad for p in encoding.parameters())
-
-
-def blocked(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    hooks: Hooks,
-    context: AttentionContext,
-    scale: float,
-    dropout_p: float,
-    block_size: int | None = None,
-) -> Tensor:
-    """Attention in blocks of query rows, each with the block's own terms and mask.
-
-    Shapes as :func:`~posenc.attention.rows.attend_rows`; ``context`` supplies positions
-    and the mask. Nothing larger than one block's ``(batch, heads, rows, keys)`` is built.
-    """
-    mask = context.mask
-    batch, heads, q_len, _ = q.shape
-    rows = block_size or default_block_rows(batch, heads, k.shape[-2])
-    grad = _needs_grad(q, k, v, hooks) and q_len > rows
-    outs = []
-    for start in range(0, q_len, rows):
-        stop = min(q_len, start + rows)
-        end = mask.key_end(stop)
-        if end == 0:  # no key visible to any row of the block
-            outs.append(q.new_zeros(batch, heads, stop - start, v.shape[-1]))
-            continue
-        step = partial(
-            _block,
-            hooks=hooks,
-            context=context,
-            start=start,
-            stop=stop,
-            scale=scale,
-            dropout_p=dropout_p,
-        )
-        args = (q[:, :, start:stop], k[:, :, :end], v[:, :, :end])
-        outs.append(checkpoint(step, *args, use_reentrant=False) if grad else step(*args))
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
-
-
-def _block(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    hooks: Hooks,
-    context: AttentionContext,
-    start: int,
-    stop: int,
-    scale: float,
-    dropout_p: float,
-) -> Tensor:
-    end = k.shape[-2]
-    return attend_rows(
-        q,
-        k,
-        v,
-        hooks=hooks,
-        q_pos=context.q_pos[..., start:stop],
-        k_pos=context.k_pos[..., :end],
-        allowed=context.mask.block(start, stop, 0, end, heads=q.shape[1]),
-        scale=scale,
-        dropout_p=dropout_p,
     )

@@ -19,7 +19,7 @@ part whose dense mask is learnable (T5's band) gets its gradient from an explici
 of that small part.
 
 Used where :func:`available` (a CPU tensor and a torch that has the kernel); otherwise the
-callers fall back to query blocks (:func:`posenc.attention.chunked.blocked`).
+callers fall back to query blocks (:func:`posenc.attention.blocks.blocked`).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Part", "available", "causal_with_mask", "merge_parts"]
+__all__ = ["Part", "available", "causal_with_mask", "merge_outputs", "merge_parts", "run_part"]
 
 _FORWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 _BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
@@ -99,6 +99,33 @@ def merge_parts(q: Tensor, parts: Sequence[Part], scale: float) -> Tensor:
         layout.append(part.causal)
     out: Tensor = _Merge.apply(q, scale, tuple(layout), *flat)
     return out
+
+
+def run_part(q: Tensor, part: Part, scale: float) -> tuple[Tensor, Tensor]:
+    """One part on the kernel, without autograd: its normalized output and its LSE (with
+    the part's shift added)."""
+    assert _FORWARD is not None
+    out, lse = _FORWARD(
+        q,
+        part.k,
+        part.v,
+        0.0,
+        part.causal,
+        attn_mask=_expand(part.mask, q, part.k.shape[-2]),
+        scale=scale,
+    )
+    return out, _row_shift(part.shift, lse)
+
+
+def merge_outputs(outs: Sequence[Tensor], lses: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+    """``(Σ_p e^{ℓ_p − L} O_p, L)`` of parts' outputs ``O_p`` and LSEs ``ℓ_p``."""
+    if len(outs) == 1:
+        return outs[0], lses[0]
+    total = torch.logsumexp(torch.stack(list(lses)), dim=0)
+    merged = torch.zeros_like(outs[0])
+    for out, lse in zip(outs, lses, strict=True):
+        merged += out * (lse - total).exp().unsqueeze(-1).to(out.dtype)
+    return merged, total
 
 
 def _expand(mask: Tensor | None, q: Tensor, keys: int) -> Tensor | None:

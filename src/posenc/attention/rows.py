@@ -17,7 +17,7 @@ from torch import Tensor
 
 from posenc.attention.hooks import Hooks
 
-__all__ = ["attend_rows", "compute_dtype", "expand_heads", "fill_masked"]
+__all__ = ["as_4d", "attend_rows", "compute_dtype", "expand_heads", "fill_masked"]
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -38,11 +38,19 @@ def fill_masked(logits: Tensor | None, allowed: Tensor | None, dtype: torch.dtyp
     output is zeroed afterwards) instead of turning into NaN in the softmax and its gradient.
     """
     if allowed is None:
-        return logits
+        return as_4d(logits)
     low = torch.finfo(dtype).min
     if logits is None:
-        return torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, low)
-    return logits.masked_fill(~allowed, low)
+        return as_4d(torch.zeros((), dtype=dtype, device=allowed.device).masked_fill(~allowed, low))
+    return as_4d(logits.masked_fill(~allowed, low))
+
+
+def as_4d(mask: Tensor | None) -> Tensor | None:
+    """``(heads, q, k)`` → ``(1, heads, q, k)``: SDPA's CPU flash kernel takes 4-D masks only
+    (a 3-D one sends it to the slow math path)."""
+    if mask is None or mask.dim() == 4:
+        return mask
+    return mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))
 
 
 def attend_rows(

@@ -13,7 +13,7 @@ key padding                            a ``(batch, 1, 1, k_len)`` additive mask 
                                        causal order: the CPU flash kernel's ``is_causal``
                                        plus that mask, :mod:`posenc.attention.flash`)
 anything else (documents, predicates,  query blocks with their ``(batch, 1, block, k)``
-tensors, causal with ``1 < q_len <``   masks (:func:`posenc.attention.chunked.blocked`)
+tensors, causal with ``1 < q_len <``   masks (:func:`posenc.attention.blocks.blocked`)
 ``k_len``)
 =====================================  ==================================================
 
@@ -30,9 +30,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posenc.attention import flash
+from posenc.attention.blocks import blocked
 from posenc.attention.context import AttentionContext
 from posenc.attention.hooks import Hooks
-from posenc.attention.rows import attend_rows, compute_dtype
+from posenc.attention.rows import as_4d, attend_rows, compute_dtype
 
 __all__ = ["padding_mask", "sdpa_attention", "shared_bias"]
 
@@ -41,6 +42,48 @@ def shared_bias(hooks: Hooks, context: AttentionContext, dtype: torch.dtype) -> 
     """The whole materialized bias of this forward, built once for every layer sharing it."""
     key = (id(hooks.encoding), "bias", dtype, context.q_pos.device)
     return context.cached(key, lambda: hooks.materialized_bias(context.q_pos, context.k_pos, dtype))
+
+
+def _bias_only(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    hooks: Hooks,
+    context: AttentionContext,
+    scale: float,
+    dropout_p: float,
+) -> Tensor:
+    """A pointwise bias: the bias with the mask folded in, built once per forward for every
+    layer that shares the encoding, as SDPA's float mask (its flash kernel runs)."""
+    cdt = compute_dtype(q.dtype)
+    mask = context.mask
+
+    def build() -> tuple[Tensor, Tensor | None]:
+        allowed = mask.block(0, mask.q_len, 0, mask.k_len, heads=q.shape[1])
+        bias = hooks.materialized_bias(context.q_pos, context.k_pos, cdt)
+        if allowed is None:
+            return as_4d(bias), None  # type: ignore[return-value]
+        low = torch.finfo(cdt).min
+        if torch.broadcast_shapes(bias.shape, allowed.shape) == bias.shape:
+            bias = bias.masked_fill_(~allowed, low)  # fresh: fill in place
+        else:  # a per-row mask (padding, documents) widens the bias to the batch
+            bias = bias.masked_fill(~allowed, low)
+        return as_4d(bias), ~allowed.any(dim=-1, keepdim=True)  # type: ignore[return-value]
+
+    masked, empty = context.cached((id(hooks.encoding), "masked-bias", cdt, q.device), build)
+    out = F.scaled_dot_product_attention(
+        q.to(cdt),
+        k.to(cdt),
+        v.to(cdt),
+        attn_mask=masked,
+        dropout_p=dropout_p,
+        scale=scale,
+        enable_gqa=k.shape[1] != q.shape[1],
+    )
+    if empty is not None:
+        out = out.masked_fill(empty, 0.0)
+    return out.to(q.dtype)
 
 
 def padding_mask(context: AttentionContext, dtype: torch.dtype) -> Tensor:
@@ -71,6 +114,8 @@ def sdpa_attention(
 ) -> Tensor:
     """Attention with SDPA; see the module docstring for the form each mask takes."""
     mask = context.mask
+    if hooks.bias and not (hooks.contextual or hooks.scores):
+        return _bias_only(q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p)
     if hooks.logit_terms:
         bias = shared_bias(hooks, context, compute_dtype(q.dtype)) if hooks.bias else None
         allowed = mask.block(0, mask.q_len, 0, mask.k_len, heads=q.shape[1])
@@ -91,8 +136,6 @@ def sdpa_attention(
     if mask.has_pairwise or (
         mask.causal and not square and mask.q_len > 1 and mask.key_padding is None
     ):
-        from posenc.attention.chunked import blocked
-
         return blocked(q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p)
     if mask.key_padding is None:
         is_causal = mask.causal and square
@@ -107,8 +150,6 @@ def sdpa_attention(
     elif square and dropout_p == 0.0 and flash.available(q):
         out = flash.causal_with_mask(q, k, v, additive, scale)
     else:
-        from posenc.attention.chunked import blocked
-
         return blocked(q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p)
     empty = mask.empty_rows()
     return out if empty is None else out.masked_fill(empty, 0.0)

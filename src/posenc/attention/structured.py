@@ -3,12 +3,14 @@
 Two structures an encoding can declare (duck-typed, optional):
 
 * ``linear_bias_slopes() -> Tensor | None``: ``bias_at(h, q, k) == m_h · (k − q)`` at any
-  positions (causal ALiBi). Per block of queries the bias is ``m_h (k_j − c) + m_h (c − q_i)``
-  with ``c`` the block's first query position: the second term is constant along a row and
-  drops out of that row's softmax, the first is a ``(heads, keys)`` vector. Two parts per
-  block: the keys before the block, and the block's own diagonal square under the kernel's
-  causal order. Blocks of 128 queries keep ``|m (k − c)|`` near the diagonal small, so the
-  float32 scores lose at most about ``ulp(64 m)`` there.
+  positions (causal ALiBi). Two parts per block of queries: the block's diagonal square
+  under the kernel's causal order with the exact dense bias from ``bias_at`` (what the
+  reference adds; the same square for every block at default positions, built once), and
+  the keys before the block, where ``m_h (k_j − q_i) = m_h (k_j − c) + m_h (c − q_i)`` with
+  ``c`` the block's first query position splits into a ``(heads, keys)`` vector read with
+  stride 0 and an exact per-row LSE shift. Both stay small where the softmax weight is
+  (near the diagonal), so the float32 scores keep the reference's precision at any block
+  size.
 * ``bias_constant_beyond: int`` (``D``): the bias depends on ``k − q`` only and is constant
   for ``k − q ≤ −D`` and for ``k − q ≥ D`` (T5's buckets saturate at ``max_distance``).
   At default positions (key ``j`` at position ``j``) each block has a far-left part (one LSE
@@ -22,10 +24,13 @@ without any ``(heads, L, L)`` tensor; half-precision inputs compute in float32.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 from torch import Tensor
 
-from posenc.attention import flash
+from posenc.attention import flash, relative
 from posenc.attention.context import AttentionContext
 from posenc.attention.flash import Part, merge_parts
 from posenc.attention.hooks import Hooks
@@ -33,8 +38,10 @@ from posenc.attention.rows import compute_dtype
 
 __all__ = ["ALIBI_ROWS", "BAND_ROWS", "structured_attention"]
 
-#: Query rows per block of the ALiBi plan (the float32 error grows with it).
-ALIBI_ROWS = 128
+Plan = Callable[..., Tensor]
+
+#: Query rows per block of the ALiBi plan.
+ALIBI_ROWS = 256
 #: Query rows per block of the far-constant (T5) plan.
 BAND_ROWS = 256
 
@@ -60,28 +67,52 @@ def structured_attention(
     eager mode, and one of the structures in the module docstring.
     """
     mask = context.mask
-    if not (hooks.bias and flash.available(q)) or hooks.contextual or hooks.scores:
-        return None
+    if not flash.available(q) or hooks.scores or hooks.bias == hooks.contextual:
+        return None  # exactly one of a bias or a contextual term
     if dropout_p > 0.0 or mask.has_pairwise or torch.compiler.is_compiling():
         return None
-    encoding = hooks.encoding
-    linear = getattr(encoding, "linear_bias_slopes", None)
-    slopes = linear() if callable(linear) else None
+    plan = _plan(hooks, context, q, k, v)
+    if plan is None:
+        return None
     cdt = compute_dtype(q.dtype)
     qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
-    padding = _padding(context, cdt)
-    if slopes is not None and mask.causal:
-        out = _linear_plan(qc, kc, vc, slopes, context, padding, scale, block_size or ALIBI_ROWS)
-    else:
-        distance = getattr(encoding, "bias_constant_beyond", None)
-        if not isinstance(distance, int) or not context.index_positions:
-            return None
-        rows = block_size or BAND_ROWS
-        out = _far_constant_plan(qc, kc, vc, hooks, distance, context, padding, scale, rows)
+    out = plan(qc, kc, vc, hooks, context, _padding(context, cdt), scale, block_size)
     empty = mask.empty_rows()
     if empty is not None:
         out = out.masked_fill(empty, 0.0)
     return out.to(q.dtype)
+
+
+def _plan(hooks: Hooks, context: AttentionContext, q: Tensor, k: Tensor, v: Tensor) -> Plan | None:
+    """The plan for this encoding and call, or None."""
+    encoding = hooks.encoding
+    if hooks.bias:
+        linear = getattr(encoding, "linear_bias_slopes", None)
+        slopes = linear() if callable(linear) else None
+        if slopes is not None and context.mask.causal:
+            return partial(_linear_plan, slopes=slopes)
+        distance = getattr(encoding, "bias_constant_beyond", None)
+        if isinstance(distance, int) and context.index_positions:
+            return partial(_far_constant_plan, distance=distance)
+        return None
+    # Contextual terms: forward only, at default positions.
+    if not context.index_positions or _tracks_grad(hooks, q, k, v):
+        return None
+    if callable(getattr(encoding, "clipped_relative_tables", None)):
+        return relative.shaw_plan
+    if callable(getattr(encoding, "distance_terms", None)) and callable(
+        getattr(encoding, "projected", None)
+    ):
+        return relative.xl_plan
+    return None
+
+
+def _tracks_grad(hooks: Hooks, *tensors: Tensor) -> bool:
+    if not torch.is_grad_enabled():
+        return False
+    if any(t.requires_grad for t in tensors):
+        return True
+    return any(p.requires_grad for p in hooks.encoding.parameters())
 
 
 def _padding(context: AttentionContext, dtype: torch.dtype) -> Tensor | None:
@@ -105,34 +136,78 @@ def _linear_plan(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    slopes: Tensor,
+    hooks: Hooks,
     context: AttentionContext,
     padding: Tensor | None,
     scale: float,
-    rows: int,
+    block_size: int | None,
+    *,
+    slopes: Tensor,
 ) -> Tensor:
+    rows = block_size or ALIBI_ROWS
     heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
     offset = k_len - q_len
     m = slopes.to(device=q.device, dtype=torch.float64).view(1, heads, 1, 1)
-    k_pos = context.k_pos.to(torch.float64)
-    k_pos = k_pos.view(-1, 1, 1, k_len)  # (batch | 1, 1, 1, keys)
-    q_pos = context.q_pos.to(torch.float64)
+    k_pos = context.k_pos.to(torch.float64).view(-1, 1, 1, k_len)  # (batch | 1, 1, 1, keys)
+    q_pos = context.q_pos.to(torch.float64).view(-1, 1, q_len)  # (batch | 1, 1, queries)
     outs = []
     for start in range(0, q_len, rows):
         stop = min(q_len, start + rows)
         first, last = start + offset, stop + offset  # the block's diagonal keys
-        c = q_pos[..., start].reshape(-1, 1, 1, 1)  # the block's first query position
-        linear = (m * (k_pos[..., :last] - c)).to(q.dtype)  # (batch | 1, heads, 1, last)
-        bias = _with_padding(linear, padding, 0, last)
-        assert bias is not None
-        parts = []
+        diagonal = _diagonal_bias(hooks, context, start, stop, first, last, rows, q.dtype)
+        parts = [
+            Part(
+                k[:, :, first:last],
+                v[:, :, first:last],
+                causal=True,
+                mask=_with_padding(diagonal, padding, first, last),
+            )
+        ]
         if first > 0:
-            parts.append(Part(k[:, :, :first], v[:, :, :first], mask=bias[..., :first]))
-        parts.append(
-            Part(k[:, :, first:last], v[:, :, first:last], causal=True, mask=bias[..., first:last])
-        )
+            # m (k_j − q_i) = m (k_j − c) + m (c − q_i): a key vector and a row shift, with c
+            # the block's first query position, so both stay small near the block.
+            c = q_pos[..., start : start + 1].unsqueeze(-1)  # (batch | 1, 1, 1, 1)
+            keys = (m * (k_pos[..., :first] - c)).to(q.dtype)  # (batch | 1, heads, 1, first)
+            shift = (m[..., 0] * (c[..., 0] - q_pos[..., start:stop])).to(q.dtype)
+            parts.append(
+                Part(
+                    k[:, :, :first],
+                    v[:, :, :first],
+                    mask=_with_padding(keys, padding, 0, first),
+                    shift=shift,
+                )
+            )
         outs.append(merge_parts(q[:, :, start:stop], parts, scale))
     return torch.cat(outs, dim=2)
+
+
+def _diagonal_bias(
+    hooks: Hooks,
+    context: AttentionContext,
+    start: int,
+    stop: int,
+    first: int,
+    last: int,
+    rows: int,
+    dtype: torch.dtype,
+) -> Tensor:
+    """The exact bias of a block's diagonal square, from ``bias_at`` (as the reference).
+
+    At default positions every block's square is the same (a function of ``k − q``): built
+    once per forward for all blocks and layers, and sliced for a shorter last block.
+    """
+    if context.index_positions:
+        size = min(rows, context.mask.q_len)
+
+        def build() -> Tensor:
+            local = torch.arange(size, device=context.q_pos.device)
+            return hooks.materialized_bias(local, local, dtype)
+
+        square = context.cached((id(hooks.encoding), "diagonal", size, dtype), build)
+        return square[..., : stop - start, : stop - start]
+    q_pos = context.q_pos[..., start:stop]
+    k_pos = context.k_pos[..., first:last]
+    return hooks.materialized_bias(q_pos, k_pos, dtype)
 
 
 def _far_constant_plan(
@@ -140,12 +215,14 @@ def _far_constant_plan(
     k: Tensor,
     v: Tensor,
     hooks: Hooks,
-    distance: int,
     context: AttentionContext,
     padding: Tensor | None,
     scale: float,
-    rows: int,
+    block_size: int | None,
+    *,
+    distance: int,
 ) -> Tensor:
+    rows = block_size or BAND_ROWS
     encoding = hooks.encoding
     heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
     causal = context.mask.causal

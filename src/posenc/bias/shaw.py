@@ -178,6 +178,15 @@ class ShawRelative(ContextualEncoding):
         """Raise ``ValueError`` naming ``name`` unless positions are whole numbers."""
         check_integer_valued(name, positions)
 
+    def clipped_relative_tables(self) -> tuple[Tensor, Tensor | None, int]:
+        """``(a^K, a^V or None, k)``: the logit term is ``scale · q_i · a^K[c]`` and the
+        value term ``Σ_j p_ij a^V[c]`` with ``c = clip(k_pos_j − q_pos_i, −k, k) + k``.
+
+        Lets the chunked backend treat keys beyond ``k`` as one part per side
+        (:mod:`posenc.attention.relative`).
+        """
+        return self.key_table, self.value_table, self.max_distance
+
     def logit_term(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
     ) -> Tensor:

@@ -141,6 +141,15 @@ class TransformerXLRelative(ContextualEncoding):
         nn.init.normal_(self.v, std=0.02)
         self.w_r.reset_parameters()
 
+    def distance_terms(self) -> tuple[Tensor, Tensor]:
+        """``(u, v)``: the logit term is ``scale · (u·k_j + (q_i + v)·projected(d)_ij)`` with
+        ``d = q_pos_i − k_pos_j`` (:meth:`projected`).
+
+        Lets the chunked backend compute the position term once per distance
+        (:mod:`posenc.attention.relative`).
+        """
+        return self.u, self.v
+
     def projected(self, distances: Tensor) -> Tensor:
         """``W_R R_r`` per head for ``(n,)`` distances: ``(num_heads, n, head_dim)``."""
         table = xl_sinusoid(distances, self.dim, self.base).to(self.w_r.weight.dtype)

@@ -1,0 +1,208 @@
+"""Flash-parts plans for relative terms that read q (Shaw, Transformer-XL), forward only.
+
+Both need default positions (key ``j`` at position ``j``, queries the last keys), a mask of
+causal order and key padding only, no gradients (training takes the checkpointed query
+blocks of :mod:`posenc.attention.blocks`), and the CPU flash kernel.
+
+* Shaw (``clipped_relative_tables``): beyond distance ``k`` every key of a row uses the edge
+  vectors. For a block of queries, the keys ``k`` or more before all of them form one part
+  on the kernel: the key term ``scale · q_i · a^K_{−k}`` is one LSE shift per row, and the
+  value term adds ``a^V_{−k}`` to every value, so the part runs with ``v + a^V_{−k}``
+  (likewise after the block without causal order). The band of ``rows + k − 1`` keys around
+  the diagonal is computed explicitly with both terms.
+* Transformer-XL (``distance_terms``): ``u·k_j`` folds into the queries (``q + u``). The
+  position term ``(q_i + v)·W_R R_{i−j}`` is one matmul per block against the projected
+  encodings of the block's distances in descending order, and Transformer-XL's relative
+  shift is a strided view of that product (row stride ``W − 1``), which the kernel reads as
+  its mask: no gather, one part for the keys before the block and one causal part for its
+  diagonal square.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from posenc.attention.blocks import default_block_rows
+from posenc.attention.context import AttentionContext
+from posenc.attention.flash import Part, merge_outputs, run_part
+from posenc.attention.hooks import Hooks
+from posenc.attention.rows import expand_heads
+
+__all__ = ["RELATIVE_ROWS", "shaw_plan", "xl_plan"]
+
+#: Query rows per block of the Shaw and Transformer-XL plans.
+RELATIVE_ROWS = 256
+
+
+def _slice_padding(padding: Tensor | None, start: int, stop: int) -> Tensor | None:
+    return None if padding is None else padding[..., start:stop]
+
+
+def shaw_plan(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    hooks: Hooks,
+    context: AttentionContext,
+    padding: Tensor | None,
+    scale: float,
+    block_size: int | None,
+) -> Tensor:
+    """Shaw et al.'s keys and values on flash parts (see the module docstring)."""
+    rows = block_size or RELATIVE_ROWS
+    key_table, value_table, reach = hooks.encoding.clipped_relative_tables()
+    key_table = key_table.to(q.dtype)
+    value_table = None if value_table is None else value_table.to(q.dtype)
+    q_len, k_len = q.shape[2], k.shape[2]
+    causal, offset = context.mask.causal, k_len - q_len
+    per_row = (q @ key_table.T) * scale  # (batch, heads, queries, 2k + 1): q_i · a^K_c
+    outs = []
+    for start in range(0, q_len, rows):
+        stop = min(q_len, start + rows)
+        left = max(0, start + offset - reach + 1)  # keys before it are >= k behind every query
+        right = stop + offset if causal else min(k_len, stop + offset + reach - 1)
+        q_block = q[:, :, start:stop]
+        band = _shaw_band(
+            q_block,
+            k,
+            v,
+            per_row[:, :, start:stop],
+            value_table,
+            start + offset,
+            (left, right),
+            reach,
+            causal,
+            context.mask.key_padding,
+            scale,
+        )
+        pieces = [band]
+        for lo, hi, edge in ((0, left, 0), (right, k_len, 2 * reach)):
+            if lo >= hi or (causal and edge):
+                continue
+            values = v[:, :, lo:hi]
+            if value_table is not None:
+                values = values + value_table[edge]
+            part = Part(
+                k[:, :, lo:hi],
+                values,
+                mask=_slice_padding(padding, lo, hi),
+                shift=per_row[:, :, start:stop, edge],
+            )
+            pieces.append(run_part(q_block, part, scale))
+        merged, _ = merge_outputs([o for o, _ in pieces], [lse for _, lse in pieces])
+        outs.append(merged)
+    return torch.cat(outs, dim=2)
+
+
+def _shaw_band(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    per_row: Tensor,
+    value_table: Tensor | None,
+    first_query_key: int,
+    keys: tuple[int, int],
+    reach: int,
+    causal: bool,
+    key_padding: Tensor | None,
+    scale: float,
+) -> tuple[Tensor, Tensor]:
+    """The band's output and LSE, written out (both Shaw terms per pair)."""
+    heads = q.shape[1]
+    left, right = keys
+    k_band, v_band = (
+        expand_heads(k[:, :, left:right], heads),
+        expand_heads(v[:, :, left:right], heads),
+    )
+    query_keys = torch.arange(q.shape[2], device=q.device)[:, None] + first_query_key
+    distance = torch.arange(left, right, device=q.device)[None, :] - query_keys  # (rows, keys)
+    index = distance.clamp(-reach, reach) + reach
+    logits = (q @ k_band.transpose(-1, -2)) * scale
+    logits = logits + per_row.gather(-1, index.expand(*per_row.shape[:2], *index.shape))
+    hidden = distance > 0 if causal else None  # (rows, keys)
+    if key_padding is not None:
+        pads = ~key_padding[:, None, None, left:right]  # (batch, 1, 1, keys)
+        hidden = pads if hidden is None else hidden | pads
+    if hidden is not None:  # one fill: a row with no visible key stays finite
+        logits = logits.masked_fill(hidden, torch.finfo(q.dtype).min)
+    lse = torch.logsumexp(logits, dim=-1)
+    probs = torch.exp(logits - lse.unsqueeze(-1))
+    out = probs @ v_band
+    if value_table is not None:
+        counts = probs.new_zeros(*probs.shape[:-1], value_table.shape[0])
+        out = out + counts.scatter_add_(-1, index.expand_as(probs), probs) @ value_table
+    return out, lse
+
+
+def xl_plan(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    hooks: Hooks,
+    context: AttentionContext,
+    padding: Tensor | None,
+    scale: float,
+    block_size: int | None,
+) -> Tensor:
+    """Transformer-XL's terms on flash parts (see the module docstring).
+
+    A block holds the ``(batch, heads, rows, rows + keys)`` position product, so its rows
+    follow the query-block budget (:func:`~posenc.attention.blocks.default_block_rows`).
+    """
+    rows = block_size or min(RELATIVE_ROWS, default_block_rows(q.shape[0], q.shape[1], k.shape[2]))
+    encoding = hooks.encoding
+    u, v_bias = (t.to(q.dtype) for t in encoding.distance_terms())
+    q_len, k_len = q.shape[2], k.shape[2]
+    causal, offset = context.mask.causal, k_len - q_len
+    # Distances i − j in descending order, from the largest any pair has to the smallest.
+    largest = k_len - 1
+    smallest = -(min(rows, q_len) - 1) if causal else -(k_len - 1)
+    distances = torch.arange(largest, smallest - 1, -1, device=q.device)
+    projected = encoding.projected(distances).to(q.dtype)  # (heads, n, head_dim)
+    content_q = q + u[:, None]  # u·k_j folded into the queries
+    position_q = (q + v_bias[:, None]) * scale
+    outs = []
+    for start in range(0, q_len, rows):
+        stop = min(q_len, start + rows)
+        count = stop - start
+        first, end = start + offset, (stop + offset if causal else k_len)
+        top = largest - (stop - 1 + offset)  # row of the block's largest distance
+        width = count + end - 1
+        table = projected[:, top : top + width]  # (heads, width, head_dim)
+        product = position_q[:, :, start:stop] @ table.transpose(-1, -2)  # (b, h, rows, width)
+        # Row a needs columns (count − 1 − a) + j: Transformer-XL's relative shift as a view.
+        shifted = product.as_strided(
+            (*product.shape[:2], count, end),
+            (product.stride(0), product.stride(1), width - 1, 1),
+            product.storage_offset() + count - 1,
+        )
+        q_block = content_q[:, :, start:stop]
+        parts = []
+        if causal:
+            if first > 0:
+                parts.append(
+                    Part(
+                        k[:, :, :first],
+                        v[:, :, :first],
+                        mask=_masked(shifted[..., :first], padding, 0, first),
+                    )
+                )
+            parts.append(
+                Part(
+                    k[:, :, first:end],
+                    v[:, :, first:end],
+                    causal=True,
+                    mask=_masked(shifted[..., first:end], padding, first, end),
+                )
+            )
+        else:
+            parts.append(Part(k, v, mask=_masked(shifted, padding, 0, end)))
+        pieces = [run_part(q_block, part, scale) for part in parts]
+        merged, _ = merge_outputs([o for o, _ in pieces], [lse for _, lse in pieces])
+        outs.append(merged)
+    return torch.cat(outs, dim=2)
+
+
+def _masked(term: Tensor, padding: Tensor | None, start: int, stop: int) -> Tensor:
+    return term if padding is None else term + padding[..., start:stop]

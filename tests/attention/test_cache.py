@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from posenc.attention import Attention, KVCache
+from posenc.rotary import RotaryEmbedding
+
+
+def test_buffers_grow_by_doubling_and_keep_what_was_written() -> None:
+    attn = Attention(16, 2, pos=RotaryEmbedding(8)).eval()
+    x = torch.randn(1, 12, 16)
+    cache = KVCache()
+    with torch.no_grad():
+        attn(x[:, :4], cache=cache)
+        assert cache.capacity == 4
+        attn(x[:, 4:5], cache=cache)
+        assert (cache.length, cache.capacity) == (5, 8)
+        for i in range(5, 12):
+            attn(x[:, i : i + 1], cache=cache)
+        assert (cache.length, cache.capacity) == (12, 16)
+        reference = KVCache()
+        attn(x, cache=reference)
+    assert cache.k is not None and reference.k is not None
+    assert_close(cache.k, reference.k)
+    assert cache.positions is not None and torch.equal(cache.positions, torch.arange(12))
+
+
+def test_truncate_rewinds_keys_and_positions() -> None:
+    attn = Attention(16, 2, pos=RotaryEmbedding(8)).eval()
+    x = torch.randn(1, 6, 16)
+    cache = KVCache()
+    with torch.no_grad():
+        full = attn(x, cache=cache)
+        cache.truncate(3)
+        again = attn(x[:, 3:], cache=cache)
+    assert_close(again, full[:, 3:])
+    with pytest.raises(ValueError, match="length"):
+        cache.truncate(10)
+
+
+def test_gradients_flow_through_a_concatenating_cache() -> None:
+    attn = Attention(16, 2, pos=RotaryEmbedding(8))
+    x = torch.randn(1, 5, 16, requires_grad=True)
+    cache = KVCache()
+    out = torch.cat([attn(x[:, :3], cache=cache), attn(x[:, 3:], cache=cache)], dim=1)
+    out.sum().backward()
+    assert x.grad is not None
+    grad = x.grad.clone()
+    x.grad = None
+    attn(x).sum().backward()
+    assert_close(grad, x.grad)
+
+
+def test_dtype_change_raises() -> None:
+    attn = Attention(16, 2)
+    cache = KVCache()
+    with torch.no_grad():
+        attn(torch.randn(1, 2, 16), cache=cache)
+        with pytest.raises(ValueError, match="cache holds"):
+            attn.double()(torch.randn(1, 1, 16, dtype=torch.float64), cache=cache)

@@ -1,0 +1,145 @@
+"""The flash-parts engine: merging parts equals one softmax, in value and every gradient."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor
+from torch.testing import assert_close
+
+from posenc.attention import Backend, attend, flash
+from posenc.attention.flash import Part, merge_parts
+from posenc.bias import AlibiBias, ShawRelative, T5RelativeBias, TransformerXLRelative
+
+pytestmark = pytest.mark.skipif(not flash.available(torch.zeros(1)), reason="no CPU flash kernel")
+
+SCALE = 0.35
+
+
+def reference(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, allowed: Tensor) -> Tensor:
+    logits = (q @ k.transpose(-1, -2)) * SCALE + bias
+    return logits.masked_fill(~allowed, float("-inf")).softmax(-1) @ v
+
+
+def split(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor, shifts: tuple[Tensor, Tensor]
+) -> tuple[list[Part], Tensor, Tensor]:
+    """Three parts over 13 keys for 5 queries (the last 5 keys): a far part with a row
+    shift and a key vector, a middle part with a dense (learnable) mask, and a causal
+    diagonal square with a row shift."""
+    far_vector = mask[..., :4]  # (1, heads, 1, 4)
+    parts = [
+        Part(k[:, :, :4], v[:, :, :4], mask=far_vector, shift=shifts[0]),
+        Part(k[:, :, 4:8], v[:, :, 4:8], mask=mask[..., 4:8].expand(1, -1, 5, 4) * 1.0),
+        Part(k[:, :, 8:], v[:, :, 8:], causal=True, shift=shifts[1]),
+    ]
+    bias = torch.cat(
+        [
+            far_vector.expand(1, -1, 5, 4) + shifts[0].unsqueeze(-1),
+            mask[..., 4:8].expand(1, -1, 5, 4),
+            shifts[1].unsqueeze(-1).expand(1, -1, 5, 5),
+        ],
+        dim=-1,
+    )
+    allowed = torch.ones(5, 13, dtype=torch.bool).tril(8)
+    return parts, bias, allowed
+
+
+def make(kv_heads: int, batch: int = 2, head_dim: int = 6) -> dict[str, Any]:
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(batch, 4, 5, head_dim, generator=generator, dtype=torch.float64)
+    k = torch.randn(batch, kv_heads, 13, head_dim, generator=generator, dtype=torch.float64)
+    v = torch.randn(batch, kv_heads, 13, head_dim, generator=generator, dtype=torch.float64)
+    mask = torch.randn(1, 4, 1, 13, generator=generator, dtype=torch.float64)
+    shifts = (
+        torch.randn(1, 4, 1, generator=generator, dtype=torch.float64),
+        torch.randn(1, 4, 1, generator=generator, dtype=torch.float64),
+    )
+    return {"q": q, "k": k, "v": v, "mask": mask, "shifts": shifts}
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_merged_parts_equal_one_softmax_with_all_gradients(kv_heads: int) -> None:
+    data = make(kv_heads)
+    leaves = [data["q"], data["k"], data["v"], data["mask"], *data["shifts"]]
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+    q, k, v, mask, *shifts = leaves
+    parts, bias, allowed = split(q, k, v, mask, (shifts[0], shifts[1]))
+    got = merge_parts(q, parts, SCALE)
+    group = 4 // kv_heads
+    want = reference(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), bias, allowed)
+    assert_close(got, want, rtol=1e-12, atol=1e-12)
+    weights = torch.randn_like(got)
+    got_grads = torch.autograd.grad((got * weights).sum(), leaves)
+    want_grads = torch.autograd.grad((want * weights).sum(), leaves)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        assert_close(g, w, rtol=1e-10, atol=1e-10)
+
+
+def test_gradcheck() -> None:
+    data = make(2, batch=1, head_dim=3)
+
+    def fn(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, s0: Tensor, s1: Tensor) -> Tensor:
+        parts, _, _ = split(q, k, v, mask, (s0, s1))
+        return merge_parts(q, parts, SCALE)
+
+    inputs = tuple(
+        t.requires_grad_(True)
+        for t in (data["q"], data["k"], data["v"], data["mask"], *data["shifts"])
+    )
+    assert torch.autograd.gradcheck(fn, inputs)
+
+
+def count_merges(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the flash-parts merges of the structured and relative plans."""
+    calls = [0]
+    for target in (
+        "posenc.attention.structured.merge_parts",
+        "posenc.attention.relative.merge_outputs",
+    ):
+        original = flash.merge_parts if target.endswith("merge_parts") else flash.merge_outputs
+
+        def counting(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            calls[0] += 1
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(target, counting)
+    return calls
+
+
+@pytest.mark.parametrize(
+    ("encoding", "positions", "planned"),
+    [
+        (AlibiBias(4), None, True),
+        (AlibiBias(4), torch.arange(40) * 3, True),  # linear: any positions
+        (AlibiBias(4, mode="symmetric"), None, False),  # not linear in k − q
+        (T5RelativeBias(4, bidirectional=False, max_distance=8, num_buckets=8), None, True),
+        (
+            T5RelativeBias(4, bidirectional=False, max_distance=8, num_buckets=8),
+            torch.arange(40),
+            False,
+        ),
+        (ShawRelative(8, max_distance=3), None, True),
+        (ShawRelative(8, max_distance=3), torch.arange(40), False),
+        (TransformerXLRelative(4, 8, 32), None, True),
+    ],
+)
+def test_structured_plans_apply_where_their_structure_holds(
+    monkeypatch: pytest.MonkeyPatch,
+    encoding: torch.nn.Module,
+    positions: Tensor | None,
+    planned: bool,
+) -> None:
+    calls = count_merges(monkeypatch)
+    encoding = encoding.double()
+    q, k, v = (torch.randn(1, 4, 40, 8, dtype=torch.float64) for _ in range(3))
+    kwargs: dict[str, Any] = {} if positions is None else {"q_pos": positions, "k_pos": positions}
+    chunked = Backend("chunked", block_size=8)
+    with torch.no_grad():  # the contextual plans run forward only
+        got = attend(q, k, v, pos=encoding, causal=True, backend=chunked, **kwargs)
+        want = attend(q, k, v, pos=encoding, causal=True, backend="sdpa", **kwargs)
+    assert (calls[0] > 0) == planned
+    assert_close(got, want, rtol=1e-10, atol=1e-10)
