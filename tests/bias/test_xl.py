@@ -222,3 +222,36 @@ def test_bad_positions_raise_at_the_attention_boundary(q_pos, k_pos, name: str) 
 def test_odd_dim_in_sinusoid() -> None:
     with pytest.raises(ValueError, match="dim"):
         xl_sinusoid(torch.arange(3), 5)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(
+    ("q_len", "k_len", "q_start", "k_start"),
+    [(5, 5, 0, 0), (3, 8, 5, 0), (1, 6, 5, 0), (4, 4, 10, 10), (2, 7, 9, 3), (6, 2, 0, 0)],
+)
+def test_contiguous_term_equals_general_term(
+    q_len: int, k_len: int, q_start: int, k_start: int, causal: bool
+) -> None:
+    """The per-distance + relative-shift form equals logit_term on every pair it must
+    (all pairs, or those at or before the query under causal order), with gradients."""
+    torch.manual_seed(0)
+    xl = TransformerXLRelative(HEADS, HEAD_DIM, DIM).double()
+    for p in xl.parameters():
+        torch.nn.init.normal_(p)
+    q = torch.randn(2, HEADS, q_len, HEAD_DIM, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(2, HEADS, k_len, HEAD_DIM, dtype=torch.float64, requires_grad=True)
+    q_pos, k_pos = q_start + torch.arange(q_len), k_start + torch.arange(k_len)
+    visible = (
+        k_pos[None, :] <= q_pos[:, None] if causal else torch.ones(q_len, k_len, dtype=torch.bool)
+    )
+    weights = torch.randn(q_len, k_len, dtype=torch.float64) * visible
+    grads = []
+    for term in (
+        xl.logit_term(q, k, q_pos, k_pos, 0.5),
+        xl.logit_term_contiguous(q, k, q_start, k_start, 0.5, causal),
+    ):
+        assert term.shape == (2, HEADS, q_len, k_len) and torch.isfinite(term).all()
+        grads.append(torch.autograd.grad((term * weights).sum(), [q, k, *xl.parameters()]))
+        grads[-1] = (term.detach()[..., visible], *grads[-1])
+    for want, got in zip(grads[0], grads[1], strict=True):
+        assert_close(got, want, rtol=1e-10, atol=1e-10)

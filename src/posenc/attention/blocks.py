@@ -108,4 +108,13 @@ def _block(
         allowed=context.mask.block(start, stop, 0, end, heads=q.shape[1]),
         scale=scale,
         dropout_p=dropout_p,
+        contiguous=_contiguous(context, start),
+        causal=context.mask.causal,
     )
+
+
+def _contiguous(context: AttentionContext, start: int) -> tuple[int, int] | None:
+    """``(q_start, 0)`` of a block of queries when positions are token indices."""
+    if not context.index_positions:
+        return None
+    return start + context.mask.causal_offset, 0

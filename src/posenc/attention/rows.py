@@ -65,6 +65,8 @@ def attend_rows(
     scale: float,
     dropout_p: float,
     bias: Tensor | None = None,
+    contiguous: tuple[int, int] | None = None,
+    causal: bool = False,
 ) -> Tensor:
     """Attention of complete query rows over the keys ``k``, ``v``.
 
@@ -77,6 +79,11 @@ def attend_rows(
         dropout_p: dropout on the attention probabilities.
         bias: the encoding's bias for these rows and keys, precomputed (a per-forward table),
             or None to evaluate ``bias_at`` here.
+        contiguous: ``(q_start, k_start)`` when the positions are ``q_start + arange`` and
+            ``k_start + arange`` for every row (known from how they were made): a contextual
+            encoding with ``logit_term_contiguous`` then computes its term that way.
+        causal: the mask includes causal order (pairs it hides may get arbitrary finite
+            terms from ``logit_term_contiguous``).
 
     Returns:
         ``(batch, heads, rows, v_dim)`` in q's dtype; rows that see no key are zero.
@@ -89,18 +96,30 @@ def attend_rows(
     if hooks.bias:
         extra = bias.to(cdt) if bias is not None else hooks.materialized_bias(q_pos, k_pos, cdt)
     if hooks.contextual:
-        term = hooks.encoding.logit_term(q, expand_heads(k, heads), q_pos, k_pos, scale).to(cdt)
+        encoding, k_all = hooks.encoding, expand_heads(k, heads)
+        if contiguous is not None and callable(getattr(encoding, "logit_term_contiguous", None)):
+            term = encoding.logit_term_contiguous(q, k_all, *contiguous, scale, causal)
+        else:
+            term = encoding.logit_term(q, k_all, q_pos, k_pos, scale)
+        term = term.to(cdt)
         extra = term if extra is None else extra + term
-    if hooks.needs_probabilities:
+    # A term that needs a gradient sends SDPA to its math path anyway (its kernels give no
+    # gradient for the mask); writing the softmax out skips that path's masked-row checks.
+    explicit = hooks.needs_probabilities or (extra is not None and extra.requires_grad)
+    if explicit:
         k, v = expand_heads(k, heads), expand_heads(v, heads)
-        scores = (q @ k.transpose(-1, -2)) * scale
-        if extra is not None:
-            scores = scores + extra
+        content = q @ k.transpose(-1, -2)
+        # extra + scale · q kᵀ in one pass (the matmul's output is fresh: scale it in place).
+        scores = content.mul_(scale) if extra is None else torch.add(extra, content, alpha=scale)
         if hooks.scores:
             scores = hooks.encoding.transform_scores(
                 scores, q=q, k=k, q_pos=q_pos, k_pos=k_pos, allowed=allowed
             )
-        masked = fill_masked(scores, allowed, cdt)
+            masked = fill_masked(scores, allowed, cdt)
+        elif allowed is not None:  # fresh scores of full shape: hide what the mask hides in place
+            masked = scores.masked_fill_(~allowed, torch.finfo(cdt).min)
+        else:
+            masked = scores
         assert masked is not None
         probs = torch.softmax(masked, dim=-1)
         if dropout_p > 0.0:

@@ -130,6 +130,8 @@ def sdpa_attention(
             scale=scale,
             dropout_p=dropout_p,
             bias=bias,
+            contiguous=(mask.causal_offset, 0) if context.index_positions else None,
+            causal=mask.causal,
         )
     gqa = k.shape[1] != q.shape[1]
     square = mask.q_len == mask.k_len

@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc.attention import Attention, KVCache, attend
+from posenc.attention import Attention, KVCache, attend, build_context
 from posenc.bench import compare, machine, peak_memory, rss_peak_bytes
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import ModelDims, build_encoding
@@ -138,7 +138,7 @@ def module(
 def _forward_peak(name: str, seq: int, heads: int, head_dim: int, backend: str) -> dict[str, Any]:
     torch.set_num_threads(2)
     q, k, v = _qkv(1, heads, seq, head_dim)
-    encoding = _encoding(name, heads, head_dim)
+    encoding = None if name == "sdpa is_causal" else _encoding(name, heads, head_dim)
     positions = torch.arange(seq)
     before = rss_peak_bytes()
     with torch.no_grad():
@@ -295,9 +295,15 @@ def lm(
 
 
 def decode(
-    cache_len: int = 4096, heads: int = 8, head_dim: int = 64, rounds: int = 20
+    cache_len: int = 4096, heads: int = 8, head_dim: int = 64, layers: int = 4, rounds: int = 20
 ) -> list[dict[str, Any]]:
-    """One decoding step with a ``cache_len`` KV cache, per layer, × the bare equivalent."""
+    """One decoding step with a ``cache_len`` KV cache, per layer, × the bare equivalent.
+
+    ``stack``: ``layers`` attention layers sharing one per-forward context (what
+    :class:`~posenc.model.DecoderLM` does: positions, mask and shared tables built once per
+    step) against ``layers`` × (the same projections around bare SDPA over a preallocated
+    cache). ``alone``: one standalone module that builds its own context every call.
+    """
     dim = heads * head_dim
     torch.manual_seed(0)
     bare = _BareAttention(dim, heads)
@@ -313,27 +319,47 @@ def decode(
         out = F.scaled_dot_product_attention(q, k_buffer, v_buffer)
         return bare.out_proj(out.transpose(1, 2).reshape(1, 1, dim))
 
-    q1 = torch.randn(1, heads, 1, head_dim)
-    candidates: dict[str, Callable[[], object]] = {
-        "projections + SDPA": bare_step,
-        "SDPA alone": lambda: F.scaled_dot_product_attention(q1, k_buffer, v_buffer),
-    }
+    def bare_stack() -> None:
+        for _ in range(layers):
+            bare_step()
+
+    candidates: dict[str, Callable[[], object]] = {"bare": bare_stack}
     for name in ["nope", "rope", "alibi", "t5"]:
-        attn = Attention(dim, heads, pos=_encoding(name, heads, head_dim))
-        attn.load_state_dict(bare.state_dict(), strict=False)
-        cache = KVCache()
-        with torch.no_grad():
-            attn(prompt, cache=cache)
+        encoding = _encoding(name, heads, head_dim)  # one instance, shared as in the model
+        stack = [Attention(dim, heads, pos=encoding) for _ in range(layers)]
+        caches = [KVCache() for _ in range(layers)]
+        for attn, cache in zip(stack, caches, strict=True):
+            attn.load_state_dict(bare.state_dict(), strict=False)
+            with torch.no_grad():
+                attn(prompt, cache=cache)
 
-        def module_step(attn: Attention = attn, cache: KVCache = cache) -> object:
-            out = attn(step, cache=cache)
-            cache.truncate(cache_len)  # keep the cache at cache_len for the next round
-            return out
+        def stack_step(stack: list[Attention] = stack, caches: list[KVCache] = caches) -> None:
+            context = build_context(
+                batch=1,
+                seq=1,
+                device=step.device,
+                causal=True,
+                hooks=stack[0].hooks,
+                cache=caches[0],
+            )
+            for attn, cache in zip(stack, caches, strict=True):
+                attn(step, cache=cache, context=context)
+            for cache in caches:
+                cache.truncate(cache_len)  # keep the caches at cache_len for the next round
 
-        candidates[name] = module_step
+        def alone_step(attn: Attention = stack[0], cache: KVCache = caches[0]) -> None:
+            for _ in range(layers):
+                attn(step, cache=cache)
+                cache.truncate(cache_len)
+
+        candidates[f"{name} stack"] = stack_step
+        candidates[f"{name} alone"] = alone_step
     with torch.no_grad():
-        timings = compare(candidates, "projections + SDPA", rounds=rounds, warmup=3)
-    return [t.as_dict() for t in timings]
+        timings = compare(candidates, "bare", rounds=rounds, warmup=3)
+    return [
+        {**t.as_dict(), "seconds": t.seconds / layers}  # per layer
+        for t in timings
+    ]
 
 
 SUITES: dict[str, Callable[..., list[dict[str, Any]]]] = {

@@ -70,8 +70,8 @@ def shaw_logits(q: Tensor, key_table: Tensor, index: Tensor, scale: float) -> Te
     Returns:
         ``(batch, heads, q_len, k_len)``.
     """
-    per_row = q @ key_table.to(q.dtype).T  # (batch, heads, q_len, 2k + 1)
-    return scale * per_row.gather(-1, _expand_index(index, q.shape[0], q.shape[1]))
+    per_row = (q @ key_table.to(q.dtype).T) * scale  # (batch, heads, q_len, 2k + 1): small
+    return per_row.gather(-1, _expand_index(index, q.shape[0], q.shape[1]))
 
 
 def shaw_values(probs: Tensor, value_table: Tensor, index: Tensor) -> Tensor:

@@ -212,6 +212,34 @@ class TransformerXLRelative(ContextualEncoding):
         per_distance = (q + self.v.to(q.dtype)[:, None]) @ projected.transpose(-1, -2)
         return per_distance.gather(-1, _expand_index(r - r_min, batch, heads))
 
+    def logit_term_contiguous(
+        self, q: Tensor, k: Tensor, q_start: int, k_start: int, scale: float, causal: bool
+    ) -> Tensor:
+        """:meth:`logit_term` for positions ``q_start + arange(q_len)`` and ``k_start +
+        arange(k_len)`` (shared by the batch), by one row per distance and the relative shift.
+
+        ``(q_i + v)`` meets the projected encodings of the distances in descending order in
+        one matmul of width about ``q_len + k_len`` (``k_len + 1`` when ``causal``), a head dim
+        wide instead of :meth:`position_logits`'s ``dim`` wide; Transformer-XL's relative
+        shift is then a flat slice and reshape (cheap to differentiate). With ``causal`` the
+        entries of pairs the causal order hides (key after query) are arbitrary finite
+        numbers, as in the reference: attention masks them.
+        """
+        q_len, k_len = q.shape[-2], k.shape[-2]
+        top = q_start - k_start + q_len - 1  # the largest distance i − j
+        bottom = -1 if causal else q_start - k_start - (k_len - 1)
+        bottom = min(bottom, top - k_len)  # at least k_len + 1 columns for the shift
+        width = top - bottom + 1
+        distances = torch.arange(top, bottom - 1, -1, device=q.device)
+        table = self.projected(distances).to(q.dtype)  # (H, width, d)
+        product = (q + self.v.to(q.dtype)[:, None]) @ table.transpose(-1, -2)  # (B, H, q, width)
+        # Row a needs columns (q_len − 1 − a) + j: in the flattened rows that is a stride of
+        # width − 1 from offset q_len − 1.
+        flat = product.flatten(-2)[..., q_len - 1 : q_len - 1 + q_len * (width - 1)]
+        position = flat.unflatten(-1, (q_len, width - 1))[..., :k_len]
+        content = torch.einsum("hd,bhkd->bhk", self.u.to(k.dtype), k)[:, :, None, :]
+        return scale * (content + position)
+
     def logit_term(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
     ) -> Tensor:
