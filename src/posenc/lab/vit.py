@@ -40,6 +40,7 @@ from torch import Tensor, nn
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D
+from posenc.attention import build_context, hooks_of
 from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.results import prepare_out_dir, write_results_csv
@@ -159,13 +160,13 @@ class DigitsViT(nn.Module):
             pos="none",
         )
         head_dim = dim // config.num_heads
-        blocks = []
-        for _ in range(config.depth):
-            pos = None
-            if config.encoding == "rope_2d":
-                pos = AxialRotary2D(head_dim, grid, grid, base=config.rope_base)
-            blocks.append(Block(shape, pos, causal=False))
-        self.blocks = nn.ModuleList(blocks)
+        # One parameter-free rotary encoding for all blocks: its tables are built once per
+        # forward (the context), as in posenc.model.
+        rotary = None
+        if config.encoding == "rope_2d":
+            rotary = AxialRotary2D(head_dim, grid, grid, base=config.rope_base)
+        self.blocks = nn.ModuleList(Block(shape, rotary, causal=False) for _ in range(config.depth))
+        self.hooks = hooks_of(rotary)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, NUM_CLASSES)
 
@@ -183,12 +184,21 @@ class DigitsViT(nn.Module):
         """Logits ``(batch, 10)`` of patch embeddings ``(batch, num_patches, dim)``."""
         if positions is None:
             positions = torch.arange(patches.shape[1], device=patches.device)
-        grid_coordinates(positions, self.config.grid, self.config.grid)  # range check
+        grid_coordinates(positions, self.config.grid, self.config.grid)  # range check, once
+        batch, seq, _ = patches.shape
+        context = build_context(
+            batch=batch,
+            seq=seq,
+            device=patches.device,
+            causal=False,
+            hooks=self.hooks,
+            positions=positions,
+        )
         x = patches
         if self.additive is not None:
             x = x + self.additive(positions).to(x.dtype)
         for block in self.blocks:
-            x = block(x, positions)
+            x = block(x, context=context)
         return self.head(self.norm(x).mean(dim=1))
 
     def forward(
