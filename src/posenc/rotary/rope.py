@@ -34,6 +34,7 @@ from posenc._validate import check_in_choices, check_positive_float, check_posit
 from posenc.base import RotaryEncoding, check_rotary_input
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
+from posenc.rotary.kernels import _pair_views, rotate
 from posenc.rotary.scaling import DynamicNTK, LongRoPE, Proportional, Scaling
 
 __all__ = [
@@ -235,27 +236,11 @@ def _rotate_halves(x: Tensor, c: Tensor, s: Tensor, layout: str, rotary_dim: int
     """The hot path of every rotary encoding: ``c``, ``s`` are one value per pair, in the
     compute dtype on ``x``'s device (:func:`_half_tables`).
 
-    Each pair ``(a, b)`` becomes ``(a·c − b·s, b·c + a·s)``, computed per pair member and
-    joined once: the same roundings as HF's ``x·cos + rotate_half(x)·sin`` (bitwise equal)
-    with fewer full-size temporaries (measured 3.6× a copy of x against 4.0×).
+    Each pair ``(a, b)`` becomes ``(a·c − b·s, b·c + a·s)`` with the same roundings as HF's
+    ``x·cos + rotate_half(x)·sin`` (bitwise equal), by the implementation
+    :mod:`posenc.rotary.kernels` picks (numba's kernels on the CPU when installed).
     """
-    a, b = _pair_views(x.to(c.dtype), rotary_dim, layout)
-    new_a, new_b = a * c - b * s, b * c + a * s
-    if layout == "half":
-        rotated = torch.cat((new_a, new_b), dim=-1)
-    else:
-        rotated = torch.stack((new_a, new_b), dim=-1).flatten(-2)
-    rotated = rotated.to(x.dtype)
-    if rotary_dim == x.shape[-1]:
-        return rotated
-    return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
-
-
-def _pair_views(x: Tensor, rotary_dim: int, layout: str) -> tuple[Tensor, Tensor]:
-    """The two members of every pair: ``(x[:d/2], x[d/2:d])`` or ``(x[0:d:2], x[1:d:2])``."""
-    if layout == "half":
-        return x[..., : rotary_dim // 2], x[..., rotary_dim // 2 : rotary_dim]
-    return x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+    return rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
 
 
 class RotaryEmbedding(RotaryEncoding):

@@ -1,0 +1,419 @@
+"""Applying RoPE's rotation fast: one entry point, three implementations, autograd.
+
+Every rotary encoding in posenc (RoPE with any scaling and attention factor, xPos with its
+scale folded into the tables, axial and mixed RoPE, partial rotary) ends in one operation:
+given one ``c = A·cos θ`` and ``s = A·sin θ`` per channel pair, each pair ``(a, b)`` of the
+first ``rotary_dim`` channels becomes ``(a·c − b·s, b·c + a·s)`` and the other channels pass
+through. :func:`rotate` does it
+
+* out of place (a new tensor, autograd supported),
+* into a caller's buffer (``out=``), or
+* in place (``inplace=True``: ``x`` is overwritten; for inference and KV caches),
+
+with one of these implementations (``impl``):
+
+=========  ==================================================================================
+``torch``  pure torch, always available; differentiable, traceable by ``torch.compile``.
+           float16/bfloat16 compute in float32 and round once.
+``numba``  CPU kernels from the ``fast`` extra (``pip install posenc[fast]``): one pass over
+           q or k, every core, conversions in registers (:mod:`posenc.rotary._numba_kernels`).
+``auto``   ``numba`` on the CPU when installed and the call is served (strided rows with unit
+           channel stride, tables without gradients), else ``torch``. The default.
+=========  ==================================================================================
+
+All implementations give the same bits: float32 arithmetic for float32, bfloat16 and
+float16 (float64 for float64), each product and sum rounded as torch rounds them, one
+rounding on store. The fast path's gradient is a custom autograd function whose backward is
+the rotation by ``−θ`` (``(c, −s)``) through the same kernel, registered as a torch custom op
+(``posenc::rotate``) so that ``torch.compile(fullgraph=True)`` keeps it in one graph.
+
+``set_rotary_impl`` sets the process default; ``rotary_impl(name)`` is the same as a
+context manager (tests and benchmarks force a path with it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+from collections.abc import Iterator
+from functools import cache
+from typing import Any, Literal, get_args
+
+import torch
+from torch import Tensor
+
+from posenc._validate import check_in_choices
+
+__all__ = [
+    "Impl",
+    "available_impls",
+    "rotary_impl",
+    "rotate",
+    "set_rotary_impl",
+]
+
+Impl = Literal["auto", "torch", "numba"]
+IMPLS: tuple[str, ...] = get_args(Impl)
+_FAST_DTYPES = {
+    torch.float32: "float32",
+    torch.float64: "float64",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+}
+
+_default: list[str] = ["auto"]
+
+#: ``auto`` leaves smaller tensors (a decoding step's q) to torch: a kernel call's fixed cost
+#: (tens of µs through the custom op) is more than the work there.
+FAST_MIN_ELEMENTS = 1 << 15
+
+
+@cache
+def _numba_kernels() -> tuple[Any, Any] | None:
+    """The compiled kernels ``(rotate_out, rotate_in)``, or None without the ``fast`` extra."""
+    if importlib.util.find_spec("numba") is None:
+        return None
+    from posenc.rotary._numba_kernels import rotate_in, rotate_out
+
+    return rotate_out, rotate_in
+
+
+def available_impls() -> tuple[str, ...]:
+    """The implementations this installation can run (``auto`` and ``torch`` always)."""
+    names = ["auto", "torch"]
+    if _numba_kernels() is not None:
+        names.append("numba")
+    return tuple(names)
+
+
+def set_rotary_impl(impl: Impl) -> None:
+    """Set the process-wide default implementation of :func:`rotate` (``"auto"`` at start)."""
+    _default[0] = _check_impl(impl)
+
+
+@contextlib.contextmanager
+def rotary_impl(impl: Impl) -> Iterator[None]:
+    """Use ``impl`` as the default within a ``with`` block, then restore the previous one."""
+    previous = _default[0]
+    _default[0] = _check_impl(impl)
+    try:
+        yield
+    finally:
+        _default[0] = previous
+
+
+def _check_impl(impl: str) -> str:
+    check_in_choices("impl", impl, IMPLS)
+    if impl == "numba" and _numba_kernels() is None:
+        raise ValueError(
+            "impl='numba' needs numba (pip install 'posenc[fast]'); "
+            f"available here: {', '.join(available_impls())}"
+        )
+    return impl
+
+
+def rotate(
+    x: Tensor,
+    c: Tensor,
+    s: Tensor,
+    *,
+    layout: str,
+    rotary_dim: int,
+    out: Tensor | None = None,
+    inplace: bool = False,
+    impl: Impl | None = None,
+) -> Tensor:
+    """Rotate the pairs of the first ``rotary_dim`` channels of ``x`` by per-pair tables.
+
+    No argument checks (the hot path): callers pass tables built for ``x`` — ``c``, ``s`` of
+    shape ``(seq, rotary_dim / 2)`` or ``(batch | 1, 1, seq, rotary_dim / 2)`` in the
+    compute dtype (float32, or float64 for float64 ``x``) on ``x``'s device; ``x`` is
+    ``(batch, heads, seq, head_dim)``. The public, checked entry points are
+    :func:`posenc.rotary.apply_rotary` and the encodings' ``forward``.
+
+    Args:
+        out: a tensor of ``x``'s shape, dtype and device to write into (no autograd, as with
+            torch's ``out=``). Channels past ``rotary_dim`` are copied.
+        inplace: overwrite ``x`` (no autograd).
+        impl: ``None`` for the default (:func:`set_rotary_impl`).
+
+    Returns:
+        The rotated tensor: ``out``, ``x`` itself when ``inplace``, else a new tensor.
+    """
+    name = _default[0] if impl is None else _check_impl(impl)
+    mode = "inplace" if inplace else "out" if out is not None else "new"
+    if mode != "new" and torch.is_grad_enabled() and (x.requires_grad or c.requires_grad):
+        raise RuntimeError(
+            f"rotate with {'inplace=True' if inplace else 'out='} does not support autograd "
+            "(x or the tables require grad): call it under torch.no_grad() or without them"
+        )
+    if name == "auto":
+        name = "numba" if x.numel() >= FAST_MIN_ELEMENTS and _fast_serves(x, c, s) else "torch"
+    if name == "torch":
+        return _torch_rotate(x, c, s, layout, rotary_dim, out, inplace)
+    if name == "numba" and not _fast_serves(x, c, s):
+        raise ValueError(
+            "impl='numba' serves CPU tensors of float32/float64/bfloat16/float16 with unit "
+            f"channel stride and tables without gradients; got {x.dtype} on {x.device}"
+        )
+    interleaved = layout == "interleaved"
+    if mode == "new":
+        return torch.ops.posenc.rotate(x, c, s, interleaved, rotary_dim)
+    if mode == "out":
+        assert out is not None
+        torch.ops.posenc.rotate_out(x, c, s, interleaved, rotary_dim, out)
+        return out
+    torch.ops.posenc.rotate_(x, c, s, interleaved, rotary_dim)
+    return x
+
+
+def _fast_serves(x: Tensor, c: Tensor, s: Tensor) -> bool:
+    return (
+        x.device.type == "cpu"
+        and x.dtype in _FAST_DTYPES
+        and x.dim() == 4
+        and x.stride(-1) == 1
+        and not (c.requires_grad or s.requires_grad)
+        and _numba_kernels() is not None
+    )
+
+
+# -- torch --------------------------------------------------------------------------------
+
+
+def _pair_views(x: Tensor, rotary_dim: int, layout: str) -> tuple[Tensor, Tensor]:
+    """The two members of every pair: ``(x[:d/2], x[d/2:d])`` or ``(x[0:d:2], x[1:d:2])``."""
+    if layout == "half":
+        return x[..., : rotary_dim // 2], x[..., rotary_dim // 2 : rotary_dim]
+    return x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
+
+
+def _torch_rotate(
+    x: Tensor,
+    c: Tensor,
+    s: Tensor,
+    layout: str,
+    rotary_dim: int,
+    out: Tensor | None,
+    inplace: bool,
+) -> Tensor:
+    """Pure torch, lean: products written straight into the result's halves.
+
+    ``new_a = a·c − b·s`` is ``mul`` into the result, then ``sub_`` of ``b·s`` from one
+    half-size scratch buffer: the same roundings as HF's ``x·cos + rotate_half(x)·sin``
+    (bitwise equal; ``addcmul_`` would fuse differently), with one half-size temporary
+    instead of four full-size ones. Half precision computes in the tables' float32 and
+    rounds once; with autograd, plain differentiable ops.
+    """
+    a, b = _pair_views(x, rotary_dim, layout)
+    if (torch.is_grad_enabled() and x.requires_grad) or torch.compiler.is_compiling():
+        # Plain ops: autograd's, and what a compiler fuses (it cannot trace ``out=`` views).
+        new_a, new_b = a * c - b * s, b * c + a * s
+    elif x.dtype == c.dtype and x.shape[2] > (step := _block_rows(x)):
+        # Blocks of positions: the scratch products stay small and in cache.
+        result = x if inplace else torch.empty_like(x) if out is None else out
+        for start in range(0, x.shape[2], step):
+            rows = slice(start, start + step)
+            _torch_rotate(
+                x[:, :, rows],
+                c[..., rows, :],
+                s[..., rows, :],
+                layout,
+                rotary_dim,
+                None if inplace else result[:, :, rows],
+                inplace,
+            )
+        return result
+    elif x.dtype == c.dtype:
+        scratch = torch.mul(a, s)
+        if inplace:
+            b_s = torch.mul(b, s)
+            a.mul_(c).sub_(b_s)
+            b.mul_(c).add_(scratch)
+            return x
+        result = torch.empty_like(x) if out is None else out
+        new_a, new_b = _pair_views(result, rotary_dim, layout)
+        torch.mul(b, c, out=new_b).add_(scratch)
+        torch.mul(b, s, out=scratch)
+        torch.mul(a, c, out=new_a).sub_(scratch)
+        if rotary_dim < x.shape[-1]:
+            result[..., rotary_dim:] = x[..., rotary_dim:]
+        return result
+    else:
+        return _torch_rotate_narrow(x, c, s, layout, rotary_dim, out, inplace)
+    if inplace or out is not None:
+        target = x if inplace else out
+        assert target is not None
+        ra, rb = _pair_views(target, rotary_dim, layout)
+        ra.copy_(new_a)
+        rb.copy_(new_b)
+        if out is not None and rotary_dim < x.shape[-1]:
+            target[..., rotary_dim:] = x[..., rotary_dim:]
+        return target
+    if layout == "half":
+        rotated = torch.cat((new_a, new_b), dim=-1)
+    else:
+        rotated = torch.stack((new_a, new_b), dim=-1).flatten(-2)
+    rotated = rotated.to(x.dtype)
+    if rotary_dim == x.shape[-1]:
+        return rotated
+    return torch.cat((rotated, x[..., rotary_dim:]), dim=-1)
+
+
+def _torch_rotate_narrow(
+    x: Tensor,
+    c: Tensor,
+    s: Tensor,
+    layout: str,
+    rotary_dim: int,
+    out: Tensor | None,
+    inplace: bool,
+) -> Tensor:
+    """float16/bfloat16 without autograd: blocks of positions widened into one reused float32
+    scratch (mixed-dtype ops and fresh full-size float32 tensors are what make a naive
+    version slow), rotated in place there, rounded once into the result."""
+    result = x if inplace else torch.empty_like(x) if out is None else out
+    seq = x.shape[2]
+    step = _block_rows(x)
+    scratch = None
+    for start in range(0, seq, step):
+        stop = min(seq, start + step)
+        block = x[:, :, start:stop, :rotary_dim]
+        if scratch is None or scratch.shape != block.shape:
+            scratch = torch.empty(block.shape, dtype=c.dtype, device=x.device)
+        scratch.copy_(block)
+        rows = slice(start, stop)
+        _torch_rotate(scratch, c[..., rows, :], s[..., rows, :], layout, rotary_dim, None, True)
+        result[:, :, start:stop, :rotary_dim] = scratch
+    if not inplace and rotary_dim < x.shape[-1]:
+        result[..., rotary_dim:] = x[..., rotary_dim:]
+    return result
+
+
+#: elements of x per block of positions in the torch path (1 MiB of float32: stays in cache)
+_BLOCK = 1 << 18
+
+
+def _block_rows(x: Tensor) -> int:
+    """Positions per block of the torch path."""
+    return max(1, _BLOCK // max(1, x.shape[0] * x.shape[1] * x.shape[3]))
+
+
+# -- numba, as torch custom ops ----------------------------------------------------------
+
+
+def _rows(x: Tensor, c: Tensor) -> tuple[list[int], list[int], list[int], list[int]]:
+    """The three leading dims in memory order: shape, x's strides and the tables' strides."""
+    seq = x.shape[2]
+    if c.dim() == 2:  # (seq, r2)
+        c_strides = [0, 0, c.stride(0)]
+    else:  # (batch | 1, 1, seq, r2)
+        c_strides = [c.stride(0) if c.shape[0] > 1 else 0, 0, c.stride(2)]
+    if seq == 1:
+        c_strides[2] = 0
+    strides = x.stride()
+    order = sorted(range(3), key=lambda d: -strides[d])
+    return (
+        [x.shape[d] for d in order],
+        [x.stride(d) for d in order],
+        [c_strides[d] for d in order],
+        order,
+    )
+
+
+def _storage(t: Tensor) -> Any:
+    """A 1-D numpy view from ``t``'s first element to its last (offsets are ``t``'s strides)."""
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride(), strict=True))
+    flat = torch.as_strided(t, (span,), (1,), t.storage_offset())
+    if t.dtype == torch.bfloat16:
+        flat = flat.view(torch.int16)  # the kernels' marker for bfloat16 bits
+    elif t.dtype == torch.float16:
+        flat = flat.view(torch.uint16)  # and for float16 bits
+    return flat.numpy()
+
+
+def _run_numba(
+    x: Tensor, c: Tensor, s: Tensor, interleaved: bool, rotary_dim: int, out: Tensor | None
+) -> None:
+    kernels = _numba_kernels()
+    assert kernels is not None
+    if x.numel() == 0:
+        return
+    import numba
+    import numpy as np
+
+    limit: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+    numba.set_num_threads(max(1, min(torch.get_num_threads(), limit)))
+    c = c.contiguous()
+    s = s.contiguous()
+    shape, x_strides, c_strides, order = _rows(x, c)
+    rotate_out, rotate_in = kernels
+    r2 = rotary_dim // 2
+    ints = np.int64
+    if out is None:
+        rotate_in(
+            _storage(x),
+            np.array(x_strides, ints),
+            _storage(c),
+            _storage(s),
+            np.array(c_strides, ints),
+            np.array(shape, ints),
+            r2,
+            interleaved,
+        )
+        return
+    rotate_out(
+        _storage(x),
+        np.array(x_strides, ints),
+        _storage(out),
+        np.array([out.stride(d) for d in order], ints),
+        _storage(c),
+        _storage(s),
+        np.array(c_strides, ints),
+        np.array(shape, ints),
+        r2,
+        interleaved,
+    )
+    if rotary_dim < x.shape[-1]:
+        out[..., rotary_dim:] = x[..., rotary_dim:]
+
+
+@torch.library.custom_op("posenc::rotate", mutates_args=())
+def _rotate_op(x: Tensor, c: Tensor, s: Tensor, interleaved: bool, rotary_dim: int) -> Tensor:
+    out = torch.empty_like(x)
+    _run_numba(x, c, s, interleaved, rotary_dim, out)
+    return out
+
+
+@_rotate_op.register_fake
+def _(x: Tensor, c: Tensor, s: Tensor, interleaved: bool, rotary_dim: int) -> Tensor:
+    return torch.empty_like(x)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Tensor) -> None:
+    _, c, s, interleaved, rotary_dim = inputs
+    ctx.save_for_backward(c, s)
+    ctx.interleaved = interleaved
+    ctx.rotary_dim = rotary_dim
+
+
+def _backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:
+    # The rotation is orthogonal: its transpose is the rotation by −θ.
+    c, s = ctx.saved_tensors
+    grad_x = torch.ops.posenc.rotate(grad.contiguous(), c, -s, ctx.interleaved, ctx.rotary_dim)
+    return grad_x, None, None, None, None
+
+
+_rotate_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("posenc::rotate_out", mutates_args=("out",))
+def _rotate_out_op(
+    x: Tensor, c: Tensor, s: Tensor, interleaved: bool, rotary_dim: int, out: Tensor
+) -> None:
+    _run_numba(x, c, s, interleaved, rotary_dim, out)
+
+
+@torch.library.custom_op("posenc::rotate_", mutates_args=("x",))
+def _rotate_inplace_op(x: Tensor, c: Tensor, s: Tensor, interleaved: bool, rotary_dim: int) -> None:
+    _run_numba(x, c, s, interleaved, rotary_dim, None)

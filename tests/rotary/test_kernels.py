@@ -1,0 +1,230 @@
+"""posenc.rotary.kernels: every implementation and mode equals the reference rotation.
+
+The reference is the plain formula in the compute dtype from float64-derived tables:
+``(a·c − b·s, b·c + a·s)`` per pair, rounded once to x's dtype. Every path is expected to
+give the same bits (same roundings), so whole tensors are compared with ``torch.equal``
+where that is the claim and ``assert_close`` for gradients.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+
+import pytest
+import torch
+
+from posenc.rotary import RotaryEmbedding, XPos, kernels
+from posenc.rotary.kernels import _pair_views, rotary_impl, rotate
+
+HAS_NUMBA = "numba" in kernels.available_impls()
+IMPLS = ["torch", pytest.param("numba", marks=pytest.mark.skipif(not HAS_NUMBA, reason="numba"))]
+DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+
+
+def _tables(seq: int, rotary_dim: int, dtype: torch.dtype, batch: int | None = None):
+    generator = torch.Generator().manual_seed(1)
+    shape = (seq, rotary_dim // 2) if batch is None else (batch, 1, seq, rotary_dim // 2)
+    angles = torch.randn(shape, generator=generator, dtype=torch.float64) * 3
+    compute = torch.float64 if dtype == torch.float64 else torch.float32
+    return (0.9 * angles.cos()).to(compute), (0.9 * angles.sin()).to(compute)
+
+
+def _reference(x, c, s, layout, rotary_dim):
+    a, b = _pair_views(x.to(c.dtype), rotary_dim, layout)
+    expected = x.clone()
+    new_a, new_b = _pair_views(expected, rotary_dim, layout)
+    new_a.copy_(a * c - b * s)
+    new_b.copy_(b * c + a * s)
+    return expected
+
+
+def _x(shape, dtype, strided=False):
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(shape, generator=generator).to(dtype)
+    if strided:  # (batch, seq, heads, dim) memory seen as (batch, heads, seq, dim)
+        x = x.transpose(1, 2).contiguous().transpose(1, 2)
+    return x
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [16, 10])
+@pytest.mark.parametrize("mode", ["new", "out", "inplace"])
+@pytest.mark.parametrize("tables", ["shared", "per_row"])
+def test_every_mode_equals_reference(impl, dtype, layout, rotary_dim, mode, tables) -> None:
+    x = _x((2, 3, 7, 16), dtype, strided=tables == "shared")
+    c, s = _tables(7, rotary_dim, dtype, batch=None if tables == "shared" else 2)
+    expected = _reference(x, c, s, layout, rotary_dim)
+    kwargs = {"layout": layout, "rotary_dim": rotary_dim, "impl": impl}
+    if mode == "new":
+        got = rotate(x, c, s, **kwargs)
+    elif mode == "out":
+        out = torch.full_like(x, float("nan"))
+        got = rotate(x, c, s, out=out, **kwargs)
+        assert got is out
+    else:
+        got = x.clone()
+        assert rotate(got, c, s, inplace=True, **kwargs) is got
+    assert got.dtype == dtype
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_kv_cache_shapes_and_single_position(impl) -> None:
+    # One decoding step (seq 1) and a key block of another length, per-row tables.
+    for seq in (1, 5):
+        x = _x((2, 4, seq, 8), torch.float32)
+        c, s = _tables(seq, 8, torch.float32, batch=2)
+        assert torch.equal(
+            rotate(x, c, s, layout="half", rotary_dim=8, impl=impl),
+            _reference(x, c, s, "half", 8),
+        )
+
+
+def test_torch_blocks_equal_one_pass(monkeypatch) -> None:
+    # The torch path splits long inputs into blocks of positions; blocks change nothing.
+    x = _x((1, 2, 37, 8), torch.bfloat16)
+    c, s = _tables(37, 8, torch.bfloat16)
+    monkeypatch.setattr(kernels, "_BLOCK", 16)
+    for mode in ("new", "out", "inplace"):
+        y = x.clone()
+        got = rotate(
+            y,
+            c,
+            s,
+            layout="interleaved",
+            rotary_dim=8,
+            impl="torch",
+            out=torch.empty_like(x) if mode == "out" else None,
+            inplace=mode == "inplace",
+        )
+        assert torch.equal(got, _reference(x, c, s, "interleaved", 8))
+    x32 = x.float()
+    got = rotate(x32, c, s, layout="half", rotary_dim=8, impl="torch")
+    assert torch.equal(got, _reference(x32, c, s, "half", 8))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_gradients_equal_reference(impl, layout) -> None:
+    x = _x((2, 2, 5, 12), torch.float64).requires_grad_()
+    c, s = _tables(5, 8, torch.float64)
+    got = rotate(x, c, s, layout=layout, rotary_dim=8, impl=impl)
+    grad_out = torch.randn_like(got)
+    (grad,) = torch.autograd.grad(got, x, grad_out)
+    x_ref = x.detach().clone().requires_grad_()
+    (grad_ref,) = torch.autograd.grad(
+        _reference_differentiable(x_ref, c, s, layout), x_ref, grad_out
+    )
+    torch.testing.assert_close(grad, grad_ref, rtol=0, atol=1e-14)
+    assert torch.autograd.gradcheck(
+        lambda t: rotate(t, c, s, layout=layout, rotary_dim=8, impl=impl), (x,)
+    )
+
+
+def _reference_differentiable(x, c, s, layout):
+    a, b = _pair_views(x, 8, layout)
+    new = (a * c - b * s, b * c + a * s)
+    if layout == "half":
+        return torch.cat((*new, x[..., 8:]), dim=-1)
+    return torch.cat((torch.stack(new, dim=-1).flatten(-2), x[..., 8:]), dim=-1)
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba")
+def test_bfloat16_gradient_is_rotation_back() -> None:
+    x = _x((1, 2, 6, 8), torch.bfloat16).requires_grad_()
+    c, s = _tables(6, 8, torch.bfloat16)
+    rotate(x, c, s, layout="half", rotary_dim=8, impl="numba").backward(torch.ones_like(x))
+    expected = _reference(torch.ones_like(x), c, -s, "half", 8)
+    assert torch.equal(x.grad, expected)
+
+
+def test_inplace_and_out_refuse_autograd() -> None:
+    x = _x((1, 1, 4, 8), torch.float32).requires_grad_()
+    c, s = _tables(4, 8, torch.float32)
+    with pytest.raises(RuntimeError, match="inplace=True"):
+        rotate(x, c, s, layout="half", rotary_dim=8, inplace=True)
+    with pytest.raises(RuntimeError, match="out="):
+        rotate(x, c, s, layout="half", rotary_dim=8, out=torch.empty_like(x))
+
+
+def test_bad_impl_names_the_argument() -> None:
+    with pytest.raises(ValueError, match="impl"):
+        kernels.set_rotary_impl("cuda-magic")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="impl"), rotary_impl("nope"):  # type: ignore[arg-type]
+        pass
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba")
+def test_numba_refuses_what_it_cannot_serve() -> None:
+    x = _x((1, 1, 4, 8), torch.float32).transpose(-1, -2)  # channel stride ≠ 1
+    c, s = _tables(8, 4, torch.float32)
+    with pytest.raises(ValueError, match="impl='numba'"):
+        rotate(x, c, s, layout="half", rotary_dim=4, impl="numba")
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("encoding", ["rope", "partial", "xpos", "yarn"])
+def test_encodings_equal_on_every_impl(impl, encoding) -> None:
+    from posenc.rotary import YaRN
+
+    module = {
+        "rope": lambda: RotaryEmbedding(32),
+        "partial": lambda: RotaryEmbedding(32, rotary_dim=16, layout="interleaved"),
+        "xpos": lambda: XPos(32),
+        "yarn": lambda: RotaryEmbedding(32, scaling=YaRN(4.0, 64)),
+    }[encoding]()
+    q, k = _x((2, 4, 300, 32), torch.bfloat16), _x((2, 4, 300, 32), torch.bfloat16) * 2
+    positions = torch.arange(300)
+    with rotary_impl("torch"):
+        expected = module(q, k, positions, positions)
+    with rotary_impl(impl):
+        got = module(q, k, positions, positions)
+    for g, e in zip(got, expected, strict=True):
+        assert torch.equal(g, e)
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba")
+def test_compile_fullgraph_through_the_custom_op() -> None:
+    rope = RotaryEmbedding(16)
+    q = _x((1, 2, 64, 16), torch.float32).requires_grad_()
+    positions = torch.arange(64)
+
+    def f(q):
+        return rope(q, q, positions, positions)[0].square().sum()
+
+    with rotary_impl("numba"):
+        compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+        loss = compiled(q)
+        (grad,) = torch.autograd.grad(loss, q)
+    with rotary_impl("torch"):
+        (grad_ref,) = torch.autograd.grad(f(q), q)
+    torch.testing.assert_close(loss, f(q).detach(), rtol=0, atol=0)
+    torch.testing.assert_close(grad, grad_ref, rtol=1e-6, atol=1e-6)
+
+
+def test_without_numba_everything_runs_on_torch(monkeypatch) -> None:
+    real_import = builtins.__import__
+
+    def no_numba(name, *args, **kwargs):
+        if name == "numba" or name.startswith("numba."):
+            raise ImportError("hidden by the test")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_numba)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    kernels._numba_kernels.cache_clear()
+    try:
+        assert kernels.available_impls() == ("auto", "torch")
+        with pytest.raises(ValueError, match=r"posenc\[fast\]"):
+            kernels.set_rotary_impl("numba")
+        rope = RotaryEmbedding(32)
+        q = _x((1, 4, 512, 32), torch.float32)  # large enough for auto to want numba
+        positions = torch.arange(512)
+        got = rope(q, q, positions, positions)[0]
+        c, s = rope.rotary_tables(positions, torch.float32)
+        assert torch.equal(got, _reference(q, c, s, "half", 32))
+    finally:
+        kernels._numba_kernels.cache_clear()
