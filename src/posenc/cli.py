@@ -105,10 +105,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from posenc.bench.attention import format_result, run
+    if args.target == "rope":
+        from posenc.bench import rope
 
-    result = run(args.only or None, threads=args.threads)
-    print(json.dumps(result, indent=2, default=str) if args.json else format_result(result))
+        result = rope.run(args.only or None)
+        text = rope.format_result(result)
+    else:
+        from posenc.bench import attention
+
+        result = attention.run(args.only or None, threads=args.threads)
+        text = attention.format_result(result)
+    print(json.dumps(result, indent=2, default=str) if args.json else text)
     return 0
 
 
@@ -164,16 +171,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="config field (JSON value), repeatable, e.g. --set steps=200",
     )
     p.set_defaults(func=_cmd_lab)
-    from posenc.bench.attention import SUITES
+    from posenc.bench import attention, rope
 
     p = sub.add_parser(
         "bench", help="side-by-side benchmarks: one thread, interleaved rounds, median ratios"
     )
-    p.add_argument("target", choices=["attention"], help="what to measure")
+    p.add_argument("target", choices=["attention", "rope"], help="what to measure")
     p.add_argument(
-        "--only", action="append", choices=list(SUITES), help="run only this suite (repeatable)"
+        "--only",
+        action="append",
+        choices=sorted({*attention.SUITES, *rope.SUITES}),
+        help="run only this suite (repeatable); attention: "
+        f"{', '.join(attention.SUITES)}; rope: {', '.join(rope.SUITES)}",
     )
-    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads for attention (default 1); rope runs at 1 and at all cores",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("report", help="write RUN_DIR/report.html from RUN_DIR/results.csv")
