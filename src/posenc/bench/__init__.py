@@ -22,7 +22,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["Timing", "compare", "format_table", "machine", "peak_memory"]
+__all__ = [
+    "Timing",
+    "compare",
+    "format_suites",
+    "format_table",
+    "machine",
+    "peak_memory",
+    "run_suites",
+]
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,7 @@ def machine() -> dict[str, Any]:
                     break
     except OSError:
         pass
-    return {
+    info = {
         "cpu": cpu,
         "cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
@@ -62,6 +70,54 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "platform": platform.platform(),
     }
+    try:  # the fast extra's kernels (posenc.rotary.kernels) depend on it
+        from importlib.metadata import version
+
+        info["numba"] = version("numba")
+    except Exception:  # PackageNotFoundError: not installed
+        pass
+    return info
+
+
+Suite = Callable[[], list[dict[str, Any]]]
+
+
+def run_suites(
+    suites: Mapping[str, Suite], chosen: list[str] | None, *, threads: int | None = None
+) -> dict[str, Any]:
+    """Run the ``chosen`` suites (all by default) at ``threads`` torch threads (``None``:
+    the suites set their own) and return ``{"machine": machine(), suite: rows}``; torch's
+    thread count is restored afterwards."""
+    names = chosen or list(suites)
+    unknown = sorted(set(names) - set(suites))
+    if unknown:
+        raise ValueError(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(suites)}")
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        result: dict[str, Any] = {"machine": machine()}
+        for name in names:
+            result[name] = suites[name]()
+        return result
+    finally:
+        torch.set_num_threads(previous)
+
+
+def format_suites(result: dict[str, Any], columns: Mapping[str, list[tuple[str, str, str]]]) -> str:
+    """The machine line of a :func:`run_suites` result, then one table per suite."""
+    info = result["machine"]
+    head = (
+        f"{info['cpu']}, {info['cores']} cores, torch {info['torch']}, python {info['python']}, "
+        f"{info['threads']} thread(s)"
+    )
+    if "numba" in info:
+        head += f", numba {info['numba']}"
+    lines = [head]
+    for suite, rows in result.items():
+        if suite != "machine":
+            lines += ["", f"## {suite}", format_table(rows, columns[suite])]
+    return "\n".join(lines)
 
 
 def compare(

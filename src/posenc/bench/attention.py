@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc.attention import Attention, KVCache, attend, build_context
-from posenc.bench import compare, machine, peak_memory, rss_peak_bytes
+from posenc.bench import compare, format_suites, peak_memory, rss_peak_bytes, run_suites
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import ModelDims, build_encoding
 
@@ -374,19 +374,7 @@ SUITES: dict[str, Callable[..., list[dict[str, Any]]]] = {
 
 def run(suites: list[str] | None = None, *, threads: int = 1) -> dict[str, Any]:
     """Run the chosen suites (all by default) and return ``{"machine", suite: rows}``."""
-    chosen = suites or list(SUITES)
-    unknown = sorted(set(chosen) - set(SUITES))
-    if unknown:
-        raise ValueError(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)}")
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        result: dict[str, Any] = {"machine": machine()}
-        for suite in chosen:
-            result[suite] = SUITES[suite]()
-        return result
-    finally:
-        torch.set_num_threads(previous)
+    return run_suites(SUITES, suites, threads=threads)
 
 
 _COLUMNS: dict[str, list[tuple[str, str, str]]] = {
@@ -424,15 +412,4 @@ _COLUMNS: dict[str, list[tuple[str, str, str]]] = {
 
 def format_result(result: dict[str, Any]) -> str:
     """The machine line and one table per suite."""
-    from posenc.bench import format_table
-
-    info = result["machine"]
-    lines = [
-        f"{info['cpu']}, {info['cores']} cores, torch {info['torch']}, python {info['python']}, "
-        f"{info['threads']} thread(s)"
-    ]
-    for suite, rows in result.items():
-        if suite == "machine":
-            continue
-        lines += ["", f"## {suite}", format_table(rows, _COLUMNS[suite])]
-    return "\n".join(lines)
+    return format_suites(result, _COLUMNS)

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.bench import compare, machine
+from posenc.bench import compare, format_suites, run_suites
 from posenc.rotary import RotaryEmbedding
 from posenc.rotary.kernels import available_impls, rotate
 
@@ -178,23 +178,9 @@ SUITES: dict[str, Callable[[], list[dict[str, Any]]]] = {
 
 def run(suites: list[str] | None = None) -> dict[str, Any]:
     """Run the chosen suites (all by default) and return ``{"machine", suite: rows}``."""
-    chosen = suites or list(SUITES)
-    unknown = sorted(set(chosen) - set(SUITES))
-    if unknown:
-        raise ValueError(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(SUITES)}")
-    previous = torch.get_num_threads()
-    info = machine()
-    if importlib.util.find_spec("numba") is not None:
-        import numba
-
-        info["numba"] = numba.__version__
-    try:
-        result: dict[str, Any] = {"machine": info}
-        for suite in chosen:
-            result[suite] = SUITES[suite]()
-        return result
-    finally:
-        torch.set_num_threads(previous)
+    result = run_suites(SUITES, suites)
+    result["machine"]["threads"] = " and ".join(map(str, _thread_counts()))
+    return result
 
 
 _COLUMNS: dict[str, list[tuple[str, str, str]]] = {
@@ -216,15 +202,4 @@ _COLUMNS: dict[str, list[tuple[str, str, str]]] = {
 
 def format_result(result: dict[str, Any]) -> str:
     """The machine line and one table per suite."""
-    from posenc.bench import format_table
-
-    info = result["machine"]
-    lines = [
-        f"{info['cpu']}, {info['cores']} cores, torch {info['torch']}, python {info['python']}, "
-        f"numba {info.get('numba', 'not installed')}"
-    ]
-    for suite, rows in result.items():
-        if suite == "machine":
-            continue
-        lines += ["", f"## {suite}", format_table(rows, _COLUMNS[suite])]
-    return "\n".join(lines)
+    return format_suites(result, _COLUMNS)

@@ -1,0 +1,30 @@
+"""posenc.bench's shared runner: suite selection, thread restore, the printed tables."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from posenc.bench import format_suites, run_suites
+
+
+def test_run_suites_runs_the_chosen_and_restores_threads() -> None:
+    seen: list[int] = []
+
+    def suite_a() -> list[dict]:
+        seen.append(torch.get_num_threads())
+        return [{"name": "x", "ratio": 1.5}]
+
+    suites = {"a": suite_a, "b": lambda: [{"name": "never", "ratio": 0.0}]}
+    before = torch.get_num_threads()
+    result = run_suites(suites, ["a"], threads=1)
+    assert seen == [1]
+    assert set(result) == {"machine", "a"}
+    assert torch.get_num_threads() == before
+    text = format_suites(result, {"a": [("name", "case", ""), ("ratio", "× base", ".2f")]})
+    assert text.splitlines()[2:] == ["## a", "case  × base", "----  ------", "x     1.50  "]
+
+
+def test_run_suites_names_unknown_suites() -> None:
+    with pytest.raises(ValueError, match=r"unknown suite.*nope.*choose from a"):
+        run_suites({"a": list}, ["nope"])
