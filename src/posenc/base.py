@@ -12,7 +12,8 @@ additive           ``position_embedding(positions) -> (..., seq, dim)``; the mod
                    it to the token embeddings.
 rotary             ``rotary_tables(positions, dtype)`` (built once per forward) and
                    ``rotate_qk(q, k, q_tables, k_tables) -> (q, k)``; q and k may have
-                   different lengths (KV cache).
+                   different lengths (KV cache). Optional keyword ``inplace``: the
+                   attention passes ``inplace=True`` when no gradient is needed.
 pointwise bias     ``bias_at(head, q_pos, k_pos, dtype) -> bias``, written with
                    broadcastable ops; the materialized bias and FlexAttention's
                    ``score_mod`` are both derived from it. ``num_heads``.
@@ -103,9 +104,13 @@ class RotaryEncoding(PositionalEncoding):
         raise NotImplementedError
 
     def rotate_qk(
-        self, q: Tensor, k: Tensor, q_tables: Any, k_tables: Any
+        self, q: Tensor, k: Tensor, q_tables: Any, k_tables: Any, *, inplace: bool = False
     ) -> tuple[Tensor, Tensor]:
-        """Rotate q with ``q_tables`` and k with ``k_tables`` (from :meth:`rotary_tables`)."""
+        """Rotate q with ``q_tables`` and k with ``k_tables`` (from :meth:`rotary_tables`).
+
+        ``inplace=True`` may overwrite q and k (the attention asks for it when no gradient is
+        needed: its q and k are fresh projections); an encoding may still return new tensors.
+        """
         raise NotImplementedError
 
     def check_rotary_call(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> None:

@@ -10,6 +10,7 @@ from torch.testing import assert_close
 from posenc.attention import Attention, Backend, KVCache, attend, causal_mask, hooks_of
 from posenc.positions import document_mask, packed_positions
 from posenc.registry import ModelDims, build_encoding
+from posenc.rotary.kernels import Impl, available_impls, rotary_impl
 from tests.cases import attention_side_cases
 
 DIM, HEADS = 32, 4
@@ -286,3 +287,39 @@ def test_compile_fullgraph_inductor(name: str, kwargs: dict, backend: str) -> No
     x = torch.randn(2, 10, DIM)
     compiled = torch.compile(attn, fullgraph=True)
     assert_close(compiled(x, torch.arange(10)), attn(x, torch.arange(10)), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"), [("rope", {}), ("xpos", {}), ("rope", {"rotary_dim": 4})]
+)
+@pytest.mark.parametrize("impl", available_impls())
+def test_inference_rotates_in_place_with_the_training_result(
+    name: str, kwargs: dict, impl: Impl
+) -> None:
+    # Without autograd the module rotates its fresh q and k in place (rotate_qk(inplace=True));
+    # the output equals the differentiable path's, bit for bit, on every implementation.
+    if impl == "triton":
+        pytest.skip("triton serves CUDA tensors")
+    torch.manual_seed(0)
+    attn = make(name, kwargs, num_kv_heads=2)
+    assert hooks_of(attn.pos).rotary_inplace
+    x = torch.randn(2, 40, DIM)
+    with rotary_impl(impl):
+        with torch.no_grad():
+            inference = attn(x)
+        training = attn(x)
+    assert training.requires_grad
+    assert torch.equal(inference, training.detach())
+
+
+def test_rotary_hook_without_inplace_keyword_still_serves_inference() -> None:
+    from tests.attention.toys import ThreeAxisRotary
+
+    pos = ThreeAxisRotary(8)
+    assert hooks_of(pos).rotary and not hooks_of(pos).rotary_inplace
+    attn = Attention(DIM, HEADS, pos=pos)
+    x = torch.randn(1, 6, DIM)
+    positions = torch.stack([torch.arange(6)] * 3)
+    with torch.no_grad():
+        inference = attn(x, positions=positions)
+    assert torch.equal(inference, attn(x, positions=positions).detach())

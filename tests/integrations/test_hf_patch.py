@@ -227,3 +227,7 @@ def test_patch_rejects_models_without_one_rotary_emb() -> None:
         patch_rotary(torch.nn.Linear(4, 4))
     with pytest.raises(ValueError, match="not patched"):
         unpatch_rotary(tiny_model("LlamaForCausalLM", None))
+
+
+# Every test here runs on the pure-torch rotation and on the fast kernels.
+pytestmark = pytest.mark.usefixtures("every_rotary_impl")

@@ -176,3 +176,7 @@ def test_update_rejects_a_non_positive_length() -> None:
     ours = RotaryEmbedding(HEAD_DIM, scaling=DynamicNTK(4.0, MAX_POS))
     with pytest.raises(ValueError, match="seq_len"):
         ours.update(0)
+
+
+# Every test here runs on the pure-torch rotation and on the fast kernels.
+pytestmark = pytest.mark.usefixtures("every_rotary_impl")

@@ -72,6 +72,70 @@ def test_every_mode_equals_reference(impl, dtype, layout, rotary_dim, mode, tabl
 
 
 @pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("rotary_dim", [128, 64])
+@pytest.mark.parametrize("mode", ["new", "out", "inplace"])
+def test_common_head_dims_equal_reference(impl, dtype, layout, rotary_dim, mode) -> None:
+    # 64 and 128 rotary dims run kernels specialized to their pair count.
+    x = _x((2, 3, 5, 128), dtype, strided=True)
+    c, s = _tables(5, rotary_dim, dtype, batch=2)
+    kwargs = {"layout": layout, "rotary_dim": rotary_dim, "impl": impl}
+    if mode == "new":
+        got = rotate(x, c, s, **kwargs)
+    elif mode == "out":
+        got = rotate(x, c, s, out=torch.full_like(x, float("nan")), **kwargs)
+    else:
+        got = rotate(x.clone(), c, s, inplace=True, **kwargs)
+    assert torch.equal(got, _reference(x, c, s, layout, rotary_dim))
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("shared", [True, False])
+def test_rotate_pair_equals_two_rotations(impl, dtype, inplace, shared) -> None:
+    # q with 4 heads over 3 new positions; k with 2 heads (GQA) over 9 cached + new positions,
+    # or both over the same positions with one table.
+    q = _x((2, 4, 3 if not shared else 9, 16), dtype, strided=True)
+    k = _x((2, 2, 9, 16), dtype) * 3
+    k_tables = _tables(9, 16, dtype, batch=2)
+    q_tables = k_tables if shared else tuple(t[:, :, -3:] for t in k_tables)
+    expected = (_reference(q, *q_tables, "half", 16), _reference(k, *k_tables, "half", 16))
+    q_in, k_in = (q.clone(), k.clone()) if inplace else (q, k)
+    got = kernels.rotate_pair(
+        q_in, k_in, q_tables, k_tables, layout="half", rotary_dim=16, inplace=inplace, impl=impl
+    )
+    assert (got[0] is q_in and got[1] is k_in) == inplace
+    assert torch.equal(got[0], expected[0])
+    assert torch.equal(got[1], expected[1])
+    if not inplace:  # inputs untouched
+        assert torch.equal(q_in, q) and torch.equal(k_in, k)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_rotate_pair_gradients(impl) -> None:
+    q = _x((1, 2, 6, 8), torch.float64).requires_grad_()
+    k = _x((1, 1, 6, 8), torch.float64).requires_grad_()
+    tables = _tables(6, 8, torch.float64)
+    got_q, got_k = kernels.rotate_pair(q, k, tables, tables, layout="half", rotary_dim=8, impl=impl)
+    (got_q.sum() + 2 * got_k.sum()).backward()
+    c, s = tables
+    assert torch.equal(q.grad, _reference(torch.ones_like(q), c, -s, "half", 8))
+    assert torch.equal(k.grad, _reference(torch.full_like(k, 2.0), c, -s, "half", 8))
+    with pytest.raises(RuntimeError, match="inplace=True"):
+        kernels.rotate_pair(q, k, tables, tables, layout="half", rotary_dim=8, inplace=True)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_one_position_table_serves_every_position(impl) -> None:
+    x = _x((1, 2, 5, 8), torch.float32)
+    c, s = _tables(1, 8, torch.float32)
+    expected = _reference(x, c.expand(5, 4), s.expand(5, 4), "half", 8)
+    assert torch.equal(rotate(x, c, s, layout="half", rotary_dim=8, impl=impl), expected)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
 def test_kv_cache_shapes_and_single_position(impl) -> None:
     # One decoding step (seq 1) and a key block of another length, per-row tables.
     for seq in (1, 5):
@@ -216,6 +280,7 @@ def test_without_numba_everything_runs_on_torch(monkeypatch) -> None:
     monkeypatch.setattr(builtins, "__import__", no_numba)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
     kernels._numba_kernels.cache_clear()
+    kernels._triton_kernel.cache_clear()
     try:
         assert kernels.available_impls() == ("auto", "torch")
         with pytest.raises(ValueError, match=r"posenc\[fast\]"):
@@ -228,3 +293,41 @@ def test_without_numba_everything_runs_on_torch(monkeypatch) -> None:
         assert torch.equal(got, _reference(q, c, s, "half", 32))
     finally:
         kernels._numba_kernels.cache_clear()
+        kernels._triton_kernel.cache_clear()
+
+
+def test_triton_serves_cuda_only() -> None:
+    x = _x((1, 1, 4, 8), torch.float32)
+    c, s = _tables(4, 8, torch.float32)
+    if "triton" not in kernels.available_impls():
+        with pytest.raises(ValueError, match="impl='triton' needs triton"):
+            rotate(x, c, s, layout="half", rotary_dim=8, impl="triton")
+    else:
+        with pytest.raises(ValueError, match="impl='triton' serves CUDA tensors"):
+            rotate(x, c, s, layout="half", rotary_dim=8, impl="triton")
+
+
+@pytest.mark.skipif(
+    not (torch.cuda.is_available() and "triton" in kernels.available_impls()),
+    reason="needs CUDA and triton",
+)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", ["new", "out", "inplace", "pair"])
+def test_triton_dispatch_on_cuda(dtype, mode) -> None:
+    x = _x((2, 4, 33, 128), dtype, strided=True).cuda()
+    c, s = (t.cuda() for t in _tables(33, 128, dtype, batch=2))
+    expected = _reference(x, c, s, "half", 128)
+    kwargs = {"layout": "half", "rotary_dim": 128}
+    with rotary_impl("auto"):
+        if mode == "new":
+            got = rotate(x, c, s, **kwargs)
+        elif mode == "out":
+            got = rotate(x, c, s, out=torch.empty_like(x), **kwargs)
+        elif mode == "inplace":
+            got = rotate(x.clone(), c, s, inplace=True, **kwargs)
+        else:
+            got = kernels.rotate_pair(x, x * 2, (c, s), (c, s), **kwargs)[0]
+    assert torch.equal(got, expected)
+    q = x.double().requires_grad_()  # autograd through the custom op, rotation by −θ
+    rotate(q, c.double(), s.double(), impl="triton", **kwargs).sum().backward()
+    assert torch.equal(q.grad, _reference(torch.ones_like(q), c.double(), -s.double(), "half", 128))

@@ -163,3 +163,7 @@ def test_preset_rope_takes_device_and_dtype() -> None:
     rope = QWEN2_7B.rope(device="cpu", dtype=torch.bfloat16)
     cos, _ = rope.cos_sin(torch.arange(4))
     assert cos.dtype == torch.bfloat16 and rope.scaling is QWEN2_7B.scaling
+
+
+# Every test here runs on the pure-torch rotation and on the fast kernels.
+pytestmark = pytest.mark.usefixtures("every_rotary_impl")

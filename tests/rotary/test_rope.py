@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from posenc.rotary import DynamicNTK, YaRN
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.layouts import rotary_channel_permutation
 from posenc.rotary.rope import RotaryEmbedding, apply_rotary, rope_angles, rope_cos_sin
@@ -339,3 +340,41 @@ def test_rotate_rejects() -> None:
         rope.rotate(torch.randn(1, 1, 3, 8), torch.arange(4))
     with pytest.raises(ValueError, match=r"\bx\b"):
         rope.rotate(torch.randn(1, 1, 3, 6), torch.arange(3))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RotaryEmbedding(16),
+        lambda: RotaryEmbedding(16, rotary_dim=8, layout="interleaved"),
+        lambda: RotaryEmbedding(16, scaling=YaRN(4.0, 64)),
+        lambda: RotaryEmbedding(16, scaling=DynamicNTK(2.0, 64)),
+    ],
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_memoised_position_tables_give_the_computed_bits(make, dtype) -> None:
+    # Public calls gather integer CPU positions from memoised tables of 0 … n − 1; every row
+    # must equal the tables computed for the positions themselves (float positions, which
+    # never gather), including after a length-dependent scaling changed its frequencies.
+    from posenc.rotary.rope import TABLE_CACHE_POSITIONS
+
+    rope = make()
+    cases = [
+        torch.arange(300),
+        torch.tensor([[5, 0, 299], [7, 7, 3]]),
+        torch.arange(200, 260),  # grows nothing: 256 … rows already there
+        torch.tensor([1000, 2]),  # grows the memo (dynamic NTK: and rescales)
+        torch.tensor([-3, 4]),  # negative: computed
+        torch.tensor([TABLE_CACHE_POSITIONS + 5]),  # past the memo's cap: computed
+    ]
+    for positions in cases:
+        got = rope.cos_sin(positions, dtype)
+        expected = rope.cos_sin(positions.to(torch.float64), dtype)
+        for g, e in zip(got, expected, strict=True):
+            assert g.dtype == dtype
+            assert torch.equal(g, e)
+    assert all(t[0].shape[0] <= TABLE_CACHE_POSITIONS for t in rope._table_memo.values())
+
+
+# Every test here runs on the pure-torch rotation and on the fast kernels.
+pytestmark = pytest.mark.usefixtures("every_rotary_impl")

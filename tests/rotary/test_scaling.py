@@ -512,3 +512,7 @@ def test_registry_converts_the_dict_form_once() -> None:
     assert build_encoding("rope", dims, scaling=None).scaling is None
     with pytest.raises(ValueError, match="beta"):
         build_encoding("rope", dims, {"scaling": {**spec, "beta": 3}})
+
+
+# Every test here runs on the pure-torch rotation and on the fast kernels.
+pytestmark = pytest.mark.usefixtures("every_rotary_impl")

@@ -7,6 +7,7 @@ here and its use in the backends, nothing else.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,18 @@ def _has(encoding: object, name: str) -> bool:
     return callable(getattr(encoding, name, None))
 
 
+def _accepts(method: Any, keyword: str) -> bool:
+    """True when ``method`` takes the keyword argument ``keyword`` (optional hook features:
+    an encoding written before the keyword existed keeps working without it)."""
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+    return keyword in parameters or any(
+        p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
 @dataclass(frozen=True)
 class Hooks:
     """The hooks of one encoding (None: no encoding)."""
@@ -30,6 +43,7 @@ class Hooks:
     encoding: Any
     additive: bool = False
     rotary: bool = False
+    rotary_inplace: bool = False
     bias: bool = False
     contextual: bool = False
     value_term: bool = False
@@ -93,10 +107,12 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
             f"{type(encoding).__name__}.num_axes must be an int >= 1, got {num_axes!r}"
         )
     contextual = _has(encoding, "logit_term")
+    rotary = _has(encoding, "rotate_qk") and _has(encoding, "rotary_tables")
     hooks = Hooks(
         encoding,
         additive=_has(encoding, "position_embedding"),
-        rotary=_has(encoding, "rotate_qk") and _has(encoding, "rotary_tables"),
+        rotary=rotary,
+        rotary_inplace=rotary and _accepts(encoding.rotate_qk, "inplace"),
         bias=bias,
         contextual=contextual,
         value_term=contextual and bool(getattr(encoding, "has_value_term", False)),

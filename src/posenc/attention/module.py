@@ -157,7 +157,13 @@ class Attention(nn.Module):
             pos = self.hooks.encoding
             key = (id(pos), "rotary", q.dtype, q.device)
             tables = context.cached(key, lambda: pos.rotary_tables(context.q_pos, q.dtype))
-            q, k = pos.rotate_qk(q, k, tables, tables)
+            if self.hooks.rotary_inplace and not (
+                torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
+            ):
+                # q and k are this call's fresh projections: overwrite them (inference).
+                q, k = pos.rotate_qk(q, k, tables, tables, inplace=True)
+            else:
+                q, k = pos.rotate_qk(q, k, tables, tables)
         if cache is not None:
             k, v = cache.store(k, v, context)
         out = run_backend(

@@ -15,7 +15,8 @@ from posenc._validate import check_in_choices, check_positive_float, check_posit
 from posenc.base import RotaryEncoding, check_rotary_input
 from posenc.positions import grid_coordinates
 from posenc.rotary.frequencies import rope_inv_freq
-from posenc.rotary.rope import LAYOUTS, Layout, _rotate_unchecked, rope_cos_sin
+from posenc.rotary.kernels import rotate_pair
+from posenc.rotary.rope import LAYOUTS, Layout, _halves_for, _rotate_unchecked, rope_cos_sin
 
 __all__ = ["AxialRotary2D", "axial_cos_sin"]
 
@@ -181,11 +182,18 @@ class AxialRotary2D(RotaryEncoding):
         k: Tensor,
         q_tables: tuple[Tensor, Tensor],
         k_tables: tuple[Tensor, Tensor],
+        *,
+        inplace: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """Rotate q and k with tables from :meth:`rotary_tables`."""
-        return (
-            _rotate_unchecked(q, *q_tables, self.layout),
-            _rotate_unchecked(k, *k_tables, self.layout),
+        """Rotate q and k with tables from :meth:`rotary_tables`, in one kernel call."""
+        return rotate_pair(
+            q,
+            k,
+            _halves_for(q, *q_tables, self.layout),
+            _halves_for(k, *k_tables, self.layout),
+            layout=self.layout,
+            rotary_dim=self.head_dim,
+            inplace=inplace,
         )
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:

@@ -1,4 +1,4 @@
-"""Applying RoPE's rotation fast: one entry point, three implementations, autograd.
+"""Applying RoPE's rotation fast: one entry point, four implementations, autograd.
 
 Every rotary encoding in posenc (RoPE with any scaling and attention factor, xPos with its
 scale folded into the tables, axial and mixed RoPE, partial rotary) ends in one operation:
@@ -16,16 +16,23 @@ with one of these implementations (``impl``):
 ``torch``  pure torch, always available; differentiable, traceable by ``torch.compile``.
            float16/bfloat16 compute in float32 and round once.
 ``numba``  CPU kernels from the ``fast`` extra (``pip install posenc[fast]``): one pass over
-           q or k, every core, conversions in registers (:mod:`posenc.rotary._numba_kernels`).
-``auto``   ``numba`` on the CPU when installed and the call is served (strided rows with unit
-           channel stride, tables without gradients), else ``torch``. The default.
+           q and k, every core, conversions in registers (:mod:`posenc.rotary._numba_kernels`).
+``triton`` the CUDA kernel (:mod:`posenc.rotary._triton_kernels`; triton comes with torch's
+           CUDA builds): one launch per tensor, strides as arguments, no copies.
+``auto``   ``numba`` on the CPU (for tensors of at least ``FAST_MIN_ELEMENTS``) and ``triton``
+           on CUDA when installed and the call is served (strided rows with unit channel
+           stride, tables without gradients), else ``torch``. The default.
 =========  ==================================================================================
 
+:func:`rotate_pair` rotates q and k in one kernel call (the attention's path; in place when
+no gradient is needed, as q and k are fresh projections there).
+
 All implementations give the same bits: float32 arithmetic for float32, bfloat16 and
-float16 (float64 for float64), each product and sum rounded as torch rounds them, one
-rounding on store. The fast path's gradient is a custom autograd function whose backward is
-the rotation by ``−θ`` (``(c, −s)``) through the same kernel, registered as a torch custom op
-(``posenc::rotate``) so that ``torch.compile(fullgraph=True)`` keeps it in one graph.
+float16 (float64 for float64), each product and sum rounded as torch rounds them (no fused
+multiply-add), one rounding on store. The fast paths' gradient is a custom autograd
+function whose backward is the rotation by ``−θ`` (``(c, −s)``) through the same kernel,
+registered as a torch custom op (``posenc::rotate``) so that ``torch.compile(fullgraph=True)``
+keeps it in one graph.
 
 ``set_rotary_impl`` sets the process default; ``rotary_impl(name)`` is the same as a
 context manager (tests and benchmarks force a path with it).
@@ -49,10 +56,11 @@ __all__ = [
     "available_impls",
     "rotary_impl",
     "rotate",
+    "rotate_pair",
     "set_rotary_impl",
 ]
 
-Impl = Literal["auto", "torch", "numba"]
+Impl = Literal["auto", "torch", "numba", "triton"]
 IMPLS: tuple[str, ...] = get_args(Impl)
 _FAST_DTYPES = {
     torch.float32: "float32",
@@ -69,21 +77,34 @@ FAST_MIN_ELEMENTS = 1 << 15
 
 
 @cache
-def _numba_kernels() -> tuple[Any, Any] | None:
-    """The compiled kernels ``(rotate_out, rotate_in)``, or None without the ``fast`` extra."""
+def _numba_kernels() -> Any:
+    """The compiled kernels ``(rotate_rows, {pairs: specialized})``, or None without the
+    ``fast`` extra."""
     if importlib.util.find_spec("numba") is None:
         return None
-    from posenc.rotary._numba_kernels import rotate_in, rotate_out
+    from posenc.rotary._numba_kernels import SPECIALIZED, rotate_rows
 
-    return rotate_out, rotate_in
+    return rotate_rows, SPECIALIZED
+
+
+@cache
+def _triton_kernel() -> Any:
+    """``run_triton``, or None without triton (it comes with torch's CUDA builds)."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    from posenc.rotary._triton_kernels import run_triton
+
+    return run_triton
+
+
+#: the device type each fast implementation serves, and its availability check
+_FAST = {"numba": ("cpu", _numba_kernels), "triton": ("cuda", _triton_kernel)}
 
 
 def available_impls() -> tuple[str, ...]:
-    """The implementations this installation can run (``auto`` and ``torch`` always)."""
-    names = ["auto", "torch"]
-    if _numba_kernels() is not None:
-        names.append("numba")
-    return tuple(names)
+    """The implementations this installation can run (``auto`` and ``torch`` always;
+    ``triton`` is listed where triton is installed, and runs on CUDA tensors)."""
+    return ("auto", "torch", *(name for name, (_, found) in _FAST.items() if found() is not None))
 
 
 def set_rotary_impl(impl: Impl) -> None:
@@ -104,10 +125,10 @@ def rotary_impl(impl: Impl) -> Iterator[None]:
 
 def _check_impl(impl: str) -> str:
     check_in_choices("impl", impl, IMPLS)
-    if impl == "numba" and _numba_kernels() is None:
+    if impl in _FAST and _FAST[impl][1]() is None:
+        package = "numba (pip install 'posenc[fast]')" if impl == "numba" else "triton"
         raise ValueError(
-            "impl='numba' needs numba (pip install 'posenc[fast]'); "
-            f"available here: {', '.join(available_impls())}"
+            f"impl={impl!r} needs {package}; available here: {', '.join(available_impls())}"
         )
     return impl
 
@@ -140,41 +161,103 @@ def rotate(
     Returns:
         The rotated tensor: ``out``, ``x`` itself when ``inplace``, else a new tensor.
     """
+    name = _resolve(impl, x, c, s)
+    if inplace or out is not None:
+        _refuse_autograd(inplace, x, c)
+    if name == "torch":
+        return _torch_rotate(x, c, s, layout, rotary_dim, out, inplace)
+    interleaved = layout == "interleaved"
+    if torch.compiler.is_compiling() or (not (inplace or out is not None) and _needs_grad(x)):
+        # Through the custom ops: what a compiled graph keeps, and where autograd lives.
+        if inplace:
+            torch.ops.posenc.rotate_(x, c, s, interleaved, rotary_dim)
+            return x
+        if out is not None:
+            torch.ops.posenc.rotate_out(x, c, s, interleaved, rotary_dim, out)
+            return out
+        return torch.ops.posenc.rotate(x, c, s, interleaved, rotary_dim)
+    # Eager and no autograd: the kernel directly (the op dispatcher costs ~60 µs a call).
+    target = None if inplace else torch.empty_like(x) if out is None else out
+    _run_fast([(x, c, s, target)], interleaved, rotary_dim, inplace=inplace)
+    return x if target is None else target
+
+
+def rotate_pair(
+    q: Tensor,
+    k: Tensor,
+    q_tables: tuple[Tensor, Tensor],
+    k_tables: tuple[Tensor, Tensor],
+    *,
+    layout: str,
+    rotary_dim: int,
+    inplace: bool = False,
+    impl: Impl | None = None,
+) -> tuple[Tensor, Tensor]:
+    """:func:`rotate` of q by ``q_tables`` and k by ``k_tables`` in one kernel call.
+
+    The fast kernels walk the rows of both in one parallel loop (one launch, one set-up);
+    the torch path and autograd rotate them one after the other. Same arguments and
+    results as two :func:`rotate` calls (``q_tables`` and ``k_tables`` may be the same).
+    """
+    q_impl = _resolve(impl, q, *q_tables)
+    k_impl = _resolve(impl, k, *k_tables)
+    if inplace:
+        _refuse_autograd(True, q, q_tables[0])
+        _refuse_autograd(True, k, k_tables[0])
+    fused = (
+        q_impl == k_impl != "torch"
+        and q.device == k.device
+        and not torch.compiler.is_compiling()
+        and (inplace or not (_needs_grad(q) or _needs_grad(k)))
+    )
+    if not fused:
+        kw: dict[str, Any] = {"layout": layout, "rotary_dim": rotary_dim, "inplace": inplace}
+        return rotate(q, *q_tables, impl=impl, **kw), rotate(k, *k_tables, impl=impl, **kw)
+    q_out = None if inplace else torch.empty_like(q)
+    k_out = None if inplace else torch.empty_like(k)
+    items = [(q, q_tables[0], q_tables[1], q_out), (k, k_tables[0], k_tables[1], k_out)]
+    _run_fast(items, layout == "interleaved", rotary_dim, inplace=inplace)
+    return (q if q_out is None else q_out), (k if k_out is None else k_out)
+
+
+def _resolve(impl: str | None, x: Tensor, c: Tensor, s: Tensor) -> str:
+    """The implementation that runs: the default or ``impl``, ``auto`` made concrete."""
     name = _default[0] if impl is None else _check_impl(impl)
-    mode = "inplace" if inplace else "out" if out is not None else "new"
-    if mode != "new" and torch.is_grad_enabled() and (x.requires_grad or c.requires_grad):
+    if name == "auto":
+        fast = "triton" if x.device.type == "cuda" else "numba"
+        # A CPU kernel call's fixed cost is more than a small call's work; a GPU launch is not.
+        large = fast == "triton" or x.numel() >= FAST_MIN_ELEMENTS
+        return fast if large and _fast_serves(fast, x, c, s) else "torch"
+    if name in _FAST and not _fast_serves(name, x, c, s):
+        raise ValueError(
+            f"impl={name!r} serves {_FAST[name][0].upper()} tensors of float32/float64/"
+            "bfloat16/float16 with unit channel stride and tables without gradients; got "
+            f"{x.dtype} on {x.device}"
+        )
+    return name
+
+
+def _needs_grad(x: Tensor) -> bool:
+    return torch.is_grad_enabled() and x.requires_grad
+
+
+def _refuse_autograd(inplace: bool, x: Tensor, c: Tensor) -> None:
+    if torch.is_grad_enabled() and (x.requires_grad or c.requires_grad):
         raise RuntimeError(
             f"rotate with {'inplace=True' if inplace else 'out='} does not support autograd "
             "(x or the tables require grad): call it under torch.no_grad() or without them"
         )
-    if name == "auto":
-        name = "numba" if x.numel() >= FAST_MIN_ELEMENTS and _fast_serves(x, c, s) else "torch"
-    if name == "torch":
-        return _torch_rotate(x, c, s, layout, rotary_dim, out, inplace)
-    if name == "numba" and not _fast_serves(x, c, s):
-        raise ValueError(
-            "impl='numba' serves CPU tensors of float32/float64/bfloat16/float16 with unit "
-            f"channel stride and tables without gradients; got {x.dtype} on {x.device}"
-        )
-    interleaved = layout == "interleaved"
-    if mode == "new":
-        return torch.ops.posenc.rotate(x, c, s, interleaved, rotary_dim)
-    if mode == "out":
-        assert out is not None
-        torch.ops.posenc.rotate_out(x, c, s, interleaved, rotary_dim, out)
-        return out
-    torch.ops.posenc.rotate_(x, c, s, interleaved, rotary_dim)
-    return x
 
 
-def _fast_serves(x: Tensor, c: Tensor, s: Tensor) -> bool:
+def _fast_serves(name: str, x: Tensor, c: Tensor, s: Tensor) -> bool:
+    device, found = _FAST[name]
     return (
-        x.device.type == "cpu"
+        x.device.type == device
         and x.dtype in _FAST_DTYPES
         and x.dim() == 4
         and x.stride(-1) == 1
         and not (c.requires_grad or s.requires_grad)
-        and _numba_kernels() is not None
+        and found() is not None
     )
 
 
@@ -309,7 +392,7 @@ def _rows(x: Tensor, c: Tensor) -> tuple[list[int], list[int], list[int], list[i
         c_strides = [0, 0, c.stride(0)]
     else:  # (batch | 1, 1, seq, r2)
         c_strides = [c.stride(0) if c.shape[0] > 1 else 0, 0, c.stride(2)]
-    if seq == 1:
+    if seq == 1 or c.shape[-2] == 1:  # one position: the same table row for every row
         c_strides[2] = 0
     strides = x.stride()
     order = sorted(range(3), key=lambda d: -strides[d])
@@ -332,56 +415,68 @@ def _storage(t: Tensor) -> Any:
     return flat.numpy()
 
 
-def _run_numba(
+def _run_one(
     x: Tensor, c: Tensor, s: Tensor, interleaved: bool, rotary_dim: int, out: Tensor | None
 ) -> None:
+    """Rotate ``x`` into ``out``, or in place when ``out`` is None (the custom ops' body)."""
+    _run_fast([(x, c, s, out)], interleaved, rotary_dim, inplace=out is None)
+
+
+def _run_fast(
+    items: list[tuple[Tensor, Tensor, Tensor, Tensor | None]],
+    interleaved: bool,
+    rotary_dim: int,
+    *,
+    inplace: bool,
+) -> None:
+    """The fast kernel of the items' device on one or two ``(x, c, s, out)``."""
+    if items[0][0].device.type == "cuda":
+        run_triton = _triton_kernel()
+        for x, c, s, out in items:
+            run_triton(x, c, s, interleaved, rotary_dim, out)
+        return
+    _run_numba(items, interleaved, rotary_dim, inplace=inplace)
+
+
+def _run_numba(
+    items: list[tuple[Tensor, Tensor, Tensor, Tensor | None]],
+    interleaved: bool,
+    rotary_dim: int,
+    *,
+    inplace: bool,
+) -> None:
+    """One kernel call for one or two ``(x, c, s, out)``: q and k share the parallel loop."""
     kernels = _numba_kernels()
     assert kernels is not None
-    if x.numel() == 0:
+    kernel = kernels[1].get(rotary_dim // 2, kernels[0])
+    items = [item for item in items if item[0].numel() > 0]
+    if not items:
         return
     import numba
     import numpy as np
 
     limit: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
     numba.set_num_threads(max(1, min(torch.get_num_threads(), limit)))
-    c = c.contiguous()
-    s = s.contiguous()
-    shape, x_strides, c_strides, order = _rows(x, c)
-    rotate_out, rotate_in = kernels
-    r2 = rotary_dim // 2
-    ints = np.int64
-    if out is None:
-        rotate_in(
-            _storage(x),
-            np.array(x_strides, ints),
-            _storage(c),
-            _storage(s),
-            np.array(c_strides, ints),
-            np.array(shape, ints),
-            r2,
-            interleaved,
-        )
-        return
-    rotate_out(
-        _storage(x),
-        np.array(x_strides, ints),
-        _storage(out),
-        np.array([out.stride(d) for d in order], ints),
-        _storage(c),
-        _storage(s),
-        np.array(c_strides, ints),
-        np.array(shape, ints),
-        r2,
-        interleaved,
-    )
-    if rotary_dim < x.shape[-1]:
-        out[..., rotary_dim:] = x[..., rotary_dim:]
+    meta = np.zeros((2, 12), np.int64)
+    arrays = []
+    for t, (x, c, s, out) in enumerate(items):
+        c, s = c.contiguous(), s.contiguous()
+        shape, x_strides, c_strides, order = _rows(x, c)
+        target = x if out is None else out
+        meta[t] = [*shape, *x_strides, *(target.stride(d) for d in order), *c_strides]
+        arrays.append((_storage(x), _storage(target), _storage(c), _storage(s)))
+    if len(arrays) == 1:
+        arrays.append(arrays[0])  # meta[1] is all zeros: no rows
+    kernel(*arrays[0], *arrays[1], meta, rotary_dim // 2, interleaved, inplace)
+    for x, _, _, out in items:
+        if out is not None and rotary_dim < x.shape[-1]:
+            out[..., rotary_dim:] = x[..., rotary_dim:]
 
 
 @torch.library.custom_op("posenc::rotate", mutates_args=())
 def _rotate_op(x: Tensor, c: Tensor, s: Tensor, interleaved: bool, rotary_dim: int) -> Tensor:
     out = torch.empty_like(x)
-    _run_numba(x, c, s, interleaved, rotary_dim, out)
+    _run_one(x, c, s, interleaved, rotary_dim, out)
     return out
 
 
@@ -411,9 +506,9 @@ _rotate_op.register_autograd(_backward, setup_context=_setup_context)
 def _rotate_out_op(
     x: Tensor, c: Tensor, s: Tensor, interleaved: bool, rotary_dim: int, out: Tensor
 ) -> None:
-    _run_numba(x, c, s, interleaved, rotary_dim, out)
+    _run_one(x, c, s, interleaved, rotary_dim, out)
 
 
 @torch.library.custom_op("posenc::rotate_", mutates_args=("x",))
 def _rotate_inplace_op(x: Tensor, c: Tensor, s: Tensor, interleaved: bool, rotary_dim: int) -> None:
-    _run_numba(x, c, s, interleaved, rotary_dim, None)
+    _run_one(x, c, s, interleaved, rotary_dim, None)

@@ -34,7 +34,7 @@ from posenc._validate import check_in_choices, check_positive_float, check_posit
 from posenc.base import RotaryEncoding, check_rotary_input
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
-from posenc.rotary.kernels import _pair_views, rotate
+from posenc.rotary.kernels import _pair_views, rotate, rotate_pair
 from posenc.rotary.scaling import DynamicNTK, LongRoPE, Proportional, Scaling
 
 __all__ = [
@@ -156,6 +156,23 @@ def _cos_sin(
     return tables[0], tables[1]
 
 
+#: :class:`RotaryEmbedding` keeps cos/sin of positions ``0 … n − 1`` for integer CPU positions
+#: below this (at most 2 × 32768 × rotary_dim values: 32 MiB of float32 at rotary_dim 128)
+#: and gathers rows from them instead of computing float64 cos and sin on every call.
+TABLE_CACHE_POSITIONS = 1 << 15
+
+
+def _gathers(positions: Tensor) -> bool:
+    """True when tables for ``positions`` may come from the memoised ones: integer positions
+    on the CPU, eager (a compiled graph computes them: the range check is a host sync)."""
+    return (
+        positions.device.type == "cpu"
+        and not positions.is_floating_point()
+        and positions.numel() > 0
+        and not torch.compiler.is_compiling()
+    )
+
+
 def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     # float16/bfloat16 rotate in float32 (one rounding at the end); float64 stays float64.
     return torch.float64 if dtype == torch.float64 else torch.float32
@@ -217,10 +234,14 @@ def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, layout: Layout = "half"
 
 def _rotate_unchecked(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
     """:func:`apply_rotary` without checks, from full-width tables."""
-    rotary_dim = cos.shape[-1]
+    return _rotate_halves(x, *_halves_for(x, cos, sin, layout), layout, cos.shape[-1])
+
+
+def _halves_for(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> tuple[Tensor, Tensor]:
+    """Full-width tables as one value per pair in ``x``'s compute dtype, on its device."""
     compute = _compute_dtype(x.dtype)
     cos, sin = cos.to(device=x.device, dtype=compute), sin.to(device=x.device, dtype=compute)
-    return _rotate_halves(x, *_half_tables(cos, sin, layout), layout, rotary_dim)
+    return _half_tables(cos, sin, layout)
 
 
 def _half_tables(cos: Tensor, sin: Tensor, layout: str) -> tuple[Tensor, Tensor]:
@@ -358,6 +379,7 @@ class RotaryEmbedding(RotaryEncoding):
         # seq_len the current frequencies were computed for (None: the initial ones).
         self._freq_seq_len: int | None = None
         self._inv_freq_memo: dict[tuple[object, ...], Tensor] = {}
+        self._table_memo: dict[tuple[object, ...], tuple[Tensor, Tensor]] = {}
 
     @property
     def depends_on_length(self) -> bool:
@@ -395,6 +417,7 @@ class RotaryEmbedding(RotaryEncoding):
     def _set_frequencies(self, seq_len: int | None) -> None:
         self._freq_seq_len = seq_len
         self._inv_freq_memo.clear()
+        self._table_memo.clear()
         self.rebuilds += 1
 
     def _update_from(self, *positions: Tensor) -> None:
@@ -438,15 +461,40 @@ class RotaryEmbedding(RotaryEncoding):
         """
         check_positions(positions)
         self._update_from(positions)
-        return self._tables(positions, dtype)
+        return self._tables(positions, dtype, gather=True)
 
-    def _tables(self, positions: Tensor, dtype: torch.dtype | None) -> tuple[Tensor, Tensor]:
+    def _tables(
+        self, positions: Tensor, dtype: torch.dtype | None, *, gather: bool = False
+    ) -> tuple[Tensor, Tensor]:
+        """Full-width cos/sin for ``positions``; ``gather`` lets integer CPU positions read
+        rows of the memoised tables (public calls; the attention's per-forward hook, which
+        promises no host reads, computes them)."""
         table_dtype = self.dtype or dtype or torch.float32
+        if gather and _gathers(positions):
+            first, last = (int(v) for v in torch.aminmax(positions))
+            if first >= 0 and last < TABLE_CACHE_POSITIONS:
+                cos, sin = self._position_tables(table_dtype, last + 1)
+                return cos[positions], sin[positions]
         # MPS has no float64: rope_angles works on the CPU there, so take the CPU frequencies.
         device = "cpu" if positions.device.type == "mps" else positions.device
         return _cos_sin(
             positions, self.inv_freq(device), self.layout, table_dtype, self.attention_factor
         )
+
+    def _position_tables(self, dtype: torch.dtype, length: int) -> tuple[Tensor, Tensor]:
+        """cos/sin of positions ``0 … n − 1`` (``n ≥ length``, a power of two), memoised:
+        rows of the same elementwise float64 computation as :func:`_cos_sin`, so a gather
+        from them gives the same bits as computing the positions' own tables."""
+        key = (dtype, self._freq_seq_len, self.base, self.scaling, self.layout, self.rotary_dim)
+        tables = self._table_memo.get(key)
+        if tables is None or tables[0].shape[0] < length:
+            size = min(TABLE_CACHE_POSITIONS, max(256, 1 << (length - 1).bit_length()))
+            positions = torch.arange(size)
+            tables = _cos_sin(
+                positions, self.inv_freq("cpu"), self.layout, dtype, self.attention_factor
+            )
+            self._table_memo[key] = tables
+        return tables
 
     def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """One cos and sin per pair ``(…, 1, seq, rotary_dim / 2)`` for ``positions``, in the
@@ -458,9 +506,12 @@ class RotaryEmbedding(RotaryEncoding):
         self._update_from(positions)
         return self._half_tables_for(positions, dtype)
 
-    def _half_tables_for(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    def _half_tables_for(
+        self, positions: Tensor, dtype: torch.dtype, *, gather: bool = False
+    ) -> tuple[Tensor, Tensor]:
         compute = _compute_dtype(dtype)
-        cos, sin = (t.to(compute) for t in self._tables(positions, compute))  # self.dtype: widen
+        tables = self._tables(positions, compute, gather=gather)
+        cos, sin = (t.to(compute) for t in tables)  # self.dtype: widen
         return _half_tables(cos, sin, self.layout)
 
     def rotate_qk(
@@ -469,11 +520,19 @@ class RotaryEmbedding(RotaryEncoding):
         k: Tensor,
         q_tables: tuple[Tensor, Tensor],
         k_tables: tuple[Tensor, Tensor],
+        *,
+        inplace: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """Rotate q and k with tables from :meth:`rotary_tables` (the rotary hook)."""
-        return (
-            _rotate_halves(q, *q_tables, self.layout, self.rotary_dim),
-            _rotate_halves(k, *k_tables, self.layout, self.rotary_dim),
+        """Rotate q and k with tables from :meth:`rotary_tables` (the rotary hook), in one
+        kernel call; ``inplace`` overwrites them (no autograd: the attention's inference)."""
+        return rotate_pair(
+            q,
+            k,
+            q_tables,
+            k_tables,
+            layout=self.layout,
+            rotary_dim=self.rotary_dim,
+            inplace=inplace,
         )
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
@@ -488,7 +547,7 @@ class RotaryEmbedding(RotaryEncoding):
         """
         check_rotary_input(x, positions, self.head_dim, "x", "positions", type(self).__name__)
         self._update_from(positions)
-        cos, sin = self._tables(positions.to(x.device), _compute_dtype(x.dtype))
+        cos, sin = self._tables(positions.to(x.device), _compute_dtype(x.dtype), gather=True)
         return _rotate_unchecked(x, cos, sin, self.layout)
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
@@ -498,10 +557,12 @@ class RotaryEmbedding(RotaryEncoding):
         """
         self.check_rotary_call(q, k, q_pos, k_pos)
         self._update_from(q_pos, k_pos)
-        q_tables = self._half_tables_for(q_pos.to(q.device), q.dtype)
+        q_tables = self._half_tables_for(q_pos.to(q.device), q.dtype, gather=True)
         # Self-attention passes one positions tensor for both: build its tables once.
         same = k_pos is q_pos and k.dtype == q.dtype and k.device == q.device
-        k_tables = q_tables if same else self._half_tables_for(k_pos.to(k.device), k.dtype)
+        k_tables = (
+            q_tables if same else self._half_tables_for(k_pos.to(k.device), k.dtype, gather=True)
+        )
         return self.rotate_qk(q, k, q_tables, k_tables)
 
     def extra_repr(self) -> str:

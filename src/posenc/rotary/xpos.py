@@ -49,7 +49,8 @@ from posenc._validate import (
 from posenc.base import RotaryEncoding, check_rotary_input
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
-from posenc.rotary.rope import Layout, _cos_sin, _rotate_unchecked
+from posenc.rotary.kernels import rotate_pair
+from posenc.rotary.rope import Layout, _cos_sin, _halves_for, _rotate_unchecked
 
 __all__ = ["XPos", "xpos_max_distance", "xpos_scale", "xpos_zeta"]
 
@@ -315,12 +316,23 @@ class XPos(RotaryEncoding):
         return tuple(tables)
 
     def rotate_qk(
-        self, q: Tensor, k: Tensor, q_tables: tuple[Tensor, ...], k_tables: tuple[Tensor, ...]
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_tables: tuple[Tensor, ...],
+        k_tables: tuple[Tensor, ...],
+        *,
+        inplace: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """Rotate and scale q (``ζ^{(p − c)/B}``) and k (``ζ^{-(p − c)/B}``)."""
-        return (
-            _rotate_unchecked(q, q_tables[0], q_tables[1], self.layout),
-            _rotate_unchecked(k, k_tables[2], k_tables[3], self.layout),
+        """Rotate and scale q (``ζ^{(p − c)/B}``) and k (``ζ^{-(p − c)/B}``) in one call."""
+        return rotate_pair(
+            q,
+            k,
+            _halves_for(q, q_tables[0], q_tables[1], self.layout),
+            _halves_for(k, k_tables[2], k_tables[3], self.layout),
+            layout=self.layout,
+            rotary_dim=self.rotary_dim,
+            inplace=inplace,
         )
 
     def extra_repr(self) -> str:
