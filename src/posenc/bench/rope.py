@@ -11,8 +11,9 @@ Suites:
   first-touch page faults), HF's ``q·cos + rotate_half(q)·sin`` with tables precomputed in
   q's dtype, rotary-embedding-torch's ``apply_rotary_emb`` and ``torch.compile`` of HF's form
   where installed / compilable, posenc's torch path and numba path (``new``, ``out=``,
-  ``inplace``) from prepared tables, and ``RotaryEmbedding.forward`` end to end (tables
-  built from positions inside the call).
+  ``inplace``, q and k in one in-place call) from prepared tables; end to end from
+  positions: HF's rotary ``forward`` + apply, ``RotaryEmbedding.forward`` (fresh outputs)
+  and the attention's step (tables from the hook, q and k rotated in place in one call).
 * ``backward``: float32 and bfloat16, the backward of posenc's rotation (``new``) as a ratio
   to its forward, per implementation.
 """
@@ -31,7 +32,7 @@ from torch import Tensor
 
 from posenc.bench import compare, format_suites, run_suites
 from posenc.rotary import RotaryEmbedding
-from posenc.rotary.kernels import available_impls, rotate
+from posenc.rotary.kernels import available_impls, rotate, rotate_pair
 
 __all__ = ["SUITES", "format_result", "run"]
 
@@ -62,6 +63,17 @@ def _hf_form(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Te
     return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
 
 
+def _hf_end_to_end(
+    q: Tensor, k: Tensor, inv_freq: Tensor, positions: Tensor
+) -> tuple[Tensor, Tensor]:
+    """HF's rotary embedding ``forward`` (float32 ``inv_freq @ positions``, cos, sin, cast to
+    q's dtype) and ``apply_rotary_pos_emb``: HF's whole per-forward work, re-stated."""
+    freqs = (inv_freq[None, :, None] @ positions[None, None, :].float()).transpose(1, 2)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos().to(q.dtype)[:, None], emb.sin().to(q.dtype)[:, None]
+    return _hf_form(q, k, cos, sin)
+
+
 def _forward_candidates(dtype: torch.dtype) -> dict[str, Callable[[], object]]:
     q, k, rope, positions = _inputs(dtype)
     q_out, k_out = torch.empty_like(q), torch.empty_like(k)
@@ -69,6 +81,7 @@ def _forward_candidates(dtype: torch.dtype) -> dict[str, Callable[[], object]]:
     cos_x, sin_x = cos.to(dtype), sin.to(dtype)
     c, s = rope.rotary_tables(positions, dtype)
     q_in, k_in = q.clone(), k.clone()  # rotated in place round after round (angles add up)
+    inv_freq = rope.inv_freq("cpu").float()
 
     def floor() -> None:
         q_out.copy_(q)
@@ -78,6 +91,7 @@ def _forward_candidates(dtype: torch.dtype) -> dict[str, Callable[[], object]]:
         "copy_ floor": floor,
         "clone": lambda: (q.clone(), k.clone()),
         "HF form": lambda: _hf_form(q, k, cos_x, sin_x),
+        "HF end to end": lambda: _hf_end_to_end(q, k, inv_freq, positions),
     }
     if importlib.util.find_spec("rotary_embedding_torch") is not None:
         from rotary_embedding_torch import apply_rotary_emb
@@ -102,7 +116,14 @@ def _forward_candidates(dtype: torch.dtype) -> dict[str, Callable[[], object]]:
     def end_to_end() -> object:
         return rope(q, k, positions, positions)
 
+    def attention_step() -> object:
+        # What the attention does per forward without autograd: tables from positions (the
+        # hook computes them: no gather), then q and k rotated in place in one call.
+        tables = rope.rotary_tables(positions, dtype)
+        return rope.rotate_qk(q_in, k_in, tables, tables, inplace=True)
+
     candidates["RotaryEmbedding.forward (auto)"] = end_to_end
+    candidates["attention step (auto)"] = attention_step
     return candidates
 
 
@@ -126,7 +147,15 @@ def _posenc_paths(
     def inplace() -> object:
         return rotate(ins[0], c, s, inplace=True, **kw), rotate(ins[1], c, s, inplace=True, **kw)
 
-    return {f"{impl} new": new, f"{impl} out=": out, f"{impl} inplace": inplace}
+    def pair() -> object:
+        return rotate_pair(ins[0], ins[1], (c, s), (c, s), inplace=True, **kw)
+
+    return {
+        f"{impl} new": new,
+        f"{impl} out=": out,
+        f"{impl} inplace": inplace,
+        f"{impl} q+k inplace": pair,
+    }
 
 
 def forward() -> list[dict[str, Any]]:
