@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 from posenc.lab.batch import Batch, shard_slice
 from posenc.lab.data import LMSource
-from posenc.lab.ddp import rank_and_world, spawn
+from posenc.lab.distributed import rank_and_world, spawn
 from posenc.lab.train import TrainConfig, read_metrics, train
 from posenc.model import DecoderLM, ModelConfig
 

@@ -181,10 +181,6 @@ def _train_and_evaluate_inner(encoding: str, config: ExtrapolateConfig, run_dir:
     model = DecoderLM(config.model_config(encoding))
     source = LMSource(corpus.train, config.train_len, seed=config.seed)
     result = train(model, source, config.train_config(), folder)
-    final = folder / "final.pt"
-    if final.is_file():  # a finished run returns early without training: load its weights
-        state = torch.load(final, map_location="cpu", weights_only=False)
-        model.load_state_dict(state.get("model", state))
     rows = []
     for multiplier, eval_len in zip(config.multipliers, config.eval_lengths, strict=True):
         row: Row = {

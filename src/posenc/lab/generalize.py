@@ -271,10 +271,6 @@ def _train_and_evaluate(
             torch.manual_seed(config.seed)
             model = DecoderLM(config.model_config(task, encoding, randomized))
         result = train(model, source, config.train_config(task, randomized), folder)
-        final = folder / "final.pt"
-        if final.is_file():  # a finished run returns early without training: load its weights
-            state = torch.load(final, map_location=config.device, weights_only=True)
-            model.load_state_dict(state["model"])
         low, high = source.train_lengths
         lengths = [(high, "train"), *((n, "test") for n in source.test_lengths)]
         rows = []

@@ -52,7 +52,7 @@ from torch import Tensor, nn
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, BatchSource, derive_seed, shard_slice
-from posenc.lab.ddp import rank_and_world, rank_device
+from posenc.lab.distributed import rank_and_world, rank_device
 from posenc.lab.run import (
     MetricsLog,
     as_json,
@@ -356,9 +356,11 @@ def train(
     train record (mean loss and gradient norm over the interval), every ``eval_every`` steps
     ``evaluate(model, step)`` (rank 0, ``model.eval()`` and ``torch.no_grad()``), every
     ``checkpoint_every`` steps ``checkpoints/last.pt``; the last step does all three and
-    then writes ``final.pt`` and ``done.json``.
+    then writes ``final.pt`` and ``done.json``. On a finished run (``done.json`` there) it
+    trains nothing and loads ``final.pt`` into ``model``: either way ``model`` returns
+    holding the final weights.
 
-    Under ``torch.distributed`` (``torchrun`` or :func:`posenc.lab.ddp.spawn`) the model is
+    Under ``torch.distributed`` (``torchrun`` or :func:`posenc.lab.distributed.spawn`) the model is
     wrapped in ``DistributedDataParallel``; only rank 0 writes files; every rank reads the
     checkpoint. Dropout masks then differ from a single process (they depend on the rank).
 
@@ -383,6 +385,10 @@ def train(
     check_run_dir(run_dir, _run_config(model, config))
     done = run_dir / "done.json"
     if done.exists():
+        # A finished run: no training, but the model leaves holding the final weights.
+        model.to(rank_device(config.device))
+        final = torch.load(run_dir / "final.pt", map_location=rank_device(config.device))
+        model.load_state_dict(final["model"])
         return TrainResult(**json.loads(done.read_text(encoding="utf-8")))
     writer = rank == 0
     if writer:

@@ -426,10 +426,6 @@ def _train_and_evaluate(
         return {"test_accuracy": _accuracy(model.vit, data.test_pixels, data.test_labels)}
 
     result = train(model, source, config.train_config(seed), run_dir, evaluate=evaluate)
-    final = run_dir / "final.pt"
-    if final.is_file():  # a finished run returns without training: load its weights
-        state = torch.load(final, map_location=config.device, weights_only=False)
-        model.load_state_dict(state["model"])
     row: Row = {
         "experiment": "vit",
         "encoding": encoding,
