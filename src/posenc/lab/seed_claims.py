@@ -1,0 +1,250 @@
+"""The seed claims: the published findings the lab's experiments test, as data.
+
+Each :class:`~posenc.lab.claims.Claim` names its paper and the published number it rests on
+(table and value), the statistic of the result rows that tests it and the threshold, with the
+threshold's reason in its text. Thresholds were set from the papers, not from our results;
+a claim that fails at our scale is reported as failing. :mod:`posenc.lab.claims` judges them.
+"""
+
+from __future__ import annotations
+
+from posenc.lab.claims import (
+    Above,
+    Cell,
+    Claim,
+    Difference,
+    MeanOverSeeds,
+    OneOf,
+    Ratio,
+    difference_at,
+    fraction_undefined,
+    ratio_at,
+    value_at,
+)
+
+__all__ = ["SEED_CLAIMS", "ZERO_SHOT", "claims_of"]
+
+_ALIBI = "Press et al. 2022, Train Short, Test Long (ALiBi), https://arxiv.org/abs/2108.12409"
+_PI = "Chen et al. 2023, Positional Interpolation (PI), https://arxiv.org/abs/2306.15595"
+_YARN = "Peng et al. 2023, YaRN, https://arxiv.org/abs/2309.00071"
+_RUOSS = "Ruoss et al. 2023, Randomized Positional Encodings, https://arxiv.org/abs/2305.16843"
+
+#: The zero-shot stage of ``extend`` rows: ``"no_ft"`` in the first results, ``"zero"`` later.
+ZERO_SHOT = OneOf(("no_ft", "zero"))
+
+
+def _growth(encoding: str, multiplier: float) -> Ratio:
+    """ppl of ``encoding`` at ``multiplier``·T over its ppl at T."""
+    at = {"encoding": encoding, "multiplier": multiplier}
+    return Ratio(
+        Cell("extrapolate", at, "ppl"), Cell("extrapolate", at | {"multiplier": 1.0}, "ppl")
+    )
+
+
+def _beats_pi(method: str, published: str) -> Claim:
+    return Claim(
+        name=f"{method}_beats_pi_zero_shot",
+        text=f"Without fine-tuning, {method} has lower perplexity than PI at 2×T: "
+        f"ppl(pi) / ppl({method}) at 2×T ≥ 1, paired by seed.",
+        paper=_YARN,
+        published=published,
+        experiment="extend",
+        statistic=ratio_at(
+            "extend",
+            {"stage": ZERO_SHOT, "multiplier": 2.0},
+            "ppl",
+            {"method": "pi"},
+            {"method": method},
+        ),
+        threshold=1.0,
+        direction=">=",
+    )
+
+
+def _randomized_helps(encoding: str, published: str) -> Claim:
+    return Claim(
+        name=f"randomized_{encoding}_raises_ood_accuracy",
+        text=f"Randomized positions raise {encoding}'s out-of-distribution token accuracy on "
+        "reverse: mean over test lengths of token_acc, randomized minus plain, paired by seed, "
+        "≥ 0.05 (5 points, under half the published average gain of 12). Per-token accuracy, "
+        "as the paper measures it.",
+        paper=_RUOSS,
+        published=published,
+        experiment="tasks",
+        statistic=difference_at(
+            "tasks",
+            {"task": "reverse", "encoding": encoding, "split": "test"},
+            "token_acc",
+            {"randomized": True},
+            {"randomized": False},
+            mean_over=("length",),
+        ),
+        threshold=0.05,
+        direction=">=",
+    )
+
+
+_PI_AT_4T = "PI Table 3 (LLaMA-7B, T = 2k, PG-19): PI without fine-tuning 16.10 at 4×T (7.20 at T)"
+
+SEED_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        name="alibi_flat_4x",
+        text="ALiBi is flat past T: its ppl at 4×T is within 10 % of its ppl at T "
+        "(ppl(4T) / ppl(T) ≤ 1.10).",
+        paper=_ALIBI,
+        published="Table 3 (T = 1024): 18.66 at T, 17.95 at 4024 ≈ 3.9×T (ratio 0.96); "
+        "Table 2 (T = 512): 19.73 at T, 18.41 at 2512 ≈ 4.9×T (0.93)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(_growth("alibi", 4.0)),
+        threshold=1.10,
+        direction="<=",
+    ),
+    Claim(
+        name="sinusoidal_degrades_1_25x",
+        text="Sinusoidal degrades from the first extra tokens: ppl(1.25T) / ppl(T) ≥ 1.02 "
+        "(at least 2 % worse; the published rise at 1.2×T is 2.7 %, where ALiBi and rotary "
+        "still improve).",
+        paper=_ALIBI,
+        published="Table 2 (T = 512): 20.05 at T, 20.59 at 612 = 1.2×T (ratio 1.027); it "
+        "improves only up to 20-50 extra tokens (§4)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(_growth("sinusoidal", 1.25)),
+        threshold=1.02,
+        direction=">=",
+    ),
+    Claim(
+        name="sinusoidal_explodes_2x",
+        text="Sinusoidal at 2×T is at least 1.5× its ppl at T (ppl(2T) / ppl(T) ≥ 1.5).",
+        paper=_ALIBI,
+        published="Table 2 (T = 512): 20.05 -> 43.54 at 1012 ≈ 2×T (2.17); Table 3 "
+        "(T = 1024): 19.34 -> 51.09 at 2024 ≈ 2×T (2.64)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(_growth("sinusoidal", 2.0)),
+        threshold=1.5,
+        direction=">=",
+    ),
+    Claim(
+        name="learned_undefined_past_t",
+        text="A learned table is undefined past T: every learned row with multiplier > 1 has "
+        "an undefined ppl (fraction undefined ≥ 1.0).",
+        paper=_ALIBI,
+        published="Learned absolute positions cannot be evaluated past L (§2, footnote 4)",
+        experiment="extrapolate",
+        statistic=fraction_undefined(
+            "extrapolate", {"encoding": "learned", "multiplier": Above(1.0)}, "ppl"
+        ),
+        threshold=1.0,
+        direction=">=",
+    ),
+    # "RoPE lies between ALiBi and sinusoidal" is two orderings; one claim each, so that a
+    # failure says which side broke (a single min() of both would hide it).
+    Claim(
+        name="rope_degrades_more_than_alibi_4x",
+        text="RoPE degrades more than ALiBi at 4×T: rope's ppl(4T) / ppl(T) minus ALiBi's, "
+        "paired by seed, ≥ 0.",
+        paper=_ALIBI,
+        published="Table 3 (T = 1024) at 4024 ≈ 3.9×T: rotary 19.33 -> 44.30 (×2.29), "
+        "ALiBi 18.66 -> 17.95 (×0.96)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(Difference(_growth("rope", 4.0), _growth("alibi", 4.0))),
+        threshold=0.0,
+        direction=">=",
+    ),
+    Claim(
+        name="rope_degrades_less_than_sinusoidal_4x",
+        text="RoPE degrades less than sinusoidal at 4×T: sinusoidal's ppl(4T) / ppl(T) minus "
+        "rope's, paired by seed, ≥ 0.",
+        paper=_ALIBI,
+        published="Table 3 (T = 1024) at 4024 ≈ 3.9×T: sinusoidal 19.34 -> 144.00 (×7.45), "
+        "rotary 19.33 -> 44.30 (×2.29)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(Difference(_growth("sinusoidal", 4.0), _growth("rope", 4.0))),
+        threshold=0.0,
+        direction=">=",
+    ),
+    _beats_pi(
+        "ntk",
+        f"No table: {_PI_AT_4T}; NTK-aware without fine-tuning well below PI only in figures "
+        "(bloc97's post, YaRN §3.1)",
+    ),
+    _beats_pi(
+        "dynamic_ntk",
+        f"No table: {_PI_AT_4T}; YaRN Figure 5 (Llama-2 7B, no fine-tuning): dynamic scaling "
+        "well below plain RoPE beyond T (figure only)",
+    ),
+    _beats_pi(
+        "yarn",
+        f"No table: {_PI_AT_4T}; YaRN Figure 5 (Llama-2 7B, no fine-tuning): Dynamic-YaRN "
+        "below Dynamic-PI beyond T (figure only)",
+    ),
+    Claim(
+        name="pi_fine_tune_improves",
+        text="A short fine-tune at 2×T cuts PI's ppl at 2×T by at least a third: "
+        "ppl(zero-shot) / ppl(fine-tuned) ≥ 1.5, paired by seed.",
+        paper=_PI,
+        published="Table 3 (LLaMA-7B, 2k -> 8k, PG-19): 16.10 without fine-tuning, 7.12 "
+        "after 200 steps (ratio 2.26), 6.95 after 1000",
+        experiment="extend",
+        statistic=ratio_at(
+            "extend",
+            {"method": "pi", "multiplier": 2.0},
+            "ppl",
+            {"stage": ZERO_SHOT},
+            {"stage": "ft"},
+        ),
+        threshold=1.5,
+        direction=">=",
+    ),
+    Claim(
+        name="pi_fine_tune_recovers",
+        text="After the short fine-tune, PI's ppl at 2×T is within 10 % of the base model's "
+        "ppl at T: ppl(pi, ft, 2T) / ppl(rope, zero-shot, T) ≤ 1.10, paired by seed.",
+        paper=_PI,
+        published="Table 3: 7.12 at 8k after 200 steps; Table 1: the base LLaMA-7B 7.20 at "
+        "2k (ratio 0.99)",
+        experiment="extend",
+        statistic=ratio_at(
+            "extend",
+            {},
+            "ppl",
+            {"method": "pi", "stage": "ft", "multiplier": 2.0},
+            {"method": "rope", "stage": ZERO_SHOT, "multiplier": 1.0},
+        ),
+        threshold=1.10,
+        direction="<=",
+    ),
+    Claim(
+        name="pi_fine_tune_passkey_2x",
+        text="After the fine-tune, PI retrieves the passkey at 2×T: accuracy averaged over "
+        "depths ≥ 0.2 (the paper's success criterion, 20 % of trials).",
+        paper=_PI,
+        published="Table 4 (LLaMA-7B, T = 2k): after 200 steps PI-8k's k_max, the longest "
+        "passkey distance retrieved in ≥ 20 % of 10 trials, is 8192 = 4×T",
+        experiment="passkey",
+        statistic=value_at(
+            "passkey",
+            {"method": "pi", "stage": "ft", "multiplier": 2.0},
+            "accuracy",
+            mean_over=("depth",),
+        ),
+        threshold=0.2,
+        direction=">=",
+    ),
+    _randomized_helps(
+        "sinusoidal",
+        "Abstract: +12.0 % test accuracy on average over 15 tasks (Table 1 not retrieved); "
+        "DAPE Table 2 (Ruoss's setup): randomized sin/cos 67.28 % per-token accuracy on "
+        "reverse string, chance 50 %",
+    ),
+    _randomized_helps(
+        "rope",
+        "Abstract: +12.0 % test accuracy on average over 15 tasks (Table 1 not retrieved); "
+        "DAPE Table 2 (Ruoss's setup): randomized RoPE 65.23 % per-token accuracy on reverse "
+        "string, chance 50 %",
+    ),
+)
+
+
+def claims_of(experiment: str) -> tuple[Claim, ...]:
+    """The seed claims that read ``experiment``'s rows."""
+    return tuple(claim for claim in SEED_CLAIMS if claim.experiment == experiment)

@@ -1,0 +1,668 @@
+"""Seed claims judged on hand-made rows; aggregation, seed pairing and margins by hand."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from posenc.lab.claims import (
+    Above,
+    Claim,
+    OneOf,
+    aggregate,
+    defined_value,
+    format_mean_std,
+    judge,
+    judge_all,
+    ratio_at,
+    value_at,
+)
+from posenc.lab.seed_claims import SEED_CLAIMS
+
+Row = dict[str, Any]
+
+
+# Row makers: one row of each experiment with only the columns the claims read.
+def lm(encoding: str, multiplier: float, ppl: float | None, seed: int = 0) -> Row:
+    return {
+        "experiment": "extrapolate",
+        "encoding": encoding,
+        "multiplier": multiplier,
+        "ppl": ppl,
+        "defined": ppl is not None,
+        "seed": seed,
+    }
+
+
+def ext(method: str, stage: str, multiplier: float, ppl: float, seed: int = 0) -> Row:
+    return {
+        "experiment": "extend",
+        "method": method,
+        "stage": stage,
+        "multiplier": multiplier,
+        "ppl": ppl,
+        "seed": seed,
+    }
+
+
+def key(stage: str, depth: float, accuracy: float, seed: int = 0) -> Row:
+    return {
+        "experiment": "passkey",
+        "method": "pi",
+        "stage": stage,
+        "multiplier": 2.0,
+        "depth": depth,
+        "accuracy": accuracy,
+        "seed": seed,
+    }
+
+
+def task(
+    encoding: str,
+    randomized: bool,
+    length: int,
+    token_acc: float,
+    seed: int = 0,
+    split: str = "test",
+    name: str = "reverse",
+) -> Row:
+    return {
+        "experiment": "tasks",
+        "task": name,
+        "encoding": encoding,
+        "randomized": randomized,
+        "length": length,
+        "split": split,
+        "token_acc": token_acc,
+        "seq_acc": 0.0,
+        "seed": seed,
+    }
+
+
+# Per claim: (rows, expected mean) for "holds" and "fails", rows for "undefined".
+CASES: dict[str, dict[str, Any]] = {
+    "alibi_flat_4x": {
+        # seed 0: 3.0 / 3.0 = 1.0; seed 1: 2.1 / 2.0 = 1.05 -> mean 1.025 <= 1.10
+        "holds": (
+            [
+                lm("alibi", 1.0, 3.0),
+                lm("alibi", 4.0, 3.0),
+                lm("alibi", 1.0, 2.0, seed=1),
+                lm("alibi", 4.0, 2.1, seed=1),
+                lm("rope", 4.0, 9.0),  # another encoding: ignored
+            ],
+            1.025,
+        ),
+        # seed 0: 2.4 / 2.0 = 1.2; seed 1: 2.6 / 2.0 = 1.3 -> mean 1.25 > 1.10
+        "fails": (
+            [
+                lm("alibi", 1.0, 2.0),
+                lm("alibi", 4.0, 2.4),
+                lm("alibi", 1.0, 2.0, seed=1),
+                lm("alibi", 4.0, 2.6, seed=1),
+            ],
+            1.25,
+        ),
+        # seed 1's 4×T perplexity is NaN (a diverged evaluation): undefined, not dropped
+        "undefined": [
+            lm("alibi", 1.0, 3.0),
+            lm("alibi", 4.0, 3.0),
+            lm("alibi", 1.0, 2.0, seed=1),
+            lm("alibi", 4.0, math.nan, seed=1),
+        ],
+    },
+    "sinusoidal_degrades_1_25x": {
+        # seed 0: 5.0 / 4.0 = 1.25; seed 1: 4.4 / 4.0 = 1.1 -> mean 1.175 >= 1.02
+        "holds": (
+            [
+                lm("sinusoidal", 1.0, 4.0),
+                lm("sinusoidal", 1.25, 5.0),
+                lm("sinusoidal", 1.0, 4.0, seed=1),
+                lm("sinusoidal", 1.25, 4.4, seed=1),
+            ],
+            1.175,
+        ),
+        # seed 0: 4.0 / 4.0 = 1.0; seed 1: 3.96 / 4.0 = 0.99 -> mean 0.995 < 1.02
+        "fails": (
+            [
+                lm("sinusoidal", 1.0, 4.0),
+                lm("sinusoidal", 1.25, 4.0),
+                lm("sinusoidal", 1.0, 4.0, seed=1),
+                lm("sinusoidal", 1.25, 3.96, seed=1),
+            ],
+            0.995,
+        ),
+        # 1.25×T was not evaluated
+        "undefined": [lm("sinusoidal", 1.0, 4.0), lm("sinusoidal", 2.0, 9.0)],
+    },
+    "sinusoidal_explodes_2x": {
+        # one seed: 6.0 / 3.0 = 2.0 >= 1.5
+        "holds": ([lm("sinusoidal", 1.0, 3.0), lm("sinusoidal", 2.0, 6.0)], 2.0),
+        # seed 0: 4.2 / 3.0 = 1.4; seed 1: 3.0 / 2.0 = 1.5 (at the threshold) -> mean 1.45
+        "fails": (
+            [
+                lm("sinusoidal", 1.0, 3.0),
+                lm("sinusoidal", 2.0, 4.2),
+                lm("sinusoidal", 1.0, 2.0, seed=1),
+                lm("sinusoidal", 2.0, 3.0, seed=1),
+            ],
+            1.45,
+        ),
+        # no sinusoidal rows at all
+        "undefined": [lm("alibi", 1.0, 3.0), lm("alibi", 2.0, 3.0)],
+    },
+    "learned_undefined_past_t": {
+        # seeds 0 and 1: both rows past T undefined -> fraction 1.0 each, mean 1.0
+        "holds": (
+            [
+                lm("learned", 1.0, 3.9),  # at T: defined, not counted
+                lm("learned", 2.0, None),
+                lm("learned", 4.0, None),
+                lm("learned", 1.0, 3.8, seed=1),
+                lm("learned", 2.0, None, seed=1),
+                lm("learned", 4.0, None, seed=1),
+            ],
+            1.0,
+        ),
+        # seed 0 reports a (clamped) number at 4×T: 1 of 2 undefined = 0.5; seed 1: 1.0
+        # -> mean 0.75 < 1.0
+        "fails": (
+            [
+                lm("learned", 2.0, None),
+                lm("learned", 4.0, 7.5),
+                lm("learned", 2.0, None, seed=1),
+                lm("learned", 4.0, None, seed=1),
+            ],
+            0.75,
+        ),
+        # learned evaluated at T only: no row past T
+        "undefined": [lm("learned", 1.0, 3.9), lm("alibi", 2.0, 3.0)],
+    },
+    "rope_degrades_more_than_alibi_4x": {
+        # seed 0: 6/3 - 3/3 = 1.0; seed 1: 3/2 - 2/2 = 0.5 -> mean 0.75 >= 0
+        "holds": (
+            [
+                lm("rope", 1.0, 3.0),
+                lm("rope", 4.0, 6.0),
+                lm("alibi", 1.0, 3.0),
+                lm("alibi", 4.0, 3.0),
+                lm("rope", 1.0, 2.0, seed=1),
+                lm("rope", 4.0, 3.0, seed=1),
+                lm("alibi", 1.0, 2.0, seed=1),
+                lm("alibi", 4.0, 2.0, seed=1),
+            ],
+            0.75,
+        ),
+        # one seed: 3/3 - 2.2/2 = 1.0 - 1.1 = -0.1 < 0
+        "fails": (
+            [
+                lm("rope", 1.0, 3.0),
+                lm("rope", 4.0, 3.0),
+                lm("alibi", 1.0, 2.0),
+                lm("alibi", 4.0, 2.2),
+            ],
+            -0.1,
+        ),
+        # rope ran seed 1 only, alibi seed 0 only: no seed to pair
+        "undefined": [
+            lm("rope", 1.0, 3.0, seed=1),
+            lm("rope", 4.0, 6.0, seed=1),
+            lm("alibi", 1.0, 3.0),
+            lm("alibi", 4.0, 3.0),
+        ],
+    },
+    "rope_degrades_less_than_sinusoidal_4x": {
+        # one seed: 10/2 - 5/2 = 5.0 - 2.5 = 2.5 >= 0
+        "holds": (
+            [
+                lm("sinusoidal", 1.0, 2.0),
+                lm("sinusoidal", 4.0, 10.0),
+                lm("rope", 1.0, 2.0),
+                lm("rope", 4.0, 5.0),
+            ],
+            2.5,
+        ),
+        # seed 0: 4/2 - 5/2 = -0.5; seed 1: 8/4 - 12/4 = -1.0 -> mean -0.75 < 0
+        "fails": (
+            [
+                lm("sinusoidal", 1.0, 2.0),
+                lm("sinusoidal", 4.0, 4.0),
+                lm("rope", 1.0, 2.0),
+                lm("rope", 4.0, 5.0),
+                lm("sinusoidal", 1.0, 4.0, seed=1),
+                lm("sinusoidal", 4.0, 8.0, seed=1),
+                lm("rope", 1.0, 4.0, seed=1),
+                lm("rope", 4.0, 12.0, seed=1),
+            ],
+            -0.75,
+        ),
+        # rope was not evaluated at 4×T
+        "undefined": [
+            lm("sinusoidal", 1.0, 2.0),
+            lm("sinusoidal", 4.0, 10.0),
+            lm("rope", 1.0, 2.0),
+            lm("rope", 2.0, 3.0),
+        ],
+    },
+    "ntk_beats_pi_zero_shot": {
+        # stage "no_ft" (the first results' name): seed 0: 9/3 = 3.0; seed 1: 6/4 = 1.5
+        # -> mean 2.25 >= 1
+        "holds": (
+            [
+                ext("pi", "no_ft", 2.0, 9.0),
+                ext("ntk", "no_ft", 2.0, 3.0),
+                ext("pi", "no_ft", 2.0, 6.0, seed=1),
+                ext("ntk", "no_ft", 2.0, 4.0, seed=1),
+                ext("ntk", "ft", 2.0, 100.0),  # fine-tuned: ignored
+            ],
+            2.25,
+        ),
+        # stage "zero": 3/4 = 0.75 < 1
+        "fails": ([ext("pi", "zero", 2.0, 3.0), ext("ntk", "zero", 2.0, 4.0)], 0.75),
+        # fine-tuned rows only
+        "undefined": [ext("pi", "ft", 2.0, 3.0), ext("ntk", "ft", 2.0, 4.0)],
+    },
+    "dynamic_ntk_beats_pi_zero_shot": {
+        # 8 / 4 = 2.0 >= 1
+        "holds": ([ext("pi", "zero", 2.0, 8.0), ext("dynamic_ntk", "zero", 2.0, 4.0)], 2.0),
+        # seed 0: 4/5 = 0.8; seed 1: 5/5 = 1.0 -> mean 0.9 < 1
+        "fails": (
+            [
+                ext("pi", "zero", 2.0, 4.0),
+                ext("dynamic_ntk", "zero", 2.0, 5.0),
+                ext("pi", "zero", 2.0, 5.0, seed=1),
+                ext("dynamic_ntk", "zero", 2.0, 5.0, seed=1),
+            ],
+            0.9,
+        ),
+        # dynamic NTK's perplexity is NaN
+        "undefined": [ext("pi", "zero", 2.0, 4.0), ext("dynamic_ntk", "zero", 2.0, math.nan)],
+    },
+    "yarn_beats_pi_zero_shot": {
+        # at 2×T: 5 / 4 = 1.25 >= 1 (the 4×T rows are not read)
+        "holds": (
+            [
+                ext("pi", "zero", 2.0, 5.0),
+                ext("yarn", "zero", 2.0, 4.0),
+                ext("pi", "zero", 4.0, 1.0),
+                ext("yarn", "zero", 4.0, 9.0),
+            ],
+            1.25,
+        ),
+        # 4 / 5 = 0.8 < 1
+        "fails": ([ext("pi", "zero", 2.0, 4.0), ext("yarn", "zero", 2.0, 5.0)], 0.8),
+        # PI only evaluated at T
+        "undefined": [ext("pi", "zero", 1.0, 3.0), ext("yarn", "zero", 2.0, 5.0)],
+    },
+    "pi_fine_tune_improves": {
+        # seed 0: 9/3 = 3.0; seed 1: 6/3 = 2.0 -> mean 2.5 >= 1.5
+        "holds": (
+            [
+                ext("pi", "no_ft", 2.0, 9.0),
+                ext("pi", "ft", 2.0, 3.0),
+                ext("pi", "no_ft", 2.0, 6.0, seed=1),
+                ext("pi", "ft", 2.0, 3.0, seed=1),
+            ],
+            2.5,
+        ),
+        # 4.0 / 3.2 = 1.25 < 1.5
+        "fails": ([ext("pi", "zero", 2.0, 4.0), ext("pi", "ft", 2.0, 3.2)], 1.25),
+        # no fine-tuning stage was run
+        "undefined": [ext("pi", "zero", 2.0, 9.0), ext("rope", "zero", 2.0, 4.0)],
+    },
+    "pi_fine_tune_recovers": {
+        # pi ft at 2×T over the base (rope, zero-shot) at T: 3.15 / 3.0 = 1.05 <= 1.10
+        "holds": ([ext("rope", "zero", 1.0, 3.0), ext("pi", "ft", 2.0, 3.15)], 1.05),
+        # seed 0: 3.6/3.0 = 1.2; seed 1: 2.4/2.0 = 1.2 -> mean 1.2 > 1.10
+        "fails": (
+            [
+                ext("rope", "no_ft", 1.0, 3.0),
+                ext("pi", "ft", 2.0, 3.6),
+                ext("rope", "no_ft", 1.0, 2.0, seed=1),
+                ext("pi", "ft", 2.0, 2.4, seed=1),
+            ],
+            1.2,
+        ),
+        # the base model's row at T is missing
+        "undefined": [ext("pi", "zero", 1.0, 3.0), ext("pi", "ft", 2.0, 3.15)],
+    },
+    "pi_fine_tune_passkey_2x": {
+        # seed 0: (0.5 + 0.25 + 0.75) / 3 = 0.5; seed 1: 0.25 -> mean 0.375 >= 0.2
+        "holds": (
+            [
+                key("ft", 0.0, 0.5),
+                key("ft", 0.5, 0.25),
+                key("ft", 1.0, 0.75),
+                key("ft", 0.0, 0.25, seed=1),
+                key("ft", 0.5, 0.25, seed=1),
+                key("ft", 1.0, 0.25, seed=1),
+                key("no_ft", 0.5, 0.0),  # zero-shot: ignored
+            ],
+            0.375,
+        ),
+        # nothing retrieved at any depth: 0.0 < 0.2
+        "fails": ([key("ft", 0.0, 0.0), key("ft", 1.0, 0.0)], 0.0),
+        # passkey rows of the zero-shot stage only
+        "undefined": [key("no_ft", 0.0, 0.5), key("no_ft", 1.0, 0.5)],
+    },
+    "randomized_sinusoidal_raises_ood_accuracy": {
+        # seed 0: mean(0.75, 0.5) - mean(0.25, 0.25) = 0.625 - 0.25 = 0.375
+        # seed 1: mean(0.5, 0.5) - mean(0.5, 0.25) = 0.5 - 0.375 = 0.125 -> mean 0.25 >= 0.05
+        "holds": (
+            [
+                task("sinusoidal", True, 16, 0.75),
+                task("sinusoidal", True, 32, 0.5),
+                task("sinusoidal", False, 16, 0.25),
+                task("sinusoidal", False, 32, 0.25),
+                task("sinusoidal", False, 12, 1.0, split="train"),  # in distribution: ignored
+                task("sinusoidal", True, 16, 0.5, seed=1),
+                task("sinusoidal", True, 32, 0.5, seed=1),
+                task("sinusoidal", False, 16, 0.5, seed=1),
+                task("sinusoidal", False, 32, 0.25, seed=1),
+            ],
+            0.25,
+        ),
+        # mean(0.5, 0.25) - mean(0.5, 0.25) = 0.0 < 0.05
+        "fails": (
+            [
+                task("sinusoidal", True, 16, 0.5),
+                task("sinusoidal", True, 32, 0.25),
+                task("sinusoidal", False, 16, 0.5),
+                task("sinusoidal", False, 32, 0.25),
+            ],
+            0.0,
+        ),
+        # randomized tested at 16 and 32, plain at 16 and 24: the means are not comparable
+        "undefined": [
+            task("sinusoidal", True, 16, 0.75),
+            task("sinusoidal", True, 32, 0.5),
+            task("sinusoidal", False, 16, 0.25),
+            task("sinusoidal", False, 24, 0.25),
+        ],
+    },
+    "randomized_rope_raises_ood_accuracy": {
+        # 0.75 - 0.5 = 0.25 >= 0.05
+        "holds": ([task("rope", True, 16, 0.75), task("rope", False, 16, 0.5)], 0.25),
+        # seed 0: 0.25 - 0.5 = -0.25; seed 1: 0.5 - 0.375 = 0.125 -> mean -0.0625 < 0.05
+        "fails": (
+            [
+                task("rope", True, 16, 0.25),
+                task("rope", False, 16, 0.5),
+                task("rope", True, 16, 0.5, seed=1),
+                task("rope", False, 16, 0.375, seed=1),
+            ],
+            -0.0625,
+        ),
+        # rope ran on another task only
+        "undefined": [
+            task("rope", True, 16, 0.75, name="flip_flop"),
+            task("rope", False, 16, 0.5, name="flip_flop"),
+        ],
+    },
+}
+
+CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}
+
+
+def test_every_seed_claim_has_hand_made_cases() -> None:
+    assert set(CASES) == set(CLAIMS)
+    assert len(CLAIMS) == len(SEED_CLAIMS)  # names are unique
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("status", ["holds", "fails"])
+def test_seed_claim_decides(name: str, status: str) -> None:
+    rows, mean = CASES[name][status]
+    verdict = judge(CLAIMS[name], rows)
+    assert verdict.status == status, verdict.summary
+    assert verdict.measurement is not None
+    assert verdict.measurement.value == pytest.approx(mean, abs=1e-12)
+    assert verdict.summary.startswith(f"{name}: {status}: ")
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_seed_claim_undefined(name: str) -> None:
+    verdict = judge(CLAIMS[name], CASES[name]["undefined"])
+    assert verdict.status == "undefined"
+    assert verdict.measurement is None
+    assert verdict.summary == f"{name}: undefined (rows missing or undefined)"
+
+
+def test_seed_claim_without_rows_of_its_experiment_is_undefined() -> None:
+    verdict = judge(CLAIMS["alibi_flat_4x"], [ext("pi", "zero", 2.0, 3.0)])
+    assert (verdict.status, verdict.summary) == (
+        "undefined",
+        "alibi_flat_4x: undefined (no 'extrapolate' rows)",
+    )
+
+
+def test_seed_claims_are_documented() -> None:
+    for claim in SEED_CLAIMS:
+        assert claim.text and claim.published
+        assert "arxiv.org/abs/" in claim.paper
+
+
+def test_judge_all_keeps_order_and_reads_each_experiment() -> None:
+    rows = CASES["alibi_flat_4x"]["holds"][0] + CASES["pi_fine_tune_improves"]["fails"][0]
+    claims = [CLAIMS["pi_fine_tune_improves"], CLAIMS["alibi_flat_4x"]]
+    verdicts = judge_all(claims, rows)
+    assert [(v.claim, v.status) for v in verdicts] == [
+        ("pi_fine_tune_improves", "fails"),
+        ("alibi_flat_4x", "holds"),
+    ]
+
+
+# --- aggregate ------------------------------------------------------------------------------
+
+
+def test_aggregate_pools_seeds_per_group_in_first_seen_order() -> None:
+    rows = [
+        lm("rope", 1.0, 3.0, seed=0),
+        lm("alibi", 1.0, 1.0, seed=0),
+        lm("alibi", 1.0, 2.0, seed=1),
+        lm("rope", 1.0, None, seed=1),  # undefined: None
+        lm("alibi", 1.0, 4.0, seed=2),
+        lm("rope", 1.0, math.nan, seed=2),  # undefined: NaN
+        {**lm("rope", 1.0, 5.0, seed=3), "defined": False},  # undefined: defined = False
+        lm("learned", 2.0, None),
+    ]
+    table = aggregate(rows, by=("encoding", "multiplier"), value="ppl")
+    assert [(r["encoding"], r["multiplier"]) for r in table] == [
+        ("rope", 1.0),
+        ("alibi", 1.0),
+        ("learned", 2.0),
+    ]
+    rope, alibi, learned = table
+    assert rope == {
+        "encoding": "rope",
+        "multiplier": 1.0,
+        "n": 1,
+        "mean": 3.0,
+        "std": None,
+        "min": 3.0,
+        "max": 3.0,
+        "undefined": 3,
+    }
+    # alibi: 1, 2, 4 -> mean 7/3; deviations -4/3, -1/3, 5/3; squares sum 42/9;
+    # ddof = 1: variance 21/9 = 7/3, std sqrt(7/3)
+    assert alibi["n"] == 3 and alibi["undefined"] == 0
+    assert alibi["mean"] == pytest.approx(7 / 3, abs=1e-15)
+    assert alibi["std"] == pytest.approx(math.sqrt(7 / 3), abs=1e-15)
+    assert (alibi["min"], alibi["max"]) == (1.0, 4.0)
+    assert learned == {
+        "encoding": "learned",
+        "multiplier": 2.0,
+        "n": 0,
+        "mean": None,
+        "std": None,
+        "min": None,
+        "max": None,
+        "undefined": 1,
+    }
+
+
+def test_aggregate_two_values_std() -> None:
+    # 2 and 3: mean 2.5, std sqrt((0.25 + 0.25) / 1) = sqrt(0.5)
+    rows = [lm("rope", 1.0, 2.0), lm("rope", 1.0, 3.0, seed=1)]
+    (group,) = aggregate(rows, by=("encoding",), value="ppl")
+    assert group["mean"] == 2.5
+    assert group["std"] == pytest.approx(math.sqrt(0.5), abs=1e-15)
+
+
+def test_aggregate_refuses_seed_as_group_column() -> None:
+    with pytest.raises(ValueError, match="seed"):
+        aggregate([lm("rope", 1.0, 2.0)], by=("encoding", "seed"), value="ppl")
+
+
+def test_defined_value_rejects_text() -> None:
+    assert defined_value({"ppl": 3}, "ppl") == 3.0
+    assert defined_value({}, "ppl") is None
+    with pytest.raises(ValueError, match="'ppl'"):
+        defined_value({"ppl": "3.2"}, "ppl")
+
+
+@pytest.mark.parametrize(
+    ("mean", "std", "digits", "text"),
+    [
+        (3.2149, 0.0512, 2, "3.21 ± 0.05"),
+        (3.2, None, 2, "3.20"),
+        (3.2, None, 3, "3.200"),
+        (0.5, 0.125, 3, "0.500 ± 0.125"),
+        (None, None, 2, "–"),
+        (math.nan, 0.1, 2, "–"),
+    ],
+)
+def test_format_mean_std(mean: float | None, std: float | None, digits: int, text: str) -> None:
+    assert format_mean_std(mean, std, digits) == text
+
+
+# --- seed pairing, conditions, margins ------------------------------------------------------
+
+
+def test_ratio_pairs_rows_by_seed_column() -> None:
+    # numerator (multiplier 2) and denominator (multiplier 1) listed in different seed orders;
+    # seed 2 has a numerator only and is left out; the seedless row is seed 0.
+    # pairs: seed 0 -> 4/2 = 2.0, seed 1 -> 9/3 = 3.0; mean 2.5, std sqrt(0.5)
+    rows = [
+        {k: v for k, v in lm("rope", 2.0, 4.0).items() if k != "seed"},
+        lm("rope", 2.0, 9.0, seed=1),
+        lm("rope", 2.0, 100.0, seed=2),
+        lm("rope", 1.0, 3.0, seed=1),
+        lm("rope", 1.0, 2.0, seed=0),
+    ]
+    statistic = ratio_at(
+        "extrapolate", {"encoding": "rope"}, "ppl", {"multiplier": 2.0}, {"multiplier": 1.0}
+    )
+    m = statistic(rows)
+    assert m is not None
+    assert (m.value, m.n) == (2.5, 2)
+    assert m.std == pytest.approx(math.sqrt(0.5), abs=1e-15)
+    assert "seed 0 2, seed 1 3" in m.detail
+
+
+def test_ratio_with_zero_denominator_is_undefined() -> None:
+    rows = [task("rope", True, 16, 0.5), task("rope", False, 16, 0.0)]
+    statistic = ratio_at(
+        "tasks", {"encoding": "rope"}, "token_acc", {"randomized": True}, {"randomized": False}
+    )
+    assert statistic(rows) is None
+
+
+def test_cell_with_two_rows_per_seed_is_ambiguous() -> None:
+    # two alibi rows at 4×T for seed 0 (e.g. two training lengths): where must say which
+    rows = [lm("alibi", 4.0, 3.0), lm("alibi", 4.0, 3.1), lm("alibi", 1.0, 3.0)]
+    with pytest.raises(ValueError, match="several rows for seed 0"):
+        judge(CLAIMS["alibi_flat_4x"], rows)
+
+
+def test_value_at_mean_over_a_column() -> None:
+    # seed 0: (0.25 + 0.75) / 2 = 0.5; seed 1: 0.25 -> mean 0.375
+    rows = [key("ft", 0.0, 0.25), key("ft", 1.0, 0.75), key("ft", 0.5, 0.25, seed=1)]
+    statistic = value_at("passkey", {"stage": "ft"}, "accuracy", mean_over=("depth",))
+    m = statistic(rows)
+    assert m is not None and (m.value, m.n) == (0.375, 2)
+    # one undefined depth in seed 1 makes seed 1, and so the statistic, undefined
+    assert statistic([*rows, key("ft", 1.0, math.nan, seed=1)]) is None
+
+
+def test_where_conditions() -> None:
+    assert Above(1.0)(1.25) and not Above(1.0)(1.0) and not Above(0)(True)
+    assert not Above(1.0)(None)
+    assert OneOf(("no_ft", "zero"))("zero") and not OneOf(("no_ft", "zero"))("ft")
+
+
+def _claim(threshold: float, direction: str, margin: float) -> Claim:
+    return Claim(
+        name="test",
+        text="t",
+        paper="p",
+        published="q",
+        experiment="extrapolate",
+        statistic=ratio_at(
+            "extrapolate", {"encoding": "rope"}, "ppl", {"multiplier": 2.0}, {"multiplier": 1.0}
+        ),
+        threshold=threshold,
+        direction=direction,  # type: ignore[arg-type]
+        margin_in_std=margin,
+    )
+
+
+# ratios 2.0 (seed 0) and 3.0 (seed 1): mean 2.5, std sqrt(0.5) = 0.70711
+TWO_SEEDS = [
+    lm("rope", 1.0, 2.0),
+    lm("rope", 2.0, 4.0),
+    lm("rope", 1.0, 3.0, seed=1),
+    lm("rope", 2.0, 9.0, seed=1),
+]
+
+
+@pytest.mark.parametrize(
+    ("threshold", "direction", "margin", "status"),
+    [
+        (1.0, ">=", 0.0, "holds"),  # 2.5 >= 1
+        (1.0, ">=", 2.0, "holds"),  # 2.5 >= 1 + 2 * 0.70711 = 2.41421
+        (1.0, ">=", 3.0, "fails"),  # 2.5 <  1 + 3 * 0.70711 = 3.12132
+        (3.0, "<=", 0.0, "holds"),  # 2.5 <= 3
+        (3.0, "<=", 0.5, "holds"),  # 2.5 <= 3 - 0.5 * 0.70711 = 2.64645
+        (3.0, "<=", 1.0, "fails"),  # 2.5 >  3 - 0.70711 = 2.29289
+        (2.5, ">=", 0.0, "holds"),  # on the threshold
+        (2.5, "<=", 0.0, "holds"),
+    ],
+)
+def test_margin_in_std(threshold: float, direction: str, margin: float, status: str) -> None:
+    verdict = judge(_claim(threshold, direction, margin), TWO_SEEDS)
+    assert verdict.status == status, verdict.summary
+
+
+def test_margin_in_std_summary_names_the_bound() -> None:
+    verdict = judge(_claim(1.0, ">=", 2.0), TWO_SEEDS)
+    assert verdict.summary == "test: holds: 2.5 ± 0.7071 (n=2) >= 1 + 2 std = 2.414"
+
+
+def test_margin_needs_two_seeds() -> None:
+    one_seed = TWO_SEEDS[:2]
+    assert judge(_claim(1.0, ">=", 0.0), one_seed).status == "holds"
+    verdict = judge(_claim(1.0, ">=", 1.0), one_seed)
+    assert verdict.status == "undefined"
+    assert verdict.measurement is not None and verdict.measurement.value == 2.0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("direction", "<"), ("margin_in_std", -1.0), ("threshold", math.inf), ("name", "")],
+)
+def test_claim_validates(field: str, value: Any) -> None:
+    fields = {
+        "name": "c",
+        "text": "t",
+        "paper": "p",
+        "published": "q",
+        "experiment": "e",
+        "statistic": lambda rows: None,
+        "threshold": 1.0,
+        "direction": ">=",
+    }
+    with pytest.raises(ValueError, match=field):
+        Claim(**{**fields, field: value})
