@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -84,27 +85,48 @@ def test_demo_writes_checks_results_and_report(tmp_path: Path) -> None:
     assert len(summary["rows"]) == 3 * len(tiny.multipliers)
 
 
-def test_lab_command_builds_config_from_settings(tmp_path: Path, capsys) -> None:
+def test_lab_command_takes_config_fields_as_options(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
-    settings = [
-        "steps=2",
-        "dim=16",
-        "depth=1",
-        "num_heads=2",
-        "train_len=8",
-        "eval_tokens=64",
-        "corpus_bytes=5000",
-        'encodings=["alibi"]',
-        "multipliers=[1, 2]",
-        "isolate=false",
-        "progress=false",
-    ]
-    args = ["lab", "extrapolate", "--out", str(out)]
-    for setting in settings:
-        args += ["--set", setting]
-    assert main(args) == 0
+    options = "--steps 2 --dim 16 --depth 1 --num-heads 2 --train-len 8 --eval-tokens 64"
+    options += " --corpus-bytes 5000 --encodings alibi --multipliers 1 2 --no-isolate"
+    options += " --no-progress"
+    assert main(["lab", "extrapolate", "--out", str(out), *options.split()]) == 0
     assert (out / "results.csv").is_file() and (out / "report.html").is_file()
-    assert main(["lab", "extrapolate", "--out", str(out), "--set", "stepz=3"]) == 2
+    config = json.loads((out / "config.json").read_text())
+    assert config["encodings"] == ["alibi"] and config["multipliers"] == [1.0, 2.0]
+    assert config["steps"] == 2 and config["isolate"] is False
+    with pytest.raises(SystemExit) as exit_info:
+        main(["lab", "extrapolate", "--out", str(out), "--stepz", "3"])
+    assert exit_info.value.code == 2
     assert "stepz" in capsys.readouterr().err
     assert main(["report", str(out)]) == 0
     assert main(["report", str(tmp_path / "empty")]) == 2
+    # a field's bad value is the config's own error, naming the field
+    with pytest.raises(SystemExit) as exit_info:
+        main(["lab", "extrapolate", "--out", str(tmp_path / "x"), "--steps", "0"])
+    assert exit_info.value.code == 2
+    assert "steps must be a positive integer" in " ".join(capsys.readouterr().err.split())
+
+
+def test_lab_help_lists_every_config_field(capsys) -> None:
+    import dataclasses
+
+    from posenc.lab.experiments import EXPERIMENTS
+
+    for name, experiment in EXPERIMENTS.items():
+        with pytest.raises(SystemExit) as exit_info:
+            main(["lab", name, "--help"])
+        assert exit_info.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
+        for field in dataclasses.fields(experiment.config):
+            flag = "--" + field.name.replace("_", "-")
+            found = re.search(re.escape(flag) + "[ ,]", text)
+            assert found, (name, flag)
+            # its doc: the words between the flag (and its metavar) and "(default"
+            entry = text[found.start() :].split("(default")[0]
+            words = [
+                w
+                for w in entry.split()[1:]
+                if not re.fullmatch(r"[A-Z{}\[\].|,-]+|--no-\S+|JSON", w)
+            ]
+            assert words, (name, flag, entry)

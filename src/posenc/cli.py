@@ -88,13 +88,50 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
-    from posenc.lab.experiments import config_from_settings, get_experiment
+    import tyro
 
-    config_class, run = get_experiment(args.experiment).load()
-    settings = dict(pair.split("=", 1) for pair in _check_pairs(args.set))
-    config = config_from_settings(config_class, settings)
-    run(config, args.out or f"runs/{args.experiment}")
+    from posenc.lab.experiments import get_experiment
+    from posenc.lab.runner import run_experiment
+
+    experiment = get_experiment(args.experiment)
+    config = tyro.cli(
+        experiment.config,
+        args=args.options,
+        prog=f"posenc lab {experiment.name} [--out DIR]",
+        description=f"{experiment.summary}. Every option is a field of "
+        f"{experiment.config.__name__}; the run resumes in its out folder.",
+        registry=_json_dicts(),
+    )
+    run_experiment(experiment, config, args.out or f"runs/{experiment.name}")
     return 0
+
+
+def _json_dicts() -> Any:
+    """A tyro registry reading dict-valued config fields (``pos_kwargs``: keyword arguments
+    per encoding) as one JSON object, e.g. ``--pos-kwargs '{"rope": {"base": 500}}'``."""
+    from tyro import constructors
+
+    registry = constructors.ConstructorRegistry()
+
+    def read(texts: list[str]) -> dict[str, Any]:
+        value = json.loads(texts[0])
+        if not isinstance(value, dict):
+            raise ValueError(f"expected a JSON object, got {texts[0]!r}")
+        return value
+
+    @registry.primitive_rule
+    def json_object(info: constructors.PrimitiveTypeInfo) -> Any:
+        if info.type_origin is not dict:
+            return None
+        return constructors.PrimitiveConstructorSpec(
+            nargs=1,
+            metavar="JSON",
+            instance_from_str=read,
+            is_instance=lambda value: isinstance(value, dict),
+            str_from_instance=lambda value: [json.dumps(value)],
+        )
+
+    return registry
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -160,16 +197,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_demo)
     from posenc.lab.experiments import EXPERIMENTS
 
-    p = sub.add_parser("lab", help="run a lab experiment into a run folder (resumable)")
+    p = sub.add_parser(
+        "lab",
+        help="run a lab experiment into a run folder (resumable); "
+        "`posenc lab EXPERIMENT --help` lists its options",
+        add_help=False,
+    )
     p.add_argument("experiment", choices=sorted(EXPERIMENTS), help="which experiment")
     p.add_argument("--out", help="run folder (default runs/EXPERIMENT)")
-    p.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="FIELD=VALUE",
-        help="config field (JSON value), repeatable, e.g. --set steps=200",
-    )
     p.set_defaults(func=_cmd_lab)
     from posenc.bench import attention, rope
 
@@ -199,7 +234,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if args.command == "lab":
+        args.options = unknown  # the experiment's config options, parsed by tyro
+    elif unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.func(args))
     except ValueError as error:

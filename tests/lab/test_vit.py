@@ -88,7 +88,7 @@ def test_resume_does_no_training(
     def fail(*args: object, **kwargs: object) -> None:
         raise AssertionError("a finished run must not train again")
 
-    monkeypatch.setattr(vit_module, "_train_and_evaluate", fail)
+    monkeypatch.setattr(vit_module, "train", fail)
     assert run_vit(replace(TINY, progress=True, threads=None), out, echo=None) == rows
 
 

@@ -33,9 +33,7 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -48,12 +46,18 @@ from posenc._validate import check_non_negative_int, check_positive_float, check
 from posenc.lab.data import CorpusSplits, LMSource, load_corpus
 from posenc.lab.extrapolate import evaluate_lm
 from posenc.lab.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
-from posenc.lab.results import prepare_out_dir, write_results_csv
-from posenc.lab.run import atomic_write_text, torch_threads
-from posenc.lab.train import TrainConfig, TrainResult, train
+from posenc.lab.runner import Experiment, Run, run_experiment
+from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 
-__all__ = ["METHODS", "ExtendConfig", "format_extend_tables", "run_extend", "scaling_for"]
+__all__ = [
+    "EXPERIMENT",
+    "METHODS",
+    "ExtendConfig",
+    "format_extend_tables",
+    "run_extend",
+    "scaling_for",
+]
 
 Row = dict[str, Any]
 
@@ -104,13 +108,20 @@ class ExtendConfig:
 
     Args:
         train_len: ``T``, the base model's training length.
-        dim, depth, num_heads: the decoder's shape (head_dim = dim / num_heads, even, ≥ 4;
-            ≥ 32 gives YaRN's ramp several high-frequency pairs).
-        steps, batch_size, lr, warmup_steps: base training (AdamW, cosine decay).
+        dim: the decoder's width (head_dim = dim / num_heads, even, ≥ 4; ≥ 32 gives YaRN's
+            ramp several high-frequency pairs).
+        depth: the decoder's layers.
+        num_heads: attention heads per layer.
+        steps: base training steps (AdamW, warmup then cosine decay).
+        batch_size: sequences per step (base and fine-tuning).
+        lr: peak learning rate of the base training.
+        warmup_steps: linear warmup steps of the base training.
         methods: methods evaluated without fine-tuning (of :data:`METHODS`).
         multipliers: evaluation lengths as multiples of ``T``.
         ft_len_multiplier: fine-tuning length as a multiple of ``T`` (``s_ft``), ≥ 1.
-        ft_steps, ft_lr, ft_warmup_steps: the short fine-tune of each of ``ft_methods``.
+        ft_steps: steps of the short fine-tune of each of ``ft_methods``.
+        ft_lr: its peak learning rate.
+        ft_warmup_steps: its warmup steps.
         ft_methods: methods fine-tuned (empty = no fine-tuning stage).
         passkey_ft_steps: fine-tune steps (of ``ft_steps``, evenly spread) whose batch is
             passkey examples at ``ft_len`` (random depths) instead of corpus text; 0 = none.
@@ -322,57 +333,35 @@ def _evaluate(
     return rows
 
 
-def _cached(path: Path, compute: Callable[[], list[Row]]) -> list[Row]:
-    if path.is_file():
-        return json.loads(path.read_text())
-    rows = compute()
-    atomic_write_text(path, json.dumps(rows, indent=2))
-    return rows
+def _plan(config: ExtendConfig) -> list[Run]:
+    """The RoPE base (trained, then evaluated with every method and no fine-tuning), then
+    one fine-tuning run per method from the base's final weights (a later stage)."""
+    return [
+        Run("base"),
+        *(Run(f"ft_{method}", {"method": method}, stage=1) for method in config.ft_methods),
+    ]
 
 
-def _run(config: ExtendConfig, folder: Path, echo: Callable[[str], None] | None) -> list[Row]:
-    say = echo or (lambda text: None)
+def _execute(config: ExtendConfig, run: Run, folder: Path) -> list[Row]:
     corpus = _load(config)
-    start = time.perf_counter()
-    base_dir = folder / "runs" / "base"
-    torch.manual_seed(config.seed)
-    base = DecoderLM(config.model_config("rope", 1.0))
-    done = base_dir / "done.json"
-    if done.is_file():  # finished: its stored result, without building a training run
-        base_result = TrainResult(**json.loads(done.read_text()))
-    else:
-        say(f"[extend] training the RoPE base at T={config.train_len} ({config.steps} steps)")
+    if run.name == "base":
+        torch.manual_seed(config.seed)
+        base = DecoderLM(config.model_config("rope", 1.0))
         source = LMSource(corpus.train, config.train_len, seed=config.seed)
-        base_result = train(base, source, config.train_config(fine_tune=False), base_dir)
-    base_state = _final_state(base_dir)
-    rows: list[Row] = []
-    for method in config.methods:
-
-        def no_ft(method: str = method) -> list[Row]:
-            loss = base_result.final_loss
-            return _evaluate(config, corpus, base_state, method, "no_ft", None, loss)
-
-        rows += _cached(base_dir / f"eval_{method}.json", no_ft)
-    say(f"[extend] no fine-tuning evaluated ({time.perf_counter() - start:.0f} s)")
+        result = train(base, source, config.train_config(fine_tune=False), folder)
+        state = base.state_dict()
+        rows: list[Row] = []
+        for method in config.methods:
+            rows += _evaluate(config, corpus, state, method, "no_ft", None, result.final_loss)
+        return rows
+    method = run.params["method"]
     s_ft = config.factor(config.ft_len)
-    for method in config.ft_methods:
-        run_dir = folder / "runs" / f"ft_{method}"
-
-        def fine_tune(method: str = method, run_dir: Path = run_dir) -> list[Row]:
-            say(f"[extend] fine-tuning {method} at {config.ft_len} ({config.ft_steps} steps)")
-            torch.manual_seed(config.seed)
-            model = _model(config, method, s_ft, base_state)
-            lm = LMSource(corpus.train, config.ft_len, seed=config.seed + 1)
-            mix = PasskeyMix(
-                lm, config.ft_len, config.ft_steps, config.passkey_ft_steps, config.seed + 1
-            )
-            result = train(model, mix, config.train_config(fine_tune=True), run_dir)
-            state = _final_state(run_dir)
-            return _evaluate(config, corpus, state, method, "ft", s_ft, result.final_loss)
-
-        rows += _cached(run_dir / "eval.json", fine_tune)
-        say(f"[extend] {method} fine-tuned and evaluated ({time.perf_counter() - start:.0f} s)")
-    return rows
+    torch.manual_seed(config.seed)
+    model = _model(config, method, s_ft, _final_state(folder.parent / "base"))
+    lm = LMSource(corpus.train, config.ft_len, seed=config.seed + 1)
+    mix = PasskeyMix(lm, config.ft_len, config.ft_steps, config.passkey_ft_steps, config.seed + 1)
+    result = train(model, mix, config.train_config(fine_tune=True), folder)
+    return _evaluate(config, corpus, model.state_dict(), method, "ft", s_ft, result.final_loss)
 
 
 def run_extend(
@@ -380,26 +369,17 @@ def run_extend(
 ) -> list[Row]:
     """Run (or resume) the experiment in folder ``out``; return and save its result rows.
 
-    Writes ``out/config.json``, the base run ``out/runs/base`` (with ``eval_<method>.json`` per
-    method evaluated without fine-tuning), one fine-tuning run per method
-    ``out/runs/ft_<method>`` (with ``eval.json``), ``out/results.csv`` and
-    ``out/report.html``. Finished parts are not redone, so the same command resumes a killed
-    run. Rows: ``experiment="extend"`` (method, stage, train_len, eval_len, loss, ppl, ...)
-    and ``experiment="passkey"`` (method, stage, context_len, depth, accuracy, ...).
+    Writes ``out/config.json``, the base run ``out/runs/base`` (trained once, evaluated with
+    every method without fine-tuning), one fine-tuning run per method ``out/runs/ft_<method>``,
+    ``out/results.csv`` and ``out/report.html`` (:func:`posenc.lab.runner.run_experiment`).
+    Finished runs are not redone, so the same command resumes a killed run. Rows:
+    ``experiment="extend"`` (method, stage, train_len, eval_len, loss, ppl, ...) and
+    ``experiment="passkey"`` (method, stage, context_len, depth, accuracy, ...).
 
     Raises:
         ValueError: naming the field when ``out`` holds a run with a different config.
     """
-    from posenc.lab.report import write_report
-
-    folder = prepare_out_dir(out, "extend", config)
-    with torch_threads(config.threads):
-        rows = _run(config, folder, echo)
-    write_results_csv(rows, folder / "results.csv")
-    write_report(folder, title="posenc: RoPE context extension")
-    if echo:
-        echo(format_extend_tables(rows))
-    return rows
+    return run_experiment(EXPERIMENT, config, out, echo=echo)
 
 
 def format_extend_tables(rows: Sequence[Row]) -> str:
@@ -436,3 +416,15 @@ def format_extend_tables(rows: Sequence[Row]) -> str:
                 values += f"{sum(accs) / len(accs):>10.2f}" if accs else f"{'–':>10}"
             lines.append(f"{method:<14}{stage:<7}{values}")
     return "\n".join(lines)
+
+
+EXPERIMENT = Experiment(
+    name="extend",
+    summary="RoPE trained at T, extended by PI/NTK/dynamic NTK/YaRN/Llama-3; passkey",
+    title="posenc: RoPE context extension",
+    config=ExtendConfig,
+    plan=_plan,
+    execute=_execute,
+    table=format_extend_tables,
+    prepare=_load,
+)

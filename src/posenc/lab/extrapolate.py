@@ -17,14 +17,9 @@ Example::
 
 from __future__ import annotations
 
-import json
 import math
-import multiprocessing
-import sys
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,15 +29,13 @@ from torch import Tensor
 
 from posenc._validate import check_positive_int
 from posenc.lab.data import CorpusSplits, LMSource, eval_windows, load_corpus
-from posenc.lab.results import prepare_out_dir, write_results_csv
-from posenc.lab.run import atomic_write_text, torch_threads
+from posenc.lab.results import Row
+from posenc.lab.runner import Experiment, Run, run_experiment
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import encoding_spec
 
-__all__ = ["ExtrapolateConfig", "evaluate_lm", "format_ppl_table", "run_extrapolate"]
-
-Row = dict[str, Any]
+__all__ = ["EXPERIMENT", "ExtrapolateConfig", "evaluate_lm", "format_ppl_table", "run_extrapolate"]
 
 
 @dataclass(frozen=True)
@@ -53,8 +46,13 @@ class ExtrapolateConfig:
         encodings: registered encoding names (``posenc list``).
         train_len: training context ``T``.
         multipliers: evaluation lengths as multiples of ``T`` (rounded to whole tokens).
-        dim, depth, num_heads: the decoder's shape.
-        steps, batch_size, lr, warmup_steps: training (AdamW, cosine decay).
+        dim: the decoder's width.
+        depth: the decoder's layers.
+        num_heads: attention heads per layer.
+        steps: training steps (AdamW, warmup then cosine decay).
+        batch_size: sequences per step.
+        lr: peak learning rate.
+        warmup_steps: linear warmup steps.
         eval_tokens: bytes of the test split scored at every evaluation length.
         corpus: text files or folders; empty = the Python standard library sources.
         corpus_bytes: cap on each split's size (``None`` = whole corpus).
@@ -67,6 +65,8 @@ class ExtrapolateConfig:
         threads: torch intra-op threads per training process (``None`` = torch's default;
             1 is fastest for these small models on a shared 2-core machine).
         progress: progress bars.
+        pos_kwargs: per encoding, keyword arguments of its constructor (a JSON object on
+            the command line, e.g. ``{"rope": {"base": 500}}``).
     """
 
     encodings: tuple[str, ...] = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5")
@@ -168,15 +168,14 @@ def evaluate_lm(
     return total / count
 
 
-def _train_and_evaluate(encoding: str, config: ExtrapolateConfig, run_dir: str) -> list[Row]:
+def _plan(config: ExtrapolateConfig) -> list[Run]:
+    return [Run(encoding, {"encoding": encoding}) for encoding in config.encodings]
+
+
+def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
     """Train one encoding (resuming if its folder holds a run) and evaluate every length."""
-    with torch_threads(config.threads):
-        return _train_and_evaluate_inner(encoding, config, run_dir)
-
-
-def _train_and_evaluate_inner(encoding: str, config: ExtrapolateConfig, run_dir: str) -> list[Row]:
+    encoding = run.params["encoding"]
     corpus = _load(config)
-    folder = Path(run_dir)
     torch.manual_seed(config.seed)
     model = DecoderLM(config.model_config(encoding))
     source = LMSource(corpus.train, config.train_len, seed=config.seed)
@@ -214,7 +213,6 @@ def _train_and_evaluate_inner(encoding: str, config: ExtrapolateConfig, run_dir:
             params=sum(p.numel() for p in model.parameters()),
         )
         rows.append(row)
-    atomic_write_text(folder / "eval.json", json.dumps(rows, indent=2))
     return rows
 
 
@@ -228,57 +226,11 @@ def run_extrapolate(
     """Run (or resume) the experiment in folder ``out``; return and save its result rows.
 
     Writes ``out/config.json``, one run folder per encoding under ``out/runs/``,
-    ``out/results.csv`` and ``out/report.html``. Encodings already evaluated (their
-    ``eval.json`` exists) are not trained again, so the same command resumes a killed run.
+    ``out/results.csv`` and ``out/report.html`` (:func:`posenc.lab.runner.run_experiment`).
+    Encodings already evaluated are not trained again, so the same command resumes a killed
+    run.
     """
-    from posenc.lab.report import write_report
-
-    folder = prepare_out_dir(out, "extrapolate", config)
-    _load(config)  # fail early on a bad corpus, before spawning workers
-    rows: list[Row] = []
-    pending: list[tuple[str, str]] = []
-    for encoding in config.encodings:
-        done = folder / "runs" / encoding / "eval.json"
-        if done.is_file():
-            rows += json.loads(done.read_text())
-        else:
-            pending.append((encoding, str(done.parent)))
-    if pending and echo:
-        names = ", ".join(name for name, _ in pending)
-        echo(f"[extrapolate] training {names} at T={config.train_len} ({config.steps} steps)")
-    start = time.perf_counter()
-    if config.isolate and pending:
-        # A fresh process per encoding: its peak memory is its own.
-        context = multiprocessing.get_context("spawn")
-        workers = min(config.workers, len(pending))
-        if sys.version_info >= (3, 11):
-            pool = ProcessPoolExecutor(workers, context, max_tasks_per_child=1)
-        else:  # pragma: no cover - Python 3.10 reuses workers (memory then accumulates)
-            pool = ProcessPoolExecutor(workers, context)
-        with pool:
-            # Progress bars of parallel workers would overwrite each other on one terminal.
-            child = replace(config, progress=False) if workers > 1 else config
-            futures = {
-                pool.submit(_train_and_evaluate, name, child, run_dir): name
-                for name, run_dir in pending
-            }
-            for future in as_completed(futures):
-                rows += future.result()
-                if echo:
-                    elapsed = time.perf_counter() - start
-                    echo(f"[extrapolate] {futures[future]} done ({elapsed:.0f} s)")
-    else:
-        for name, run_dir in pending:
-            rows += _train_and_evaluate(name, config, run_dir)
-            if echo:
-                echo(f"[extrapolate] {name} done ({time.perf_counter() - start:.0f} s)")
-    order = {name: index for index, name in enumerate(config.encodings)}
-    rows.sort(key=lambda r: (order[r["encoding"]], r["eval_len"]))
-    write_results_csv(rows, folder / "results.csv")
-    write_report(folder, title="posenc: train short, test long")
-    if echo:
-        echo(format_ppl_table(rows))
-    return rows
+    return run_experiment(EXPERIMENT, config, out, echo=echo)
 
 
 def format_ppl_table(rows: Sequence[Row]) -> str:
@@ -301,3 +253,15 @@ def format_ppl_table(rows: Sequence[Row]) -> str:
             f"{name:<18}{values}{any_row['tokens_per_s']:>10.0f}{any_row['peak_memory_mb']:>9.0f}"
         )
     return "\n".join(lines)
+
+
+EXPERIMENT = Experiment(
+    name="extrapolate",
+    summary="train each encoding at T, perplexity at 1x..16x T (ALiBi Tables 1-3)",
+    title="posenc: train short, test long",
+    config=ExtrapolateConfig,
+    plan=_plan,
+    execute=_execute,
+    table=format_ppl_table,
+    prepare=_load,
+)

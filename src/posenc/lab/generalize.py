@@ -31,11 +31,7 @@ Example::
 
 from __future__ import annotations
 
-import json
-import multiprocessing
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,15 +41,14 @@ from torch import nn
 
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed
-from posenc.lab.results import prepare_out_dir, write_results_csv
-from posenc.lab.run import atomic_write_text, torch_threads
+from posenc.lab.runner import Experiment, Run, run_experiment
 from posenc.lab.tasks import TASKS, TaskSource, accuracy, make_task
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.positions import randomized_positions
 from posenc.registry import encoding_spec
 
-__all__ = ["TasksConfig", "evaluate_task", "format_tasks_table", "run_tasks"]
+__all__ = ["EXPERIMENT", "TasksConfig", "evaluate_task", "format_tasks_table", "run_tasks"]
 
 Row = dict[str, Any]
 
@@ -70,8 +65,13 @@ class TasksConfig:
         encodings: registered encoding names (``posenc list``).
         randomized: which variants to train: ``False`` = positions ``0 .. T - 1``, ``True`` =
             randomized positions (Ruoss et al. 2023) in training and evaluation.
-        dim, depth, num_heads: the decoder's shape.
-        steps, batch_size, lr, warmup_steps: training (AdamW, warmup and cosine decay).
+        dim: the decoder's width.
+        depth: the decoder's layers.
+        num_heads: attention heads per layer.
+        steps: training steps (AdamW, warmup then cosine decay).
+        batch_size: examples per step.
+        lr: peak learning rate.
+        warmup_steps: linear warmup steps.
         eval_examples: examples scored at each length.
         random_max_length: ``L``, the range randomized positions are drawn from; ``None`` =
             4 × the task's longest sequence (train and test lengths), per task.
@@ -259,50 +259,58 @@ def _run_name(task: str, encoding: str, randomized: bool) -> str:
     return f"{task}-{encoding}-{'rand' if randomized else 'plain'}"
 
 
-def _train_and_evaluate(
-    task: str, encoding: str, randomized: bool, config: TasksConfig, run_dir: str
-) -> list[Row]:
+def _plan(config: TasksConfig) -> list[Run]:
+    return [
+        Run(
+            _run_name(task, encoding, randomized),
+            {"task": task, "encoding": encoding, "randomized": randomized},
+        )
+        for task in config.tasks
+        for encoding in config.encodings
+        for randomized in config.randomized
+    ]
+
+
+def _execute(config: TasksConfig, run: Run, folder: Path) -> list[Row]:
     """Train one (task, encoding, variant), resuming if its folder holds a run; score it."""
-    folder = Path(run_dir)
+    task, encoding, randomized = (run.params[k] for k in ("task", "encoding", "randomized"))
     source = config.source(task)
     max_position = config.max_position(task) if randomized else None
-    with torch_threads(config.threads):
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            model = DecoderLM(config.model_config(task, encoding, randomized))
-        result = train(model, source, config.train_config(task, randomized), folder)
-        low, high = source.train_lengths
-        lengths = [(high, "train"), *((n, "test") for n in source.test_lengths)]
-        rows = []
-        for length, split in lengths:
-            token_acc, seq_acc = evaluate_task(
-                model,
-                source,
-                length,
-                examples=config.eval_examples,
-                max_position=max_position,
-                seed=config.seed,
-            )
-            rows.append(
-                {
-                    "experiment": "tasks",
-                    "task": task,
-                    "encoding": encoding,
-                    "randomized": randomized,
-                    "length": length,
-                    "split": split,
-                    "token_acc": token_acc,
-                    "seq_acc": seq_acc,
-                    "train_len_min": low,
-                    "train_len_max": high,
-                    "seq_len": source.max_seq_len(length),
-                    "max_position": max_position,
-                    "examples": config.eval_examples,
-                    "train_loss": result.final_loss,
-                    "train_seconds": result.seconds,
-                }
-            )
-    atomic_write_text(folder / "eval.json", json.dumps(rows, indent=2))
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        model = DecoderLM(config.model_config(task, encoding, randomized))
+    result = train(model, source, config.train_config(task, randomized), folder)
+    low, high = source.train_lengths
+    lengths = [(high, "train"), *((n, "test") for n in source.test_lengths)]
+    rows = []
+    for length, split in lengths:
+        token_acc, seq_acc = evaluate_task(
+            model,
+            source,
+            length,
+            examples=config.eval_examples,
+            max_position=max_position,
+            seed=config.seed,
+        )
+        rows.append(
+            {
+                "experiment": "tasks",
+                "task": task,
+                "encoding": encoding,
+                "randomized": randomized,
+                "length": length,
+                "split": split,
+                "token_acc": token_acc,
+                "seq_acc": seq_acc,
+                "train_len_min": low,
+                "train_len_max": high,
+                "seq_len": source.max_seq_len(length),
+                "max_position": max_position,
+                "examples": config.eval_examples,
+                "train_loss": result.final_loss,
+                "train_seconds": result.seconds,
+            }
+        )
     return rows
 
 
@@ -319,55 +327,7 @@ def run_tasks(
     Raises:
         ValueError: naming the field when ``out`` holds a run with a different config.
     """
-    from posenc.lab.report import write_report
-
-    folder = prepare_out_dir(out, "tasks", config)
-    rows: list[Row] = []
-    pending: list[tuple[str, str, bool, str]] = []
-    for task in config.tasks:
-        for encoding in config.encodings:
-            for randomized in config.randomized:
-                run_dir = folder / "runs" / _run_name(task, encoding, randomized)
-                done = run_dir / "eval.json"
-                if done.is_file():
-                    rows += json.loads(done.read_text())
-                else:
-                    pending.append((task, encoding, randomized, str(run_dir)))
-    start = time.perf_counter()
-    if config.workers == 1:
-        for index, job in enumerate(pending):
-            if echo:
-                echo(f"[tasks] {index + 1}/{len(pending)} training {_run_name(*job[:3])} ...")
-            rows += _train_and_evaluate(*job[:3], config, job[3])
-    elif pending:
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=config.workers, mp_context=context) as pool:
-            futures = {
-                pool.submit(_train_and_evaluate, *job[:3], config, job[3]): job for job in pending
-            }
-            for index, future in enumerate(as_completed(futures)):
-                rows += future.result()
-                if echo:
-                    name = _run_name(*futures[future][:3])
-                    elapsed = time.perf_counter() - start
-                    echo(f"[tasks] {index + 1}/{len(pending)} {name} done ({elapsed:.0f} s)")
-    if echo and pending:
-        echo(f"[tasks] trained {len(pending)} models in {time.perf_counter() - start:.1f} s")
-    rows.sort(key=lambda r: _order(config, r))
-    write_results_csv(rows, folder / "results.csv")
-    write_report(folder, title="posenc: length generalization on synthetic tasks")
-    if echo:
-        echo(format_tasks_table(rows))
-    return rows
-
-
-def _order(config: TasksConfig, row: Row) -> tuple[int, int, int, int]:
-    return (
-        config.tasks.index(row["task"]),
-        config.encodings.index(row["encoding"]),
-        config.randomized.index(row["randomized"]),
-        row["length"],
-    )
+    return run_experiment(EXPERIMENT, config, out, echo=echo)
 
 
 def format_tasks_table(rows: Sequence[Row], metric: str = "seq_acc") -> str:
@@ -391,3 +351,14 @@ def format_tasks_table(rows: Sequence[Row], metric: str = "seq_acc") -> str:
                 + "".join(f"{values[n]:>8.3f}" if n in values else f"{'–':>8}" for n in lengths)
             )
     return "\n".join(lines)
+
+
+EXPERIMENT = Experiment(
+    name="tasks",
+    summary="length generalization on synthetic tasks, plain and randomized positions",
+    title="posenc: length generalization on synthetic tasks",
+    config=TasksConfig,
+    plan=_plan,
+    execute=_execute,
+    table=format_tasks_table,
+)

@@ -95,7 +95,10 @@ def write_report(run_dir: str | Path, *, title: str | None = None) -> Path:
     )
     figure_dir = folder / "figures"
     figure_dir.mkdir(exist_ok=True)
-    for experiment, (heading, makers) in _SECTIONS.items():
+    # Known experiments with their figures first, then any other experiment's rows.
+    others = dict.fromkeys(str(row.get("experiment")) for row in rows if row.get("experiment"))
+    sections = {**_SECTIONS, **{name: (name, []) for name in others if name not in _SECTIONS}}
+    for experiment, (heading, makers) in sections.items():
         selected = [row for row in rows if row.get("experiment") == experiment]
         if not selected:
             continue

@@ -26,10 +26,9 @@ Example::
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +42,7 @@ from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D
 from posenc.attention import build_context, hooks_of
 from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, derive_seed
-from posenc.lab.results import prepare_out_dir, write_results_csv
-from posenc.lab.run import atomic_write_text, torch_threads
+from posenc.lab.runner import Experiment, Run, run_experiment
 from posenc.lab.train import TrainConfig, train
 from posenc.model import Block, ModelConfig
 from posenc.positions import grid_coordinates
@@ -52,6 +50,7 @@ from posenc.rotary import AxialRotary2D
 
 __all__ = [
     "ENCODINGS",
+    "EXPERIMENT",
     "DigitsSource",
     "DigitsSplits",
     "DigitsViT",
@@ -317,10 +316,19 @@ class VitConfig:
     Args:
         encodings: any of ``"none", "learned_1d", "sinusoidal_2d", "rope_2d"``.
         seeds: one run per seed and encoding (model init and batch order); the split is fixed.
-        patch_size, dim, depth, num_heads, mlp_ratio: the model (2×2 patches: 16 tokens).
+        patch_size: patch side in pixels (2×2 patches of the 8×8 digits: 16 tokens).
+        dim: the transformer's width.
+        depth: its layers.
+        num_heads: attention heads per layer.
+        mlp_ratio: MLP hidden width as a multiple of ``dim``.
         rope_base: base of the axial RoPE (100 in RoPE-ViT).
-        test_size: held-out images (the rest train); split_seed: the split.
-        epochs, batch_size, lr, weight_decay, warmup_steps: AdamW with cosine decay.
+        test_size: held-out images (the rest train).
+        split_seed: seed of the train/test split.
+        epochs: passes over the training images (AdamW with warmup then cosine decay).
+        batch_size: images per step.
+        lr: peak learning rate.
+        weight_decay: AdamW's weight decay.
+        warmup_steps: linear warmup steps.
         device: torch device of training and evaluation.
         threads: torch intra-op threads while running (``None`` = leave as is).
         progress: progress bars.
@@ -415,9 +423,27 @@ def _accuracy(vit: DigitsViT, pixels: Tensor, labels: Tensor, batch_size: int = 
     return correct / pixels.shape[0]
 
 
-def _train_and_evaluate(
-    encoding: str, seed: int, config: VitConfig, data: DigitsSplits, run_dir: Path
-) -> Row:
+@functools.cache
+def _data(test_size: int, split_seed: int) -> DigitsSplits:
+    """The digits splits, loaded once per process."""
+    return load_digits_splits(test_size, seed=split_seed)
+
+
+def _plan(config: VitConfig) -> list[Run]:
+    return [
+        Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
+        for encoding in config.encodings
+        for seed in config.seeds
+    ]
+
+
+def _prepare(config: VitConfig) -> None:
+    _data(config.test_size, config.split_seed)  # scikit-learn missing: fail before training
+
+
+def _execute(config: VitConfig, run: Run, run_dir: Path) -> list[Row]:
+    encoding, seed = run.params["encoding"], run.params["seed"]
+    data = _data(config.test_size, config.split_seed)
     torch.manual_seed(derive_seed("vit-init", seed))
     model = _PerTokenLogits(DigitsViT(config.model_config(encoding)))
     source = DigitsSource(data.train_pixels, data.train_labels, seed=seed)
@@ -437,8 +463,7 @@ def _train_and_evaluate(
         "steps": result.steps,
         "train_seconds": result.seconds,
     }
-    atomic_write_text(run_dir / "eval.json", json.dumps(row, indent=2))
-    return row
+    return [row]
 
 
 def run_vit(
@@ -455,34 +480,7 @@ def run_vit(
         ValueError: naming the differing field when ``out`` holds another configuration.
         ImportError: when scikit-learn is missing.
     """
-    from posenc.lab.report import write_report
-
-    folder = prepare_out_dir(out, "vit", config)
-    data = load_digits_splits(config.test_size, seed=config.split_seed)
-    rows: list[Row] = []
-    with torch_threads(config.threads):
-        for encoding in config.encodings:
-            for seed in config.seeds:
-                run_dir = folder / "runs" / encoding / f"seed{seed}"
-                done = run_dir / "eval.json"
-                if done.is_file():
-                    rows.append(json.loads(done.read_text()))
-                    continue
-                start = time.perf_counter()
-                if echo:
-                    echo(f"[vit] training {encoding} seed {seed} ({config.steps} steps) ...")
-                row = _train_and_evaluate(encoding, seed, config, data, run_dir)
-                rows.append(row)
-                if echo:
-                    echo(
-                        f"[vit] {encoding} seed {seed}: test accuracy {row['accuracy']:.4f} "
-                        f"in {time.perf_counter() - start:.1f} s"
-                    )
-    write_results_csv(rows, folder / "results.csv")
-    write_report(folder, title="posenc: ViT on sklearn digits")
-    if echo:
-        echo(format_vit_table(rows))
-    return rows
+    return run_experiment(EXPERIMENT, config, out, echo=echo)
 
 
 def format_vit_table(rows: Sequence[Row]) -> str:
@@ -502,3 +500,15 @@ def format_vit_table(rows: Sequence[Row]) -> str:
             f"{min(accs):>8.4f}–{max(accs):.4f}{train_acc:>11.4f}{mine[0]['params']:>9}"
         )
     return "\n".join(lines)
+
+
+EXPERIMENT = Experiment(
+    name="vit",
+    summary="digits ViT: no encoding, 1D learned, 2D sinusoidal, 2D axial RoPE",
+    title="posenc: ViT on sklearn digits",
+    config=VitConfig,
+    plan=_plan,
+    execute=_execute,
+    table=format_vit_table,
+    prepare=_prepare,
+)

@@ -1,0 +1,182 @@
+"""One runner for every lab experiment: an experiment is data, the runner does the rest.
+
+An :class:`Experiment` says what is particular to it — its config dataclass, how it plans
+its runs (:class:`Run`: a folder name and what the run varies), how it trains and evaluates
+one run in its folder, and how its rows print as a table. :func:`run_experiment` does what
+every experiment shares:
+
+1. the out folder: created, locked against a second writer, its ``config.json`` written or
+   compared (a folder holding another configuration is refused, naming the field);
+2. skipping finished runs: a run is finished when ``runs/<name>/eval.json`` exists (written
+   atomically after its evaluation), so the same command resumes a killed experiment and
+   reproduces the uninterrupted one (training itself resumes from its checkpoint);
+3. executing the pending runs stage by stage (a later stage may read an earlier one's
+   folder, e.g. fine-tuning from a trained base), serially or in a pool of spawned processes
+   (``workers`` > 1, or ``isolate``: a fresh process per run, so peak memory is the run's
+   own), each with ``threads`` torch threads;
+4. ``results.csv`` (rows in plan order), ``report.html`` and the printed table.
+
+Config fields the runner reads when present: ``workers`` (default 1), ``isolate`` (False),
+``threads`` (None: unchanged), ``progress`` (turned off in parallel workers, whose progress
+bars would overwrite each other).
+
+Adding an experiment is one module defining ``EXPERIMENT = Experiment(...)`` plus its line in
+:mod:`posenc.lab.experiments` (see docs/lab.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from posenc.lab.results import Row, prepare_out_dir, write_results_csv
+from posenc.lab.run import atomic_write_text, torch_threads
+
+__all__ = ["Experiment", "Run", "execute_run", "run_experiment"]
+
+C = TypeVar("C")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One unit of work of an experiment.
+
+    Attributes:
+        name: its folder under ``runs/`` (may contain ``/``), unique within the experiment.
+        params: what this run varies (``{"encoding": "rope", "seed": 0}``), for ``execute``.
+        stage: runs execute in increasing stage; within one stage, in any order.
+    """
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    stage: int = 0
+
+
+@dataclass(frozen=True)
+class Experiment(Generic[C]):
+    """What is particular to one experiment; the functions must be module-level (they are
+    sent to worker processes by reference).
+
+    Attributes:
+        name: the CLI name (``posenc lab NAME``) and the ``experiment`` of its out folder.
+        summary: one line for ``posenc lab --help``.
+        title: the report's title.
+        config: the frozen config dataclass.
+        plan: the runs of a config, in the order their rows are reported.
+        execute: trains and evaluates one run in its folder (created), returning its rows;
+            called with ``threads`` torch threads.
+        table: the rows as the table the terminal prints.
+        prepare: optional early check of a config in the parent (e.g. load the corpus), so a
+            bad config fails before any worker starts.
+    """
+
+    name: str
+    summary: str
+    title: str
+    config: type[C]
+    plan: Callable[[C], Sequence[Run]]
+    execute: Callable[[C, Run, Path], list[Row]]
+    table: Callable[[Sequence[Row]], str]
+    prepare: Callable[[C], object] | None = None
+
+
+def execute_run(experiment: Experiment[Any], config: Any, run: Run, run_dir: Path) -> list[Row]:
+    """Execute one run with the config's threads and record it finished (``eval.json``)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with torch_threads(getattr(config, "threads", None)):
+        rows = experiment.execute(config, run, run_dir)
+    atomic_write_text(run_dir / "eval.json", json.dumps(rows, indent=2))
+    return rows
+
+
+def run_experiment(
+    experiment: Experiment[C],
+    config: C,
+    out: str | Path,
+    *,
+    echo: Callable[[str], None] | None = print,
+) -> list[Row]:
+    """Run (or resume) ``experiment`` with ``config`` in folder ``out``; return its rows.
+
+    Writes ``out/config.json``, one folder per run under ``out/runs/``, ``out/results.csv``
+    and ``out/report.html``, and echoes progress and the table (``echo=None``: silent).
+
+    Raises:
+        ValueError: naming the field when ``out`` holds a run of another configuration, or
+            when another process is running in ``out``.
+    """
+    from posenc.lab.report import write_report
+
+    say = echo or (lambda text: None)
+    runs = list(experiment.plan(config))
+    names = [run.name for run in runs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"{experiment.name}: plan gives two runs one folder: {names}")
+    folder = prepare_out_dir(out, experiment.name, config)
+    if experiment.prepare is not None:
+        experiment.prepare(config)
+    done: dict[str, list[Row]] = {}
+    pending = []
+    for run in runs:
+        finished = folder / "runs" / run.name / "eval.json"
+        if finished.is_file():
+            stored = json.loads(finished.read_text(encoding="utf-8"))
+            done[run.name] = stored if isinstance(stored, list) else [stored]  # one-row runs
+        else:
+            pending.append(run)
+    start = time.perf_counter()
+    for stage in sorted({run.stage for run in pending}):
+        batch = [run for run in pending if run.stage == stage]
+        done.update(_execute(experiment, config, batch, folder, say, start))
+    if pending:
+        say(f"[{experiment.name}] {len(pending)} run(s) in {time.perf_counter() - start:.0f} s")
+    rows = [row for run in runs for row in done[run.name]]
+    write_results_csv(rows, folder / "results.csv")
+    write_report(folder, title=experiment.title)
+    say(experiment.table(rows))
+    return rows
+
+
+def _execute(
+    experiment: Experiment[Any],
+    config: Any,
+    runs: list[Run],
+    folder: Path,
+    say: Callable[[str], None],
+    start: float,
+) -> dict[str, list[Row]]:
+    workers = min(int(getattr(config, "workers", 1)), len(runs))
+    isolate = bool(getattr(config, "isolate", False))
+    results: dict[str, list[Row]] = {}
+    if workers <= 1 and not isolate:
+        for index, run in enumerate(runs):
+            say(f"[{experiment.name}] {index + 1}/{len(runs)} {run.name} ...")
+            results[run.name] = execute_run(experiment, config, run, folder / "runs" / run.name)
+            say(f"[{experiment.name}] {run.name} done ({time.perf_counter() - start:.0f} s)")
+        return results
+    say(f"[{experiment.name}] {len(runs)} run(s) on {max(1, workers)} worker process(es)")
+    if workers > 1 and hasattr(config, "progress"):
+        config = dataclasses.replace(config, progress=False)
+    context = multiprocessing.get_context("spawn")
+    if isolate and sys.version_info >= (3, 11):  # a fresh process per run
+        pool = ProcessPoolExecutor(max(1, workers), context, max_tasks_per_child=1)
+    else:
+        pool = ProcessPoolExecutor(max(1, workers), context)
+    with pool:
+        futures: dict[Future[list[Row]], Run] = {
+            pool.submit(execute_run, experiment, config, run, folder / "runs" / run.name): run
+            for run in runs
+        }
+        for future in as_completed(futures):
+            run = futures[future]
+            results[run.name] = future.result()
+            say(f"[{experiment.name}] {run.name} done ({time.perf_counter() - start:.0f} s)")
+    return results

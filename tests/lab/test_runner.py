@@ -1,0 +1,157 @@
+"""posenc.lab.runner: a new experiment is one file plus one registry line, and the runner
+gives it the folder guard, resume, stages, worker processes, results.csv, report and CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from posenc.cli import main
+from posenc.lab import experiments
+from posenc.lab.results import read_results_csv
+
+TOY = '''
+"""A toy experiment: no training, rows from arithmetic; a log file counts executions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from posenc.lab.runner import Experiment, Run
+
+
+@dataclass(frozen=True)
+class ToyConfig:
+    """The toy's settings.
+
+    Args:
+        values: one run per value.
+        scale: multiplies every value.
+        workers: processes running at once.
+        log: file that each execution appends its run name to.
+    """
+
+    values: tuple[int, ...] = (1, 2, 3)
+    scale: float = 1.0
+    workers: int = 1
+    log: str = ""
+
+
+def plan(config: ToyConfig) -> list[Run]:
+    runs = [Run(f"v{value}", {"value": value}) for value in config.values]
+    return runs + [Run("total", stage=1)]
+
+
+def execute(config: ToyConfig, run: Run, folder: Path) -> list[dict]:
+    with open(config.log, "a") as log:
+        log.write(run.name + "\\n")
+    if run.name == "total":  # the later stage reads the earlier runs' folders
+        parts = [json.loads((folder.parent / f"v{v}" / "eval.json").read_text())[0]
+                 for v in config.values]
+        return [{"experiment": "toy", "value": -1, "result": sum(p["result"] for p in parts)}]
+    return [{"experiment": "toy", "value": run.params["value"],
+             "result": run.params["value"] * config.scale}]
+
+
+def table(rows) -> str:
+    return "toy table: " + ", ".join(f"{r['value']}->{r['result']}" for r in rows)
+
+
+import json  # noqa: E402
+
+EXPERIMENT = Experiment(
+    name="toy",
+    summary="a toy experiment for the runner's tests",
+    title="toy",
+    config=ToyConfig,
+    plan=plan,
+    execute=execute,
+    table=table,
+)
+'''
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Iterator[Path]:
+    """The toy module written to a folder on sys.path (workers inherit it) and registered:
+    the one file and the one registry line."""
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    (folder / "posenc_toy_experiment.py").write_text(textwrap.dedent(TOY))
+    sys.path.insert(0, str(folder))
+    try:
+        import posenc_toy_experiment
+
+        experiments.register_experiment(posenc_toy_experiment.EXPERIMENT)
+        yield tmp_path
+    finally:
+        experiments.EXPERIMENTS.pop("toy", None)
+        sys.modules.pop("posenc_toy_experiment", None)
+        sys.path.remove(str(folder))
+
+
+def _executions(log: Path) -> list[str]:
+    return log.read_text().split() if log.exists() else []
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_toy_experiment_runs_end_to_end_through_the_cli(toy: Path, workers: int, capsys) -> None:
+    out, log = toy / "out", toy / "log.txt"
+    args = ["lab", "toy", "--out", str(out), "--values", "2", "5", "--scale", "1.5"]
+    args += ["--workers", str(workers), "--log", str(log)]
+    assert main(args) == 0
+    rows = read_results_csv(out / "results.csv")
+    assert [(r["value"], r["result"]) for r in rows] == [(2, 3.0), (5, 7.5), (-1, 10.5)]
+    assert "toy table: 2->3.0, 5->7.5, -1->10.5" in capsys.readouterr().out
+    assert "<table>" in (out / "report.html").read_text()
+    assert json.loads((out / "config.json").read_text())["experiment"] == "toy"
+    # stage 1 ran after both stage-0 runs
+    assert sorted(_executions(log)[:2]) == ["v2", "v5"] and _executions(log)[2] == "total"
+
+    # the same command again: nothing executes, the same rows come back
+    assert main(args) == 0
+    assert len(_executions(log)) == 3
+    assert read_results_csv(out / "results.csv") == rows
+
+    # a lost eval.json is recomputed, and only that run
+    (out / "runs" / "v5" / "eval.json").unlink()
+    assert main(args) == 0
+    assert _executions(log)[3:] == ["v5"]
+
+
+def test_another_config_in_the_folder_is_refused(toy: Path) -> None:
+    out, log = toy / "out", toy / "log.txt"
+    assert main(["lab", "toy", "--out", str(out), "--log", str(log)]) == 0
+    # an execution-only field (workers) is not a mismatch; a computing one is, by name
+    assert main(["lab", "toy", "--out", str(out), "--log", str(log), "--workers", "2"]) == 0
+    assert main(["lab", "toy", "--out", str(out), "--log", str(log), "--scale", "2"]) == 2
+
+
+def test_help_shows_the_new_experiment(toy: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["lab", "toy", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--scale FLOAT multiplies every value. (default: 1.0)" in text
+
+
+def test_two_runs_in_one_folder_are_refused(tmp_path: Path) -> None:
+    from posenc.lab.runner import Experiment, Run, run_experiment
+
+    clash = Experiment(
+        name="clash",
+        summary="",
+        title="",
+        config=dict,
+        plan=lambda config: [Run("a"), Run("a")],
+        execute=lambda config, run, folder: [],
+        table=str,
+    )
+    with pytest.raises(ValueError, match="two runs one folder"):
+        run_experiment(clash, {}, tmp_path / "clash", echo=None)
+    assert not (tmp_path / "clash").exists()
