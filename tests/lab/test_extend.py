@@ -141,10 +141,10 @@ def test_files_written(finished):
     assert config["experiment"] == "extend" and config["train_len"] == 16
     assert len(read_results_csv(out / "results.csv")) == len(rows)
     assert "RoPE context extension" in (out / "report.html").read_text()
-    assert (out / "runs" / "base" / "final.pt").is_file()
+    assert (out / "runs" / "base" / "seed0" / "final.pt").is_file()
     for method in TINY.ft_methods:
-        assert (out / "runs" / f"ft_{method}" / "done.json").is_file()
-        assert (out / "runs" / f"ft_{method}" / "eval.json").is_file()
+        assert (out / "runs" / f"ft_{method}" / "seed0" / "done.json").is_file()
+        assert (out / "runs" / f"ft_{method}" / "seed0" / "eval.json").is_file()
 
 
 def test_resume_returns_the_same_rows_without_work(finished, monkeypatch):
@@ -155,13 +155,13 @@ def test_resume_returns_the_same_rows_without_work(finished, monkeypatch):
 
     for name in ("train", "evaluate_lm", "passkey_accuracy"):
         monkeypatch.setattr(extend, name, refuse)
-    metrics = (out / "runs" / "base" / "metrics.jsonl").read_text()
+    metrics = (out / "runs" / "base" / "seed0" / "metrics.jsonl").read_text()
     again = run_extend(replace(TINY, threads=None, progress=True), out, echo=None)
     assert again == rows
-    assert (out / "runs" / "base" / "metrics.jsonl").read_text() == metrics
+    assert (out / "runs" / "base" / "seed0" / "metrics.jsonl").read_text() == metrics
 
 
-@pytest.mark.parametrize(("field", "value"), [("seed", 1), ("ft_methods", ("pi",))])
+@pytest.mark.parametrize(("field", "value"), [("seeds", (1,)), ("ft_methods", ("pi",))])
 def test_config_mismatch_names_the_field(finished, field, value):
     out, _ = finished
     with pytest.raises(ValueError, match=field):

@@ -60,11 +60,11 @@ def test_rows_cover_every_encoding_and_length(tmp_path: Path) -> None:
 
 def test_same_command_resumes_without_training(tmp_path: Path) -> None:
     first = run_extrapolate(TINY, tmp_path, echo=quiet)
-    metrics = (tmp_path / "runs" / "alibi" / "metrics.jsonl").read_text()
-    (tmp_path / "runs" / "rope" / "eval.json").unlink()  # as if killed before rope's eval
+    metrics = (tmp_path / "runs" / "alibi" / "seed0" / "metrics.jsonl").read_text()
+    (tmp_path / "runs" / "rope" / "seed0" / "eval.json").unlink()  # as if killed before rope's eval
     again = run_extrapolate(replace(TINY, progress=True), tmp_path, echo=quiet)
     assert again == first
-    assert (tmp_path / "runs" / "alibi" / "metrics.jsonl").read_text() == metrics
+    assert (tmp_path / "runs" / "alibi" / "seed0" / "metrics.jsonl").read_text() == metrics
 
 
 def test_a_different_config_in_the_same_folder_raises(tmp_path: Path) -> None:
@@ -114,3 +114,26 @@ def test_corpus_split_used_for_evaluation_is_the_test_split(tmp_path: Path) -> N
     assert corpus.test.numel() >= TINY.eval_tokens + 1
     assert not set(corpus.files["test"]) & set(corpus.files["train"])
     json.dumps(corpus.files)  # plain strings, recorded in reports
+
+
+def test_seeds_are_independent_runs_and_the_table_gives_mean_and_std(tmp_path: Path) -> None:
+    config = replace(TINY, encodings=("alibi",), multipliers=(1.0, 2.0), seeds=(0, 3))
+    rows = run_extrapolate(config, tmp_path / "both", echo=quiet)
+    assert [(r["seed"], r["eval_len"]) for r in rows] == [(0, 16), (0, 32), (3, 16), (3, 32)]
+    assert rows[0]["loss"] != rows[2]["loss"]  # another init and batch order
+    # seed 3 alone gives the same rows as seed 3 among others
+    alone = run_extrapolate(replace(config, seeds=(3,)), tmp_path / "alone", echo=quiet)
+    strip = ("tokens_per_s", "peak_memory_mb")
+    assert [{k: v for k, v in r.items() if k not in strip} for r in alone] == [
+        {k: v for k, v in r.items() if k not in strip} for r in rows[2:]
+    ]
+    table = format_ppl_table(rows)
+    mean = (rows[0]["ppl"] + rows[2]["ppl"]) / 2
+    std = abs(rows[0]["ppl"] - rows[2]["ppl"]) / math.sqrt(2)  # sample std of two values
+    assert f"{mean:.3f} ± {std:.3f}" in table and "2 seeds" in table
+
+
+@pytest.mark.parametrize("seeds", [(), (1, 1), (-1,)])
+def test_bad_seeds_name_the_field(seeds: tuple[int, ...]) -> None:
+    with pytest.raises(ValueError, match="seeds"):
+        replace(TINY, seeds=seeds)

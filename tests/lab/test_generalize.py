@@ -63,7 +63,7 @@ def test_tiny_run_rows_and_files(tiny_run: tuple[Path, list[dict[str, Any]]]) ->
     for name in ("config.json", "results.csv", "report.html"):
         assert (out / name).is_file(), name
     assert json.loads((out / "config.json").read_text())["experiment"] == "tasks"
-    assert len(list((out / "runs").glob("*/eval.json"))) == 8
+    assert len(list((out / "runs").glob("*/seed0/eval.json"))) == 8
     saved = read_results_csv(out / "results.csv")
     assert [(r["task"], r["encoding"], r["randomized"], r["length"]) for r in saved] == keys
     table = format_tasks_table(rows)

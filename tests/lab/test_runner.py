@@ -65,6 +65,19 @@ def table(rows) -> str:
 
 import json  # noqa: E402
 
+from posenc.lab.claims import Claim, value_at  # noqa: E402
+
+TOTAL = Claim(
+    name="total_at_least_10",
+    text="the total is at least 10",
+    paper="Toy et al. 2026",
+    published="10 (Table 1)",
+    experiment="toy",
+    statistic=value_at("toy", {"value": -1}, "result"),
+    threshold=10.0,
+    direction=">=",
+)
+
 EXPERIMENT = Experiment(
     name="toy",
     summary="a toy experiment for the runner's tests",
@@ -73,6 +86,7 @@ EXPERIMENT = Experiment(
     plan=plan,
     execute=execute,
     table=table,
+    claims=(TOTAL,),
 )
 '''
 
@@ -108,8 +122,14 @@ def test_toy_experiment_runs_end_to_end_through_the_cli(toy: Path, workers: int,
     assert main(args) == 0
     rows = read_results_csv(out / "results.csv")
     assert [(r["value"], r["result"]) for r in rows] == [(2, 3.0), (5, 7.5), (-1, 10.5)]
-    assert "toy table: 2->3.0, 5->7.5, -1->10.5" in capsys.readouterr().out
-    assert "<table>" in (out / "report.html").read_text()
+    printed = capsys.readouterr().out
+    assert "toy table: 2->3.0, 5->7.5, -1->10.5" in printed
+    assert "HOLDS     total_at_least_10: holds: 10.5 (n=1) >= 10" in printed
+    (claim,) = json.loads((out / "claims.json").read_text())
+    assert (claim["status"], claim["value"], claim["published"]) == ("holds", 10.5, "10 (Table 1)")
+    report = (out / "report.html").read_text()
+    assert "Claims: 1 of 1 hold" in report and "<table>" in report
+    assert report.index("Claims: 1 of 1 hold") < report.index("<table>")
     assert json.loads((out / "config.json").read_text())["experiment"] == "toy"
     # stage 1 ran after both stage-0 runs
     assert sorted(_executions(log)[:2]) == ["v2", "v5"] and _executions(log)[2] == "total"
@@ -155,3 +175,10 @@ def test_two_runs_in_one_folder_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="two runs one folder"):
         run_experiment(clash, {}, tmp_path / "clash", echo=None)
     assert not (tmp_path / "clash").exists()
+
+
+def test_a_failing_claim_is_reported_as_failing(toy: Path, capsys) -> None:
+    out, log = toy / "out", toy / "log.txt"
+    assert main(["lab", "toy", "--out", str(out), "--log", str(log), "--values", "1"]) == 0
+    assert "FAILS     total_at_least_10: fails: 1 (n=1) >= 10" in capsys.readouterr().out
+    assert "Claims: 0 of 1 hold" in (out / "report.html").read_text()

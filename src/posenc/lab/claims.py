@@ -55,12 +55,14 @@ __all__ = [
     "defined_value",
     "difference_at",
     "format_mean_std",
+    "format_verdicts",
     "fraction_defined",
     "fraction_undefined",
     "judge",
     "judge_all",
     "ratio_at",
     "value_at",
+    "verdict_record",
 ]
 
 Row = Mapping[str, Any]
@@ -494,3 +496,32 @@ def judge(claim: Claim, rows: Sequence[Row]) -> Verdict:
 def judge_all(claims: Sequence[Claim], rows: Sequence[Row]) -> list[Verdict]:
     """:func:`judge` of each claim, in order."""
     return [judge(claim, rows) for claim in claims]
+
+
+def verdict_record(claim: Claim, verdict: Verdict) -> dict[str, Any]:
+    """One claim and its verdict as plain JSON data (``claims.json``, the report's table)."""
+    m = verdict.measurement
+    return {
+        "name": claim.name,
+        "text": claim.text,
+        "paper": claim.paper,
+        "published": claim.published,
+        "status": verdict.status,
+        "value": None if m is None else m.value,
+        "std": None if m is None else m.std,
+        "seeds": None if m is None else m.n,
+        "direction": claim.direction,
+        "threshold": claim.threshold,
+        "detail": None if m is None else m.detail,
+        "summary": verdict.summary,
+    }
+
+
+def format_verdicts(records: Sequence[Mapping[str, Any]]) -> str:
+    """The verdicts as terminal lines: ``HOLDS``/``FAILS``/``undefined``, then the claim."""
+    lines = [f"claims ({len(records)}):"] if records else []
+    for record in records:
+        mark = {"holds": "HOLDS", "fails": "FAILS"}.get(record["status"], "undefined")
+        lines.append(f"  {mark:<9} {record['summary']}")
+        lines.append(f"            paper: {record['published']}")
+    return "\n".join(lines)

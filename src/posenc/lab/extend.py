@@ -46,7 +46,9 @@ from posenc._validate import check_non_negative_int, check_positive_float, check
 from posenc.lab.data import CorpusSplits, LMSource, load_corpus
 from posenc.lab.extrapolate import evaluate_lm
 from posenc.lab.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
-from posenc.lab.runner import Experiment, Run, run_experiment
+from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.seed_claims import claims_of
+from posenc.lab.tables import pivot, text_table
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 
@@ -132,7 +134,9 @@ class ExtendConfig:
         eval_tokens: bytes of the test split scored at every evaluation length.
         corpus: text files or folders; empty = the Python standard library sources.
         corpus_bytes: cap on each split's size (None = whole corpus).
-        seed: model init, batches, corpus split and passkeys.
+        seeds: one base (and its fine-tunes) per seed: model init, batches and passkeys;
+            tables give mean ± std over seeds.
+        split_seed: seed of the corpus's train/validation/test split (fixed across seeds).
         threads: torch intra-op threads while running (None = torch's default).
         progress: progress bars.
     """
@@ -159,7 +163,8 @@ class ExtendConfig:
     eval_tokens: int = 16384
     corpus: tuple[str, ...] = ()
     corpus_bytes: int | None = None
-    seed: int = 0
+    seeds: tuple[int, ...] = (0,)
+    split_seed: int = 0
     threads: int | None = 1
     progress: bool = True
 
@@ -171,7 +176,8 @@ class ExtendConfig:
             check_positive_int(name, getattr(self, name))
         for name in ("ft_steps", "passkey_trials", "eval_tokens"):
             check_positive_int(name, getattr(self, name))
-        for name in ("warmup_steps", "ft_warmup_steps", "passkey_ft_steps", "seed"):
+        object.__setattr__(self, "seeds", check_seeds(self.seeds))
+        for name in ("warmup_steps", "ft_warmup_steps", "passkey_ft_steps", "split_seed"):
             check_non_negative_int(name, getattr(self, name))
         check_positive_float("lr", self.lr)
         check_positive_float("ft_lr", self.ft_lr)
@@ -248,7 +254,7 @@ class ExtendConfig:
             pos_kwargs={} if scaling is None else {"scaling": scaling},
         )
 
-    def train_config(self, *, fine_tune: bool) -> TrainConfig:
+    def train_config(self, *, fine_tune: bool, seed: int = 0) -> TrainConfig:
         steps = self.ft_steps if fine_tune else self.steps
         warmup = self.ft_warmup_steps if fine_tune else self.warmup_steps
         return TrainConfig.for_steps(
@@ -256,13 +262,13 @@ class ExtendConfig:
             warmup_steps=warmup,
             batch_size=self.batch_size,
             lr=self.ft_lr if fine_tune else self.lr,
-            seed=self.seed,
+            seed=seed,
             progress=self.progress,
         )
 
 
 def _load(config: ExtendConfig) -> CorpusSplits:
-    return load_corpus(config.corpus or None, seed=config.seed, max_bytes=config.corpus_bytes)
+    return load_corpus(config.corpus or None, seed=config.split_seed, max_bytes=config.corpus_bytes)
 
 
 def _model(config: ExtendConfig, method: str, factor: float, state: dict[str, Tensor]) -> DecoderLM:
@@ -285,9 +291,10 @@ def _evaluate(
     stage: str,
     fixed_factor: float | None,
     train_loss: float,
+    seed: int,
 ) -> list[Row]:
     """Perplexity and passkey rows of one (method, stage); ``fixed_factor`` None = per length."""
-    common = {"method": method, "stage": stage, "train_len": config.train_len}
+    common = {"method": method, "stage": stage, "seed": seed, "train_len": config.train_len}
     ft = {"ft_len": config.ft_len if stage == "ft" else None, "train_loss": train_loss}
     rows: list[Row] = []
     for multiplier, length in zip(config.multipliers, config.eval_lengths, strict=True):
@@ -314,7 +321,7 @@ def _evaluate(
         model = _model(config, method, s, state)
         for depth in config.passkey_depths:
             acc, token_acc = passkey_accuracy(
-                model, length, float(depth), config.passkey_trials, seed=config.seed
+                model, length, float(depth), config.passkey_trials, seed=seed
             )
             rows.append(
                 {
@@ -337,31 +344,39 @@ def _plan(config: ExtendConfig) -> list[Run]:
     """The RoPE base (trained, then evaluated with every method and no fine-tuning), then
     one fine-tuning run per method from the base's final weights (a later stage)."""
     return [
-        Run("base"),
-        *(Run(f"ft_{method}", {"method": method}, stage=1) for method in config.ft_methods),
+        *(Run(f"base/seed{seed}", {"seed": seed}) for seed in config.seeds),
+        *(
+            Run(f"ft_{method}/seed{seed}", {"method": method, "seed": seed}, stage=1)
+            for method in config.ft_methods
+            for seed in config.seeds
+        ),
     ]
 
 
 def _execute(config: ExtendConfig, run: Run, folder: Path) -> list[Row]:
     corpus = _load(config)
-    if run.name == "base":
-        torch.manual_seed(config.seed)
+    seed = run.params["seed"]
+    if "method" not in run.params:  # the base
+        torch.manual_seed(seed)
         base = DecoderLM(config.model_config("rope", 1.0))
-        source = LMSource(corpus.train, config.train_len, seed=config.seed)
-        result = train(base, source, config.train_config(fine_tune=False), folder)
+        source = LMSource(corpus.train, config.train_len, seed=seed)
+        result = train(base, source, config.train_config(fine_tune=False, seed=seed), folder)
         state = base.state_dict()
         rows: list[Row] = []
         for method in config.methods:
-            rows += _evaluate(config, corpus, state, method, "no_ft", None, result.final_loss)
+            loss = result.final_loss
+            rows += _evaluate(config, corpus, state, method, "no_ft", None, loss, seed)
         return rows
     method = run.params["method"]
     s_ft = config.factor(config.ft_len)
-    torch.manual_seed(config.seed)
-    model = _model(config, method, s_ft, _final_state(folder.parent / "base"))
-    lm = LMSource(corpus.train, config.ft_len, seed=config.seed + 1)
-    mix = PasskeyMix(lm, config.ft_len, config.ft_steps, config.passkey_ft_steps, config.seed + 1)
-    result = train(model, mix, config.train_config(fine_tune=True), folder)
-    return _evaluate(config, corpus, model.state_dict(), method, "ft", s_ft, result.final_loss)
+    torch.manual_seed(seed)
+    base_dir = folder.parent.parent / "base" / f"seed{seed}"
+    model = _model(config, method, s_ft, _final_state(base_dir))
+    lm = LMSource(corpus.train, config.ft_len, seed=seed + 1)
+    mix = PasskeyMix(lm, config.ft_len, config.ft_steps, config.passkey_ft_steps, seed + 1)
+    result = train(model, mix, config.train_config(fine_tune=True, seed=seed), folder)
+    state = model.state_dict()
+    return _evaluate(config, corpus, state, method, "ft", s_ft, result.final_loss, seed)
 
 
 def run_extend(
@@ -383,39 +398,39 @@ def run_extend(
 
 
 def format_extend_tables(rows: Sequence[Row]) -> str:
-    """Perplexity by (method, stage) and evaluation length, then mean passkey accuracy over
-    depths by context length."""
+    """Perplexity by (method, stage) and evaluation length, then passkey accuracy (mean over
+    depths) by context length; mean ± std over seeds."""
     lines: list[str] = []
     extend = [r for r in rows if r.get("experiment") == "extend"]
     if extend:
-        lengths = sorted({r["eval_len"] for r in extend})
-        lines.append(f"perplexity (bytes); RoPE trained at T={extend[0]['train_len']}")
-        lines.append(f"{'method':<14}{'stage':<7}" + "".join(f"{f'L={n}':>10}" for n in lengths))
-        keys = dict.fromkeys((r["method"], r["stage"]) for r in extend)
-        for method, stage in keys:
-            cells = {
-                r["eval_len"]: r["ppl"]
-                for r in extend
-                if (r["method"], r["stage"]) == (method, stage)
-            }
-            values = "".join(f"{cells[n]:>10.3f}" if n in cells else f"{'–':>10}" for n in lengths)
-            lines.append(f"{method:<14}{stage:<7}{values}")
+        seeds = len({r.get("seed", 0) for r in extend})
+        lines.append(
+            f"perplexity (bytes); RoPE trained at T={extend[0]['train_len']}; {seeds} seed"
+            + ("s (mean ± std)" if seeds > 1 else "")
+        )
+        header, body = pivot(extend, ["method", "stage"], "eval_len", "ppl", label=_length)
+        lines.append(text_table(header, body))
     passkey = [r for r in rows if r.get("experiment") == "passkey"]
     if passkey:
-        lengths = sorted({r["context_len"] for r in passkey})
+        # per seed, the mean over depths; then mean ± std over seeds
+        keys = ("method", "stage", "context_len", "seed")
+        per_seed: dict[tuple[Any, ...], list[float]] = {}
+        for row in passkey:
+            per_seed.setdefault(tuple(row.get(k, 0) for k in keys), []).append(row["accuracy"])
+        means = [
+            {**dict(zip(keys, key, strict=True)), "accuracy": sum(accs) / len(accs)}
+            for key, accs in per_seed.items()
+        ]
         lines.append("passkey accuracy (mean over depths)")
-        lines.append(f"{'method':<14}{'stage':<7}" + "".join(f"{f'L={n}':>10}" for n in lengths))
-        for method, stage in dict.fromkeys((r["method"], r["stage"]) for r in passkey):
-            values = ""
-            for n in lengths:
-                accs = [
-                    r["accuracy"]
-                    for r in passkey
-                    if (r["method"], r["stage"], r["context_len"]) == (method, stage, n)
-                ]
-                values += f"{sum(accs) / len(accs):>10.2f}" if accs else f"{'–':>10}"
-            lines.append(f"{method:<14}{stage:<7}{values}")
+        header, body = pivot(
+            means, ["method", "stage"], "context_len", "accuracy", digits=2, label=_length
+        )
+        lines.append(text_table(header, body))
     return "\n".join(lines)
+
+
+def _length(n: int) -> str:
+    return f"L={n}"
 
 
 EXPERIMENT = Experiment(
@@ -427,4 +442,5 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_extend_tables,
     prepare=_load,
+    claims=claims_of("extend", "passkey"),
 )

@@ -27,10 +27,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc._validate import check_positive_int
+from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.data import CorpusSplits, LMSource, eval_windows, load_corpus
 from posenc.lab.results import Row
-from posenc.lab.runner import Experiment, Run, run_experiment
+from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.seed_claims import claims_of
+from posenc.lab.tables import pivot, text_table
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import encoding_spec
@@ -56,7 +58,9 @@ class ExtrapolateConfig:
         eval_tokens: bytes of the test split scored at every evaluation length.
         corpus: text files or folders; empty = the Python standard library sources.
         corpus_bytes: cap on each split's size (``None`` = whole corpus).
-        seed: model init, batches and corpus split.
+        seeds: one run per seed and encoding (model init and batch order); tables give the
+            mean ± std over seeds.
+        split_seed: seed of the corpus's train/validation/test split (fixed across seeds).
         isolate: train each encoding in a fresh process (spawn), so its peak memory is its
             own; ``False`` trains in this process (peak memory is then the process's so far).
         workers: processes training at once when ``isolate`` (tokens/s are then measured
@@ -82,7 +86,8 @@ class ExtrapolateConfig:
     eval_tokens: int = 32768
     corpus: tuple[str, ...] = ()
     corpus_bytes: int | None = None
-    seed: int = 0
+    seeds: tuple[int, ...] = (0,)
+    split_seed: int = 0
     isolate: bool = True
     workers: int = 1
     threads: int | None = 1
@@ -92,6 +97,8 @@ class ExtrapolateConfig:
     def __post_init__(self) -> None:
         for name in ("train_len", "dim", "depth", "num_heads", "steps", "batch_size", "workers"):
             check_positive_int(name, getattr(self, name))
+        object.__setattr__(self, "seeds", check_seeds(self.seeds))
+        check_non_negative_int("split_seed", self.split_seed)
         if not self.encodings:
             raise ValueError("encodings must name at least one encoding")
         for name in self.encodings:
@@ -120,13 +127,13 @@ class ExtrapolateConfig:
             pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
         )
 
-    def train_config(self) -> TrainConfig:
+    def train_config(self, seed: int) -> TrainConfig:
         return TrainConfig.for_steps(
             self.steps,
             warmup_steps=self.warmup_steps,
             batch_size=self.batch_size,
             lr=self.lr,
-            seed=self.seed,
+            seed=seed,
             progress=self.progress,
         )
 
@@ -169,22 +176,27 @@ def evaluate_lm(
 
 
 def _plan(config: ExtrapolateConfig) -> list[Run]:
-    return [Run(encoding, {"encoding": encoding}) for encoding in config.encodings]
+    return [
+        Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
+        for encoding in config.encodings
+        for seed in config.seeds
+    ]
 
 
 def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
     """Train one encoding (resuming if its folder holds a run) and evaluate every length."""
-    encoding = run.params["encoding"]
+    encoding, seed = run.params["encoding"], run.params["seed"]
     corpus = _load(config)
-    torch.manual_seed(config.seed)
+    torch.manual_seed(seed)
     model = DecoderLM(config.model_config(encoding))
-    source = LMSource(corpus.train, config.train_len, seed=config.seed)
-    result = train(model, source, config.train_config(), folder)
+    source = LMSource(corpus.train, config.train_len, seed=seed)
+    result = train(model, source, config.train_config(seed), folder)
     rows = []
     for multiplier, eval_len in zip(config.multipliers, config.eval_lengths, strict=True):
         row: Row = {
             "experiment": "extrapolate",
             "encoding": encoding,
+            "seed": seed,
             "train_len": config.train_len,
             "eval_len": eval_len,
             "multiplier": multiplier,
@@ -217,7 +229,7 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
 
 
 def _load(config: ExtrapolateConfig) -> CorpusSplits:
-    return load_corpus(config.corpus or None, seed=config.seed, max_bytes=config.corpus_bytes)
+    return load_corpus(config.corpus or None, seed=config.split_seed, max_bytes=config.corpus_bytes)
 
 
 def run_extrapolate(
@@ -234,25 +246,25 @@ def run_extrapolate(
 
 
 def format_ppl_table(rows: Sequence[Row]) -> str:
-    """Perplexity table: encodings down, evaluation lengths across (``–`` = undefined)."""
+    """Perplexity table: encodings down, evaluation lengths across, mean ± std over seeds
+    (``–`` = undefined), then training tokens/s and peak memory."""
     selected = [r for r in rows if r.get("experiment") == "extrapolate"]
-    lengths = sorted({r["eval_len"] for r in selected})
-    encodings = list(dict.fromkeys(r["encoding"] for r in selected))
-    train_len = selected[0]["train_len"] if selected else 0
-    header = f"{'encoding':<18}" + "".join(f"{f'L={n}':>10}" for n in lengths)
-    header += f"{'tok/s':>10}{'mem MB':>9}"
-    lines = [f"perplexity (bytes) by evaluation length; trained at T={train_len}", header]
-    for name in encodings:
-        cells = {r["eval_len"]: r for r in selected if r["encoding"] == name}
-        values = "".join(
-            f"{cells[n]['ppl']:>10.3f}" if cells.get(n) and cells[n].get("ppl") else f"{'–':>10}"
-            for n in lengths
-        )
-        any_row = next(iter(cells.values()))
-        lines.append(
-            f"{name:<18}{values}{any_row['tokens_per_s']:>10.0f}{any_row['peak_memory_mb']:>9.0f}"
-        )
-    return "\n".join(lines)
+    if not selected:
+        return "no extrapolate rows"
+    seeds = len({r.get("seed", 0) for r in selected})
+    header, body = pivot(
+        selected,
+        ["encoding"],
+        "eval_len",
+        "ppl",
+        label=lambda n: f"L={n}",
+        extra=[("tok/s", "tokens_per_s", 0), ("mem MB", "peak_memory_mb", 0)],
+    )
+    title = (
+        f"perplexity (bytes) by evaluation length; trained at T={selected[0]['train_len']}; "
+        f"{seeds} seed{'s' if seeds > 1 else ''}{' (mean ± std)' if seeds > 1 else ''}"
+    )
+    return title + "\n" + text_table(header, body)
 
 
 EXPERIMENT = Experiment(
@@ -264,4 +276,5 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_ppl_table,
     prepare=_load,
+    claims=claims_of("extrapolate"),
 )

@@ -41,7 +41,9 @@ from torch import nn
 
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed
-from posenc.lab.runner import Experiment, Run, run_experiment
+from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.seed_claims import claims_of
+from posenc.lab.tables import pivot, text_table
 from posenc.lab.tasks import TASKS, TaskSource, accuracy, make_task
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
@@ -78,7 +80,8 @@ class TasksConfig:
         task_params: per task, keyword arguments of :func:`~posenc.lab.tasks.make_task` (task
             parameters, and ``train_lengths`` / ``test_lengths`` to override the defaults).
         pos_kwargs: per encoding, keyword arguments of its constructor.
-        seed: model init, data, randomized positions.
+        seeds: one run per seed and (task, encoding, variant): model init, training data,
+            randomized positions and the scored examples; tables give mean ± std over seeds.
         device: torch device of training and evaluation.
         threads: torch intra-op threads per training (``None`` = torch's default).
         workers: trainings run at once in spawned processes (1 = in this process).
@@ -99,7 +102,7 @@ class TasksConfig:
     random_max_length: int | None = None
     task_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    seed: int = 0
+    seeds: tuple[int, ...] = (0,)
     device: str = "cpu"
     threads: int | None = 1
     workers: int = 1
@@ -111,7 +114,7 @@ class TasksConfig:
         if self.dim % self.num_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
         check_non_negative_int("warmup_steps", self.warmup_steps)
-        check_non_negative_int("seed", self.seed)
+        object.__setattr__(self, "seeds", check_seeds(self.seeds))
         check_positive_int("workers", self.workers)
         if self.threads is not None:
             check_positive_int("threads", self.threads)
@@ -151,13 +154,13 @@ class TasksConfig:
                     f"{task} sequence ({longest} tokens)"
                 )
 
-    def source(self, task: str) -> TaskSource:
-        """The task's seeded source, with ``task_params`` applied."""
+    def source(self, task: str, seed: int = 0) -> TaskSource:
+        """The task's source for ``seed``, with ``task_params`` applied."""
         params = dict(self.task_params.get(task, {}))
         for key in ("train_lengths", "test_lengths"):
             if key in params and isinstance(params[key], list):
                 params[key] = tuple(params[key])  # JSON gives lists
-        return make_task(task, seed=self.seed, **params)
+        return make_task(task, seed=seed, **params)
 
     def max_position(self, task: str) -> int:
         """``L`` of the randomized variant of ``task``."""
@@ -178,13 +181,13 @@ class TasksConfig:
             pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
         )
 
-    def train_config(self, task: str, randomized: bool) -> TrainConfig:
+    def train_config(self, task: str, randomized: bool, seed: int = 0) -> TrainConfig:
         return TrainConfig.for_steps(
             self.steps,
             warmup_steps=self.warmup_steps,
             batch_size=self.batch_size,
             lr=self.lr,
-            seed=self.seed,
+            seed=seed,
             device=self.device,
             progress=self.progress and self.workers == 1,
             randomize_positions=self.max_position(task) if randomized else None,
@@ -262,24 +265,27 @@ def _run_name(task: str, encoding: str, randomized: bool) -> str:
 def _plan(config: TasksConfig) -> list[Run]:
     return [
         Run(
-            _run_name(task, encoding, randomized),
-            {"task": task, "encoding": encoding, "randomized": randomized},
+            f"{_run_name(task, encoding, randomized)}/seed{seed}",
+            {"task": task, "encoding": encoding, "randomized": randomized, "seed": seed},
         )
         for task in config.tasks
         for encoding in config.encodings
         for randomized in config.randomized
+        for seed in config.seeds
     ]
 
 
 def _execute(config: TasksConfig, run: Run, folder: Path) -> list[Row]:
     """Train one (task, encoding, variant), resuming if its folder holds a run; score it."""
-    task, encoding, randomized = (run.params[k] for k in ("task", "encoding", "randomized"))
-    source = config.source(task)
+    task, encoding, randomized, seed = (
+        run.params[k] for k in ("task", "encoding", "randomized", "seed")
+    )
+    source = config.source(task, seed)
     max_position = config.max_position(task) if randomized else None
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.seed)
+        torch.manual_seed(seed)
         model = DecoderLM(config.model_config(task, encoding, randomized))
-    result = train(model, source, config.train_config(task, randomized), folder)
+    result = train(model, source, config.train_config(task, randomized, seed), folder)
     low, high = source.train_lengths
     lengths = [(high, "train"), *((n, "test") for n in source.test_lengths)]
     rows = []
@@ -290,7 +296,7 @@ def _execute(config: TasksConfig, run: Run, folder: Path) -> list[Row]:
             length,
             examples=config.eval_examples,
             max_position=max_position,
-            seed=config.seed,
+            seed=seed,
         )
         rows.append(
             {
@@ -298,6 +304,7 @@ def _execute(config: TasksConfig, run: Run, folder: Path) -> list[Row]:
                 "task": task,
                 "encoding": encoding,
                 "randomized": randomized,
+                "seed": seed,
                 "length": length,
                 "split": split,
                 "token_acc": token_acc,
@@ -332,24 +339,27 @@ def run_tasks(
 
 def format_tasks_table(rows: Sequence[Row], metric: str = "seq_acc") -> str:
     """Per task: ``metric`` (``seq_acc`` or ``token_acc``) with encodings down and lengths
-    across; ``*`` marks the in-distribution length, ``+rand`` the randomized variant."""
-    selected = [r for r in rows if r.get("experiment") == "tasks"]
-    lines: list[str] = []
+    across, mean ± std over seeds; ``*`` marks the in-distribution length, ``+rand`` the
+    randomized variant."""
+    selected = [
+        {**r, "variant": f"{r['encoding']}{'+rand' if r['randomized'] else ''}"}
+        for r in rows
+        if r.get("experiment") == "tasks"
+    ]
+    seeds = len({r.get("seed", 0) for r in selected})
+    lines = [
+        f"{metric} by length (* = in distribution); {seeds} seed{'s' if seeds > 1 else ''}"
+        + (" (mean ± std)" if seeds > 1 else "")
+    ]
     for task in dict.fromkeys(r["task"] for r in selected):
         cells = [r for r in selected if r["task"] == task]
-        lengths = sorted({r["length"] for r in cells})
         train = {r["length"] for r in cells if r.get("split") == "train"}
-        header = f"{task:<18}" + "".join(f"{f'{n}*' if n in train else str(n):>8}" for n in lengths)
-        lines += [f"{metric} by length (* = in distribution)" if not lines else "", header]
-        for key in dict.fromkeys((r["encoding"], r["randomized"]) for r in cells):
-            values = {
-                r["length"]: r[metric] for r in cells if (r["encoding"], r["randomized"]) == key
-            }
-            name = f"{key[0]}{'+rand' if key[1] else ''}"
-            lines.append(
-                f"{name:<18}"
-                + "".join(f"{values[n]:>8.3f}" if n in values else f"{'–':>8}" for n in lengths)
-            )
+
+        def label(n: int, train: set[int] = train) -> str:
+            return f"{n}*" if n in train else str(n)
+
+        header, body = pivot(cells, ["variant"], "length", metric, label=label)
+        lines += ["", text_table([task, *header[1:]], body)]
     return "\n".join(lines)
 
 
@@ -361,4 +371,5 @@ EXPERIMENT = Experiment(
     plan=_plan,
     execute=_execute,
     table=format_tasks_table,
+    claims=claims_of("tasks"),
 )

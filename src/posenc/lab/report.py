@@ -42,6 +42,7 @@ table { border-collapse: collapse; margin: 1em 0; font-size: 0.85em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
 th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
 img { max-width: 100%; } code { background: #f4f4f4; padding: 1px 4px; }
+table.claims td { text-align: left; vertical-align: top; max-width: 28em; }
 """
 
 
@@ -66,6 +67,39 @@ def _table(rows: Sequence[Row]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+_MARKS = {"holds": "✔ holds", "fails": "✘ fails", "undefined": "– undefined"}
+
+
+def _claims_section(records: Sequence[Row]) -> list[str]:
+    """The seed claims first: verdict, claim, measured (mean ± std over seeds), threshold,
+    and the paper's number."""
+    if not records:
+        return []
+    head = "".join(
+        f"<th>{name}</th>" for name in ("verdict", "claim", "measured", "needs", "published")
+    )
+    body = []
+    for r in records:
+        measured = "–" if r["value"] is None else f"{r['value']:.4g}"
+        if r["value"] is not None and r["std"] is not None:
+            measured += f" ± {r['std']:.2g}"
+        if r["seeds"]:
+            measured += f" ({r['seeds']} seed{'s' if r['seeds'] > 1 else ''})"
+        cells = [
+            _MARKS.get(r["status"], r["status"]),
+            f"{html.escape(r['text'])}<br><small>{html.escape(r['paper'])}</small>",
+            measured,
+            f"{html.escape(r['direction'])} {r['threshold']:g}",
+            html.escape(r["published"]),
+        ]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    held = sum(r["status"] == "holds" for r in records)
+    return [
+        f"<h2>Claims: {held} of {len(records)} hold</h2>",
+        f"<table class='claims'><tr>{head}</tr>{''.join(body)}</table>",
+    ]
+
+
 def _png(fig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
@@ -84,6 +118,9 @@ def write_report(run_dir: str | Path, *, title: str | None = None) -> Path:
         raise ValueError(f"run_dir {folder} has no results.csv; run an experiment into it first")
     rows = read_results_csv(csv_path)
     parts = [f"<h1>{html.escape(title or f'posenc run: {folder.name}')}</h1>"]
+    claims_path = folder / "claims.json"
+    if claims_path.is_file():
+        parts += _claims_section(json.loads(claims_path.read_text(encoding="utf-8")))
     config_path = folder / "config.json"
     if config_path.is_file():
         config = json.loads(config_path.read_text())

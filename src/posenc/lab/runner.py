@@ -14,7 +14,8 @@ every experiment shares:
    folder, e.g. fine-tuning from a trained base), serially or in a pool of spawned processes
    (``workers`` > 1, or ``isolate``: a fresh process per run, so peak memory is the run's
    own), each with ``threads`` torch threads;
-4. ``results.csv`` (rows in plan order), ``report.html`` and the printed table.
+4. ``results.csv`` (rows in plan order), ``claims.json`` (the verdicts of the experiment's
+   seed claims on those rows), ``report.html`` and the printed table and verdicts.
 
 Config fields the runner reads when present: ``workers`` (default 1), ``isolate`` (False),
 ``threads`` (None: unchanged), ``progress`` (turned off in parallel workers, whose progress
@@ -37,10 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from posenc.lab.claims import Claim, format_verdicts, judge_all, verdict_record
 from posenc.lab.results import Row, prepare_out_dir, write_results_csv
 from posenc.lab.run import atomic_write_text, torch_threads
 
-__all__ = ["Experiment", "Run", "execute_run", "run_experiment"]
+__all__ = ["Experiment", "Run", "check_seeds", "execute_run", "run_experiment"]
 
 C = TypeVar("C")
 
@@ -76,6 +78,8 @@ class Experiment(Generic[C]):
         table: the rows as the table the terminal prints.
         prepare: optional early check of a config in the parent (e.g. load the corpus), so a
             bad config fails before any worker starts.
+        claims: the seed claims its rows test (:mod:`posenc.lab.seed_claims`), judged after
+            every run into ``claims.json``, printed after the table and leading the report.
     """
 
     name: str
@@ -86,6 +90,20 @@ class Experiment(Generic[C]):
     execute: Callable[[C, Run, Path], list[Row]]
     table: Callable[[Sequence[Row]], str]
     prepare: Callable[[C], object] | None = None
+    claims: tuple[Claim, ...] = ()
+
+
+def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
+    """``seeds`` as a tuple; ``ValueError`` naming ``seeds`` unless they are distinct
+    non-negative integers, at least one."""
+    seeds = tuple(seeds)
+    if (
+        not seeds
+        or len(set(seeds)) != len(seeds)
+        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
+    ):
+        raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
+    return seeds
 
 
 def execute_run(experiment: Experiment[Any], config: Any, run: Run, run_dir: Path) -> list[Row]:
@@ -140,8 +158,17 @@ def run_experiment(
         say(f"[{experiment.name}] {len(pending)} run(s) in {time.perf_counter() - start:.0f} s")
     rows = [row for run in runs for row in done[run.name]]
     write_results_csv(rows, folder / "results.csv")
+    records = [
+        verdict_record(claim, verdict)
+        for claim, verdict in zip(
+            experiment.claims, judge_all(experiment.claims, rows), strict=True
+        )
+    ]
+    atomic_write_text(folder / "claims.json", json.dumps(records, indent=2))
     write_report(folder, title=experiment.title)
     say(experiment.table(rows))
+    if records:
+        say(format_verdicts(records))
     return rows
 
 

@@ -245,6 +245,6 @@ SEED_CLAIMS: tuple[Claim, ...] = (
 )
 
 
-def claims_of(experiment: str) -> tuple[Claim, ...]:
-    """The seed claims that read ``experiment``'s rows."""
-    return tuple(claim for claim in SEED_CLAIMS if claim.experiment == experiment)
+def claims_of(*experiments: str) -> tuple[Claim, ...]:
+    """The seed claims that read the rows of any of ``experiments``."""
+    return tuple(claim for claim in SEED_CLAIMS if claim.experiment in experiments)

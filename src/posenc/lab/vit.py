@@ -42,7 +42,7 @@ from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D
 from posenc.attention import build_context, hooks_of
 from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, derive_seed
-from posenc.lab.runner import Experiment, Run, run_experiment
+from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.train import TrainConfig, train
 from posenc.model import Block, ModelConfig
 from posenc.positions import grid_coordinates
@@ -356,15 +356,11 @@ class VitConfig:
     def __post_init__(self) -> None:
         # JSON (CLI --set, config.json) gives lists; keep the tuples hashable and comparable.
         object.__setattr__(self, "encodings", tuple(self.encodings))
-        object.__setattr__(self, "seeds", tuple(self.seeds))
         if not self.encodings or any(e not in ENCODINGS for e in self.encodings):
             raise ValueError(f"encodings must be a non-empty subset of {ENCODINGS}")
         if len(set(self.encodings)) != len(self.encodings):
             raise ValueError(f"encodings must not repeat a name, got {self.encodings}")
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds must be distinct non-negative integers, got {self.seeds}")
-        for seed in self.seeds:
-            check_non_negative_int("seeds", seed)
+        object.__setattr__(self, "seeds", check_seeds(self.seeds))
         for name in ("epochs", "batch_size", "test_size"):
             check_positive_int(name, getattr(self, name))
         check_non_negative_int("split_seed", self.split_seed)

@@ -1,0 +1,66 @@
+"""Pivot tables of result rows over seeds: one cell per (index, column), mean ± std.
+
+The experiments' printed tables and the report's tables are both built here, from
+:func:`posenc.lab.claims.aggregate` (sample std over seeds; ``–`` where a cell is undefined,
+such as a learned table past ``T``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from posenc.lab.claims import aggregate, format_mean_std
+
+__all__ = ["Pivot", "pivot", "text_table"]
+
+Row = dict[str, Any]
+Pivot = tuple[list[str], list[list[str]]]
+
+
+def pivot(
+    rows: Sequence[Row],
+    index: Sequence[str],
+    column: str,
+    value: str,
+    *,
+    digits: int = 3,
+    label: Callable[[Any], str] = str,
+    extra: Sequence[tuple[str, str, int]] = (),
+) -> Pivot:
+    """``(header, body)``: one line per distinct ``index`` (first appearance), one column per
+    distinct ``column`` value (sorted) holding ``value`` as mean ± std over seeds, then the
+    ``extra`` columns ``(title, value, digits)`` averaged over the line's rows."""
+    columns = sorted({row[column] for row in rows})
+    cells = {
+        (*(group[k] for k in index), group[column]): group
+        for group in aggregate(rows, [*index, column], value)
+    }
+    header = [*index, *(label(c) for c in columns), *(title for title, _, _ in extra)]
+    body = []
+    for key in dict.fromkeys(tuple(row[k] for k in index) for row in rows):
+        line = [str(part) for part in key]
+        for c in columns:
+            group = cells.get((*key, c))
+            line.append(
+                "–" if group is None else format_mean_std(group["mean"], group["std"], digits)
+            )
+        mine = [row for row in rows if tuple(row[k] for k in index) == key]
+        for _, name, places in extra:
+            (summary,) = aggregate(mine, [], name)
+            line.append("–" if summary["mean"] is None else f"{summary['mean']:.{places}f}")
+        body.append(line)
+    return header, body
+
+
+def text_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell; the first left-aligned, the rest right-aligned."""
+    widths = [max(len(str(line[i])) for line in [header, *body]) for i in range(len(header))]
+
+    def fmt(line: Sequence[str]) -> str:
+        first = f"{line[0]:<{widths[0]}}"
+        return "  ".join(
+            [first, *(f"{cell:>{w}}" for cell, w in zip(line[1:], widths[1:], strict=True))]
+        )
+
+    return "\n".join(fmt(line) for line in [header, *body])
