@@ -331,3 +331,35 @@ def test_triton_dispatch_on_cuda(dtype, mode) -> None:
     q = x.double().requires_grad_()  # autograd through the custom op, rotation by −θ
     rotate(q, c.double(), s.double(), impl="triton", **kwargs).sum().backward()
     assert torch.equal(q.grad, _reference(torch.ones_like(q), c.double(), -s.double(), "half", 128))
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("rotary_dim", [128, 64, 24])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_serial_and_parallel_numba_kernels_equal_reference(threads, rotary_dim, dtype) -> None:
+    # One torch thread runs numba's serial kernels (no threading layer), more the parallel.
+    from posenc.rotary._numba_kernels import kernel_for
+
+    assert kernel_for(rotary_dim // 2, 1) is not kernel_for(rotary_dim // 2, 2)
+    x = _x((2, 3, 70, 128), dtype, strided=True)  # several jobs of 64 rows
+    c, s = _tables(70, rotary_dim, dtype, batch=2)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = rotate(x, c, s, layout="half", rotary_dim=rotary_dim, impl="numba")
+        pair = kernels.rotate_pair(
+            x.clone(),
+            x.clone(),
+            (c, s),
+            (c, s),
+            layout="half",
+            rotary_dim=rotary_dim,
+            inplace=True,
+            impl="numba",
+        )
+    finally:
+        torch.set_num_threads(before)
+    expected = _reference(x, c, s, "half", rotary_dim)
+    assert torch.equal(got, expected)
+    assert torch.equal(pair[0], expected) and torch.equal(pair[1], expected)

@@ -26,7 +26,7 @@ from llvmlite import ir
 from numba import njit, prange, types
 from numba.extending import intrinsic, overload
 
-__all__ = ["ROWS_PER_JOB", "SPECIALIZED", "rotate_rows"]
+__all__ = ["ROWS_PER_JOB", "kernel_for"]
 
 
 @intrinsic
@@ -193,34 +193,57 @@ def _job(job, jobs0, x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inpl
                 i0 += 1
 
 
-# One parallel loop over the jobs of q and k. ``meta[t]`` describes tensor ``t``: its three
-# leading sizes in memory order, then along them the strides of ``x``, of ``w`` (the output;
-# ignored in place) and of the tables. A tensor with no rows is skipped: one tensor is
-# rotated by passing a second with ``meta[1, :3] == 0``. ``rotate_rows_32``/``_64`` are the
-# same loop for rotary dims 64 and 128 (the common head dims): with the pair count a
-# constant, LLVM drops the per-row remainder and trip-count code, a quarter of the time.
-
-
-@njit(parallel=True, error_model="numpy", cache=True)
-def rotate_rows(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
+@njit(inline="always")
+def _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
+    """Every job of q and k: a parallel loop in a ``parallel=True`` kernel, a plain loop in a
+    serial one (the same code inlined into both)."""
     jobs0, jobs = _jobs(meta)
     for job in prange(jobs):
         _job(job, jobs0, x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace)
 
 
+# The kernels. ``meta[t]`` describes tensor ``t``: its three leading sizes in memory order,
+# then along them the strides of ``x``, of ``w`` (the output; ignored in place) and of the
+# tables. A tensor with no rows is skipped: one tensor is rotated by passing a second with
+# ``meta[1, :3] == 0``. ``*_32``/``*_64`` are the same loop for rotary dims 64 and 128 (the
+# common head dims): with the pair count a constant, LLVM drops the per-row remainder and
+# trip-count code, a quarter of the time. The ``serial_*`` kernels run on one thread without
+# the threading layer: numba's OpenMP pool spins between parallel regions, which took a core
+# from every other process (two 1-thread trainings side by side ran 2.7× slower).
+
+
+@njit(parallel=True, error_model="numpy", cache=True)
+def rotate_rows(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace)
+
+
 @njit(parallel=True, error_model="numpy", cache=True)
 def rotate_rows_32(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
-    jobs0, jobs = _jobs(meta)
-    for job in prange(jobs):
-        _job(job, jobs0, x0, w0, c0, s0, x1, w1, c1, s1, meta, 32, interleaved, inplace)
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 32, interleaved, inplace)
 
 
 @njit(parallel=True, error_model="numpy", cache=True)
 def rotate_rows_64(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
-    jobs0, jobs = _jobs(meta)
-    for job in prange(jobs):
-        _job(job, jobs0, x0, w0, c0, s0, x1, w1, c1, s1, meta, 64, interleaved, inplace)
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 64, interleaved, inplace)
 
 
-#: the kernel for a pair count, else ``rotate_rows``
-SPECIALIZED = {32: rotate_rows_32, 64: rotate_rows_64}
+@njit(error_model="numpy", cache=True)
+def serial_rows(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace)
+
+
+@njit(error_model="numpy", cache=True)
+def serial_rows_32(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 32, interleaved, inplace)
+
+
+@njit(error_model="numpy", cache=True)
+def serial_rows_64(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 64, interleaved, inplace)
+
+
+def kernel_for(pairs: int, threads: int):
+    """The kernel for ``pairs`` pairs per row on ``threads`` threads."""
+    if threads > 1:
+        return {32: rotate_rows_32, 64: rotate_rows_64}.get(pairs, rotate_rows)
+    return {32: serial_rows_32, 64: serial_rows_64}.get(pairs, serial_rows)

@@ -78,13 +78,13 @@ FAST_MIN_ELEMENTS = 1 << 15
 
 @cache
 def _numba_kernels() -> Any:
-    """The compiled kernels ``(rotate_rows, {pairs: specialized})``, or None without the
-    ``fast`` extra."""
+    """``kernel_for(pairs, threads)`` of the compiled kernels, or None without the ``fast``
+    extra."""
     if importlib.util.find_spec("numba") is None:
         return None
-    from posenc.rotary._numba_kernels import SPECIALIZED, rotate_rows
+    from posenc.rotary._numba_kernels import kernel_for
 
-    return rotate_rows, SPECIALIZED
+    return kernel_for
 
 
 @cache
@@ -446,9 +446,8 @@ def _run_numba(
     inplace: bool,
 ) -> None:
     """One kernel call for one or two ``(x, c, s, out)``: q and k share the parallel loop."""
-    kernels = _numba_kernels()
-    assert kernels is not None
-    kernel = kernels[1].get(rotary_dim // 2, kernels[0])
+    kernel_for = _numba_kernels()
+    assert kernel_for is not None
     items = [item for item in items if item[0].numel() > 0]
     if not items:
         return
@@ -456,7 +455,10 @@ def _run_numba(
     import numpy as np
 
     limit: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
-    numba.set_num_threads(max(1, min(torch.get_num_threads(), limit)))
+    threads = max(1, min(torch.get_num_threads(), limit))
+    kernel = kernel_for(rotary_dim // 2, threads)
+    if threads > 1:
+        numba.set_num_threads(threads)
     meta = np.zeros((2, 12), np.int64)
     arrays = []
     for t, (x, c, s, out) in enumerate(items):
