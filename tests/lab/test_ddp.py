@@ -12,6 +12,7 @@ import torch.distributed as dist
 from posenc.lab.batch import Batch, shard_slice
 from posenc.lab.data import LMSource
 from posenc.lab.distributed import rank_and_world, spawn
+from posenc.lab.results import read_results_csv
 from posenc.lab.train import TrainConfig, read_metrics, train
 from posenc.model import DecoderLM, ModelConfig
 
@@ -95,3 +96,35 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     # Rank 0 alone wrote the folder: one line per record, nothing duplicated by rank 1.
     assert len(records["ddp"]) == len(records["single"])
     assert not (tmp_path / "ddp-odd").exists() or not any((tmp_path / "ddp-odd").iterdir())
+
+
+LM = dict(seq_len=16, batch_size=4, steps=3, dim=16, depth=1, num_heads=2, max_bytes=20_000)
+
+
+def lm_rank(rank: int, world_size: int, out: str) -> None:
+    from posenc.lab.lm import EXPERIMENT, LmConfig
+    from posenc.lab.runner import run_experiment
+
+    torch.set_num_threads(1)
+    config = LmConfig(encodings=("alibi",), eval_windows=4, progress=False, **LM)
+    rows = run_experiment(EXPERIMENT, config, out, echo=None)
+    assert rows[0]["world_size"] == world_size
+
+
+def test_lm_experiment_under_two_processes_matches_one(tmp_path: Path) -> None:
+    # The runner under a process group: rank 0 alone writes the folder, both ranks train
+    # every run together; the rows equal a single process's on the same global batch.
+    from posenc.cli import main
+
+    args = ["--encodings", "alibi", "--eval-windows", "4", "--no-progress", "--threads", "1"]
+    for key, value in LM.items():
+        args += [f"--{key.replace('_', '-')}", str(value)]
+    assert main(["lab", "lm", "--out", str(tmp_path / "one"), *args]) == 0
+    spawn(lm_rank, 2, str(tmp_path / "two"))
+    one = read_results_csv(tmp_path / "one" / "results.csv")
+    two = read_results_csv(tmp_path / "two" / "results.csv")
+    assert [r["world_size"] for r in one + two] == [1, 2]
+    for key in ("val_loss", "train_loss"):
+        assert abs(one[0][key] - two[0][key]) < 1e-5, key
+    assert (tmp_path / "two" / "report.html").is_file()
+    assert read_metrics(tmp_path / "two" / "runs" / "alibi" / "seed0")  # rank 0 logged

@@ -17,6 +17,10 @@ every experiment shares:
 4. ``results.csv`` (rows in plan order), ``claims.json`` (the verdicts of the experiment's
    seed claims on those rows), ``report.html`` and the printed table and verdicts.
 
+Under ``torchrun`` (an initialized process group) every rank runs the same command: rank 0
+alone prepares and writes the folder, every rank executes every pending run together
+(serially; the trainer shares the batch across ranks), and rank 0 writes the results.
+
 Config fields the runner reads when present: ``workers`` (default 1), ``isolate`` (False),
 ``threads`` (None: unchanged), ``progress`` (turned off in parallel workers, whose progress
 bars would overwrite each other).
@@ -38,7 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+import torch.distributed
+
 from posenc.lab.claims import Claim, format_verdicts, judge_all, verdict_record
+from posenc.lab.distributed import rank_and_world
 from posenc.lab.results import Row, prepare_out_dir, write_results_csv
 from posenc.lab.run import atomic_write_text, torch_threads
 
@@ -107,11 +114,13 @@ def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
 
 
 def execute_run(experiment: Experiment[Any], config: Any, run: Run, run_dir: Path) -> list[Row]:
-    """Execute one run with the config's threads and record it finished (``eval.json``)."""
+    """Execute one run with the config's threads and record it finished (``eval.json``,
+    written by rank 0 under ``torchrun``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     with torch_threads(getattr(config, "threads", None)):
         rows = experiment.execute(config, run, run_dir)
-    atomic_write_text(run_dir / "eval.json", json.dumps(rows, indent=2))
+    if rank_and_world()[0] == 0:
+        atomic_write_text(run_dir / "eval.json", json.dumps(rows, indent=2))
     return rows
 
 
@@ -133,12 +142,19 @@ def run_experiment(
     """
     from posenc.lab.report import write_report
 
-    say = echo or (lambda text: None)
     runs = list(experiment.plan(config))
     names = [run.name for run in runs]
     if len(set(names)) != len(names):
         raise ValueError(f"{experiment.name}: plan gives two runs one folder: {names}")
-    folder = prepare_out_dir(out, experiment.name, config)
+    rank, world_size = rank_and_world()
+    say = (echo or (lambda text: None)) if rank == 0 else (lambda text: None)
+    if world_size > 1:  # torchrun: rank 0 owns the folder; the others wait until it is ready
+        if rank == 0:
+            prepare_out_dir(out, experiment.name, config)
+        torch.distributed.barrier()
+        folder = Path(out)
+    else:
+        folder = prepare_out_dir(out, experiment.name, config)
     if experiment.prepare is not None:
         experiment.prepare(config)
     done: dict[str, list[Row]] = {}
@@ -153,9 +169,15 @@ def run_experiment(
     start = time.perf_counter()
     for stage in sorted({run.stage for run in pending}):
         batch = [run for run in pending if run.stage == stage]
+        if world_size > 1:  # every rank trains every run together (DDP); serially
+            for run in batch:
+                done[run.name] = execute_run(experiment, config, run, folder / "runs" / run.name)
+            continue
         done.update(_execute(experiment, config, batch, folder, say, start))
     if pending:
         say(f"[{experiment.name}] {len(pending)} run(s) in {time.perf_counter() - start:.0f} s")
+    if rank != 0:
+        return [row for run in runs for row in done[run.name]]
     rows = [row for run in runs for row in done[run.name]]
     write_results_csv(rows, folder / "results.csv")
     records = [

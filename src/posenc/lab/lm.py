@@ -1,0 +1,205 @@
+"""The LM trainer as an experiment: the small byte-level decoder on the embedded corpus, one
+run per (encoding, seed), validation loss and throughput; ``torchrun``-ready.
+
+``posenc lab lm --encodings rope alibi --steps 300`` trains in one process;
+under ``torchrun`` every process runs the same command and they share the global batch
+(:func:`posenc.lab.train.train` wraps the model in DistributedDataParallel; the runner lets
+rank 0 alone write the folder)::
+
+    torchrun --nproc_per_node 2 -m posenc.lab.lm --out runs/lm --encodings rope --steps 200
+
+The same command without torchrun gives the same losses (to float rounding: gradients are
+averaged across ranks). Rows: ``experiment="lm"``, encoding, seed, ``val_loss``, ``val_ppl``
+(the validation split, non-overlapping windows), ``train_loss``, ``tokens_per_s``,
+``world_size``, ``train_seconds``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from posenc._validate import check_non_negative_int, check_positive_int
+from posenc.lab.batch import Batch
+from posenc.lab.data import LMSource, eval_windows, load_corpus
+from posenc.lab.distributed import init_distributed, rank_and_world
+from posenc.lab.results import Row
+from posenc.lab.runner import Experiment, Run, check_seeds
+from posenc.lab.tables import text_table
+from posenc.lab.train import TrainConfig, lm_loss, train
+from posenc.model import DecoderLM, ModelConfig
+from posenc.registry import encoding_spec
+
+__all__ = ["EXPERIMENT", "LmConfig", "format_lm_table", "main"]
+
+
+@dataclass(frozen=True)
+class LmConfig:
+    """The LM trainer's settings.
+
+    Args:
+        encodings: registered encoding names (``posenc list``), one run each per seed.
+        seq_len: training and validation context length.
+        batch_size: the global batch (divided among ``torchrun`` ranks).
+        steps: training steps (AdamW, warmup then cosine decay).
+        lr: peak learning rate.
+        dim: the decoder's width.
+        depth: the decoder's layers.
+        num_heads: attention heads per layer.
+        max_bytes: cap on each corpus split's size.
+        eval_windows: validation windows scored (every eval and at the end).
+        device: torch device (under ``torchrun`` with CUDA, each rank's own GPU).
+        seeds: one run per seed and encoding (model init and batch order).
+        split_seed: seed of the corpus split (fixed across seeds).
+        threads: torch intra-op threads per run (``None`` = torch's default).
+        progress: progress bars.
+    """
+
+    encodings: tuple[str, ...] = ("rope",)
+    seq_len: int = 128
+    batch_size: int = 32
+    steps: int = 300
+    lr: float = 3e-3
+    dim: int = 128
+    depth: int = 2
+    num_heads: int = 4
+    max_bytes: int = 2_000_000
+    eval_windows: int = 32
+    device: str = "cpu"
+    seeds: tuple[int, ...] = (0,)
+    split_seed: int = 0
+    threads: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("seq_len", "batch_size", "steps", "dim", "depth", "num_heads"):
+            check_positive_int(name, getattr(self, name))
+        for name in ("max_bytes", "eval_windows"):
+            check_positive_int(name, getattr(self, name))
+        check_non_negative_int("split_seed", self.split_seed)
+        object.__setattr__(self, "seeds", check_seeds(self.seeds))
+        if not self.encodings:
+            raise ValueError("encodings must name at least one encoding")
+        for name in self.encodings:
+            encoding_spec(name)  # raises ValueError naming an unknown encoding
+
+    def model_config(self, encoding: str) -> ModelConfig:
+        return ModelConfig(
+            vocab_size=256,
+            dim=self.dim,
+            depth=self.depth,
+            num_heads=self.num_heads,
+            pos=encoding,
+            max_seq_len=self.seq_len,
+        )
+
+    def train_config(self, seed: int) -> TrainConfig:
+        return TrainConfig(
+            steps=self.steps,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            seed=seed,
+            device=self.device,
+            progress=self.progress,
+        )
+
+
+def _plan(config: LmConfig) -> list[Run]:
+    return [
+        Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
+        for encoding in config.encodings
+        for seed in config.seeds
+    ]
+
+
+def _load(config: LmConfig) -> object:
+    return load_corpus(seed=config.split_seed, max_bytes=config.max_bytes)
+
+
+def _execute(config: LmConfig, run: Run, folder: Path) -> list[Row]:
+    encoding, seed = run.params["encoding"], run.params["seed"]
+    corpus = load_corpus(seed=config.split_seed, max_bytes=config.max_bytes)
+    source = LMSource(corpus.train, config.seq_len, seed=seed)
+    windows = eval_windows(corpus.validation, config.seq_len, config.eval_windows)
+
+    def validation_loss(model: nn.Module, step: int = 0) -> dict[str, float]:
+        device = next(model.parameters()).device
+        batch = Batch(windows[:, :-1], windows[:, 1:], torch.ones_like(windows[:, 1:]).bool())
+        batch = batch.to(device)
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            loss = float(lm_loss(model(batch.tokens), batch))
+        model.train(was_training)
+        return {"val_loss": loss}
+
+    torch.manual_seed(seed)
+    model = DecoderLM(config.model_config(encoding))
+    result = train(model, source, config.train_config(seed), folder, evaluate=validation_loss)
+    val_loss = validation_loss(model)["val_loss"]
+    return [
+        {
+            "experiment": "lm",
+            "encoding": encoding,
+            "seed": seed,
+            "val_loss": val_loss,
+            "val_ppl": math.exp(val_loss),
+            "train_loss": result.final_loss,
+            "tokens_per_s": result.tokens_per_second,
+            "world_size": rank_and_world()[1],
+            "train_seconds": result.seconds,
+        }
+    ]
+
+
+def format_lm_table(rows: Sequence[Row]) -> str:
+    """One line per run: validation loss and perplexity, training loss and tokens/s."""
+    selected = [r for r in rows if r.get("experiment") == "lm"]
+    header = ["encoding", "seed", "val loss", "val ppl", "train loss", "tok/s"]
+    body = [
+        [
+            str(r["encoding"]),
+            str(r["seed"]),
+            f"{r['val_loss']:.4f}",
+            f"{r['val_ppl']:.3f}",
+            f"{r['train_loss']:.4f}",
+            f"{r['tokens_per_s']:.0f}",
+        ]
+        for r in selected
+    ]
+    return "byte-level LM, validation split\n" + text_table(header, body)
+
+
+EXPERIMENT = Experiment(
+    name="lm",
+    summary="the byte-level LM trainer (torchrun-ready): validation loss per encoding",
+    title="posenc: byte-level LM",
+    config=LmConfig,
+    plan=_plan,
+    execute=_execute,
+    table=format_lm_table,
+    prepare=_load,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m posenc.lab.lm`` (alone or under ``torchrun``): ``posenc lab lm`` after
+    joining the process group that torchrun describes."""
+    from posenc.cli import main as cli_main
+
+    _, world_size = init_distributed()
+    try:
+        return cli_main(["lab", "lm", *(sys.argv[1:] if argv is None else argv)])
+    finally:
+        if world_size > 1:
+            torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
