@@ -137,3 +137,21 @@ def test_seeds_are_independent_runs_and_the_table_gives_mean_and_std(tmp_path: P
 def test_bad_seeds_name_the_field(seeds: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match="seeds"):
         replace(TINY, seeds=seeds)
+
+
+@pytest.mark.parametrize("encoding", ["nope", "sinusoidal", "rope", "alibi", "t5"])
+def test_evaluation_at_16k_tokens_builds_no_length_squared_tensor(encoding: str) -> None:
+    # 128 × T at T = 128: the attention backends (sdpa's flash kernel without a bias, the
+    # chunked backend with one) keep every tensor far below L² elements.
+    from tests.attention.test_memory import LargestStorage
+
+    length = 16384
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=256, dim=16, depth=1, num_heads=2, pos=encoding)
+    model = DecoderLM(replace(config, max_seq_len=length))
+    stream = torch.randint(0, 256, (length + 1,), dtype=torch.uint8)
+    with LargestStorage() as tracker:
+        loss = evaluate_lm(model, stream, length, eval_tokens=length)
+    assert math.isfinite(loss)
+    # the largest are the logits (L × 256 vocab); an L × L tensor would be 16× more
+    assert tracker.largest < length * length // 16, (tracker.op, tracker.largest)

@@ -182,3 +182,36 @@ def test_a_failing_claim_is_reported_as_failing(toy: Path, capsys) -> None:
     assert main(["lab", "toy", "--out", str(out), "--log", str(log), "--values", "1"]) == 0
     assert "FAILS     total_at_least_10: fails: 1 (n=1) >= 10" in capsys.readouterr().out
     assert "Claims: 0 of 1 hold" in (out / "report.html").read_text()
+
+
+KILL_ARGS = [
+    "lab", "extrapolate", "--encodings", "alibi", "rope", "--train-len", "16",
+    "--multipliers", "1", "2", "--dim", "16", "--depth", "1", "--num-heads", "2",
+    "--steps", "40", "--batch-size", "4", "--eval-tokens", "128", "--corpus-bytes", "20000",
+    "--no-isolate", "--no-progress",
+]  # fmt: skip
+MEASURED = ("encoding", "seed", "eval_len", "loss", "ppl", "train_loss")
+
+
+def _measured(out: Path) -> list[tuple]:
+    return [tuple(r[k] for k in MEASURED) for r in read_results_csv(out / "results.csv")]
+
+
+@pytest.mark.slow  # about a minute: six processes, four of them killed
+def test_sigkill_at_any_point_then_the_same_command_reproduces_the_results(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "posenc.cli"]
+    subprocess.run([*command, *KILL_ARGS, "--out", str(tmp_path / "whole")], env=env, check=True)
+    killed = tmp_path / "killed"
+    for delay in (1.5, 3.0, 4.5, 6.0):  # import, training, checkpointing, evaluation, writing
+        child = subprocess.Popen([*command, *KILL_ARGS, "--out", str(killed)], env=env)
+        time.sleep(delay)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    subprocess.run([*command, *KILL_ARGS, "--out", str(killed)], env=env, check=True)
+    assert _measured(killed) == _measured(tmp_path / "whole")

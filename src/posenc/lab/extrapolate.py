@@ -33,7 +33,7 @@ from posenc.lab.results import Row
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, text_table
-from posenc.lab.train import TrainConfig, train
+from posenc.lab.train import TrainConfig, peak_memory_bytes, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import encoding_spec
 
@@ -222,6 +222,9 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
             train_loss=result.final_loss,
             tokens_per_s=result.tokens_per_second,
             peak_memory_mb=result.peak_memory_bytes / 2**20,
+            # the process's peak after evaluating up to this length (with ``isolate``, the
+            # run's own process: training and every evaluation so far)
+            eval_peak_memory_mb=peak_memory_bytes() / 2**20,
             params=sum(p.numel() for p in model.parameters()),
         )
         rows.append(row)
