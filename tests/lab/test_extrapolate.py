@@ -39,6 +39,14 @@ def quiet(_: str) -> None:
     pass
 
 
+#: measured of the machine, not computed by the model: they differ between runs
+MACHINE = ("tokens_per_s", "peak_memory_mb", "eval_peak_memory_mb")
+
+
+def computed(rows: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in MACHINE} for row in rows]
+
+
 def test_rows_cover_every_encoding_and_length(tmp_path: Path) -> None:
     rows = run_extrapolate(TINY, tmp_path, echo=quiet)
     assert [(r["encoding"], r["eval_len"]) for r in rows] == [
@@ -63,7 +71,8 @@ def test_same_command_resumes_without_training(tmp_path: Path) -> None:
     metrics = (tmp_path / "runs" / "alibi" / "seed0" / "metrics.jsonl").read_text()
     (tmp_path / "runs" / "rope" / "seed0" / "eval.json").unlink()  # as if killed before rope's eval
     again = run_extrapolate(replace(TINY, progress=True), tmp_path, echo=quiet)
-    assert again == first
+    assert again[:6] == first[:6]  # alibi and learned: read back as they were
+    assert computed(again) == computed(first)  # rope: evaluated again, the same numbers
     assert (tmp_path / "runs" / "alibi" / "seed0" / "metrics.jsonl").read_text() == metrics
 
 
@@ -123,10 +132,7 @@ def test_seeds_are_independent_runs_and_the_table_gives_mean_and_std(tmp_path: P
     assert rows[0]["loss"] != rows[2]["loss"]  # another init and batch order
     # seed 3 alone gives the same rows as seed 3 among others
     alone = run_extrapolate(replace(config, seeds=(3,)), tmp_path / "alone", echo=quiet)
-    strip = ("tokens_per_s", "peak_memory_mb")
-    assert [{k: v for k, v in r.items() if k not in strip} for r in alone] == [
-        {k: v for k, v in r.items() if k not in strip} for r in rows[2:]
-    ]
+    assert computed(alone) == computed(rows[2:])
     table = format_ppl_table(rows)
     mean = (rows[0]["ppl"] + rows[2]["ppl"]) / 2
     std = abs(rows[0]["ppl"] - rows[2]["ppl"]) / math.sqrt(2)  # sample std of two values
