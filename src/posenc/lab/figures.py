@@ -1,13 +1,21 @@
-"""Figures of lab results; each function takes result rows and returns a matplotlib Figure."""
+"""Figures of lab results, each a function returning a matplotlib Figure.
+
+The result figures take result rows (``results.csv``); several seeds of one cell are drawn as
+their mean with ± one sample std as error bars (heatmaps show the mean). :func:`training_curves`
+takes the ``metrics.jsonl`` records of each run.
+"""
 
 from __future__ import annotations
 
 import math
+import re
+import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 __all__ = [
@@ -15,6 +23,7 @@ __all__ = [
     "extension_curves",
     "loss_vs_length",
     "passkey_heatmaps",
+    "training_curves",
     "vit_accuracy",
 ]
 
@@ -31,6 +40,21 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
 
 
+def _mean_line(ax: Axes, points: Sequence[tuple[float, float]], **style: Any) -> None:
+    """Plot the mean of ``y`` at each ``x`` (the seeds of one cell), with ± one sample std as
+    error bars where a cell has more than one seed."""
+    by_x: dict[float, list[float]] = defaultdict(list)
+    for x, y in points:
+        by_x[x].append(y)
+    xs = sorted(by_x)
+    means = [statistics.fmean(by_x[x]) for x in xs]
+    stds = [statistics.stdev(by_x[x]) if len(by_x[x]) > 1 else 0.0 for x in xs]
+    if any(stds):
+        ax.errorbar(xs, means, yerr=stds, capsize=2, **style)
+    else:
+        ax.plot(xs, means, **style)
+
+
 def loss_vs_length(rows: Sequence[Row]) -> Figure:
     """Perplexity against evaluation length / training length, one line per encoding.
 
@@ -44,8 +68,7 @@ def loss_vs_length(rows: Sequence[Row]) -> Figure:
     fig = _figure(figsize=(7, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for name, points in series.items():
-        xs, ys = zip(*sorted(points), strict=True)
-        ax.plot(xs, ys, marker="o", label=name)
+        _mean_line(ax, points, marker="o", label=name)
     ax.axvline(1.0, color="gray", lw=0.8, ls=":")
     ax.set(
         xscale="log",
@@ -58,37 +81,49 @@ def loss_vs_length(rows: Sequence[Row]) -> Figure:
     return fig
 
 
+_STAGE_TITLES = {"no_ft": "no fine-tuning", "zero": "no fine-tuning", "ft": "after fine-tuning"}
+
+
 def extension_curves(rows: Sequence[Row]) -> Figure:
-    """Perplexity against evaluation length per RoPE scaling, before and after fine-tuning."""
+    """Perplexity against evaluation length per RoPE scaling, one panel per stage (before and
+    after fine-tuning)."""
     series: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
         if row.get("experiment") == "extend" and _finite(row.get("ppl")):
             series[(row["method"], row["stage"])].append((row["eval_len"], row["ppl"]))
-    fig = _figure(figsize=(8, 4.2), layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)
-    for ax, stage in zip(axes, ("no_ft", "ft"), strict=True):
+    stages = list(dict.fromkeys(stage for _, stage in series)) or ["no_ft"]
+    fig = _figure(figsize=(4 * max(len(stages), 2), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(stages), sharey=True, squeeze=False)[0]
+    for ax, stage in zip(axes, stages, strict=True):
         for (method, s), points in sorted(series.items()):
             if s == stage:
-                xs, ys = zip(*sorted(points), strict=True)
-                ax.plot(xs, ys, marker="o", label=method)
+                _mean_line(ax, points, marker="o", label=method)
         ax.set(
             xscale="log",
             yscale="log",
             xlabel="evaluation length",
-            title="no fine-tuning" if stage == "no_ft" else "after fine-tuning",
+            title=_STAGE_TITLES.get(stage, stage),
         )
+        if ax.has_data():
+            ax.legend(fontsize=8)
     axes[0].set_ylabel("perplexity (bytes)")
-    axes[0].legend(fontsize=8)
     return fig
 
 
 def passkey_heatmaps(rows: Sequence[Row]) -> Figure:
-    """Passkey accuracy over (depth, context length), one panel per method and stage."""
-    panels: dict[tuple[str, str], dict[tuple[float, int], float]] = defaultdict(dict)
+    """Passkey accuracy over (depth, context length), one panel per method and stage; each
+    cell is the mean over seeds."""
+    seeds: dict[tuple[str, str], dict[tuple[float, int], list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for row in rows:
-        if row.get("experiment") == "passkey":
-            key = (row["method"], row.get("stage", ""))
-            panels[key][(row["depth"], row["context_len"])] = row["accuracy"]
+        if row.get("experiment") == "passkey" and _finite(row.get("accuracy")):
+            key = (row["method"], row.get("stage") or "")
+            seeds[key][(row["depth"], row["context_len"])].append(row["accuracy"])
+    panels = {
+        key: {cell: statistics.fmean(values) for cell, values in cells.items()}
+        for key, cells in seeds.items()
+    }
     count = max(len(panels), 1)
     columns = min(count, 4)
     fig = _figure(figsize=(3.2 * columns, 2.8 * math.ceil(count / columns)), layout="constrained")
@@ -106,12 +141,13 @@ def passkey_heatmaps(rows: Sequence[Row]) -> Figure:
 
 
 def accuracy_vs_length(rows: Sequence[Row]) -> Figure:
-    """Sequence accuracy against test length per task; dashed lines are randomized positions."""
+    """Sequence accuracy against test length per task (mean over seeds); dashed lines are
+    randomized positions."""
     tasks: dict[str, dict[tuple[str, bool], list[tuple[int, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for row in rows:
-        if row.get("experiment") == "tasks":
+        if row.get("experiment") == "tasks" and _finite(row.get("seq_acc")):
             key = (row["encoding"], bool(row["randomized"]))
             tasks[row["task"]][key].append((row["length"], row["seq_acc"]))
     count = max(len(tasks), 1)
@@ -120,10 +156,9 @@ def accuracy_vs_length(rows: Sequence[Row]) -> Figure:
     for index, (task, series) in enumerate(sorted(tasks.items())):
         ax = fig.add_subplot(math.ceil(count / columns), columns, index + 1)
         for (encoding, randomized), points in sorted(series.items()):
-            xs, ys = zip(*sorted(points), strict=True)
-            ax.plot(
-                xs,
-                ys,
+            _mean_line(
+                ax,
+                points,
                 marker=".",
                 ls="--" if randomized else "-",
                 label=f"{encoding}{' (rand)' if randomized else ''}",
@@ -137,7 +172,7 @@ def vit_accuracy(rows: Sequence[Row]) -> Figure:
     """Test accuracy of the digits ViT per positional encoding: mean over seeds, each seed a dot."""
     by_encoding: dict[str, list[float]] = defaultdict(list)
     for row in rows:
-        if row.get("experiment") == "vit":
+        if row.get("experiment") == "vit" and _finite(row.get("accuracy")):
             by_encoding[row["encoding"]].append(row["accuracy"])
     fig = _figure(figsize=(6, 3.4), layout="constrained")
     ax = fig.add_subplot()
@@ -153,4 +188,74 @@ def vit_accuracy(rows: Sequence[Row]) -> Figure:
         ylabel="test accuracy (bar: mean, dots: seeds)",
         title="ViT on sklearn digits (8x8, 2x2 patches)",
     )
+    return fig
+
+
+def _without_seed(name: str) -> str:
+    """``"rope/seed1"`` -> ``"rope"``: the seeds of one configuration share a line style."""
+    parts = [part for part in name.split("/") if not re.fullmatch(r"seed\d+", part)]
+    return "/".join(parts) or name
+
+
+def training_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
+    """Training loss against step for each run, and the first evaluation metric the runs
+    logged (validation loss, test accuracy) against step in a second panel.
+
+    Args:
+        curves: run name (its folder under ``runs/``, such as ``"rope/seed0"``) -> its
+            ``metrics.jsonl`` records (:func:`posenc.lab.run.read_metrics`). The seeds of
+            one configuration (``.../seed<n>``) share a colour and one legend entry.
+    """
+    from matplotlib import colormaps
+
+    train: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
+    evaluated: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
+    metric = next(
+        (
+            name
+            for records in curves.values()
+            for record in records
+            if record.get("kind") == "eval"
+            for name, value in (record.get("metrics") or {}).items()
+            if _finite(value)
+        ),
+        None,
+    )
+    for name, records in sorted(curves.items()):
+        key = _without_seed(name)
+        steps = [
+            (r["step"], r["loss"])
+            for r in records
+            if r.get("kind") == "train" and _finite(r.get("loss"))
+        ]
+        if steps:
+            train[key].append(steps)
+        values = [
+            (r["step"], r["metrics"][metric])
+            for r in records
+            if r.get("kind") == "eval" and metric and _finite((r.get("metrics") or {}).get(metric))
+        ]
+        if values:
+            evaluated[key].append(values)
+    keys = list(dict.fromkeys([*train, *evaluated]))
+    palette = colormaps["tab10" if len(keys) <= 10 else "tab20"]
+    colour = {key: palette(index % palette.N) for index, key in enumerate(keys)}
+    panels = [("training loss", train)] + ([(metric, evaluated)] if evaluated else [])
+    fig = _figure(figsize=(10, 4.2), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    handles: dict[str, Any] = {}
+    for ax, (label, series) in zip(axes, panels, strict=True):
+        for key, runs in series.items():
+            for points in runs:
+                xs, ys = zip(*sorted(points), strict=True)
+                (handles[key],) = ax.plot(xs, ys, color=colour[key], lw=1)
+        ax.set(xlabel="step", ylabel=label, title=label)
+    if handles:
+        fig.legend(
+            [handles[key] for key in keys if key in handles],
+            [key for key in keys if key in handles],
+            loc="outside right upper",
+            fontsize=7,
+            ncols=1 + len(handles) // 24,
+        )
     return fig

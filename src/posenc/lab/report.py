@@ -1,8 +1,19 @@
-"""``posenc report RUN_DIR``: a self-contained HTML page of a run's results.
+"""``posenc report RUN_DIR``: the self-contained HTML page a person reads about a run.
 
-The page holds one section per experiment found in ``results.csv``: a table of the rows and
-the figures of :mod:`posenc.lab.figures`, embedded as base64 PNG so the file stands alone.
-The figures are also written as PNG files under ``RUN_DIR/figures/``.
+The page, top to bottom:
+
+1. the claims (``claims.json``, judged by :mod:`posenc.lab.runner`): verdict, the measured
+   mean ± std over seeds, the threshold and the paper's published number;
+2. the tables: per experiment, the pivot of :func:`posenc.lab.tables.pivot` (encoding ×
+   length, mean ± std over seeds);
+3. the figures: the result figures of :mod:`posenc.lab.figures`, the training curves of every
+   ``runs/**/metrics.jsonl``, and the property-check figures that ``posenc demo`` writes to
+   ``RUN_DIR/checks/``;
+4. the configuration (``config.json``) and the environment the page was written in;
+5. the raw rows of ``results.csv``, collapsed.
+
+Images are embedded as base64 PNG so the file stands alone; the result figures are also
+written to ``RUN_DIR/figures/``. Tables wrap to the page width; only the raw rows scroll.
 """
 
 from __future__ import annotations
@@ -12,98 +23,389 @@ import html
 import io
 import json
 import math
+import os
 import platform
+import re
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from posenc.lab import figures
+from posenc.lab.claims import aggregate, format_mean_std
 from posenc.lab.results import read_results_csv
-from posenc.lab.run import atomic_write_text
+from posenc.lab.run import atomic_write_text, read_metrics
+from posenc.lab.tables import pivot
 
 __all__ = ["write_report"]
 
 Row = dict[str, Any]
-
-# Experiment name -> (section title, figure functions with their file names).
-_SECTIONS: dict[str, tuple[str, list[tuple[str, Callable[[Sequence[Row]], Any]]]]] = {
-    "extrapolate": ("Train short, test long", [("loss_vs_length.png", figures.loss_vs_length)]),
-    "extend": ("RoPE context extension", [("extension.png", figures.extension_curves)]),
-    "passkey": ("Passkey retrieval", [("passkey.png", figures.passkey_heatmaps)]),
-    "tasks": ("Length generalization tasks", [("tasks.png", figures.accuracy_vs_length)]),
-    "vit": ("ViT on digits", [("vit.png", figures.vit_accuracy)]),
-}
+# A table of the page: (caption, header, body), every cell a string.
+Table = tuple[str, list[str], list[list[str]]]
 
 _STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px; color: #222; }
-table { border-collapse: collapse; margin: 1em 0; font-size: 0.85em; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
+* { box-sizing: border-box; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1100px;
+       color: #222; line-height: 1.4; }
+h2 { border-bottom: 1px solid #ddd; margin-top: 2em; }
+nav a { margin-right: 1em; }
+table { border-collapse: collapse; margin: 0.4em 0 1.4em; font-size: 0.85em; max-width: 100%; }
+caption { caption-side: top; text-align: left; padding: 0.3em 0; color: #444; }
+th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; vertical-align: top;
+         overflow-wrap: anywhere; }
 th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
-img { max-width: 100%; } code { background: #f4f4f4; padding: 1px 4px; }
-table.claims td { text-align: left; vertical-align: top; max-width: 28em; }
+.num, .std { white-space: nowrap; } .std { color: #666; font-size: 0.9em; }
+table.claims { width: 100%; }
+table.claims :is(td, th), table.config :is(td, th) { text-align: left; }
+table.config td:first-child { white-space: nowrap; }
+table.claims small { color: #555; }
+td.holds { background: #e3f4e1; } td.fails { background: #fbe2e0; }
+td.undefined { background: #f1f1f1; } td.verdict { white-space: nowrap; font-weight: 600; }
+figure { margin: 1em 0; } figcaption { color: #555; font-size: 0.85em; }
+img { max-width: 100%; height: auto; }
+code { background: #f4f4f4; padding: 1px 4px; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; }
+details { margin: 0.4em 0; } summary { cursor: pointer; }
+.scroll { overflow-x: auto; max-width: 100%; }
+table.raw { font-size: 0.75em; } table.raw td, table.raw th { white-space: nowrap; }
 """
 
-
-def _cell(value: Any) -> str:
-    if isinstance(value, float):
-        if math.isnan(value):
-            return "–"
-        return f"{value:.4g}"
-    return html.escape("" if value is None else str(value))
-
-
-def _table(rows: Sequence[Row]) -> str:
-    columns: list[str] = []
-    for row in rows:
-        columns += [k for k, v in row.items() if k not in columns and k != "experiment"]
-    # Drop columns that are empty for every row of this experiment.
-    columns = [c for c in columns if any(row.get(c) not in (None, "") for row in rows)]
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{_cell(row.get(c))}</td>" for c in columns) + "</tr>" for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
-
-
 _MARKS = {"holds": "✔ holds", "fails": "✘ fails", "undefined": "– undefined"}
+_URL = re.compile(r"https?://[^\s<>\"]+[^\s<>\".,;:)]")
+
+
+# --- cells -----------------------------------------------------------------------------------
+
+
+def _text(value: Any) -> str:
+    """Escaped text with its URLs as links."""
+    escaped = html.escape("" if value is None else str(value))
+    return _URL.sub(lambda m: f'<a href="{m.group(0)}">{m.group(0)}</a>', escaped)
+
+
+def _number(value: Any, spec: str = ".4g") -> str:
+    """A number as text (not escaped); ``–`` for ``None`` and NaN."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "–" if value is None else str(value)
+    return "–" if math.isnan(value) else format(value, spec)
+
+
+def _raw_cell(value: Any) -> str:
+    text = _number(value) if isinstance(value, float) else ("" if value is None else str(value))
+    return html.escape(text)
+
+
+def _pivot_cell(text: str) -> str:
+    """``"3.210 ± 0.050"`` as the mean and a lighter std, free to wrap between the two."""
+    mean, sep, std = text.partition(" ± ")
+    cell = f"<span class='num'>{html.escape(mean)}</span>"
+    return cell + (f" <span class='std'>± {html.escape(std)}</span>" if sep else "")
+
+
+def _html_table(table: Table, css: str = "pivot") -> str:
+    """A pivot table (``css="pivot"``: cells are mean ± std) or a table of text."""
+    caption, header, body = table
+    cell = _pivot_cell if css == "pivot" else _text
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    lines = "".join(
+        "<tr>" + "".join(f"<td>{cell(c)}</td>" for c in line) + "</tr>" for line in body
+    )
+    return (
+        f"<table class='{css}'><caption>{html.escape(caption)}</caption>"
+        f"<thead><tr>{head}</tr></thead><tbody>{lines}</tbody></table>"
+    )
+
+
+# --- the pivot tables of each experiment -----------------------------------------------------
+
+
+def _complete(rows: Sequence[Row], keys: Sequence[str]) -> list[Row]:
+    """The rows holding every key (a row missing one cannot be placed in the pivot)."""
+    return [row for row in rows if all(row.get(k) not in (None, "") for k in keys)]
+
+
+def _seeds(rows: Sequence[Row]) -> str:
+    count = len({row.get("seed") or 0 for row in rows})
+    return f"{count} seed{'s' if count != 1 else ''}" + (", mean ± std" if count > 1 else "")
+
+
+def _length(n: Any) -> str:
+    return f"L={n}"
+
+
+def _has(rows: Sequence[Row], column: str) -> bool:
+    return any(row.get(column) not in (None, "") for row in rows)
+
+
+def _extrapolate_tables(rows: Sequence[Row]) -> list[Table]:
+    rows = _complete(rows, ["encoding", "eval_len"])
+    if not rows:
+        return []
+    extra = [
+        (title, column, 0)
+        for title, column in (("tok/s", "tokens_per_s"), ("mem MB", "peak_memory_mb"))
+        if _has(rows, column)
+    ]
+    header, body = pivot(rows, ["encoding"], "eval_len", "ppl", label=_length, extra=extra)
+    trained = ", ".join(str(t) for t in dict.fromkeys(row.get("train_len") for row in rows))
+    caption = f"Perplexity (bytes) by evaluation length; trained at T={trained}; {_seeds(rows)}."
+    return [(caption, header, body)]
+
+
+def _extend_tables(rows: Sequence[Row]) -> list[Table]:
+    rows = _complete(rows, ["method", "stage", "eval_len"])
+    if not rows:
+        return []
+    header, body = pivot(rows, ["method", "stage"], "eval_len", "ppl", label=_length)
+    caption = f"Perplexity (bytes) by evaluation length, per scaling and stage; {_seeds(rows)}."
+    return [(caption, header, body)]
+
+
+def _passkey_tables(rows: Sequence[Row]) -> list[Table]:
+    rows = _complete(rows, ["method", "context_len"])
+    # Per seed the mean over depths first, then mean ± std over seeds.
+    keys = ("method", "stage", "context_len", "seed")
+    per_seed: dict[tuple[Any, ...], list[float]] = {}
+    for row in rows:
+        if isinstance(row.get("accuracy"), (int, float)):
+            key = tuple(row.get(k) or (0 if k == "seed" else "") for k in keys)
+            per_seed.setdefault(key, []).append(float(row["accuracy"]))
+    means = [
+        {**dict(zip(keys, key, strict=True)), "accuracy": sum(values) / len(values)}
+        for key, values in per_seed.items()
+    ]
+    if not means:
+        return []
+    header, body = pivot(
+        means, ["method", "stage"], "context_len", "accuracy", digits=2, label=_length
+    )
+    caption = f"Passkey accuracy by context length (mean over depths per seed); {_seeds(rows)}."
+    return [(caption, header, body)]
+
+
+def _tasks_tables(rows: Sequence[Row]) -> list[Table]:
+    rows = [
+        {**row, "variant": f"{row['encoding']}{'+rand' if row.get('randomized') else ''}"}
+        for row in _complete(rows, ["task", "encoding", "length"])
+    ]
+    tables = []
+    for task in dict.fromkeys(row["task"] for row in rows):
+        cells = [row for row in rows if row["task"] == task]
+        train = {row["length"] for row in cells if row.get("split") == "train"}
+
+        def label(n: Any, train: set[Any] = train) -> str:
+            return f"{n}*" if n in train else str(n)
+
+        for metric, what in (("seq_acc", "exact-match accuracy"), ("token_acc", "token accuracy")):
+            if _has(cells, metric):
+                header, body = pivot(cells, ["variant"], "length", metric, digits=2, label=label)
+                caption = (
+                    f"{task}: {what} ({metric}) by length (* = a training length; "
+                    f"+rand = randomized positions); {_seeds(cells)}."
+                )
+                tables.append((caption, header, body))
+    return tables
+
+
+def _per_encoding(
+    rows: Sequence[Row], caption: str, values: Sequence[tuple[str, str, int]]
+) -> list[Table]:
+    """One line per encoding: the seeds, then each ``(title, column, digits)`` as mean ± std
+    over seeds, the first also as min–max."""
+    rows = _complete(rows, ["encoding"])
+    values = [value for value in values if _has(rows, value[1])]
+    if not rows or not values:
+        return []
+    stats = [
+        {g["encoding"]: g for g in aggregate(rows, ["encoding"], column)} for _, column, _ in values
+    ]
+    header = ["encoding", "seeds", values[0][0], "min–max", *(title for title, _, _ in values[1:])]
+    body = []
+    for encoding, first in stats[0].items():
+        places = values[0][2]
+        spread = (
+            "–" if first["min"] is None else f"{first['min']:.{places}f}–{first['max']:.{places}f}"
+        )
+        cells = [
+            format_mean_std(table[encoding]["mean"], table[encoding]["std"], digits)
+            for table, (_, _, digits) in zip(stats, values, strict=True)
+        ]
+        body.append([str(encoding), str(first["n"]), cells[0], spread, *cells[1:]])
+    return [(f"{caption}; {_seeds(rows)}.", header, body)]
+
+
+def _vit_tables(rows: Sequence[Row]) -> list[Table]:
+    values = [("test accuracy", "accuracy", 4), ("train accuracy", "train_accuracy", 4)]
+    return _per_encoding(rows, "Test accuracy per positional encoding", values)
+
+
+def _lm_tables(rows: Sequence[Row]) -> list[Table]:
+    values = [
+        ("val loss", "val_loss", 4),
+        ("val ppl", "val_ppl", 3),
+        ("train loss", "train_loss", 4),
+        ("tok/s", "tokens_per_s", 0),
+    ]
+    return _per_encoding(rows, "Validation loss per positional encoding", values)
+
+
+# Experiment name -> (section title, its tables, its figures with their file names).
+_SECTIONS: dict[
+    str,
+    tuple[
+        str,
+        Callable[[Sequence[Row]], list[Table]],
+        list[tuple[str, Callable[[Sequence[Row]], Any]]],
+    ],
+] = {
+    "extrapolate": (
+        "Train short, test long",
+        _extrapolate_tables,
+        [("loss_vs_length.png", figures.loss_vs_length)],
+    ),
+    "extend": (
+        "RoPE context extension",
+        _extend_tables,
+        [("extension.png", figures.extension_curves)],
+    ),
+    "passkey": ("Passkey retrieval", _passkey_tables, [("passkey.png", figures.passkey_heatmaps)]),
+    "tasks": (
+        "Length generalization tasks",
+        _tasks_tables,
+        [("tasks.png", figures.accuracy_vs_length)],
+    ),
+    "vit": ("ViT on digits", _vit_tables, [("vit.png", figures.vit_accuracy)]),
+    "lm": ("Language model (torchrun)", _lm_tables, []),
+}
+
+
+# --- sections --------------------------------------------------------------------------------
 
 
 def _claims_section(records: Sequence[Row]) -> list[str]:
-    """The seed claims first: verdict, claim, measured (mean ± std over seeds), threshold,
-    and the paper's number."""
+    """Verdict, claim and paper, measured (mean ± std over seeds), threshold, published."""
     if not records:
         return []
+    body = []
+    for r in records:
+        measured = html.escape(_number(r.get("value")))
+        if r.get("value") is not None and r.get("std") is not None:
+            measured += f" ± {html.escape(_number(r['std'], '.2g'))}"
+        if r.get("seeds"):
+            measured += f" ({r['seeds']} seed{'s' if r['seeds'] > 1 else ''})"
+        if r.get("detail"):
+            measured += f"<br><small>{_text(r['detail'])}</small>"
+        status = str(r.get("status"))
+        cells = [
+            f"<td class='verdict {html.escape(status)}'>{_MARKS.get(status, _text(status))}</td>",
+            f"<td>{_text(r.get('text'))}<br><small>{_text(r.get('paper'))}</small></td>",
+            f"<td>{measured}</td>",
+            f"<td class='num'>{html.escape(str(r.get('direction', '')))} "
+            f"{html.escape(_number(r.get('threshold'), 'g'))}</td>",
+            f"<td>{_text(r.get('published'))}</td>",
+        ]
+        body.append("<tr>" + "".join(cells) + "</tr>")
     head = "".join(
         f"<th>{name}</th>" for name in ("verdict", "claim", "measured", "needs", "published")
     )
-    body = []
-    for r in records:
-        measured = "–" if r["value"] is None else f"{r['value']:.4g}"
-        if r["value"] is not None and r["std"] is not None:
-            measured += f" ± {r['std']:.2g}"
-        if r["seeds"]:
-            measured += f" ({r['seeds']} seed{'s' if r['seeds'] > 1 else ''})"
-        cells = [
-            _MARKS.get(r["status"], r["status"]),
-            f"{html.escape(r['text'])}<br><small>{html.escape(r['paper'])}</small>",
-            measured,
-            f"{html.escape(r['direction'])} {r['threshold']:g}",
-            html.escape(r["published"]),
-        ]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    held = sum(r["status"] == "holds" for r in records)
+    counts = {s: sum(r.get("status") == s for r in records) for s in _MARKS}
     return [
-        f"<h2>Claims: {held} of {len(records)} hold</h2>",
-        f"<table class='claims'><tr>{head}</tr>{''.join(body)}</table>",
+        f"<h2 id='claims'>Claims: {counts['holds']} of {len(records)} hold</h2>",
+        f"<p>{counts['fails']} fail, {counts['undefined']} undefined. A claim holds when the "
+        "mean over seeds meets the threshold (by the claim's margin in std, if any); undefined "
+        "when the rows cannot decide. The paper's number is on the right.</p>",
+        f"<table class='claims'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
+        "</table>",
     ]
+
+
+def _image(png: bytes, name: str, caption: str) -> str:
+    encoded = base64.b64encode(png).decode("ascii")
+    return (
+        f"<figure><img alt='{html.escape(name)}' src='data:image/png;base64,{encoded}'>"
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+    )
 
 
 def _png(fig: Any) -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=100)
     return buffer.getvalue()
+
+
+def _training_curves(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """Run name (its folder under ``runs/``) -> its metrics records, for every run logged."""
+    runs = folder / "runs"
+    curves = {}
+    for path in sorted(runs.rglob("metrics.jsonl")) if runs.is_dir() else []:
+        records = read_metrics(path.parent)
+        if records:
+            curves[path.parent.relative_to(runs).as_posix()] = records
+    return curves
+
+
+def _checks_section(folder: Path) -> list[str]:
+    """The property checks of ``posenc demo``: their table (``checks.json``) and figures."""
+    checks = folder / "checks"
+    pngs = sorted(checks.glob("*.png")) if checks.is_dir() else []
+    parts = [_image(p.read_bytes(), p.name, f"checks/{p.name}") for p in pngs]
+    summary = checks / "checks.json"
+    if summary.is_file():
+        results = json.loads(summary.read_text(encoding="utf-8")).get("checks", [])
+        body = [
+            [
+                "✔" if r.get("passed") else "✘",
+                str(r.get("name", "")),
+                _number(r.get("value"), ".3g"),
+                f"{r.get('direction', '')} {_number(r.get('bound'), 'g')}",
+                str(r.get("detail", "")),
+            ]
+            for r in results
+        ]
+        passed = sum(bool(r.get("passed")) for r in results)
+        caption = f"{passed} of {len(results)} property checks pass (checks/checks.json)."
+        header = ["", "check", "measured", "needs", "detail"]
+        parts.insert(0, _html_table((caption, header, body), "config"))
+    return (["<h3>Property checks</h3>", *parts]) if parts else []
+
+
+def _environment() -> list[list[str]]:
+    lines = [
+        ["python", f"{platform.python_version()} ({platform.python_implementation()})"],
+        ["torch", torch.__version__ + (" (CUDA available)" if torch.cuda.is_available() else "")],
+    ]
+    for package in ("posenc", "numba", "numpy", "matplotlib"):
+        try:
+            lines.append([package, metadata.version(package)])
+        except metadata.PackageNotFoundError:
+            continue
+    lines.append(["platform", platform.platform()])
+    lines.append(["CPUs", str(os.cpu_count())])
+    return lines
+
+
+def _config_rows(config: dict[str, Any]) -> list[list[str]]:
+    return [
+        [str(key), value if isinstance(value, str) else json.dumps(value)]
+        for key, value in config.items()
+    ]
+
+
+def _raw_rows(experiment: str, rows: Sequence[Row]) -> str:
+    columns = list(dict.fromkeys(k for row in rows for k in row if k != "experiment"))
+    columns = [c for c in columns if any(row.get(c) not in (None, "") for row in rows)]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_raw_cell(row.get(c))}</td>" for c in columns) + "</tr>"
+        for row in rows
+    )
+    return (
+        f"<details><summary>{html.escape(experiment)}: {len(rows)} rows × {len(columns)} "
+        f"columns</summary><div class='scroll'><table class='raw'><thead><tr>{head}</tr>"
+        f"</thead><tbody>{body}</tbody></table></div></details>"
+    )
 
 
 def write_report(run_dir: str | Path, *, title: str | None = None) -> Path:
@@ -117,40 +419,76 @@ def write_report(run_dir: str | Path, *, title: str | None = None) -> Path:
     if not csv_path.is_file():
         raise ValueError(f"run_dir {folder} has no results.csv; run an experiment into it first")
     rows = read_results_csv(csv_path)
-    parts = [f"<h1>{html.escape(title or f'posenc run: {folder.name}')}</h1>"]
+    # Known experiments first, in a fixed order, then any other experiment's rows.
+    names = dict.fromkeys(str(row["experiment"]) for row in rows if row.get("experiment"))
+    experiments = [name for name in _SECTIONS if name in names]
+    experiments += [name for name in names if name not in _SECTIONS]
+    selected = {name: [row for row in rows if row.get("experiment") == name] for name in names}
+
+    def heading(name: str) -> str:
+        return html.escape(_SECTIONS[name][0] if name in _SECTIONS else name)
+
     claims_path = folder / "claims.json"
-    if claims_path.is_file():
-        parts += _claims_section(json.loads(claims_path.read_text(encoding="utf-8")))
-    config_path = folder / "config.json"
-    if config_path.is_file():
-        config = json.loads(config_path.read_text())
-        pretty = html.escape(json.dumps(config, indent=2))
-        parts.append(f"<details><summary>configuration</summary><pre>{pretty}</pre></details>")
-    parts.append(
-        f"<p>torch {html.escape(torch.__version__)} on {html.escape(platform.platform())}; "
-        f"{len(rows)} result rows from <code>results.csv</code>.</p>"
+    claims = (
+        _claims_section(json.loads(claims_path.read_text(encoding="utf-8")))
+        if claims_path.is_file()
+        else []
     )
+    links = ["tables", "figures", "configuration", "environment", "raw"]
+    nav = "".join(
+        f"<a href='#{link}'>{'raw rows' if link == 'raw' else link}</a>"
+        for link in (["claims"] if claims else []) + links
+    )
+    page = [f"<h1>{html.escape(title or f'posenc run: {folder.name}')}</h1><nav>{nav}</nav>"]
+    page += claims
+
+    page.append("<h2 id='tables'>Tables</h2>")
+    for name in experiments:
+        tables = _SECTIONS[name][1](selected[name]) if name in _SECTIONS else []
+        page.append(f"<h3>{heading(name)}</h3>")
+        page += [_html_table(table) for table in tables] or [
+            "<p>No summary table for this experiment; its rows are under raw rows.</p>"
+        ]
+
+    page.append("<h2 id='figures'>Figures</h2>")
     figure_dir = folder / "figures"
     figure_dir.mkdir(exist_ok=True)
-    # Known experiments with their figures first, then any other experiment's rows.
-    others = dict.fromkeys(str(row.get("experiment")) for row in rows if row.get("experiment"))
-    sections = {**_SECTIONS, **{name: (name, []) for name in others if name not in _SECTIONS}}
-    for experiment, (heading, makers) in sections.items():
-        selected = [row for row in rows if row.get("experiment") == experiment]
-        if not selected:
-            continue
-        parts.append(f"<h2>{html.escape(heading)}</h2>")
+    for name in experiments:
+        makers = _SECTIONS[name][2] if name in _SECTIONS else []
         for filename, make in makers:
-            png = _png(make(selected))
+            png = _png(make(selected[name]))
             (figure_dir / filename).write_bytes(png)
-            encoded = base64.b64encode(png).decode("ascii")
-            parts.append(f'<img alt="{filename}" src="data:image/png;base64,{encoded}">')
-        parts.append(_table(selected))
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'>"
+            page.append(_image(png, filename, f"{heading(name)} (figures/{filename})"))
+    curves = _training_curves(folder)
+    if curves:
+        png = _png(figures.training_curves(curves))
+        (figure_dir / "training_curves.png").write_bytes(png)
+        page.append("<h3>Training curves</h3>")
+        caption = f"{len(curves)} runs from runs/**/metrics.jsonl (figures/training_curves.png)"
+        page.append(_image(png, "training_curves.png", caption))
+    page += _checks_section(folder)
+
+    page.append("<h2 id='configuration'>Configuration</h2>")
+    config_path = folder / "config.json"
+    if config_path.is_file():
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        page.append(
+            _html_table(("config.json", ["field", "value"], _config_rows(config)), "config")
+        )
+    else:
+        page.append("<p>No config.json in this folder.</p>")
+    page.append("<h2 id='environment'>Environment</h2>")
+    environment = ("Where this page was written.", ["package", "version"], _environment())
+    page.append(_html_table(environment, "config"))
+
+    page.append(f"<h2 id='raw'>Raw rows</h2><p>{len(rows)} rows of <code>results.csv</code>.</p>")
+    page += [_raw_rows(name, selected[name]) for name in experiments]
+    document = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{html.escape(title or folder.name)}</title><style>{_STYLE}</style></head>"
-        f"<body>{''.join(parts)}</body></html>"
+        f"<body>{''.join(page)}</body></html>"
     )
     target = folder / "report.html"
-    atomic_write_text(target, page)
+    atomic_write_text(target, document)
     return target
