@@ -11,7 +11,8 @@ pytest.importorskip("matplotlib")
 
 from posenc.checks import run_checks
 from posenc.cli import main
-from posenc.demo import DEMO_CONFIG, run_demo
+from posenc.demo import DEMO_CONFIG, EXTENSION_METHODS, run_demo
+from posenc.lab.results import read_results_csv
 from posenc.registry import list_encodings
 
 
@@ -46,7 +47,9 @@ def test_every_property_check_passes_with_its_measured_number() -> None:
     failed = [(r.name, r.value, r.bound) for r in results if not r.passed]
     assert not failed
     names = {r.name for r in results}
-    assert {f"kv cache: {s.name} decode = full forward" for s in list_encodings()} <= names
+    assert {
+        f"kv cache: {s.name} decode = full forward" for s in list_encodings() if not s.needs_grid
+    } <= names
 
 
 def test_check_command_prints_table(capsys) -> None:
@@ -67,9 +70,10 @@ def test_demo_writes_checks_results_and_report(tmp_path: Path) -> None:
         corpus_bytes=20_000,
         workers=1,
         isolate=False,
-        encodings=("nope", "learned", "alibi"),
+        encodings=("nope", "learned", "rope", "alibi"),
     )
-    summary = run_demo(tmp_path, config=tiny, echo=lambda _: None)
+    printed: list[str] = []
+    summary = run_demo(tmp_path, config=tiny, echo=printed.append)
     assert not summary["failed"]
     checks = json.loads((tmp_path / "checks" / "checks.json").read_text())
     for name in checks["figures"]:
@@ -81,8 +85,23 @@ def test_demo_writes_checks_results_and_report(tmp_path: Path) -> None:
     with open(tmp_path / "results.csv") as handle:
         header = handle.readline().strip().split(",")
     assert {"encoding", "train_len", "eval_len", "loss", "ppl"} <= set(header)
-    assert "<table>" in (tmp_path / "report.html").read_text()
-    assert len(summary["rows"]) == 3 * len(tiny.multipliers)
+    assert "<table" in (tmp_path / "report.html").read_text()
+    lengths = len(tiny.multipliers)
+    assert len(summary["rows"]) == 4 * lengths + len(EXTENSION_METHODS) * lengths
+    # step 3: the extension methods on the RoPE model, zero-shot, with their claims' verdicts
+    extension = read_results_csv(tmp_path / "extension" / "results.csv")
+    assert [r["method"] for r in extension[::lengths]] == list(EXTENSION_METHODS)
+    plain = [r for r in extension if r["method"] == "rope"]
+    rope = [r for r in summary["rows"] if r.get("encoding") == "rope"]
+    assert [r["loss"] for r in plain] == [r["loss"] for r in rope]  # the same model and bytes
+    verdicts = json.loads((tmp_path / "extension" / "claims.json").read_text())
+    assert {v["name"] for v in verdicts} == {
+        f"{m}_beats_pi_zero_shot" for m in EXTENSION_METHODS[2:]
+    }
+    text = "\n".join(printed)
+    assert all(f"{v['name']}: {v['status']}" in text for v in verdicts)
+    assert "alibi_flat_4x" in text  # step 2's claims too
+    assert "Claims:" in (tmp_path / "extension" / "report.html").read_text()
 
 
 def test_lab_command_takes_config_fields_as_options(tmp_path: Path, capsys) -> None:

@@ -1,17 +1,21 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from posenc import base
+from posenc.additive import Sinusoidal2D
 from posenc.attention import hooks_of
 from posenc.registry import ModelDims, build_encoding, encoding_spec, list_encodings
+from posenc.rotary import AxialRotary2D
 
 DIMS = ModelDims(dim=32, num_heads=4, max_seq_len=64)
+IMAGE = ModelDims(dim=32, num_heads=4, max_seq_len=12, causal=False, grid=(3, 4))
 
 
 @pytest.mark.parametrize("spec", list_encodings(), ids=lambda s: s.name)
 def test_every_spec_builds_an_encoding_of_its_family(spec) -> None:
-    encoding = build_encoding(spec.name, DIMS)
+    encoding = build_encoding(spec.name, IMAGE if spec.needs_grid else DIMS)
     assert isinstance(encoding, base.PositionalEncoding)
     hooks = hooks_of(encoding)
     found = {
@@ -62,3 +66,44 @@ def test_parameters_list_user_settable_arguments() -> None:
     assert params["base"] == 10000.0 and params["layout"] == "half"
     assert "head_dim" not in params and "device" not in params
     assert encoding_spec("nope").parameters() == {}
+
+
+def test_grid_encodings_take_height_and_width_from_the_grid() -> None:
+    assert {s.name for s in list_encodings() if s.needs_grid} >= {"sinusoidal_2d", "rope_2d"}
+    table = build_encoding("sinusoidal_2d", IMAGE)
+    assert isinstance(table, Sinusoidal2D)
+    assert (table.height, table.width, table.dim) == (3, 4, 32)
+    rope = build_encoding("rope_2d", IMAGE)
+    assert isinstance(rope, AxialRotary2D)
+    assert (rope.height, rope.width, rope.head_dim, rope.base) == (3, 4, 8, 100.0)
+    # Built by name, they are the classes constructed directly.
+    positions = torch.arange(12)
+    torch.testing.assert_close(table(positions), Sinusoidal2D(3, 4, 32)(positions))
+    assert "height" not in encoding_spec("rope_2d").parameters()
+    assert encoding_spec("rope_2d").parameters()["base"] == 100.0
+
+
+@pytest.mark.parametrize("name", [s.name for s in list_encodings() if s.needs_grid])
+def test_a_grid_encoding_without_a_grid_raises_naming_grid(name: str) -> None:
+    with pytest.raises(ValueError, match="grid"):
+        build_encoding(name, DIMS)
+
+
+def test_sequence_encodings_ignore_the_grid() -> None:
+    for spec in list_encodings():
+        if not spec.needs_grid:
+            build_encoding(spec.name, IMAGE)  # a grid is never required by a 1D encoding
+
+
+@pytest.mark.parametrize("grid", [(4,), (0, 4), (4, 2.5), "44", 4])
+def test_bad_grid_raises_naming_grid(grid: object) -> None:
+    with pytest.raises(ValueError, match="grid"):
+        ModelDims(dim=32, num_heads=4, grid=grid)  # type: ignore[arg-type]
+
+
+def test_grid_from_json_list_becomes_a_tuple() -> None:
+    assert ModelDims(dim=32, num_heads=4, grid=[2, 3]).grid == (2, 3)  # type: ignore[arg-type]
+
+
+def test_xpos_is_the_causal_only_encoding() -> None:
+    assert [s.name for s in list_encodings() if s.causal_only] == ["xpos"]

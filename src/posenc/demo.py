@@ -9,7 +9,12 @@
    sources, evaluated at 1x to 8x T; the perplexity table is printed and ``OUT/results.csv``
    (``encoding, train_len, eval_len, loss, ppl, ...``) and ``OUT/report.html`` written.
 
-A killed demo resumes where it stopped when the same command is given again.
+3. Zero-shot context extension of the RoPE model step 2 trained (evaluation only): PI,
+   NTK-aware, dynamic NTK and YaRN against plain RoPE at the same lengths, into
+   ``OUT/extension/`` (``results.csv``, ``claims.json``, ``report.html``).
+
+Each step prints the seed claims it tests with their verdicts. A killed demo resumes where
+it stopped when the same command is given again.
 """
 
 from __future__ import annotations
@@ -84,6 +89,63 @@ def run_checks_and_figures(folder: Path, echo: Callable[[str], None]) -> dict[st
     return summary
 
 
+#: the context-extension methods step 3 compares (``rope`` is the unscaled baseline)
+EXTENSION_METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn")
+
+
+def extend_zero_shot(
+    config: ExtrapolateConfig, folder: Path, *, echo: Callable[[str], None] = print
+) -> list[dict[str, Any]]:
+    """The extension methods applied without fine-tuning to the RoPE model of the
+    extrapolation run in ``folder`` (its first seed), evaluated at the same lengths; rows,
+    verdicts and report into ``folder/extension`` (reused when already there)."""
+    from posenc.lab import extend
+    from posenc.lab.claims import format_verdicts, judge_all, verdict_record
+    from posenc.lab.report import write_report
+    from posenc.lab.results import read_results_csv, write_results_csv
+    from posenc.lab.run import as_json, atomic_write_text, torch_threads
+    from posenc.lab.seed_claims import claims_of
+
+    out = folder / "extension"
+    if (out / "results.csv").is_file():
+        rows = read_results_csv(out / "results.csv")
+    else:
+        seed = config.seeds[0]
+        ext = extend.ExtendConfig(
+            train_len=config.train_len,
+            dim=config.dim,
+            depth=config.depth,
+            num_heads=config.num_heads,
+            methods=EXTENSION_METHODS,
+            multipliers=config.multipliers,
+            ft_methods=(),
+            passkey_lengths=(),
+            eval_tokens=config.eval_tokens,
+            corpus=config.corpus,
+            corpus_bytes=config.corpus_bytes,
+            seeds=(seed,),
+            split_seed=config.split_seed,
+            progress=False,
+        )
+        run_dir = folder / "runs" / "rope" / f"seed{seed}"
+        state = torch.load(run_dir / "final.pt", map_location="cpu")["model"]
+        train_loss = json.loads((run_dir / "done.json").read_text())["final_loss"]
+        with torch_threads(config.threads):
+            rows = extend.zero_shot_rows(ext, state, seed=seed, train_loss=train_loss)
+        out.mkdir(parents=True, exist_ok=True)
+        config_record = {"experiment": "extend", **as_json(ext)}
+        atomic_write_text(out / "config.json", json.dumps(config_record, indent=2))
+        write_results_csv(rows, out / "results.csv")
+    # The zero-shot claims; those about fine-tuning need `posenc lab extend` (it fine-tunes).
+    claims = [c for c in claims_of("extend") if c.name.endswith("_zero_shot")]
+    records = [verdict_record(c, v) for c, v in zip(claims, judge_all(claims, rows), strict=True)]
+    atomic_write_text(out / "claims.json", json.dumps(records, indent=2))
+    write_report(out, title="posenc demo: zero-shot context extension of the RoPE model")
+    echo(extend.format_extend_tables(rows))
+    echo(format_verdicts(records))
+    return rows
+
+
 def run_demo(
     out: str | Path = "out/demo",
     *,
@@ -106,6 +168,11 @@ def run_demo(
         + ", ".join(f"{m:g}x" for m in config.multipliers)
     )
     rows = run_extrapolate(config, folder, echo=echo)
+    if "rope" in config.encodings:
+        echo(
+            "3. zero-shot context extension of that RoPE model: " + ", ".join(EXTENSION_METHODS[1:])
+        )
+        rows += extend_zero_shot(config, folder, echo=echo)
     seconds = time.perf_counter() - start
     echo(
         f"wrote {folder}/results.csv, {folder}/report.html and {folder}/checks/ "

@@ -2,13 +2,16 @@
 
 The model and the lab choose an encoding by name plus keyword arguments; the registry fills
 in what follows from the model's shape (``dim``, ``num_heads``, ``head_dim``,
-``max_seq_len``) and rejects unknown keyword arguments.
+``max_seq_len``, and for image models the patch ``grid``) and rejects unknown keyword
+arguments.
 
 Example::
 
     >>> pe = build_encoding("alibi", ModelDims(dim=64, num_heads=4), mode="symmetric")
     >>> type(pe).__name__
     'AlibiBias'
+    >>> build_encoding("rope_2d", ModelDims(dim=64, num_heads=4, grid=(4, 6))).width
+    6
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from posenc._validate import check_positive_int
 from posenc.base import NoPE, PositionalEncoding
 
 __all__ = [
@@ -27,6 +31,7 @@ __all__ = [
     "build_encoding",
     "encoding_spec",
     "list_encodings",
+    "sequence_encoding_spec",
 ]
 
 #: Where a method acts, for listings and docs; attention dispatches on hooks, not on this.
@@ -35,14 +40,40 @@ Family = Literal["none", "additive", "rotary", "bias", "contextual"]
 
 @dataclass(frozen=True)
 class ModelDims:
-    """What an encoding may need to know about the model it goes into."""
+    """What an encoding may need to know about the model it goes into.
+
+    Args:
+        dim: the model's width.
+        num_heads: attention heads.
+        head_dim: channels per head (default ``dim // num_heads``).
+        max_seq_len: the longest sequence (encodings with a finite table).
+        causal: decoder (True) or encoder (False): picks causal/bidirectional defaults of
+            biases.
+        grid: the patch grid ``(height, width)`` of an image model, whose tokens are the
+            patches in row-major order (token ``t`` at row ``t // width``, column
+            ``t % width``); None for a sequence model. 2D encodings
+            (:attr:`EncodingSpec.needs_grid`) take their height and width from it.
+
+    Raises:
+        ValueError: naming ``grid`` unless it is None or two integers >= 1.
+    """
 
     dim: int
     num_heads: int
     head_dim: int | None = None
     max_seq_len: int = 1024
-    #: decoder (True) or encoder (False): picks causal/bidirectional defaults of biases.
     causal: bool = True
+    grid: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.grid is None:
+            return
+        if isinstance(self.grid, (str, bytes)) or not isinstance(self.grid, (tuple, list)):
+            raise ValueError(f"grid must be None or (height, width), got {self.grid!r}")
+        if len(self.grid) != 2:
+            raise ValueError(f"grid must be None or (height, width), got {self.grid!r}")
+        height, width = (check_positive_int(f"grid[{i}]", n) for i, n in enumerate(self.grid))
+        object.__setattr__(self, "grid", (height, width))  # JSON gives a list
 
     @property
     def resolved_head_dim(self) -> int:
@@ -51,7 +82,20 @@ class ModelDims:
 
 @dataclass(frozen=True)
 class EncodingSpec:
-    """One registered method: its class, paper and how model dims fill its arguments."""
+    """One registered method: its class, paper and how model dims fill its arguments.
+
+    Attributes:
+        name, family, paper, summary: what ``posenc list`` shows.
+        factory: returns the class (deferred import).
+        from_dims: the constructor arguments that follow from a :class:`ModelDims`.
+        convert: converts the user's keyword arguments once at this boundary (e.g. dict ->
+            dataclass).
+        needs_grid: the encoding is defined on a patch grid and takes its ``height`` and
+            ``width`` from ``ModelDims.grid`` (2D sin-cos, axial 2D RoPE); building it
+            without a grid raises ``ValueError`` naming ``grid``.
+        causal_only: the method is defined for causal (decoder) attention only, e.g. xPos,
+            whose decay turns into growth for keys after the query; encoders refuse it.
+    """
 
     name: str
     family: Family
@@ -59,8 +103,9 @@ class EncodingSpec:
     summary: str
     factory: Callable[[], type[PositionalEncoding]]
     from_dims: Callable[[ModelDims], dict[str, Any]]
-    #: converts the user's keyword arguments once at this boundary (e.g. dict -> dataclass).
     convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    needs_grid: bool = False
+    causal_only: bool = False
 
     @property
     def cls(self) -> type[PositionalEncoding]:
@@ -69,6 +114,8 @@ class EncodingSpec:
     def parameters(self) -> dict[str, Any]:
         """Keyword arguments a user may set, with their defaults (model-filled ones omitted)."""
         filled = {"dim", "num_heads", "head_dim", "max_seq_len"}
+        if self.needs_grid:
+            filled |= {"height", "width"}
         return {
             name: (None if p.default is inspect.Parameter.empty else p.default)
             for name, p in _keyword_parameters(self.cls).items()
@@ -112,6 +159,13 @@ def _rope_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     from posenc.rotary.scaling import scaling_from_dict
 
     return {**kwargs, "scaling": scaling_from_dict(scaling)}
+
+
+def _grid(d: ModelDims) -> dict[str, int]:
+    """``height`` and ``width`` of a grid encoding, from ``dims.grid``."""
+    if d.grid is None:  # build_encoding checks first; this guards a direct from_dims call
+        raise ValueError("grid is required: set ModelDims.grid = (height, width)")
+    return {"height": d.grid[0], "width": d.grid[1]}
 
 
 _SPECS: tuple[EncodingSpec, ...] = (
@@ -163,6 +217,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "RoPE whose q·k decays as ζ^((n − m)/B) per channel pair (for causal attention)",
         lambda: _rotary().XPos,
         lambda d: {"head_dim": d.resolved_head_dim},
+        causal_only=True,
     ),
     EncodingSpec(
         "alibi",
@@ -195,6 +250,25 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "Transformer-XL relative attention: u, v and projected sinusoidal R_{i-j}",
         lambda: _bias().TransformerXLRelative,
         lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim, "dim": d.dim},
+    ),
+    EncodingSpec(
+        "sinusoidal_2d",
+        "additive",
+        "He et al. 2021 (MAE), https://arxiv.org/abs/2111.06377; "
+        "Dosovitskiy et al. 2020 (ViT), https://arxiv.org/abs/2010.11929",
+        "fixed sin/cos of a patch's row and column added to its embedding (needs a grid)",
+        lambda: _additive().Sinusoidal2D,
+        lambda d: {**_grid(d), "dim": d.dim},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "rope_2d",
+        "rotary",
+        "Heo et al. 2024, https://arxiv.org/abs/2403.13298",
+        "axial RoPE: half the pairs rotate by a patch's column, half by its row (needs a grid)",
+        lambda: _rotary().AxialRotary2D,
+        lambda d: {"head_dim": d.resolved_head_dim, **_grid(d)},
+        needs_grid=True,
     ),
 )
 _BUILTIN = frozenset(spec.name for spec in _SPECS)
@@ -235,6 +309,18 @@ def encoding_spec(name: str) -> EncodingSpec:
     return _BY_NAME[name]
 
 
+def sequence_encoding_spec(name: str, argument: str = "encodings") -> EncodingSpec:
+    """:func:`encoding_spec` of an encoding a sequence model (no image grid) can use;
+    ``ValueError`` naming ``argument`` for an unknown name or a grid encoding."""
+    spec = encoding_spec(name)
+    if spec.needs_grid:
+        raise ValueError(
+            f"{argument}: {name!r} encodes positions on an image grid (ModelDims.grid); a "
+            "sequence model cannot use it (the ViT experiment can)"
+        )
+    return spec
+
+
 def build_encoding(
     name: str, dims: ModelDims, kwargs: Mapping[str, Any] | None = None, **more: Any
 ) -> PositionalEncoding:
@@ -242,12 +328,21 @@ def build_encoding(
 
     ``dims.causal`` picks the defaults that differ between decoders and encoders: ALiBi
     ``mode`` (causal / symmetric) and T5 ``bidirectional`` buckets (False / True, as T5's
-    decoder and encoder).
+    decoder and encoder). ``dims.grid`` gives grid encodings their height and width.
 
     Keyword arguments (``kwargs`` and ``**more``) override the model-filled defaults;
     unknown ones raise ``ValueError`` naming them and listing the allowed ones.
+
+    Raises:
+        ValueError: for an unknown name or argument, or naming ``grid`` when the encoding
+            needs a grid (:attr:`EncodingSpec.needs_grid`) and ``dims.grid`` is None.
     """
     spec = encoding_spec(name)
+    if spec.needs_grid and dims.grid is None:
+        raise ValueError(
+            f"encoding {name!r} is defined on a patch grid: set ModelDims.grid = "
+            "(height, width), the grid of the image model it goes into (grid is None)"
+        )
     user = {**(kwargs or {}), **more}
     allowed = set(_keyword_parameters(spec.cls))
     unknown = sorted(set(user) - allowed)

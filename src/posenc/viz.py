@@ -368,7 +368,8 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
     bias: bias matrices per head; contextual: the positional logit term for random q, k.
     """
     spec = encoding_spec(name)
-    dims = ModelDims(dim=64, num_heads=4, max_seq_len=128)
+    grid = (8, 16) if spec.needs_grid else None  # 128 patches, numbered row by row
+    dims = ModelDims(dim=64, num_heads=4, max_seq_len=128, grid=grid)
     if name == "sinusoidal":
         return plot_sinusoidal(**kwargs)
     if name == "rope":

@@ -1,4 +1,5 @@
-"""The extend experiment end to end at toy size, its config, scalings and passkey scoring."""
+"""The extend experiment end to end at toy size (every usable scaling type of posenc's
+conversion), its config, scalings and passkey scoring."""
 
 from __future__ import annotations
 
@@ -14,7 +15,15 @@ from torch import Tensor, nn
 
 from posenc.lab import extend
 from posenc.lab.data import LMSource
-from posenc.lab.extend import METHODS, ExtendConfig, run_extend, scaling_for
+from posenc.lab.extend import (
+    ALIASES,
+    DEFAULT_METHODS,
+    METHODS,
+    ExtendConfig,
+    run_extend,
+    scaling_for,
+    scaling_types,
+)
 from posenc.lab.passkey import (
     PASSKEY_DIGITS,
     PasskeyMix,
@@ -41,6 +50,7 @@ TINY = ExtendConfig(
     steps=20,
     batch_size=8,
     warmup_steps=2,
+    methods=METHODS,  # rope, the aliases and every scaling type the experiment can fill
     multipliers=(1.0, 2.0),
     ft_len_multiplier=7.0,  # passkey fine-tuning rows need >= passkey_min_context() tokens
     ft_steps=5,
@@ -94,7 +104,7 @@ def test_every_scaling_with_factor_one_is_plain_rope_at_train_len(finished):
         for r in _extend_rows(rows)
         if (r["stage"], r["eval_len"]) == ("no_ft", 16)
     }
-    assert set(at_t) == set(METHODS)
+    assert set(at_t) == set(METHODS) >= {"linear", "ntk", "dynamic", "yarn", "llama3"}
     torch.testing.assert_close(
         torch.tensor([at_t[m] for m in METHODS], dtype=torch.float64),
         torch.full((len(METHODS),), at_t["rope"], dtype=torch.float64),
@@ -108,7 +118,7 @@ def test_scalings_change_the_model_beyond_train_len(finished):
     at_2t = {
         r["method"]: r for r in _extend_rows(rows) if (r["stage"], r["eval_len"]) == ("no_ft", 32)
     }
-    for method in METHODS[1:]:
+    for method in [m for m in METHODS if m != "rope"]:
         assert at_2t[method]["factor"] == 2.0
         assert at_2t[method]["loss"] != at_2t["rope"]["loss"], method
     assert at_2t["rope"]["factor"] is None
@@ -191,6 +201,8 @@ def test_config_round_trips_through_json():
         ("dim", 30),
         ("steps", 0),
         ("methods", ("rope", "alibi")),
+        ("methods", ("rope", "longrope")),  # needs factor lists the lab cannot supply
+        ("methods", ("rope", "default")),
         ("methods", ()),
         ("ft_methods", ("bogus",)),
         ("multipliers", (1.0, 0.0)),
@@ -215,8 +227,10 @@ def test_bad_config_raises_naming_the_field(field, value):
     ("method", "cls"),
     [
         ("pi", Linear),
+        ("linear", Linear),
         ("ntk", NTKAware),
         ("dynamic_ntk", DynamicNTK),
+        ("dynamic", DynamicNTK),
         ("yarn", YaRN),
         ("llama3", Llama3),
     ],
@@ -224,7 +238,7 @@ def test_bad_config_raises_naming_the_field(field, value):
 def test_scaling_for_builds_the_method_at_the_factor(method, cls):
     scaling = scaling_from_dict(scaling_for(method, 4.0, 128))
     assert isinstance(scaling, cls) and scaling.factor == 4.0
-    if method == "dynamic_ntk":
+    if cls is DynamicNTK:
         assert scaling.mode == "hf" and scaling.max_position_embeddings == 128
 
 
@@ -232,6 +246,62 @@ def test_scaling_for_rope_is_none_and_unknown_raises():
     assert scaling_for("rope", 8.0, 128) is None
     with pytest.raises(ValueError, match="method"):
         scaling_for("alibi", 2.0, 128)
+    with pytest.raises(ValueError, match="name it 'rope'"):
+        scaling_for("default", 2.0, 128)
+
+
+def test_the_default_methods_build_the_scalings_of_the_first_results():
+    """The dicts the methods spelled out before the conversion was read: same rows."""
+    assert DEFAULT_METHODS == ("rope", "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
+    assert ExtendConfig().methods == DEFAULT_METHODS
+    s, t = 4.0, 128
+    assert scaling_for("pi", s, t) == {"type": "linear", "factor": s}
+    assert scaling_for("ntk", s, t) == {"type": "ntk", "factor": s}
+    assert scaling_for("dynamic_ntk", s, t) == {
+        "type": "dynamic",
+        "factor": s,
+        "max_position_embeddings": t,
+    }
+    assert scaling_for("yarn", s, t) == {
+        "type": "yarn",
+        "factor": s,
+        "original_max_position_embeddings": t,
+    }
+    assert scaling_for("llama3", s, t) == {
+        "type": "llama3",
+        "factor": s,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": t,
+    }
+
+
+def test_aliases_are_the_papers_names_of_conversion_types():
+    assert ALIASES == {"pi": "linear", "dynamic_ntk": "dynamic"}
+    for alias, kind in ALIASES.items():
+        assert scaling_for(alias, 3.0, 64) == scaling_for(kind, 3.0, 64)
+
+
+#: Scaling types the experiment refuses, with the fields it cannot derive from s and T:
+#: LongRoPE's per-frequency factors are searched for one model, Gemma's proportional RoPE
+#: rotates a fraction of the pairs (an architecture choice, not an extension).
+REFUSED = {"longrope": ("short_factor", "long_factor"), "proportional": ("partial_rotary_factor",)}
+
+
+@pytest.mark.parametrize("kind", list(scaling_types()))
+def test_every_type_of_the_conversion_is_a_method_or_refused_naming_its_fields(kind):
+    if kind not in METHODS:
+        assert kind in REFUSED, f"{kind}: a new scaling type the lab cannot fill; say why"
+        with pytest.raises(ValueError, match=", ".join(REFUSED[kind])):
+            scaling_for(kind, 2.0, 16)
+        with pytest.raises(ValueError, match="methods"):
+            replace(TINY, methods=("rope", kind))
+        return
+    assert kind not in REFUSED
+    scaling = scaling_from_dict(scaling_for(kind, 2.0, 16))
+    assert isinstance(scaling, scaling_types()[kind])
+    assert getattr(scaling, "factor", None) == 2.0
+    assert kind in TINY.methods  # so the end-to-end run above evaluates it
 
 
 # ---- passkey scoring ---------------------------------------------------------------------

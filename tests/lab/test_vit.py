@@ -1,21 +1,29 @@
-"""The digits ViT experiment: a tiny end-to-end run, resume, config checks, patch order."""
+"""The digits ViT experiment: a tiny end-to-end run, resume, config checks, patch order,
+every registered encoding, and the registry construction against the classes built directly."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
+from torch import Tensor, nn
 from torch.testing import assert_close
 
 pytest.importorskip("sklearn")
 
+from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D
+from posenc.attention import build_context, hooks_of
+from posenc.base import AdditiveEncoding
 from posenc.lab import vit as vit_module
 from posenc.lab.results import read_results_csv
 from posenc.lab.vit import (
-    ENCODINGS,
+    ALIASES,
+    DEFAULT_ENCODINGS,
     DigitsSource,
     DigitsViT,
     DigitsViTConfig,
@@ -25,6 +33,11 @@ from posenc.lab.vit import (
     patchify,
     run_vit,
 )
+from posenc.model import Block, ModelConfig
+from posenc.registry import EncodingSpec, list_encodings, register_encoding, unregister_encoding
+from posenc.rotary import AxialRotary2D
+
+ENCODINGS = ["none", *ALIASES, *(spec.name for spec in list_encodings())]
 
 TINY = VitConfig(
     seeds=(0,),
@@ -55,7 +68,7 @@ def _unpatchify(patches: torch.Tensor, patch_size: int) -> torch.Tensor:
 
 def test_rows_columns_and_ranges(tiny_run: tuple[Path, list[dict[str, object]]]) -> None:
     _, rows = tiny_run
-    assert [r["encoding"] for r in rows] == list(ENCODINGS)
+    assert [r["encoding"] for r in rows] == list(DEFAULT_ENCODINGS)
     for row in rows:
         assert row["experiment"] == "vit" and row["seed"] == 0
         assert 0.0 <= row["accuracy"] <= 1.0  # type: ignore[operator]
@@ -73,7 +86,7 @@ def test_files_written(tiny_run: tuple[Path, list[dict[str, object]]]) -> None:
     assert json.loads((out / "config.json").read_text())["experiment"] == "vit"
     assert (out / "report.html").is_file()
     assert read_results_csv(out / "results.csv") == rows
-    for encoding in ENCODINGS:
+    for encoding in DEFAULT_ENCODINGS:
         run = out / "runs" / encoding / "seed0"
         for name in ("eval.json", "final.pt", "done.json", "metrics.jsonl", "config.json"):
             assert (run / name).is_file(), (encoding, name)
@@ -109,8 +122,10 @@ def test_config_mismatch_raises(tiny_run: tuple[Path, list[dict[str, object]]]) 
 @pytest.mark.parametrize(
     ("changes", "name"),
     [
-        ({"encodings": ("none", "alibi")}, "encodings"),
+        ({"encodings": ("none", "xpos")}, "encodings"),  # causal only
+        ({"encodings": ("none", "bogus")}, "encodings"),
         ({"encodings": ()}, "encodings"),
+        ({"encodings": ("none", "none")}, "encodings"),
         ({"seeds": ()}, "seeds"),
         ({"seeds": (-1,)}, "seeds"),
         ({"epochs": 0}, "epochs"),
@@ -120,7 +135,12 @@ def test_config_mismatch_raises(tiny_run: tuple[Path, list[dict[str, object]]]) 
         ({"test_size": 1797}, "test_size"),
         ({"lr": 0.0}, "lr"),
         ({"threads": 0}, "threads"),
-        ({"rope_base": -1.0}, "rope_base"),
+        ({"dim": 18, "num_heads": 1, "encodings": ("sinusoidal_2d",)}, "encodings"),  # dim % 4
+        ({"pos_kwargs": {"rope_2d": {"base": -1.0}}}, "base"),
+        ({"pos_kwargs": {"rope_2d": {"basis": 50.0}}}, "basis"),
+        ({"pos_kwargs": {"rope": {"base": 50.0}}}, "pos_kwargs"),  # not in encodings
+        ({"pos_kwargs": {"none": {"base": 50.0}}}, "pos_kwargs"),
+        ({"pos_kwargs": {"rope_2d": 50.0}}, "pos_kwargs"),
     ],
 )
 def test_config_errors(changes: dict[str, object], name: str) -> None:
@@ -133,13 +153,23 @@ def test_config_accepts_json_lists() -> None:
     assert config.encodings == ("none", "rope_2d") and config.seeds == (3,)
 
 
-@pytest.mark.parametrize("encoding", ENCODINGS)
+def _servable(encoding: str) -> bool:
+    try:
+        DigitsViTConfig(encoding=encoding, dim=16, depth=2, num_heads=2)
+    except ValueError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("encoding", [e for e in ENCODINGS if _servable(e)])
 def test_patch_order(encoding: str) -> None:
     """Without positions the model sees a bag of patches; with them, patch order matters."""
     torch.manual_seed(0)
     model = DigitsViT(DigitsViTConfig(encoding=encoding, dim=16, depth=2, num_heads=2)).eval()
-    if encoding == "learned_1d":  # the N(0, 0.02²) init is tiny: make the table count
-        torch.nn.init.normal_(model.additive.weight)  # type: ignore[union-attr]
+    encoding_module = model.encoding
+    if encoding_module is not None:  # tiny inits (N(0, 0.02²) tables): make the encoding count
+        for parameter in encoding_module.parameters():
+            torch.nn.init.normal_(parameter, std=0.5)
     tokens = torch.randint(0, 17, (3, 64))
     perm = torch.randperm(16, generator=torch.Generator().manual_seed(1))
     permuted = _unpatchify(patchify(tokens, 2)[:, perm], 2)
@@ -148,7 +178,7 @@ def test_patch_order(encoding: str) -> None:
         # Moving each patch together with its position never changes the logits.
         patches = model.embed(tokens)
         assert_close(model.classify(patches[:, perm], perm), logits, rtol=1e-5, atol=1e-5)
-    if encoding == "none":
+    if encoding in ("none", "nope"):
         assert_close(logits_permuted, logits, rtol=1e-5, atol=1e-5)
     else:
         assert not torch.allclose(logits_permuted, logits, rtol=1e-3, atol=1e-3)
@@ -200,3 +230,172 @@ def test_forward_errors() -> None:
         model(torch.zeros(2, 64, dtype=torch.long), key_padding_mask=torch.ones(2, 64).bool())
     with pytest.raises(ValueError, match="positions"):
         model(torch.zeros(2, 64, dtype=torch.long), torch.arange(1, 17))
+
+
+# ---- any registered encoding -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("spec", list_encodings(), ids=lambda spec: spec.name)
+def test_every_registered_encoding_trains_in_the_vit_or_is_refused(spec: EncodingSpec) -> None:
+    """A forward and backward of a tiny ViT, or a refusal naming the field and the reason."""
+    if spec.causal_only:
+        with pytest.raises(ValueError, match=r"encoding 'xpos'.*causal"):
+            DigitsViTConfig(encoding=spec.name, dim=16, depth=2, num_heads=2)
+        with pytest.raises(ValueError, match=r"^encodings: .*causal"):
+            replace(TINY, encodings=("none", spec.name))
+        return
+    replace(TINY, encodings=("none", spec.name))  # the experiment's config accepts it
+    torch.manual_seed(0)
+    model = DigitsViT(DigitsViTConfig(encoding=spec.name, dim=16, depth=2, num_heads=2))
+    logits = model(torch.randint(0, 17, (3, 64)))
+    assert logits.shape == (3, 10) and torch.isfinite(logits).all()
+    logits.logsumexp(-1).sum().backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None and torch.isfinite(parameter.grad).all(), name
+    if spec.needs_grid:  # built for the patch grid
+        assert (model.encoding.height, model.encoding.width) == (4, 4)  # type: ignore[union-attr]
+
+
+def test_the_encoding_gets_the_model_dims_and_pos_kwargs() -> None:
+    config = replace(TINY, encodings=("rope_2d", "t5"), pos_kwargs={"rope_2d": {"base": 50.0}})
+    rope = DigitsViT(config.model_config("rope_2d")).encoding
+    assert isinstance(rope, AxialRotary2D) and rope.base == 50.0 and rope.head_dim == 8
+    t5 = DigitsViT(config.model_config("t5")).encoding
+    assert t5.bidirectional is True  # type: ignore[union-attr]  # ModelDims(causal=False)
+    assert DigitsViT(config.model_config("none")).encoding is None
+
+
+def test_the_old_name_learned_1d_is_the_registered_learned() -> None:
+    models = {}
+    for name in ("learned_1d", "learned"):
+        torch.manual_seed(0)
+        models[name] = DigitsViT(DigitsViTConfig(encoding=name, dim=16, num_heads=2))
+    old, new = models["learned_1d"].state_dict(), models["learned"].state_dict()
+    assert list(old) == list(new)
+    for key in old:
+        assert torch.equal(old[key], new[key]), key
+
+
+class _DirectViT(nn.Module):
+    """The ViT as built before the registry: the encoding classes constructed directly."""
+
+    def __init__(self, encoding: str, dim: int, depth: int, num_heads: int) -> None:
+        super().__init__()
+        self.patch_embed = nn.Linear(4, dim)
+        self.additive: nn.Module | None = None
+        if encoding == "learned_1d":
+            self.additive = LearnedPositionalEmbedding(16, dim)
+        elif encoding == "sinusoidal_2d":
+            self.additive = Sinusoidal2D(4, 4, dim)
+        shape = ModelConfig(
+            vocab_size=17, dim=dim, depth=depth, num_heads=num_heads, max_seq_len=16, pos="none"
+        )
+        rotary = (
+            AxialRotary2D(dim // num_heads, 4, 4, base=100.0) if encoding == "rope_2d" else None
+        )
+        self.blocks = nn.ModuleList(Block(shape, rotary, causal=False) for _ in range(depth))
+        self.hooks = hooks_of(rotary)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, patches: Tensor, positions: Tensor) -> Tensor:
+        batch, seq, _ = patches.shape
+        context = build_context(
+            batch=batch,
+            seq=seq,
+            device=patches.device,
+            causal=False,
+            hooks=self.hooks,
+            positions=positions,
+        )
+        x = patches if self.additive is None else patches + self.additive(positions)
+        for block in self.blocks:
+            x = block(x, context=context)
+        return self.head(self.norm(x).mean(dim=1))
+
+
+@pytest.mark.parametrize("encoding", DEFAULT_ENCODINGS)
+def test_registry_construction_equals_the_classes_built_directly(encoding: str) -> None:
+    """Same seed, same parameters and the same logits: the documented rows reproduce."""
+    torch.manual_seed(0)
+    model = DigitsViT(DigitsViTConfig(encoding=encoding, dim=16, depth=2, num_heads=2))
+    torch.manual_seed(0)
+    direct = _DirectViT(encoding, dim=16, depth=2, num_heads=2)
+    ours, theirs = model.state_dict(), direct.state_dict()
+    assert list(ours) == list(theirs)
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key
+    assert type(model.encoding) is type(direct.additive or direct.blocks[0].attn.pos)
+    patches = model.embed(torch.randint(0, 17, (3, 64)))
+    perm = torch.randperm(16, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        for positions in (torch.arange(16), perm):
+            assert torch.equal(model.classify(patches, positions), direct(patches, positions))
+
+
+class _RowColumnTable(AdditiveEncoding):
+    """A test encoding reading ``num_axes`` position axes: a learned vector per index."""
+
+    num_axes = 2
+
+    def __init__(self, dim: int, size: int = 4) -> None:
+        super().__init__()
+        self.dim = dim
+        self.tables = nn.Parameter(torch.randn(self.num_axes, size, dim))
+        self.seen: list[Tensor] = []
+
+    def forward(self, positions: Tensor) -> Tensor:
+        self.seen.append(positions)
+        return torch.stack([self.tables[a][positions[a]] for a in range(self.num_axes)]).sum(0)
+
+
+class _TimeRowColumnTable(_RowColumnTable):
+    num_axes = 3
+
+
+@pytest.fixture
+def register() -> Iterator[Callable[[str, type[nn.Module]], None]]:
+    """Registers test encodings by name for one test."""
+    names: list[str] = []
+
+    def add(name: str, cls: type[nn.Module]) -> None:
+        register_encoding(
+            EncodingSpec(
+                name=name,
+                family="additive",
+                paper="a test encoding, https://arxiv.org/abs/0000.00000",
+                summary="a learned table per position axis",
+                factory=lambda: cls,  # type: ignore[arg-type, return-value]
+                from_dims=lambda dims: {"dim": dims.dim},
+            )
+        )
+        names.append(name)
+
+    yield add
+    for name in names:
+        unregister_encoding(name)
+
+
+def test_a_two_axis_encoding_gets_rows_and_columns(register: Any) -> None:
+    register("row_column_table", _RowColumnTable)
+    model = DigitsViT(DigitsViTConfig(encoding="row_column_table", dim=16, num_heads=2))
+    perm = torch.randperm(16, generator=torch.Generator().manual_seed(1))
+    model.classify(torch.randn(2, 16, 16), perm)
+    expected = torch.stack((perm // 4, perm % 4))  # (2, seq): row, column
+    assert torch.equal(model.encoding.seen[-1], expected)  # type: ignore[union-attr, index]
+
+
+def test_an_encoding_reading_other_axes_is_refused(register: Any) -> None:
+    register("time_row_column_table", _TimeRowColumnTable)
+    with pytest.raises(ValueError, match="3 position axes"):
+        DigitsViTConfig(encoding="time_row_column_table", dim=16, num_heads=2)
+    with pytest.raises(ValueError, match=r"^encodings: .*3 position axes"):
+        replace(TINY, encodings=("time_row_column_table",))
+
+
+def test_config_validation_leaves_the_global_rng_alone() -> None:
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    DigitsViTConfig(encoding="learned", dim=16, num_heads=2)  # a trial build draws a table
+    assert torch.equal(torch.rand(3), expected)

@@ -18,13 +18,24 @@ YaRN (Peng et al. 2023, https://arxiv.org/abs/2309.00071, Tables 1, 5) at CPU sc
 4. **passkey retrieval** (:mod:`posenc.lab.passkey`) of every (method, stage) over a grid of
    context lengths (multiples of ``T``) and depths.
 
-Methods (:func:`scaling_for`): ``rope`` (no scaling), ``pi`` = ``Linear(s)``, ``ntk`` =
-``NTKAware(s)``, ``dynamic_ntk`` = ``DynamicNTK(s, max_position_embeddings=T)`` in HF mode,
-``yarn`` = ``YaRN(s, T)``, ``llama3`` = ``Llama3(s, 1, 4, T)``. Dynamic NTK follows the
-length of each forward; every evaluation window is its own forward from position 0, so its
-frequencies are those of the window length ``L``: HF's base change with ratio
-``s·L/T - (s - 1) = s² - s + 1`` at ``s = L/T`` (3 at 2×, 13 at 4×), a stronger change than
-static NTK's ratio ``s``. At ``1×`` every method has ``s = 1`` and is plain RoPE.
+Methods (:func:`scaling_for`, :data:`METHODS`): ``rope`` (no scaling) and every scaling
+type of posenc's conversion :func:`posenc.rotary.scaling_from_dict` whose fields the
+experiment can fill: one dict of what it knows, ``factor = s``,
+``original_max_position_embeddings = max_position_embeddings = T`` and Llama-3.1's band
+``low_freq_factor = 1``, ``high_freq_factor = 4``, of which each type takes the keys it has
+(so a scaling added to the library joins the experiment unchanged). ``linear`` = PI =
+``Linear(s)``, ``ntk`` = ``NTKAware(s)``, ``dynamic`` = ``DynamicNTK(s,
+max_position_embeddings=T)`` in HF mode, ``yarn`` = ``YaRN(s, T)``, ``llama3`` = ``Llama3(s,
+1, 4, T)``; ``pi`` and ``dynamic_ntk`` are the papers' names for ``linear`` and ``dynamic``
+(:data:`ALIASES`, the names of the claims and of the default setting). Types needing fields
+the experiment cannot derive from ``s`` and ``T`` are refused naming them: ``longrope``
+(``short_factor``, ``long_factor``: per-frequency factors found by LongRoPE's search for one
+model) and ``proportional`` (``partial_rotary_factor``: Gemma's architecture choice, not an
+extension). Dynamic NTK follows the length of each forward; every evaluation window is its
+own forward from position 0, so its frequencies are those of the window length ``L``: HF's
+base change with ratio ``s·L/T - (s - 1) = s² - s + 1`` at ``s = L/T`` (3 at 2×, 13 at 4×), a
+stronger change than static NTK's ratio ``s``. At ``1×`` every method has ``s = 1`` and is
+plain RoPE.
 
 Example::
 
@@ -35,7 +46,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -51,50 +62,95 @@ from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, text_table
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
+from posenc.rotary import scaling as rotary_scaling
+from posenc.rotary.scaling import scaling_from_dict
 
 __all__ = [
+    "ALIASES",
+    "DEFAULT_METHODS",
     "EXPERIMENT",
     "METHODS",
     "ExtendConfig",
     "format_extend_tables",
     "run_extend",
     "scaling_for",
+    "scaling_types",
+    "zero_shot_rows",
 ]
 
 Row = dict[str, Any]
 
-#: the methods and their scaling (see :func:`scaling_for`).
-METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
+#: No scaling: the plain RoPE the base model is trained with.
+ROPE = "rope"
+#: The papers' names of two scaling types (PI; dynamic NTK): method -> the conversion's type.
+ALIASES = {"pi": "linear", "dynamic_ntk": "dynamic"}
+#: The documented setting, and the methods of the first results and of the seed claims.
+DEFAULT_METHODS = (ROPE, "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
+
+
+def scaling_types() -> dict[str, type[rotary_scaling.Scaling]]:
+    """The scaling types :func:`~posenc.rotary.scaling_from_dict` accepts, by type name."""
+    return dict(rotary_scaling._TYPES)  # the conversion's own table: no second list here
+
+
+def _known(factor: float, train_len: int) -> dict[str, Any]:
+    """All the experiment knows about a scaling, under the conversion's keys."""
+    return {
+        "factor": float(factor),  # s
+        "original_max_position_embeddings": train_len,  # L0 = T (YaRN, Llama-3, LongRoPE)
+        "max_position_embeddings": train_len,  # L_max = T: dynamic NTK is plain RoPE up to T
+        "low_freq_factor": 1.0,  # Llama-3.1's smoothing band
+        "high_freq_factor": 4.0,
+    }
+
+
+def _missing(kind: str) -> list[str]:
+    """Required fields of scaling type ``kind`` that :func:`_known` does not fill."""
+    known = _known(1.0, 1)
+    return [
+        f.name
+        for f in fields(scaling_types()[kind])
+        if f.default is MISSING and f.default_factory is MISSING and f.name not in known
+    ]
+
+
+#: Every method name: ``rope``, the aliases, and each scaling type the experiment can fill.
+METHODS = (ROPE, *ALIASES, *(kind for kind in scaling_types() if not _missing(kind)))
 
 
 def scaling_for(method: str, factor: float, train_len: int) -> dict[str, Any] | None:
     """posenc's dict form of ``method``'s scaling at extension factor ``factor`` (None = rope).
+
+    The dict holds the keys of :func:`_known` that the type's dataclass has; the model turns
+    it into a :class:`~posenc.rotary.Scaling` through
+    :func:`~posenc.rotary.scaling_from_dict`.
+
+    Raises:
+        ValueError: naming ``method`` when it is not a method, or naming the fields a
+            scaling type needs that the experiment cannot supply.
 
     Example::
 
         >>> scaling_for("yarn", 4.0, 128)
         {'type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 128}
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    factor = float(factor)
-    if method == "rope":
+    if method == ROPE:
         return None
-    if method == "pi":
-        return {"type": "linear", "factor": factor}
-    if method == "ntk":
-        return {"type": "ntk", "factor": factor}
-    if method == "dynamic_ntk":
-        return {"type": "dynamic", "factor": factor, "max_position_embeddings": train_len}
-    if method == "yarn":
-        return {"type": "yarn", "factor": factor, "original_max_position_embeddings": train_len}
-    return {
-        "type": "llama3",
-        "factor": factor,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": train_len,
-    }
+    kind = ALIASES.get(method, method)
+    types = scaling_types()
+    if kind not in types:
+        hint = " ('default' is plain RoPE: name it 'rope')" if kind == "default" else ""
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}{hint}")
+    missing = _missing(kind)
+    if missing:
+        raise ValueError(
+            f"method {method!r} needs {', '.join(missing)}, which the extend experiment cannot "
+            f"supply: it fills only {', '.join(_known(1.0, 1))} from the factor s and the "
+            "training length T"
+        )
+    names = {f.name for f in fields(types[kind])}
+    known = _known(factor, train_len)
+    return {"type": kind, **{key: value for key, value in known.items() if key in names}}
 
 
 def _lengths(name: str, multipliers: tuple[float, ...], train_len: int) -> tuple[int, ...]:
@@ -118,7 +174,8 @@ class ExtendConfig:
         batch_size: sequences per step (base and fine-tuning).
         lr: peak learning rate of the base training.
         warmup_steps: linear warmup steps of the base training.
-        methods: methods evaluated without fine-tuning (of :data:`METHODS`).
+        methods: methods evaluated without fine-tuning (of :data:`METHODS`: ``rope``, a
+            scaling type of :func:`~posenc.rotary.scaling_from_dict`, or an alias).
         multipliers: evaluation lengths as multiples of ``T``.
         ft_len_multiplier: fine-tuning length as a multiple of ``T`` (``s_ft``), ≥ 1.
         ft_steps: steps of the short fine-tune of each of ``ft_methods``.
@@ -149,7 +206,7 @@ class ExtendConfig:
     batch_size: int = 32
     lr: float = 3e-3
     warmup_steps: int = 100
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = DEFAULT_METHODS
     multipliers: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
     ft_len_multiplier: float = 2.0
     ft_steps: int = 100
@@ -191,8 +248,10 @@ class ExtendConfig:
             raise ValueError("methods must name at least one method")
         for name in ("methods", "ft_methods"):
             for method in getattr(self, name):
-                if method not in METHODS:
-                    raise ValueError(f"{name} must be of {', '.join(METHODS)}; got {method!r}")
+                try:  # the conversion itself judges the dict (s = 1 is valid for every type)
+                    scaling_from_dict(scaling_for(method, 1.0, self.train_len))
+                except ValueError as error:
+                    raise ValueError(f"{name}: {error}") from None
         if not self.multipliers:
             raise ValueError("multipliers must hold at least one number")
         _lengths("multipliers", self.multipliers, self.train_len)
@@ -361,12 +420,7 @@ def _execute(config: ExtendConfig, run: Run, folder: Path) -> list[Row]:
         base = DecoderLM(config.model_config("rope", 1.0))
         source = LMSource(corpus.train, config.train_len, seed=seed)
         result = train(base, source, config.train_config(fine_tune=False, seed=seed), folder)
-        state = base.state_dict()
-        rows: list[Row] = []
-        for method in config.methods:
-            loss = result.final_loss
-            rows += _evaluate(config, corpus, state, method, "no_ft", None, loss, seed)
-        return rows
+        return zero_shot_rows(config, base.state_dict(), seed=seed, train_loss=result.final_loss)
     method = run.params["method"]
     s_ft = config.factor(config.ft_len)
     torch.manual_seed(seed)
@@ -377,6 +431,19 @@ def _execute(config: ExtendConfig, run: Run, folder: Path) -> list[Row]:
     result = train(model, mix, config.train_config(fine_tune=True, seed=seed), folder)
     state = model.state_dict()
     return _evaluate(config, corpus, state, method, "ft", s_ft, result.final_loss, seed)
+
+
+def zero_shot_rows(
+    config: ExtendConfig, state: dict[str, Tensor], *, seed: int, train_loss: float
+) -> list[Row]:
+    """Every method of ``config.methods`` applied without fine-tuning to RoPE weights
+    ``state`` trained at ``config.train_len`` (stage ``no_ft``): what the base run of this
+    experiment evaluates, for weights trained elsewhere (the demo's extrapolation model)."""
+    corpus = _load(config)
+    rows: list[Row] = []
+    for method in config.methods:
+        rows += _evaluate(config, corpus, state, method, "no_ft", None, train_loss, seed)
+    return rows
 
 
 def run_extend(
@@ -435,7 +502,7 @@ def _length(n: int) -> str:
 
 EXPERIMENT = Experiment(
     name="extend",
-    summary="RoPE trained at T, extended by PI/NTK/dynamic NTK/YaRN/Llama-3; passkey",
+    summary="RoPE trained at T, extended by PI/NTK/dynamic NTK/YaRN/Llama-3 (any scaling); passkey",
     title="posenc: RoPE context extension",
     config=ExtendConfig,
     plan=_plan,

@@ -35,7 +35,7 @@ from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, text_table
 from posenc.lab.train import TrainConfig, peak_memory_bytes, train
 from posenc.model import DecoderLM, ModelConfig
-from posenc.registry import encoding_spec
+from posenc.registry import sequence_encoding_spec
 
 __all__ = ["EXPERIMENT", "ExtrapolateConfig", "evaluate_lm", "format_ppl_table", "run_extrapolate"]
 
@@ -102,7 +102,7 @@ class ExtrapolateConfig:
         if not self.encodings:
             raise ValueError("encodings must name at least one encoding")
         for name in self.encodings:
-            encoding_spec(name)  # raises ValueError naming unknown encodings
+            sequence_encoding_spec(name)  # unknown or grid-only names: ValueError
         if not self.multipliers or any(m <= 0 for m in self.multipliers):
             raise ValueError(f"multipliers must be positive numbers, got {self.multipliers}")
         longest = max(self.eval_lengths)

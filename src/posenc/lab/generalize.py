@@ -48,7 +48,7 @@ from posenc.lab.tasks import TASKS, TaskSource, accuracy, make_task
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.positions import randomized_positions
-from posenc.registry import encoding_spec
+from posenc.registry import sequence_encoding_spec
 
 __all__ = ["EXPERIMENT", "TasksConfig", "evaluate_task", "format_tasks_table", "run_tasks"]
 
@@ -131,7 +131,7 @@ class TasksConfig:
                 raise ValueError(f"tasks must name tasks of {', '.join(TASKS)}; got {task!r}")
         for encoding in self.encodings:
             try:
-                encoding_spec(encoding)
+                sequence_encoding_spec(encoding)
             except ValueError as error:
                 raise ValueError(f"encodings: {error}") from error
         flags = self.randomized

@@ -34,7 +34,7 @@ from posenc.lab.runner import Experiment, Run, check_seeds
 from posenc.lab.tables import text_table
 from posenc.lab.train import TrainConfig, lm_loss, train
 from posenc.model import DecoderLM, ModelConfig
-from posenc.registry import encoding_spec
+from posenc.registry import sequence_encoding_spec
 
 __all__ = ["EXPERIMENT", "LmConfig", "format_lm_table", "main"]
 
@@ -87,7 +87,7 @@ class LmConfig:
         if not self.encodings:
             raise ValueError("encodings must name at least one encoding")
         for name in self.encodings:
-            encoding_spec(name)  # raises ValueError naming an unknown encoding
+            sequence_encoding_spec(name)  # unknown or grid-only names: ValueError
 
     def model_config(self, encoding: str) -> ModelConfig:
         return ModelConfig(

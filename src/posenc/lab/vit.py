@@ -6,13 +6,21 @@ position embedding, 0.640–0.642 with 1-D, 2-D or relative ones: "having a PE m
 kind matters little") at CPU scale. The 1797 8×8 images of ``sklearn.datasets.load_digits``
 (bundled with scikit-learn, no download) are cut into 2×2 patches, a 4×4 grid of 16 tokens of
 4 pixels; a linear patch embedding, a few bidirectional pre-norm blocks
-(:class:`posenc.model.Block`), mean pooling and a 10-way linear head classify them. Encodings:
+(:class:`posenc.model.Block`), mean pooling and a 10-way linear head classify them.
 
-* ``"none"``: no position at all; the model sees a bag of patches (it is exactly invariant
-  to permuting the patches);
-* ``"learned_1d"``: :class:`~posenc.additive.LearnedPositionalEmbedding` over the 16 tokens;
-* ``"sinusoidal_2d"``: :class:`~posenc.additive.Sinusoidal2D` (MAE layout);
-* ``"rope_2d"``: :class:`~posenc.rotary.AxialRotary2D` (RoPE-ViT axial, base 100).
+Encodings are chosen by name: ``"none"`` (no position at all; the model sees a bag of
+patches and is exactly invariant to permuting them) or any encoding of
+:mod:`posenc.registry` (``posenc list``), built by :func:`~posenc.registry.build_encoding`
+for this model: ``ModelDims(dim, num_heads, max_seq_len=16, causal=False, grid=(4, 4))``
+plus the encoding's ``pos_kwargs``. Grid encodings (``needs_grid``: ``"sinusoidal_2d"``, the
+MAE 2D sin-cos table; ``"rope_2d"``, RoPE-ViT's axial RoPE, base 100) take the 4×4 grid;
+1D ones (``"learned"``, ``"rope"``, ``"alibi"``, ``"t5"``, ...) number the patches row-major.
+An encoding reading one position axis gets the row-major patch index, one reading two gets
+the patch's (row, column). Refused, naming ``encodings`` and the reason: causal-only methods
+(``causal_only``: xPos, whose decay grows for keys after the query), encodings reading
+other numbers of axes, and arguments the encoding rejects at this size (e.g. a ``dim`` that
+the 2D sin-cos table cannot split in four). ``"learned_1d"`` is kept as the name of
+``"learned"`` in the experiment's first results.
 
 Images enter :func:`posenc.lab.train.train` as token rows: ``tokens`` are the 64 pixel
 intensities (integers 0..16, row-major) and the label is the target of the first column only
@@ -30,7 +38,7 @@ import functools
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +46,6 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
-from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D
 from posenc.attention import build_context, hooks_of
 from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, derive_seed
@@ -46,10 +53,11 @@ from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.train import TrainConfig, train
 from posenc.model import Block, ModelConfig
 from posenc.positions import grid_coordinates
-from posenc.rotary import AxialRotary2D
+from posenc.registry import ModelDims, build_encoding, encoding_spec
 
 __all__ = [
-    "ENCODINGS",
+    "ALIASES",
+    "DEFAULT_ENCODINGS",
     "EXPERIMENT",
     "DigitsSource",
     "DigitsSplits",
@@ -63,7 +71,12 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
-ENCODINGS = ("none", "learned_1d", "sinusoidal_2d", "rope_2d")
+#: No positional encoding at all (not a registry name: the ViT then holds no encoding module).
+NONE = "none"
+#: Names of the experiment's first results, kept working: name -> registry name.
+ALIASES = {"learned_1d": "learned"}
+#: The documented setting: none, 1D learned, 2D sin-cos, 2D axial RoPE.
+DEFAULT_ENCODINGS = (NONE, "learned_1d", "sinusoidal_2d", "rope_2d")
 IMAGE_SIZE = 8  # sklearn digits are 8×8
 LEVELS = 17  # pixel intensities 0..16
 NUM_CLASSES = 10
@@ -91,7 +104,21 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
 
 @dataclass(frozen=True)
 class DigitsViTConfig:
-    """Shape of :class:`DigitsViT` (saved in each run folder's ``config.json``)."""
+    """Shape of :class:`DigitsViT` (saved in each run folder's ``config.json``).
+
+    Args:
+        encoding: ``"none"``, a registered encoding (``posenc list``) or an alias of one
+            (:data:`ALIASES`).
+        patch_size: patch side in pixels (divides 8).
+        dim, depth, num_heads: width, layers and heads.
+        mlp_ratio: MLP hidden width as a multiple of ``dim``.
+        pos_kwargs: keyword arguments of the encoding's constructor (e.g. ``{"base": 50}``);
+            the model fills ``dim``, ``num_heads``, ``head_dim``, ``max_seq_len`` and the grid.
+
+    Raises:
+        ValueError: naming the field; naming ``encoding`` with the reason when the encoding
+            cannot serve this ViT (see the module docstring).
+    """
 
     encoding: str = "rope_2d"
     patch_size: int = 2
@@ -99,34 +126,80 @@ class DigitsViTConfig:
     depth: int = 2
     num_heads: int = 4
     mlp_ratio: float = 4.0
-    rope_base: float = 100.0
+    pos_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.encoding not in ENCODINGS:
-            raise ValueError(f"encoding must be one of {ENCODINGS}, got {self.encoding!r}")
         for name in ("patch_size", "dim", "depth", "num_heads"):
             check_positive_int(name, getattr(self, name))
         if IMAGE_SIZE % self.patch_size:
             raise ValueError(f"patch_size must divide {IMAGE_SIZE}, got {self.patch_size}")
         if self.dim % self.num_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
-        if self.encoding == "sinusoidal_2d" and self.dim % 4:
-            raise ValueError(f"dim must be divisible by 4 for sinusoidal_2d, got {self.dim}")
-        if self.encoding == "rope_2d" and (self.dim // self.num_heads) % 4:
-            raise ValueError(
-                f"dim / num_heads (head_dim) must be divisible by 4 for rope_2d, got "
-                f"{self.dim // self.num_heads}"
-            )
         check_positive_float("mlp_ratio", self.mlp_ratio)
-        check_positive_float("rope_base", self.rope_base)
+        if not isinstance(self.pos_kwargs, dict):
+            raise ValueError(f"pos_kwargs must be a dict, got {type(self.pos_kwargs).__name__}")
+        if not isinstance(self.encoding, str):
+            raise ValueError(f"encoding must be a name (str), got {self.encoding!r}")
+        reason = _refusal(self)
+        if reason is not None:
+            raise ValueError(
+                f"encoding {self.encoding!r} cannot serve the digits ViT "
+                f"({self.grid[0]}×{self.grid[1]} patch grid, bidirectional attention): {reason}"
+            )
 
     @property
-    def grid(self) -> int:
-        return IMAGE_SIZE // self.patch_size
+    def grid(self) -> tuple[int, int]:
+        """The patch grid ``(height, width)``."""
+        side = IMAGE_SIZE // self.patch_size
+        return side, side
 
     @property
     def num_patches(self) -> int:
-        return self.grid * self.grid
+        return self.grid[0] * self.grid[1]
+
+    @property
+    def registry_name(self) -> str | None:
+        """The encoding's name in :mod:`posenc.registry` (None for ``"none"``)."""
+        return None if self.encoding == NONE else ALIASES.get(self.encoding, self.encoding)
+
+    def dims(self) -> ModelDims:
+        """What the registry fills the encoding's arguments from."""
+        return ModelDims(
+            dim=self.dim,
+            num_heads=self.num_heads,
+            max_seq_len=self.num_patches,
+            causal=False,
+            grid=self.grid,
+        )
+
+    def build_encoding(self) -> PositionalEncoding | None:
+        """A new encoding module for this ViT (None for ``"none"``)."""
+        name = self.registry_name
+        return None if name is None else build_encoding(name, self.dims(), self.pos_kwargs)
+
+
+def _refusal(config: DigitsViTConfig) -> str | None:
+    """Why ``config.encoding`` cannot serve the ViT, or None when it can."""
+    name = config.registry_name
+    if name is None:
+        return "'none' takes no pos_kwargs" if config.pos_kwargs else None
+    try:
+        spec = encoding_spec(name)
+    except ValueError as error:
+        return f"{error} (or 'none', or an alias: {', '.join(ALIASES)})"
+    if spec.causal_only:
+        return "it is defined for causal (decoder) attention only (registry: causal_only)"
+    try:
+        with torch.random.fork_rng(devices=[]):  # a trial build leaves the global RNG alone
+            axes = hooks_of(config.build_encoding()).num_axes
+    except ValueError as error:  # arguments the encoding rejects at this size
+        return str(error)
+    if axes not in (1, 2):
+        return (
+            f"it reads {axes} position axes; a patch grid gives 1 (the row-major patch index) "
+            "or 2 (row, column)"
+        )
+    return None
 
 
 class DigitsViT(nn.Module):
@@ -142,32 +215,44 @@ class DigitsViT(nn.Module):
         super().__init__()
         self.config = config
         self.patch_embed = nn.Linear(config.patch_size**2, config.dim)
-        grid, dim = config.grid, config.dim
-        self.additive: PositionalEncoding | None = None
-        if config.encoding == "learned_1d":
-            self.additive = LearnedPositionalEmbedding(config.num_patches, dim)
-        elif config.encoding == "sinusoidal_2d":
-            self.additive = Sinusoidal2D(grid, grid, dim)
+        first = config.build_encoding()
+        hooks = hooks_of(first)
+        # An additive encoding is added to the patch embeddings; one acting in attention goes
+        # to every block: one shared instance (RoPE, T5: its tables are built once per
+        # forward, in the context) or one per layer (Shaw, Transformer-XL), as posenc.model.
+        self.additive: PositionalEncoding | None = first if hooks.additive else None
+        acts_in_attention = hooks.rotary or hooks.logit_terms
+        layer_pos: list[PositionalEncoding | None] = []
+        for index in range(config.depth):
+            if first is None or not acts_in_attention:
+                layer_pos.append(None)
+            elif index == 0 or first.shared_across_layers:
+                layer_pos.append(first)
+            else:
+                layer_pos.append(config.build_encoding())
         # Block reads only the shape fields of ModelConfig; the encoding object is passed in.
         shape = ModelConfig(
             vocab_size=LEVELS,
-            dim=dim,
+            dim=config.dim,
             depth=config.depth,
             num_heads=config.num_heads,
             mlp_ratio=config.mlp_ratio,
             max_seq_len=config.num_patches,
             pos="none",
         )
-        head_dim = dim // config.num_heads
-        # One parameter-free rotary encoding for all blocks: its tables are built once per
-        # forward (the context), as in posenc.model.
-        rotary = None
-        if config.encoding == "rope_2d":
-            rotary = AxialRotary2D(head_dim, grid, grid, base=config.rope_base)
-        self.blocks = nn.ModuleList(Block(shape, rotary, causal=False) for _ in range(config.depth))
-        self.hooks = hooks_of(rotary)
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, NUM_CLASSES)
+        self.blocks = nn.ModuleList(Block(shape, pos, causal=False) for pos in layer_pos)
+        # Positions follow the encoding's layout (its number of axes, its own checks).
+        self.hooks = hooks if (acts_in_attention or hooks.additive) else hooks_of(None)
+        self.norm = nn.LayerNorm(config.dim)
+        self.head = nn.Linear(config.dim, NUM_CLASSES)
+
+    @property
+    def encoding(self) -> nn.Module | None:
+        """The (first layer's) positional encoding module, or None."""
+        if self.additive is not None:
+            return self.additive
+        first_block: Block = self.blocks[0]  # type: ignore[assignment]
+        return first_block.attn.pos
 
     def embed(self, tokens: Tensor) -> Tensor:
         """Pixel intensities ``(batch, 64)`` → patch embeddings ``(batch, num_patches, dim)``."""
@@ -180,10 +265,17 @@ class DigitsViT(nn.Module):
         return self.patch_embed(patchify(pixels, self.config.patch_size))
 
     def classify(self, patches: Tensor, positions: Tensor | None = None) -> Tensor:
-        """Logits ``(batch, 10)`` of patch embeddings ``(batch, num_patches, dim)``."""
+        """Logits ``(batch, 10)`` of patch embeddings ``(batch, num_patches, dim)``.
+
+        ``positions`` are the patches' row-major indices into the grid, ``(num_patches,)`` or
+        ``(batch, num_patches)`` (default ``arange``); an encoding reading two position axes
+        gets their (row, column) instead, ``(2, num_patches)`` or ``(2, batch, num_patches)``.
+        """
         if positions is None:
             positions = torch.arange(patches.shape[1], device=patches.device)
-        grid_coordinates(positions, self.config.grid, self.config.grid)  # range check, once
+        rows, cols = grid_coordinates(positions, *self.config.grid)  # range check, once
+        if self.hooks.num_axes == 2:
+            positions = torch.stack((rows, cols))
         batch, seq, _ = patches.shape
         context = build_context(
             batch=batch,
@@ -195,7 +287,8 @@ class DigitsViT(nn.Module):
         )
         x = patches
         if self.additive is not None:
-            x = x + self.additive(positions).to(x.dtype)
+            additive: Any = self.additive  # implements the additive hook
+            x = x + additive.position_embedding(context.q_pos).to(x.dtype)
         for block in self.blocks:
             x = block(x, context=context)
         return self.head(self.norm(x).mean(dim=1))
@@ -314,14 +407,19 @@ class VitConfig:
     """The digits ViT experiment (defaults: the documented full setting, ~1–3 min on 2 cores).
 
     Args:
-        encodings: any of ``"none", "learned_1d", "sinusoidal_2d", "rope_2d"``.
+        encodings: ``"none"`` and registered encodings (``posenc list``; grid encodings such
+            as ``"sinusoidal_2d"`` and ``"rope_2d"`` get the patch grid) or their aliases
+            (:data:`ALIASES`); one that cannot serve a bidirectional ViT on a patch grid
+            raises ``ValueError`` naming ``encodings`` and the reason.
         seeds: one run per seed and encoding (model init and batch order); the split is fixed.
         patch_size: patch side in pixels (2×2 patches of the 8×8 digits: 16 tokens).
         dim: the transformer's width.
         depth: its layers.
         num_heads: attention heads per layer.
         mlp_ratio: MLP hidden width as a multiple of ``dim``.
-        rope_base: base of the axial RoPE (100 in RoPE-ViT).
+        pos_kwargs: per encoding (as named in ``encodings``), keyword arguments of its
+            constructor (a JSON object on the command line, e.g. ``{"rope_2d": {"base":
+            50}}``; the axial RoPE's base defaults to RoPE-ViT's 100).
         test_size: held-out images (the rest train).
         split_seed: seed of the train/test split.
         epochs: passes over the training images (AdamW with warmup then cosine decay).
@@ -334,14 +432,14 @@ class VitConfig:
         progress: progress bars.
     """
 
-    encodings: tuple[str, ...] = ENCODINGS
+    encodings: tuple[str, ...] = DEFAULT_ENCODINGS
     seeds: tuple[int, ...] = (0, 1, 2)
     patch_size: int = 2
     dim: int = 64
     depth: int = 2
     num_heads: int = 4
     mlp_ratio: float = 4.0
-    rope_base: float = 100.0
+    pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     test_size: int = 500
     split_seed: int = 0
     epochs: int = 20
@@ -356,10 +454,17 @@ class VitConfig:
     def __post_init__(self) -> None:
         # JSON (CLI --set, config.json) gives lists; keep the tuples hashable and comparable.
         object.__setattr__(self, "encodings", tuple(self.encodings))
-        if not self.encodings or any(e not in ENCODINGS for e in self.encodings):
-            raise ValueError(f"encodings must be a non-empty subset of {ENCODINGS}")
+        if not self.encodings:
+            raise ValueError("encodings must name at least one encoding ('none' for none)")
         if len(set(self.encodings)) != len(self.encodings):
             raise ValueError(f"encodings must not repeat a name, got {self.encodings}")
+        if not isinstance(self.pos_kwargs, dict) or not all(
+            isinstance(kwargs, dict) for kwargs in self.pos_kwargs.values()
+        ):
+            raise ValueError(f"pos_kwargs must map encoding names to dicts, got {self.pos_kwargs}")
+        unused = sorted(set(self.pos_kwargs) - set(self.encodings))
+        if unused:
+            raise ValueError(f"pos_kwargs names encodings not in encodings: {', '.join(unused)}")
         object.__setattr__(self, "seeds", check_seeds(self.seeds))
         for name in ("epochs", "batch_size", "test_size"):
             check_positive_int(name, getattr(self, name))
@@ -372,8 +477,13 @@ class VitConfig:
             )
         if self.threads is not None:
             check_positive_int("threads", self.threads)
+        # The model fields first, naming them; then each encoding on that valid shape.
+        DigitsViTConfig(NONE, self.patch_size, self.dim, self.depth, self.num_heads, self.mlp_ratio)
         for encoding in self.encodings:
-            self.model_config(encoding)  # validates the model fields, naming them
+            try:
+                self.model_config(encoding)
+            except ValueError as error:  # the shape is valid: the encoding is refused
+                raise ValueError(f"encodings: {error}") from None
         self.train_config(0)  # validates lr, weight_decay, device
 
     @property
@@ -389,7 +499,7 @@ class VitConfig:
             depth=self.depth,
             num_heads=self.num_heads,
             mlp_ratio=self.mlp_ratio,
-            rope_base=self.rope_base,
+            pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
         )
 
     def train_config(self, seed: int) -> TrainConfig:
@@ -482,8 +592,10 @@ def run_vit(
 def format_vit_table(rows: Sequence[Row]) -> str:
     """Accuracy table: one line per encoding, mean ± sample std (min–max) over seeds."""
     selected = [r for r in rows if r.get("experiment") == "vit"]
+    width = max([15, *(len(str(r["encoding"])) + 2 for r in selected)])
     header = (
-        f"{'encoding':<15}{'seeds':>6}{'test acc':>18}{'min–max':>15}{'train acc':>11}{'params':>9}"
+        f"{'encoding':<{width}}{'seeds':>6}{'test acc':>18}{'min–max':>15}{'train acc':>11}"
+        f"{'params':>9}"
     )
     lines = ["ViT on sklearn digits (8×8, 2×2 patches, 4×4 grid): test accuracy", header]
     for name in dict.fromkeys(r["encoding"] for r in selected):
@@ -492,7 +604,7 @@ def format_vit_table(rows: Sequence[Row]) -> str:
         spread = statistics.stdev(accs) if len(accs) > 1 else 0.0
         train_acc = statistics.fmean(float(r["train_accuracy"]) for r in mine)
         lines.append(
-            f"{name:<15}{len(mine):>6}{statistics.fmean(accs):>11.4f} ± {spread:.4f}"
+            f"{name:<{width}}{len(mine):>6}{statistics.fmean(accs):>11.4f} ± {spread:.4f}"
             f"{min(accs):>8.4f}–{max(accs):.4f}{train_acc:>11.4f}{mine[0]['params']:>9}"
         )
     return "\n".join(lines)
@@ -500,7 +612,7 @@ def format_vit_table(rows: Sequence[Row]) -> str:
 
 EXPERIMENT = Experiment(
     name="vit",
-    summary="digits ViT: no encoding, 1D learned, 2D sinusoidal, 2D axial RoPE",
+    summary="digits ViT: none, 1D learned, 2D sin-cos, 2D axial RoPE (any registered encoding)",
     title="posenc: ViT on sklearn digits",
     config=VitConfig,
     plan=_plan,
