@@ -516,3 +516,14 @@ def test_registry_converts_the_dict_form_once() -> None:
 
 # Every test here runs on the pure-torch rotation and on the fast kernels.
 pytestmark = pytest.mark.usefixtures("every_rotary_impl")
+
+
+def test_scaling_types_is_the_table_the_conversion_reads() -> None:
+    from posenc.rotary.scaling import Scaling, scaling_from_dict, scaling_types
+
+    types = scaling_types()
+    assert {"linear", "dynamic", "yarn", "llama3", "longrope"} <= set(types)
+    for name, cls in types.items():
+        assert issubclass(cls, Scaling) and cls.type_name == name
+    types.clear()  # a copy: the conversion's table is untouched
+    assert isinstance(scaling_from_dict({"type": "linear", "factor": 2.0}), Scaling)

@@ -90,7 +90,7 @@ DEFAULT_METHODS = (ROPE, "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
 
 def scaling_types() -> dict[str, type[rotary_scaling.Scaling]]:
     """The scaling types :func:`~posenc.rotary.scaling_from_dict` accepts, by type name."""
-    return dict(rotary_scaling._TYPES)  # the conversion's own table: no second list here
+    return rotary_scaling.scaling_types()  # the conversion's own table: no second list here
 
 
 def _known(factor: float, train_len: int) -> dict[str, Any]:

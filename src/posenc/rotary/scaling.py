@@ -45,6 +45,7 @@ __all__ = [
     "YaRN",
     "scaling_from_dict",
     "scaling_to_dict",
+    "scaling_types",
 ]
 
 
@@ -563,6 +564,13 @@ _TYPES: dict[str, type[Scaling]] = {
     cls.type_name: cls
     for cls in (Linear, NTKAware, DynamicNTK, YaRN, LongRoPE, Llama3, Proportional)
 }
+
+
+def scaling_types() -> dict[str, type[Scaling]]:
+    """Every ``type`` :func:`scaling_from_dict` accepts (besides ``default``: none), with its
+    class; a new scaling registered here reaches every user of this table (the lab's
+    ``extend``)."""
+    return dict(_TYPES)
 
 
 def scaling_from_dict(d: Mapping[str, Any] | None) -> Scaling | None:
