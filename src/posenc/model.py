@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +29,14 @@ from posenc.attention.backends import NAMES as BACKENDS
 from posenc.attention.hooks import Hooks, hooks_of
 from posenc.registry import ModelDims, build_encoding
 
-__all__ = ["Block", "DecoderLM", "EncoderClassifier", "ModelConfig"]
+__all__ = [
+    "Block",
+    "DecoderLM",
+    "EncoderClassifier",
+    "LayerEncodings",
+    "ModelConfig",
+    "layer_encodings",
+]
 
 
 @dataclass(frozen=True)
@@ -174,6 +182,42 @@ def check_tokens(tokens: object, vocab_size: int) -> Tensor:
     return tokens
 
 
+@dataclass(frozen=True)
+class LayerEncodings:
+    """An encoding laid out over a model's layers (:func:`layer_encodings`).
+
+    Attributes:
+        additive: the encoding when it adds to the token embeddings, else None.
+        layers: per layer, the encoding its attention takes, or None.
+        hooks: the hooks positions follow (their number of axes, the encoding's checks);
+            no encoding's when it uses no positions.
+    """
+
+    additive: nn.Module | None
+    layers: list[nn.Module | None]
+    hooks: Hooks
+
+
+def layer_encodings(build: Callable[[], nn.Module | None], depth: int) -> LayerEncodings:
+    """Lay the encoding ``build()`` makes over ``depth`` layers: an additive one goes to the
+    embeddings; one acting in attention goes to every layer, as one shared instance (RoPE,
+    T5: its tables are built once per forward) or one built per layer (Shaw, XL); ``build``
+    may give None (no encoding)."""
+    first = build()
+    hooks = hooks_of(first)
+    acts_in_attention = hooks.rotary or hooks.logit_terms
+    layers: list[nn.Module | None] = []
+    for index in range(depth):
+        if first is None or not acts_in_attention:
+            layers.append(None)
+        elif index == 0 or first.shared_across_layers:
+            layers.append(first)
+        else:
+            layers.append(build())
+    positions = hooks if (acts_in_attention or hooks.additive) else hooks_of(None)
+    return LayerEncodings(first if hooks.additive else None, layers, positions)
+
+
 class _Trunk(nn.Module):
     """Embedding, additive encoding, blocks and final norm, shared by both models.
 
@@ -191,25 +235,13 @@ class _Trunk(nn.Module):
         nn.init.normal_(self.embed.weight, std=config.dim**-0.5)
         self.embed_scale = math.sqrt(config.dim)
         dims = config.dims(causal=causal)
-        first = build_encoding(config.pos, dims, config.pos_kwargs)
-        hooks = hooks_of(first)
-        self.additive = first if hooks.additive else None
-        acts_in_attention = hooks.rotary or hooks.logit_terms
-        # One attention-side encoding per layer, unless the method shares one (T5, RoPE).
-        layer_pos: list[nn.Module | None] = []
-        for index in range(config.depth):
-            if not acts_in_attention:
-                layer_pos.append(None)
-            elif index == 0 or first.shared_across_layers:
-                layer_pos.append(first)
-            else:
-                layer_pos.append(build_encoding(config.pos, dims, config.pos_kwargs))
-        self.blocks = nn.ModuleList(Block(config, p, causal=causal) for p in layer_pos)
-        self.norm = nn.LayerNorm(config.dim)
-        # Positions follow the layout of the encoding (its number of axes, its own checks).
-        self.position_hooks: Hooks = (
-            hooks if (acts_in_attention or hooks.additive) else hooks_of(None)
+        laid = layer_encodings(
+            lambda: build_encoding(config.pos, dims, config.pos_kwargs), config.depth
         )
+        self.additive = laid.additive
+        self.blocks = nn.ModuleList(Block(config, p, causal=causal) for p in laid.layers)
+        self.norm = nn.LayerNorm(config.dim)
+        self.position_hooks: Hooks = laid.hooks
 
     @property
     def encoding(self) -> nn.Module | None:

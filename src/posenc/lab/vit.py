@@ -51,7 +51,7 @@ from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.train import TrainConfig, train
-from posenc.model import Block, ModelConfig
+from posenc.model import Block, ModelConfig, layer_encodings
 from posenc.positions import grid_coordinates
 from posenc.registry import ModelDims, build_encoding, encoding_spec
 
@@ -215,21 +215,9 @@ class DigitsViT(nn.Module):
         super().__init__()
         self.config = config
         self.patch_embed = nn.Linear(config.patch_size**2, config.dim)
-        first = config.build_encoding()
-        hooks = hooks_of(first)
-        # An additive encoding is added to the patch embeddings; one acting in attention goes
-        # to every block: one shared instance (RoPE, T5: its tables are built once per
-        # forward, in the context) or one per layer (Shaw, Transformer-XL), as posenc.model.
-        self.additive: PositionalEncoding | None = first if hooks.additive else None
-        acts_in_attention = hooks.rotary or hooks.logit_terms
-        layer_pos: list[PositionalEncoding | None] = []
-        for index in range(config.depth):
-            if first is None or not acts_in_attention:
-                layer_pos.append(None)
-            elif index == 0 or first.shared_across_layers:
-                layer_pos.append(first)
-            else:
-                layer_pos.append(config.build_encoding())
+        # Added to the patch embeddings, or in every block's attention, as posenc.model does.
+        laid = layer_encodings(config.build_encoding, config.depth)
+        self.additive = laid.additive
         # Block reads only the shape fields of ModelConfig; the encoding object is passed in.
         shape = ModelConfig(
             vocab_size=LEVELS,
@@ -240,9 +228,8 @@ class DigitsViT(nn.Module):
             max_seq_len=config.num_patches,
             pos="none",
         )
-        self.blocks = nn.ModuleList(Block(shape, pos, causal=False) for pos in layer_pos)
-        # Positions follow the encoding's layout (its number of axes, its own checks).
-        self.hooks = hooks if (acts_in_attention or hooks.additive) else hooks_of(None)
+        self.blocks = nn.ModuleList(Block(shape, pos, causal=False) for pos in laid.layers)
+        self.hooks = laid.hooks
         self.norm = nn.LayerNorm(config.dim)
         self.head = nn.Linear(config.dim, NUM_CLASSES)
 
