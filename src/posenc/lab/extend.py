@@ -59,7 +59,7 @@ from posenc.lab.extrapolate import evaluate_lm
 from posenc.lab.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import pivot, text_table
+from posenc.lab.tables import depth_means, length_label, pivot, seed_note, text_table
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.rotary import scaling as rotary_scaling
@@ -470,34 +470,24 @@ def format_extend_tables(rows: Sequence[Row]) -> str:
     lines: list[str] = []
     extend = [r for r in rows if r.get("experiment") == "extend"]
     if extend:
-        seeds = len({r.get("seed", 0) for r in extend})
         lines.append(
-            f"perplexity (bytes); RoPE trained at T={extend[0]['train_len']}; {seeds} seed"
-            + ("s (mean ± std)" if seeds > 1 else "")
+            f"perplexity (bytes); RoPE trained at T={extend[0]['train_len']}; {seed_note(extend)}"
         )
-        header, body = pivot(extend, ["method", "stage"], "eval_len", "ppl", label=_length)
+        header, body = pivot(extend, ["method", "stage"], "eval_len", "ppl", label=length_label)
         lines.append(text_table(header, body))
     passkey = [r for r in rows if r.get("experiment") == "passkey"]
     if passkey:
-        # per seed, the mean over depths; then mean ± std over seeds
-        keys = ("method", "stage", "context_len", "seed")
-        per_seed: dict[tuple[Any, ...], list[float]] = {}
-        for row in passkey:
-            per_seed.setdefault(tuple(row.get(k, 0) for k in keys), []).append(row["accuracy"])
-        means = [
-            {**dict(zip(keys, key, strict=True)), "accuracy": sum(accs) / len(accs)}
-            for key, accs in per_seed.items()
-        ]
-        lines.append("passkey accuracy (mean over depths)")
+        lines.append("passkey accuracy (mean over depths per seed)")
         header, body = pivot(
-            means, ["method", "stage"], "context_len", "accuracy", digits=2, label=_length
+            depth_means(passkey),
+            ["method", "stage"],
+            "context_len",
+            "accuracy",
+            digits=2,
+            label=length_label,
         )
         lines.append(text_table(header, body))
     return "\n".join(lines)
-
-
-def _length(n: int) -> str:
-    return f"L={n}"
 
 
 EXPERIMENT = Experiment(

@@ -32,7 +32,7 @@ from posenc.lab.data import CorpusSplits, LMSource, eval_windows, load_corpus
 from posenc.lab.results import Row
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import pivot, text_table
+from posenc.lab.tables import length_label, pivot, seed_note, text_table
 from posenc.lab.train import TrainConfig, peak_memory_bytes, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import sequence_encoding_spec
@@ -254,18 +254,17 @@ def format_ppl_table(rows: Sequence[Row]) -> str:
     selected = [r for r in rows if r.get("experiment") == "extrapolate"]
     if not selected:
         return "no extrapolate rows"
-    seeds = len({r.get("seed", 0) for r in selected})
     header, body = pivot(
         selected,
         ["encoding"],
         "eval_len",
         "ppl",
-        label=lambda n: f"L={n}",
+        label=length_label,
         extra=[("tok/s", "tokens_per_s", 0), ("mem MB", "peak_memory_mb", 0)],
     )
     title = (
         f"perplexity (bytes) by evaluation length; trained at T={selected[0]['train_len']}; "
-        f"{seeds} seed{'s' if seeds > 1 else ''}{' (mean ± std)' if seeds > 1 else ''}"
+        f"{seed_note(selected)}"
     )
     return title + "\n" + text_table(header, body)
 

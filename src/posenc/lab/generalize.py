@@ -43,7 +43,7 @@ from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import pivot, text_table
+from posenc.lab.tables import pivot, seed_note, text_table, with_variant
 from posenc.lab.tasks import TASKS, TaskSource, accuracy, make_task
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
@@ -341,16 +341,8 @@ def format_tasks_table(rows: Sequence[Row], metric: str = "seq_acc") -> str:
     """Per task: ``metric`` (``seq_acc`` or ``token_acc``) with encodings down and lengths
     across, mean ± std over seeds; ``*`` marks the in-distribution length, ``+rand`` the
     randomized variant."""
-    selected = [
-        {**r, "variant": f"{r['encoding']}{'+rand' if r['randomized'] else ''}"}
-        for r in rows
-        if r.get("experiment") == "tasks"
-    ]
-    seeds = len({r.get("seed", 0) for r in selected})
-    lines = [
-        f"{metric} by length (* = in distribution); {seeds} seed{'s' if seeds > 1 else ''}"
-        + (" (mean ± std)" if seeds > 1 else "")
-    ]
+    selected = with_variant([r for r in rows if r.get("experiment") == "tasks"])
+    lines = [f"{metric} by length (* = in distribution); {seed_note(selected)}"]
     for task in dict.fromkeys(r["task"] for r in selected):
         cells = [r for r in selected if r["task"] == task]
         train = {r["length"] for r in cells if r.get("split") == "train"}

@@ -37,7 +37,7 @@ from posenc.lab import figures
 from posenc.lab.claims import aggregate, format_mean_std
 from posenc.lab.results import read_results_csv
 from posenc.lab.run import atomic_write_text, read_metrics
-from posenc.lab.tables import pivot
+from posenc.lab.tables import depth_means, length_label, pivot, seed_note, with_variant
 
 __all__ = ["write_report"]
 
@@ -126,15 +126,6 @@ def _complete(rows: Sequence[Row], keys: Sequence[str]) -> list[Row]:
     return [row for row in rows if all(row.get(k) not in (None, "") for k in keys)]
 
 
-def _seeds(rows: Sequence[Row]) -> str:
-    count = len({row.get("seed") or 0 for row in rows})
-    return f"{count} seed{'s' if count != 1 else ''}" + (", mean ± std" if count > 1 else "")
-
-
-def _length(n: Any) -> str:
-    return f"L={n}"
-
-
 def _has(rows: Sequence[Row], column: str) -> bool:
     return any(row.get(column) not in (None, "") for row in rows)
 
@@ -148,9 +139,9 @@ def _extrapolate_tables(rows: Sequence[Row]) -> list[Table]:
         for title, column in (("tok/s", "tokens_per_s"), ("mem MB", "peak_memory_mb"))
         if _has(rows, column)
     ]
-    header, body = pivot(rows, ["encoding"], "eval_len", "ppl", label=_length, extra=extra)
+    header, body = pivot(rows, ["encoding"], "eval_len", "ppl", label=length_label, extra=extra)
     trained = ", ".join(str(t) for t in dict.fromkeys(row.get("train_len") for row in rows))
-    caption = f"Perplexity (bytes) by evaluation length; trained at T={trained}; {_seeds(rows)}."
+    caption = f"Perplexity (bytes) by evaluation length; trained at T={trained}; {seed_note(rows)}."
     return [(caption, header, body)]
 
 
@@ -158,38 +149,25 @@ def _extend_tables(rows: Sequence[Row]) -> list[Table]:
     rows = _complete(rows, ["method", "stage", "eval_len"])
     if not rows:
         return []
-    header, body = pivot(rows, ["method", "stage"], "eval_len", "ppl", label=_length)
-    caption = f"Perplexity (bytes) by evaluation length, per scaling and stage; {_seeds(rows)}."
+    header, body = pivot(rows, ["method", "stage"], "eval_len", "ppl", label=length_label)
+    caption = f"Perplexity (bytes) by evaluation length, per scaling and stage; {seed_note(rows)}."
     return [(caption, header, body)]
 
 
 def _passkey_tables(rows: Sequence[Row]) -> list[Table]:
     rows = _complete(rows, ["method", "context_len"])
-    # Per seed the mean over depths first, then mean ± std over seeds.
-    keys = ("method", "stage", "context_len", "seed")
-    per_seed: dict[tuple[Any, ...], list[float]] = {}
-    for row in rows:
-        if isinstance(row.get("accuracy"), (int, float)):
-            key = tuple(row.get(k) or (0 if k == "seed" else "") for k in keys)
-            per_seed.setdefault(key, []).append(float(row["accuracy"]))
-    means = [
-        {**dict(zip(keys, key, strict=True)), "accuracy": sum(values) / len(values)}
-        for key, values in per_seed.items()
-    ]
+    means = depth_means(rows)  # per seed the mean over depths, then mean ± std over seeds
     if not means:
         return []
     header, body = pivot(
-        means, ["method", "stage"], "context_len", "accuracy", digits=2, label=_length
+        means, ["method", "stage"], "context_len", "accuracy", digits=2, label=length_label
     )
-    caption = f"Passkey accuracy by context length (mean over depths per seed); {_seeds(rows)}."
+    caption = f"Passkey accuracy by context length (mean over depths per seed); {seed_note(rows)}."
     return [(caption, header, body)]
 
 
 def _tasks_tables(rows: Sequence[Row]) -> list[Table]:
-    rows = [
-        {**row, "variant": f"{row['encoding']}{'+rand' if row.get('randomized') else ''}"}
-        for row in _complete(rows, ["task", "encoding", "length"])
-    ]
+    rows = with_variant(_complete(rows, ["task", "encoding", "length"]))
     tables = []
     for task in dict.fromkeys(row["task"] for row in rows):
         cells = [row for row in rows if row["task"] == task]
@@ -203,7 +181,7 @@ def _tasks_tables(rows: Sequence[Row]) -> list[Table]:
                 header, body = pivot(cells, ["variant"], "length", metric, digits=2, label=label)
                 caption = (
                     f"{task}: {what} ({metric}) by length (* = a training length; "
-                    f"+rand = randomized positions); {_seeds(cells)}."
+                    f"+rand = randomized positions); {seed_note(cells)}."
                 )
                 tables.append((caption, header, body))
     return tables
@@ -233,7 +211,7 @@ def _per_encoding(
             for table, (_, _, digits) in zip(stats, values, strict=True)
         ]
         body.append([str(encoding), str(first["n"]), cells[0], spread, *cells[1:]])
-    return [(f"{caption}; {_seeds(rows)}.", header, body)]
+    return [(f"{caption}; {seed_note(rows)}.", header, body)]
 
 
 def _vit_tables(rows: Sequence[Row]) -> list[Table]:

@@ -12,7 +12,15 @@ from typing import Any
 
 from posenc.lab.claims import aggregate, format_mean_std
 
-__all__ = ["Pivot", "pivot", "text_table"]
+__all__ = [
+    "Pivot",
+    "depth_means",
+    "length_label",
+    "pivot",
+    "seed_note",
+    "text_table",
+    "with_variant",
+]
 
 Row = dict[str, Any]
 Pivot = tuple[list[str], list[list[str]]]
@@ -64,3 +72,38 @@ def text_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
         )
 
     return "\n".join(fmt(line) for line in [header, *body])
+
+
+def seed_note(rows: Sequence[Row]) -> str:
+    """``"1 seed"`` or ``"3 seeds, mean ± std"``: what a table's cells summarize."""
+    count = len({row.get("seed") or 0 for row in rows})
+    return f"{count} seed{'s' if count != 1 else ''}" + (", mean ± std" if count > 1 else "")
+
+
+def length_label(n: Any) -> str:
+    """A length column's title: ``L=n``."""
+    return f"L={n}"
+
+
+def depth_means(rows: Sequence[Row], value: str = "accuracy") -> list[Row]:
+    """Passkey rows as one row per (method, stage, context length, seed) holding the mean of
+    ``value`` over depths: averaged per seed first, so a table's std is across seeds."""
+    keys = ("method", "stage", "context_len", "seed")
+    per_seed: dict[tuple[Any, ...], list[float]] = {}
+    for row in rows:
+        if isinstance(row.get(value), (int, float)):
+            key = tuple(row.get(k) or (0 if k == "seed" else "") for k in keys)
+            per_seed.setdefault(key, []).append(float(row[value]))
+    return [
+        {**dict(zip(keys, key, strict=True)), value: sum(values) / len(values)}
+        for key, values in per_seed.items()
+    ]
+
+
+def with_variant(rows: Sequence[Row]) -> list[Row]:
+    """Task rows with a ``variant`` column: the encoding, ``+rand`` when its positions were
+    randomized."""
+    return [
+        {**row, "variant": f"{row['encoding']}{'+rand' if row.get('randomized') else ''}"}
+        for row in rows
+    ]
