@@ -100,10 +100,11 @@ def extend_zero_shot(
     extrapolation run in ``folder`` (its first seed), evaluated at the same lengths; rows,
     verdicts and report into ``folder/extension`` (reused when already there)."""
     from posenc.lab import extend
-    from posenc.lab.claims import format_verdicts, judge_all, verdict_record
+    from posenc.lab.claims import format_verdicts
     from posenc.lab.report import write_report
     from posenc.lab.results import read_results_csv, write_results_csv
     from posenc.lab.run import as_json, atomic_write_text, torch_threads
+    from posenc.lab.runner import record_claims
     from posenc.lab.seed_claims import claims_of
 
     out = folder / "extension"
@@ -138,8 +139,7 @@ def extend_zero_shot(
         write_results_csv(rows, out / "results.csv")
     # The zero-shot claims; those about fine-tuning need `posenc lab extend` (it fine-tunes).
     claims = [c for c in claims_of("extend") if c.name.endswith("_zero_shot")]
-    records = [verdict_record(c, v) for c, v in zip(claims, judge_all(claims, rows), strict=True)]
-    atomic_write_text(out / "claims.json", json.dumps(records, indent=2))
+    records = record_claims(out, claims, rows)
     write_report(out, title="posenc demo: zero-shot context extension of the RoPE model")
     echo(extend.format_extend_tables(rows))
     echo(format_verdicts(records))

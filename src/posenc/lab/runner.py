@@ -49,7 +49,14 @@ from posenc.lab.distributed import rank_and_world
 from posenc.lab.results import Row, prepare_out_dir, write_results_csv
 from posenc.lab.run import atomic_write_text, torch_threads
 
-__all__ = ["Experiment", "Run", "check_seeds", "execute_run", "run_experiment"]
+__all__ = [
+    "Experiment",
+    "Run",
+    "check_seeds",
+    "execute_run",
+    "record_claims",
+    "run_experiment",
+]
 
 C = TypeVar("C")
 
@@ -111,6 +118,15 @@ def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
     ):
         raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
     return seeds
+
+
+def record_claims(folder: Path, claims: Sequence[Claim], rows: Sequence[Row]) -> list[Row]:
+    """Judge ``claims`` on ``rows``; write the verdicts to ``folder/claims.json`` (what the
+    report leads with) and return them."""
+    verdicts = judge_all(claims, rows)
+    records = [verdict_record(c, v) for c, v in zip(claims, verdicts, strict=True)]
+    atomic_write_text(folder / "claims.json", json.dumps(records, indent=2))
+    return records
 
 
 def execute_run(experiment: Experiment[Any], config: Any, run: Run, run_dir: Path) -> list[Row]:
@@ -176,17 +192,11 @@ def run_experiment(
         done.update(_execute(experiment, config, batch, folder, say, start))
     if pending:
         say(f"[{experiment.name}] {len(pending)} run(s) in {time.perf_counter() - start:.0f} s")
-    if rank != 0:
-        return [row for run in runs for row in done[run.name]]
     rows = [row for run in runs for row in done[run.name]]
+    if rank != 0:
+        return rows
     write_results_csv(rows, folder / "results.csv")
-    records = [
-        verdict_record(claim, verdict)
-        for claim, verdict in zip(
-            experiment.claims, judge_all(experiment.claims, rows), strict=True
-        )
-    ]
-    atomic_write_text(folder / "claims.json", json.dumps(records, indent=2))
+    records = record_claims(folder, experiment.claims, rows)
     write_report(folder, title=experiment.title)
     say(experiment.table(rows))
     if records:
