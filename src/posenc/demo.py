@@ -120,6 +120,7 @@ def extend_zero_shot(
             methods=EXTENSION_METHODS,
             multipliers=config.multipliers,
             ft_methods=(),
+            passkey_steps=0,  # evaluation only: the weights are the extrapolation model's
             passkey_lengths=(),
             eval_tokens=config.eval_tokens,
             corpus=config.corpus,

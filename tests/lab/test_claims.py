@@ -47,12 +47,19 @@ def ext(method: str, stage: str, multiplier: float, ppl: float, seed: int = 0) -
     }
 
 
-def key(stage: str, depth: float, accuracy: float, seed: int = 0) -> Row:
+def key(
+    stage: str,
+    depth: float,
+    accuracy: float,
+    seed: int = 0,
+    method: str = "pi",
+    multiplier: float = 2.0,
+) -> Row:
     return {
         "experiment": "passkey",
-        "method": "pi",
+        "method": method,
         "stage": stage,
-        "multiplier": 2.0,
+        "multiplier": multiplier,
         "depth": depth,
         "accuracy": accuracy,
         "seed": seed,
@@ -327,6 +334,53 @@ CASES: dict[str, dict[str, Any]] = {
         ),
         # the base model's row at T is missing
         "undefined": [ext("pi", "zero", 1.0, 3.0), ext("pi", "ft", 2.0, 3.15)],
+    },
+    "base_passkey_at_t": {
+        # seed 0: (1.0 + 0.9) / 2 = 0.95; seed 1: 1.0 -> mean 0.975 >= 0.9
+        "holds": (
+            [
+                key("no_ft", 0.0, 1.0, method="rope", multiplier=1.0),
+                key("no_ft", 1.0, 0.9, method="rope", multiplier=1.0),
+                key("zero", 0.0, 1.0, seed=1, method="rope", multiplier=1.0),
+                key("zero", 1.0, 1.0, seed=1, method="rope", multiplier=1.0),
+                key("no_ft", 0.0, 0.0, method="rope", multiplier=2.0),  # beyond T: ignored
+                key("ft", 0.0, 0.0, method="rope", multiplier=1.0),  # fine-tuned: ignored
+            ],
+            0.975,
+        ),
+        # (0.9 + 0.8) / 2 = 0.85 < 0.9
+        "fails": (
+            [
+                key("no_ft", 0.0, 0.9, method="rope", multiplier=1.0),
+                key("no_ft", 1.0, 0.8, method="rope", multiplier=1.0),
+            ],
+            0.85,
+        ),
+        # only PI's rows at T
+        "undefined": [key("no_ft", 0.0, 1.0, multiplier=1.0)],
+    },
+    "rope_passkey_fails_at_4x": {
+        # seed 0: (0.0 + 0.2) / 2 = 0.1; seed 1: 0.0 -> mean 0.05 <= 0.1
+        "holds": (
+            [
+                key("no_ft", 0.0, 0.0, method="rope", multiplier=4.0),
+                key("no_ft", 1.0, 0.2, method="rope", multiplier=4.0),
+                key("no_ft", 0.0, 0.0, seed=1, method="rope", multiplier=4.0),
+                key("no_ft", 1.0, 0.0, seed=1, method="rope", multiplier=4.0),
+                key("no_ft", 0.0, 1.0, method="yarn", multiplier=4.0),  # other method: ignored
+            ],
+            0.05,
+        ),
+        # (0.5 + 0.3) / 2 = 0.4 > 0.1: plain RoPE still retrieves at 4x
+        "fails": (
+            [
+                key("no_ft", 0.0, 0.5, method="rope", multiplier=4.0),
+                key("no_ft", 1.0, 0.3, method="rope", multiplier=4.0),
+            ],
+            0.4,
+        ),
+        # plain RoPE evaluated only up to 2x
+        "undefined": [key("no_ft", 0.0, 0.0, method="rope", multiplier=2.0)],
     },
     "pi_fine_tune_passkey_2x": {
         # seed 0: (0.5 + 0.25 + 0.75) / 3 = 0.5; seed 1: 0.25 -> mean 0.375 >= 0.2

@@ -33,6 +33,7 @@ from posenc.lab.passkey import (
 )
 from posenc.lab.results import read_results_csv
 from posenc.lab.run import torch_threads
+from posenc.lab.runner import Run
 from posenc.rotary.scaling import (
     DynamicNTK,
     Linear,
@@ -50,6 +51,7 @@ TINY = ExtendConfig(
     steps=20,
     batch_size=8,
     warmup_steps=2,
+    passkey_steps=0,  # T = 16 cannot hold a passkey row
     methods=METHODS,  # rope, the aliases and every scaling type the experiment can fill
     multipliers=(1.0, 2.0),
     ft_len_multiplier=7.0,  # passkey fine-tuning rows need >= passkey_min_context() tokens
@@ -189,6 +191,44 @@ def test_passkey_mix_replaces_the_chosen_steps(one_thread):
         assert int(batch.loss_mask.sum()) == (4 * PASSKEY_DIGITS if step in chosen else 4 * 112)
 
 
+def test_base_trains_on_the_passkey_mix_at_t(tmp_path, monkeypatch):
+    config = replace(
+        TINY, train_len=112, passkey_steps=5, passkey_lengths=(1.0,), ft_len_multiplier=1.0
+    )
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def capture(model, source, train_config, folder):
+        seen.update(source=source, steps=train_config.steps)
+        raise Stop
+
+    monkeypatch.setattr(extend, "train", capture)
+    with pytest.raises(Stop):
+        extend.EXPERIMENT.execute(config, Run("base/seed3", {"seed": 3}), tmp_path)
+    source = seen["source"]
+    assert isinstance(source, PasskeyMix)
+    assert (source.length, source.steps, source.passkey_steps, source.seed) == (112, 20, 5, 3)
+    assert sum(source.is_passkey(step) for step in range(seen["steps"])) == 5
+
+
+def test_passkey_mix_trains_on_keys_the_test_never_asks(one_thread):
+    stream = torch.randint(0, 256, (5000,), dtype=torch.uint8)
+    mix = PasskeyMix(LMSource(stream, 112, seed=0), 112, steps=4, passkey_steps=4, seed=0)
+
+    def keys(batch):
+        return {
+            bytes(row[mask].tolist())
+            for row, mask in zip(batch.targets, batch.loss_mask, strict=True)
+        }
+
+    trained = set().union(*(keys(mix.batch(step, 8)) for step in range(4)))
+    tested = keys(passkey_batch(112, None, 8, seed=0, step=0))
+    assert len(trained) == 32
+    assert not trained & tested
+
+
 def test_config_round_trips_through_json():
     restored = ExtendConfig(**json.loads(json.dumps(asdict(TINY))))
     assert restored == TINY
@@ -208,6 +248,8 @@ def test_config_round_trips_through_json():
         ("multipliers", (1.0, 0.0)),
         ("ft_len_multiplier", 0.5),
         ("passkey_ft_steps", 6),
+        ("passkey_steps", 21),
+        ("passkey_steps", 1),  # T = 16 cannot hold a passkey row
         ("passkey_lengths", (1.0,)),
         ("passkey_depths", (0.0, 1.5)),
         ("passkey_trials", 0),
@@ -216,6 +258,7 @@ def test_config_round_trips_through_json():
         ("ft_lr", -1.0),
         ("corpus_bytes", 0),
         ("threads", 0),
+        ("workers", 0),
     ],
 )
 def test_bad_config_raises_naming_the_field(field, value):

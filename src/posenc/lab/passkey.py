@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_non_negative_int, check_positive_int
-from posenc.lab.batch import Batch, BatchSource
+from posenc.lab.batch import Batch, BatchSource, derive_seed
 from posenc.lab.tasks import TaskSource, accuracy, make_task
 
 __all__ = [
@@ -141,7 +141,8 @@ def _rows(batch: Batch, rows: slice) -> Batch:
 class PasskeyMix:
     """A training source: ``source``'s batches with ``passkey_steps`` of every ``steps``
     (evenly spread) replaced by passkey rows of width ``length`` (random depths, keys from
-    ``seed``).
+    ``seed``, drawn from a stream of their own: the keys :func:`passkey_accuracy` tests with the
+    same ``seed`` are never trained on).
 
     Step ``i`` is a passkey step when ``⌊(i+1)p/n⌋ > ⌊ip/n⌋`` (``p`` passkey steps of ``n``),
     so the choice is a pure function of the step and resume or DDP see the same batches.
@@ -166,6 +167,7 @@ class PasskeyMix:
         if passkey_steps > steps:
             raise ValueError(f"passkey_steps must be <= steps ({steps}), got {passkey_steps}")
         self.source, self.length, self.seed = source, length, seed
+        self._key_seed = derive_seed("passkey_train", seed)
 
     def is_passkey(self, step: int) -> bool:
         """Whether step ``step`` trains on passkey rows."""
@@ -176,5 +178,5 @@ class PasskeyMix:
         """Rank ``rank``'s shard of step ``step``'s global batch (see the class)."""
         if not self.is_passkey(step):
             return self.source.batch(step, batch_size, rank=rank, world_size=world_size)
-        rows = passkey_batch(self.length, None, batch_size, seed=self.seed, step=step)
+        rows = passkey_batch(self.length, None, batch_size, seed=self._key_seed, step=step)
         return rows.shard(rank, world_size)
