@@ -168,6 +168,17 @@ def _grid(d: ModelDims) -> dict[str, int]:
     return {"height": d.grid[0], "width": d.grid[1]}
 
 
+def _coordinate_axes(d: ModelDims) -> int:
+    """Coordinates per token of a Fourier encoding: (row, column) on a grid, else the position."""
+    return 1 if d.grid is None else len(d.grid)
+
+
+def _half(name: str, dim: int) -> int:
+    if dim % 2:
+        raise ValueError(f"dim must be even for encoding {name!r} (cos and sin halves), got {dim}")
+    return dim // 2
+
+
 _SPECS: tuple[EncodingSpec, ...] = (
     EncodingSpec(
         "nope",
@@ -260,6 +271,23 @@ _SPECS: tuple[EncodingSpec, ...] = (
         lambda: _additive().Sinusoidal2D,
         lambda d: {**_grid(d), "dim": d.dim},
         needs_grid=True,
+    ),
+    EncodingSpec(
+        "fourier",
+        "additive",
+        "Tancik et al. 2020, https://arxiv.org/abs/2006.10739",
+        "random Gaussian Fourier features [cos 2πBv | sin 2πBv] of a token's coordinates "
+        "(its position, or its row and column on a grid)",
+        lambda: _additive().GaussianFourierFeatures,
+        lambda d: {"in_dim": _coordinate_axes(d), "num_features": _half("fourier", d.dim)},
+    ),
+    EncodingSpec(
+        "learnable_fourier",
+        "additive",
+        "Li et al. 2021, https://arxiv.org/abs/2106.02795",
+        "learned Fourier features of a token's coordinates through a GELU MLP (Algorithm 1)",
+        lambda: _additive().LearnableFourierFeatures,
+        lambda d: {"in_dim": _coordinate_axes(d), "dim": d.dim},
     ),
     EncodingSpec(
         "rope_2d",

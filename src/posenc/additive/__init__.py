@@ -6,6 +6,12 @@ Every module here is an :class:`posenc.base.AdditiveEncoding` with
 
 from __future__ import annotations
 
+from posenc.additive.fourier import (
+    FourierOrder,
+    GaussianFourierFeatures,
+    LearnableFourierFeatures,
+    fourier_features,
+)
 from posenc.additive.learned import LearnedPositionalEmbedding, ResizeMode, resize_table
 from posenc.additive.sinusoidal import (
     ScaledSinusoidalEncoding,
@@ -22,6 +28,9 @@ from posenc.additive.sinusoidal_nd import (
 )
 
 __all__ = [
+    "FourierOrder",
+    "GaussianFourierFeatures",
+    "LearnableFourierFeatures",
     "LearnedPositionalEmbedding",
     "ResizeMode",
     "ScaledSinusoidalEncoding",
@@ -29,6 +38,7 @@ __all__ = [
     "Sinusoidal2DLayout",
     "SinusoidalEncoding",
     "SinusoidalLayout",
+    "fourier_features",
     "resize_table",
     "sinusoidal_2d",
     "sinusoidal_2d_encoding",
