@@ -273,6 +273,17 @@ _SPECS: tuple[EncodingSpec, ...] = (
         needs_grid=True,
     ),
     EncodingSpec(
+        "sinusoidal_grid",
+        "additive",
+        "He et al. 2021 (MAE), https://arxiv.org/abs/2111.06377; "
+        "Vaswani et al. 2017, https://arxiv.org/abs/1706.03762",
+        "fixed sin/cos of each grid axis (row, column; time) in a chosen channel layout "
+        "(MAE, timm, positional-encodings, factorized); any grid size per call (needs a grid)",
+        lambda: _additive().SinusoidalGrid,
+        lambda d: {"num_axes": len(_grid(d)), "dim": d.dim},
+        needs_grid=True,
+    ),
+    EncodingSpec(
         "fourier",
         "additive",
         "Tancik et al. 2020, https://arxiv.org/abs/2006.10739",

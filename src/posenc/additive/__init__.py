@@ -20,6 +20,12 @@ from posenc.additive.sinusoidal import (
     sinusoidal_encoding,
     sinusoidal_inv_freq,
 )
+from posenc.additive.sinusoidal_grid import (
+    SinusoidalGrid,
+    SinusoidalGridLayout,
+    sinusoidal_grid,
+    sinusoidal_grid_encoding,
+)
 from posenc.additive.sinusoidal_nd import (
     Sinusoidal2D,
     Sinusoidal2DLayout,
@@ -37,11 +43,15 @@ __all__ = [
     "Sinusoidal2D",
     "Sinusoidal2DLayout",
     "SinusoidalEncoding",
+    "SinusoidalGrid",
+    "SinusoidalGridLayout",
     "SinusoidalLayout",
     "fourier_features",
     "resize_table",
     "sinusoidal_2d",
     "sinusoidal_2d_encoding",
     "sinusoidal_encoding",
+    "sinusoidal_grid",
+    "sinusoidal_grid_encoding",
     "sinusoidal_inv_freq",
 ]
