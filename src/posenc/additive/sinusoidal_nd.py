@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.additive.sinusoidal import sinusoidal_inv_freq
+from posenc.additive.sinusoidal_grid import sinusoidal_grid_encoding
 from posenc.base import AdditiveEncoding
 from posenc.positions import grid_coordinates
 
@@ -96,9 +96,7 @@ def sinusoidal_2d_encoding(
         torch.Size([2, 8])
     """
     _check_dim(dim)
-    base = check_positive_float("base", base)
     check_in_choices("layout", layout, _LAYOUTS)
-    _check_dtype(dtype)
     for name, value in (("rows", rows), ("cols", cols)):
         if not isinstance(value, Tensor) or value.dtype == torch.bool or value.is_complex():
             raise ValueError(f"{name} must be an integer or floating tensor")
@@ -106,15 +104,8 @@ def sinusoidal_2d_encoding(
         raise ValueError(
             f"rows and cols must have one shape; got {tuple(rows.shape)} and {tuple(cols.shape)}"
         )
-    device = torch.device("cpu") if rows.device.type == "mps" else rows.device  # no float64
-    inv_freq = sinusoidal_inv_freq(dim // 2, base, device=device)  # (dim/4,), float64
-    row_angles = rows.to(device=device, dtype=torch.float64)[..., None] * inv_freq
-    col_angles = cols.to(device=device, dtype=torch.float64)[..., None] * inv_freq
-    if layout == "mae":
-        blocks = (col_angles.sin(), col_angles.cos(), row_angles.sin(), row_angles.cos())
-    else:
-        blocks = (row_angles.sin(), col_angles.sin(), row_angles.cos(), col_angles.cos())
-    return torch.cat(blocks, dim=-1).to(rows.device, dtype)
+    coords = torch.stack(torch.broadcast_tensors(rows, cols.to(rows.device)))
+    return sinusoidal_grid_encoding(coords, dim, base=base, layout=layout, dtype=dtype)
 
 
 def sinusoidal_2d(
