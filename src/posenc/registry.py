@@ -114,8 +114,8 @@ class EncodingSpec:
     def parameters(self) -> dict[str, Any]:
         """Keyword arguments a user may set, with their defaults (model-filled ones omitted)."""
         filled = {"dim", "num_heads", "head_dim", "max_seq_len"}
-        if self.needs_grid:
-            filled |= {"height", "width"}
+        example = ModelDims(dim=64, num_heads=4, grid=(4, 4) if self.needs_grid else None)
+        filled |= set(self.from_dims(example))  # grid sizes, axes, Fourier in_dim, ...
         return {
             name: (None if p.default is inspect.Parameter.empty else p.default)
             for name, p in _keyword_parameters(self.cls).items()
@@ -166,6 +166,11 @@ def _grid(d: ModelDims) -> dict[str, int]:
     if d.grid is None:  # build_encoding checks first; this guards a direct from_dims call
         raise ValueError("grid is required: set ModelDims.grid = (height, width)")
     return {"height": d.grid[0], "width": d.grid[1]}
+
+
+def _grid_size(d: ModelDims) -> tuple[int, int]:
+    grid = _grid(d)
+    return (grid["height"], grid["width"])
 
 
 def _coordinate_axes(d: ModelDims) -> int:
@@ -280,7 +285,27 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "fixed sin/cos of each grid axis (row, column; time) in a chosen channel layout "
         "(MAE, timm, positional-encodings, factorized); any grid size per call (needs a grid)",
         lambda: _additive().SinusoidalGrid,
-        lambda d: {"num_axes": len(_grid(d)), "dim": d.dim},
+        lambda d: {"num_axes": len(_grid_size(d)), "dim": d.dim},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "learned_2d",
+        "additive",
+        "Dosovitskiy et al. 2020 (ViT), https://arxiv.org/abs/2010.11929",
+        "a learned table over the patch grid (row-major), resampled to a new grid bicubically "
+        "as timm's resample_abs_pos_embed (needs a grid)",
+        lambda: _additive().LearnedGrid,
+        lambda d: {"size": _grid_size(d), "dim": d.dim},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "learned_factorized",
+        "additive",
+        "Feichtenhofer et al. 2022 (MAE-ST), https://arxiv.org/abs/2205.09113",
+        "a sum of learned per-axis tables, R[row] + C[column] (groups of axes: MAE-ST's "
+        "separable space + time) (needs a grid)",
+        lambda: _additive().FactorizedLearned,
+        lambda d: {"size": _grid_size(d), "dim": d.dim},
         needs_grid=True,
     ),
     EncodingSpec(

@@ -13,6 +13,12 @@ from posenc.additive.fourier import (
     fourier_features,
 )
 from posenc.additive.learned import LearnedPositionalEmbedding, ResizeMode, resize_table
+from posenc.additive.learned_grid import (
+    FactorizedLearned,
+    GridResampleMode,
+    LearnedGrid,
+    resample_grid_table,
+)
 from posenc.additive.sinusoidal import (
     ScaledSinusoidalEncoding,
     SinusoidalEncoding,
@@ -34,9 +40,12 @@ from posenc.additive.sinusoidal_nd import (
 )
 
 __all__ = [
+    "FactorizedLearned",
     "FourierOrder",
     "GaussianFourierFeatures",
+    "GridResampleMode",
     "LearnableFourierFeatures",
+    "LearnedGrid",
     "LearnedPositionalEmbedding",
     "ResizeMode",
     "ScaledSinusoidalEncoding",
@@ -47,6 +56,7 @@ __all__ = [
     "SinusoidalGridLayout",
     "SinusoidalLayout",
     "fourier_features",
+    "resample_grid_table",
     "resize_table",
     "sinusoidal_2d",
     "sinusoidal_2d_encoding",
