@@ -5,6 +5,7 @@ from __future__ import annotations
 from posenc.rotary.axial import AxialRotary2D, axial_cos_sin
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.layouts import permute_rotary_weight, rotary_channel_permutation
+from posenc.rotary.multi_axis import MultiAxisRotary, mrope_axes, rescaled_grid_positions
 from posenc.rotary.presets import (
     DEEPSEEK_V3,
     GPT_OSS_20B,
@@ -42,6 +43,7 @@ __all__ = [
     "Linear",
     "Llama3",
     "LongRoPE",
+    "MultiAxisRotary",
     "NTKAware",
     "Proportional",
     "RopePreset",
@@ -51,7 +53,9 @@ __all__ = [
     "YaRN",
     "apply_rotary",
     "axial_cos_sin",
+    "mrope_axes",
     "permute_rotary_weight",
+    "rescaled_grid_positions",
     "rope_angles",
     "rope_cos_sin",
     "rope_inv_freq",

@@ -289,7 +289,9 @@ def _torch_rotate(
     rounds once; with autograd, plain differentiable ops.
     """
     a, b = _pair_views(x, rotary_dim, layout)
-    if (torch.is_grad_enabled() and x.requires_grad) or torch.compiler.is_compiling():
+    if (
+        torch.is_grad_enabled() and (x.requires_grad or c.requires_grad or s.requires_grad)
+    ) or torch.compiler.is_compiling():
         # Plain ops: autograd's, and what a compiler fuses (it cannot trace ``out=`` views).
         new_a, new_b = a * c - b * s, b * c + a * s
     elif x.dtype == c.dtype and x.shape[2] > (step := _block_rows(x)):

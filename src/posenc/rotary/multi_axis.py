@@ -1,0 +1,308 @@
+"""Rotary encodings over several position axes: axial 2D/3D, M-RoPE, RoPE-Mixed — one class.
+
+Every channel pair ``p`` of a head rotates by a linear function of the token's position axes
+``a`` (row and column; time, row and column):
+
+.. math:: φ_p = \\sum_a \\mathrm{pos}_a · F_{p,a}
+
+with a frequency matrix ``F`` of shape ``(pairs, axes)``, or ``(heads, pairs, axes)`` when each
+head has its own. The methods are presets of ``F`` (:class:`MultiAxisRotary` constructors):
+
+* :meth:`~MultiAxisRotary.axial` (RoPE-ViT axial, Heo et al. 2024,
+  https://arxiv.org/abs/2403.13298; rotary-embedding-torch ``get_axial_freqs``; EVA/timm
+  ``RotaryEmbeddingCat``): the pairs are cut into one consecutive group per axis, each group
+  a 1D RoPE of ``head_dim / N`` channels (``θ_k = base^(-k N / (head_dim/2))``);
+* :meth:`~MultiAxisRotary.mrope` (Qwen2-VL's M-RoPE, Wang et al. 2024,
+  https://arxiv.org/abs/2409.12191): plain 1D frequencies ``θ_i = base^(-2i/head_dim)``, pair
+  ``i`` reading the axis of its ``mrope_section`` chunk (t, h, w); Qwen3-VL's interleaved
+  variant reads h at ``i ≡ 1 (mod 3)``, w at ``i ≡ 2``, t elsewhere, within the sections;
+* :meth:`~MultiAxisRotary.mixed` (RoPE-Mixed, Heo et al. 2024): learnable per-head
+  frequencies over both axes, initialized at a random direction per head.
+
+Because every angle is linear in the positions, a query–key score depends on the positions
+only through their differences ``(Δa_0, Δa_1, …)``. On a ``1 × N`` grid the axial encoding is
+1D RoPE of ``head_dim / 2`` channels on the column; on text (all axes equal) M-RoPE is 1D RoPE.
+
+Positions are multi-axis, ``(N, seq)`` or ``(N, batch, seq)`` (build them with
+:func:`posenc.positions.grid_positions` or :func:`posenc.multimodal.mrope_position_ids`);
+floating positions are legal (EVA's rescaling to a reference grid,
+:func:`rescaled_grid_positions`). Fixed frequencies rotate through the kernels of
+:mod:`posenc.rotary.kernels` (angles in float64, one rounding, in place without autograd);
+learnable or per-head ones through differentiable torch ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from posenc._validate import check_in_choices, check_positive_float, check_positive_int
+from posenc.base import RotaryEncoding
+from posenc.positions import check_positions, grid_positions
+from posenc.rotary.frequencies import rope_inv_freq
+from posenc.rotary.kernels import rotate_pair
+from posenc.rotary.rope import LAYOUTS, Layout
+
+__all__ = ["MultiAxisRotary", "mrope_axes", "rescaled_grid_positions"]
+
+
+def mrope_axes(sections: Sequence[int], *, interleaved: bool = False) -> list[int]:
+    """The axis (0 = t, 1 = h, 2 = w) each frequency pair reads under M-RoPE.
+
+    ``interleaved=False`` (Qwen2-VL, 2.5-VL): consecutive chunks of ``sections[k]`` pairs read
+    axis ``k``. ``interleaved=True`` (Qwen3-VL): pair ``i`` reads h when ``i % 3 == 1`` and
+    ``i < 3·sections[1]``, w when ``i % 3 == 2`` and ``i < 3·sections[2]``, t otherwise.
+
+    Example::
+
+        >>> mrope_axes([2, 1, 1])
+        [0, 0, 1, 2]
+        >>> mrope_axes([2, 1, 1], interleaved=True)
+        [0, 1, 2, 0]
+    """
+    if len(sections) != 3:
+        raise ValueError(f"sections must give (t, h, w) pair counts, got {list(sections)}")
+    counts = [check_positive_int(f"sections[{i}]", n) for i, n in enumerate(sections)]
+    pairs = sum(counts)
+    if not interleaved:
+        return [axis for axis, n in enumerate(counts) for _ in range(n)]
+    axes = [0] * pairs
+    for axis in (1, 2):
+        for index in range(axis, min(3 * counts[axis], pairs), 3):
+            axes[index] = axis
+    return axes
+
+
+def rescaled_grid_positions(
+    *sizes: int, reference: Sequence[int], device: torch.device | str | None = None
+) -> Tensor:
+    """Grid positions scaled to a reference grid, ``a · reference_a / size_a`` (EVA, timm's
+    ``ref_feat_shape``): a model trained at ``reference`` sees the same position span at any
+    resolution. Float64 ``(len(sizes), prod(sizes))``.
+
+    Example::
+
+        >>> rescaled_grid_positions(2, 2, reference=(4, 4)).tolist()
+        [[0.0, 0.0, 2.0, 2.0], [0.0, 2.0, 0.0, 2.0]]
+    """
+    if len(reference) != len(sizes):
+        raise ValueError(f"reference must have one size per axis ({len(sizes)}), got {reference}")
+    ref = [check_positive_int(f"reference[{i}]", n) for i, n in enumerate(reference)]
+    scale = torch.tensor([r / s for r, s in zip(ref, sizes, strict=True)], dtype=torch.float64)
+    return grid_positions(*sizes, device=device).double() * scale.to(device)[:, None]
+
+
+class MultiAxisRotary(RotaryEncoding):
+    """Rotary encoding whose pair ``p`` rotates by ``Σ_a pos_a · F[p, a]`` (see the module).
+
+    Build it with a preset (:meth:`axial`, :meth:`mrope`, :meth:`mixed`) or from any
+    frequency matrix.
+
+    Args:
+        head_dim: channels per head (even).
+        frequencies: ``(pairs, axes)`` or ``(heads, pairs, axes)``; ``2·pairs ≤ head_dim``
+            (channels past ``2·pairs`` pass through: partial rotary).
+        layout: ``"half"`` (NeoX/HF, Qwen) or ``"interleaved"`` (RoPE-ViT, EVA).
+        learnable: ``F`` is a parameter (RoPE-Mixed) rather than a buffer.
+
+    Shape:
+        q ``(batch, heads, q_len, head_dim)``, k likewise; positions ``(axes, seq)`` or
+        ``(axes, batch, seq)``.
+
+    Example::
+
+        >>> rope = MultiAxisRotary.axial(16, num_axes=3)
+        >>> q = k = torch.randn(1, 2, 24, 16)
+        >>> pos = grid_positions(2, 3, 4)
+        >>> q2, k2 = rope(q, k, pos, pos)
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        frequencies: Tensor,
+        *,
+        layout: Layout = "half",
+        learnable: bool = False,
+    ) -> None:
+        super().__init__()
+        self.head_dim = check_positive_int("head_dim", head_dim)
+        check_in_choices("layout", layout, LAYOUTS)
+        self.layout: Layout = layout
+        if not isinstance(frequencies, Tensor) or frequencies.dim() not in (2, 3):
+            raise ValueError("frequencies must be a tensor (pairs, axes) or (heads, pairs, axes)")
+        if not frequencies.is_floating_point():
+            raise ValueError(f"frequencies must be floating, got {frequencies.dtype}")
+        pairs, axes = frequencies.shape[-2:]
+        if pairs < 1 or axes < 1 or 2 * pairs > head_dim:
+            raise ValueError(
+                f"frequencies must have 1 ≤ pairs ≤ head_dim / 2 = {head_dim // 2} and at "
+                f"least one axis, got shape {tuple(frequencies.shape)}"
+            )
+        self.num_axes = axes
+        self.rotary_dim = 2 * pairs
+        self.per_head = frequencies.dim() == 3
+        self.learnable = learnable
+        # learned frequencies belong to one layer (RoPE-Mixed learns them per layer)
+        self.shared_across_layers = not learnable  # type: ignore[misc]
+        if learnable:
+            self.frequencies = nn.Parameter(frequencies.clone().float())
+        else:
+            self.register_buffer("frequencies", frequencies.detach().clone().double())
+
+    frequencies: Tensor
+
+    # ---- presets ---------------------------------------------------------------------------
+
+    @classmethod
+    def axial(
+        cls,
+        head_dim: int,
+        num_axes: int = 2,
+        *,
+        base: float = 100.0,
+        axis_order: Sequence[int] | None = None,
+        layout: Layout = "interleaved",
+    ) -> MultiAxisRotary:
+        """Axial RoPE: group ``g`` of ``head_dim / (2N)`` pairs reads axis ``axis_order[g]``.
+
+        ``axis_order`` None = ``(N−1, …, 0)``: the last axis first, RoPE-ViT's order in 2D
+        (column, then row; equal to :class:`~posenc.rotary.AxialRotary2D`);
+        rotary-embedding-torch's ``get_axial_freqs`` is ``(0, 1, …)`` with ``layout``
+        ``"interleaved"``. Defaults: ``base = 100`` and adjacent pairs, as RoPE-ViT.
+        """
+        axes = check_positive_int("num_axes", num_axes)
+        base = check_positive_float("base", base)
+        order = list(range(axes))[::-1] if axis_order is None else [int(a) for a in axis_order]
+        if sorted(order) != list(range(axes)):
+            raise ValueError(f"axis_order must be a permutation of 0..{axes - 1}, got {order}")
+        if head_dim % (2 * axes):
+            raise ValueError(
+                f"head_dim must be divisible by {2 * axes} (pairs split between {axes} axes), "
+                f"got {head_dim}"
+            )
+        group = head_dim // (2 * axes)
+        inv_freq = rope_inv_freq(2 * group, base)  # (group,)
+        freqs = torch.zeros(axes * group, axes, dtype=torch.float64)
+        for index, axis in enumerate(order):
+            freqs[index * group : (index + 1) * group, axis] = inv_freq
+        return cls(head_dim, freqs, layout=layout)
+
+    @classmethod
+    def mrope(
+        cls,
+        head_dim: int,
+        sections: Sequence[int] = (16, 24, 24),
+        *,
+        base: float = 1_000_000.0,
+        interleaved: bool = False,
+        layout: Layout = "half",
+    ) -> MultiAxisRotary:
+        """M-RoPE on ``(t, h, w)`` positions: 1D frequencies, pair ``i`` reading
+        :func:`mrope_axes` ``(sections)[i]``; ``sum(sections)`` pairs rotate (``head_dim/2``
+        in Qwen: [16, 24, 24] for head_dim 128, Qwen3-VL interleaved [24, 20, 20]).
+        Defaults: Qwen2-VL's base 1e6 and half layout."""
+        axes = mrope_axes(sections, interleaved=interleaved)
+        if 2 * len(axes) != head_dim:
+            raise ValueError(
+                f"sections must sum to head_dim / 2 = {head_dim // 2} (one frequency per pair), "
+                f"got {list(sections)} (sum {len(axes)})"
+            )
+        inv_freq = rope_inv_freq(head_dim, check_positive_float("base", base))
+        freqs = torch.zeros(len(axes), 3, dtype=torch.float64)
+        freqs[torch.arange(len(axes)), torch.tensor(axes)] = inv_freq
+        return cls(head_dim, freqs, layout=layout)
+
+    @classmethod
+    def mixed(
+        cls,
+        head_dim: int,
+        num_heads: int,
+        *,
+        base: float = 10.0,
+        generator: torch.Generator | None = None,
+        layout: Layout = "interleaved",
+    ) -> MultiAxisRotary:
+        """RoPE-Mixed: learnable per-head frequencies over (row, column).
+
+        Initialization (RoPE-ViT ``init_random_2d_freqs``): magnitudes ``m_k =
+        base^(-4k/head_dim)``, ``k < head_dim/4``, and one random angle ``φ ~ U[0, 2π)`` per
+        head; column frequencies ``[m cos φ | −m sin φ]`` and row frequencies
+        ``[m sin φ | m cos φ]`` over the ``head_dim/2`` pairs. Defaults: base 10 and adjacent
+        pairs, as RoPE-ViT. Frequencies should be excluded from weight decay.
+        """
+        check_positive_int("num_heads", num_heads)
+        base = check_positive_float("base", base)
+        if head_dim % 4:
+            raise ValueError(f"head_dim must be divisible by 4 for mixed RoPE, got {head_dim}")
+        quarter = head_dim // 4
+        mag = torch.tensor([base ** (-4.0 * k / head_dim) for k in range(quarter)])
+        phi = torch.rand(num_heads, 1, generator=generator) * 2 * torch.pi
+        col = torch.cat((mag * phi.cos(), -mag * phi.sin()), dim=-1)  # (heads, d/2)
+        row = torch.cat((mag * phi.sin(), mag * phi.cos()), dim=-1)
+        return cls(head_dim, torch.stack((row, col), dim=-1), layout=layout, learnable=True)
+
+    # ---- hooks -----------------------------------------------------------------------------
+
+    def angles(self, positions: Tensor) -> Tensor:
+        """``φ`` of every pair: ``(…, seq, pairs)``, or ``(…, heads, seq, pairs)`` per head;
+        float64 for fixed frequencies, the parameter's dtype (with autograd) for learnable."""
+        coords = positions[None] if self.num_axes == 1 else positions  # (N, [batch,] seq)
+        freqs = self.frequencies
+        coords = coords.to(device=freqs.device, dtype=freqs.dtype).movedim(0, -1)  # (…, seq, N)
+        if not self.per_head:
+            return coords @ freqs.transpose(0, 1)  # (…, seq, pairs)
+        # (heads, pairs, N) against (…, 1, seq, N) → (…, heads, seq, pairs)
+        return torch.einsum("...sn,hpn->...hsp", coords, freqs)
+
+    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """One ``(cos, sin)`` value per pair, heads broadcast unless per head."""
+        angles = self.angles(positions)
+        compute = torch.float64 if dtype == torch.float64 else torch.float32
+        cos, sin = angles.cos().to(compute), angles.sin().to(compute)
+        if not self.per_head and cos.dim() == 3:
+            cos, sin = cos[:, None], sin[:, None]  # (batch, 1, seq, pairs)
+        return cos, sin
+
+    def rotate_qk(
+        self,
+        q: Tensor,
+        k: Tensor,
+        q_tables: tuple[Tensor, Tensor],
+        k_tables: tuple[Tensor, Tensor],
+        *,
+        inplace: bool = False,
+    ) -> tuple[Tensor, Tensor]:
+        """Rotate q and k by their tables; per-head or learnable tables use torch ops."""
+        q_tables = tuple(t.to(q.device) for t in q_tables)  # type: ignore[assignment]
+        k_tables = tuple(t.to(k.device) for t in k_tables)  # type: ignore[assignment]
+        impl: Any = "torch" if self.per_head or self.learnable else None
+        return rotate_pair(
+            q,
+            k,
+            q_tables,
+            k_tables,
+            layout=self.layout,
+            rotary_dim=self.rotary_dim,
+            inplace=inplace and not self.learnable,
+            impl=impl,
+        )
+
+    def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotate q by ``q_pos`` and k by ``k_pos`` (multi-axis positions)."""
+        self.check_rotary_call(q, k, q_pos, k_pos)
+        for name, pos in (("q_pos", q_pos), ("k_pos", k_pos)):
+            check_positions(pos, name, num_axes=self.num_axes)
+        q_tables = self.rotary_tables(q_pos, q.dtype)
+        k_tables = self.rotary_tables(k_pos, k.dtype)
+        return self.rotate_qk(q, k, q_tables, k_tables)
+
+    def extra_repr(self) -> str:
+        shape = tuple(self.frequencies.shape)
+        return (
+            f"head_dim={self.head_dim}, frequencies={shape}, layout={self.layout!r}, "
+            f"learnable={self.learnable}"
+        )
