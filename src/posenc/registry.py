@@ -101,14 +101,16 @@ class EncodingSpec:
     family: Family
     paper: str
     summary: str
-    factory: Callable[[], type[PositionalEncoding]]
+    factory: Callable[[], Callable[..., PositionalEncoding]]
     from_dims: Callable[[ModelDims], dict[str, Any]]
     convert: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     needs_grid: bool = False
     causal_only: bool = False
 
     @property
-    def cls(self) -> type[PositionalEncoding]:
+    def cls(self) -> Callable[..., PositionalEncoding]:
+        """The constructor: a class, or a preset (a classmethod such as
+        ``MultiAxisRotary.axial``: one class, several methods)."""
         return self.factory()
 
     def parameters(self) -> dict[str, Any]:
@@ -123,7 +125,7 @@ class EncodingSpec:
         }
 
 
-def _keyword_parameters(cls: type) -> dict[str, inspect.Parameter]:
+def _keyword_parameters(cls: Callable[..., Any]) -> dict[str, inspect.Parameter]:
     """Named constructor arguments a user may set (no ``*args``, ``**kwargs``, device, dtype)."""
     skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     return {
@@ -324,6 +326,26 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "learned Fourier features of a token's coordinates through a GELU MLP (Algorithm 1)",
         lambda: _additive().LearnableFourierFeatures,
         lambda d: {"in_dim": _coordinate_axes(d), "dim": d.dim},
+    ),
+    EncodingSpec(
+        "rope_axial",
+        "rotary",
+        "Heo et al. 2024 (RoPE-ViT), https://arxiv.org/abs/2403.13298",
+        "axial RoPE on multi-axis grid positions: pair groups rotate by the column and the row "
+        "(MultiAxisRotary.axial; any grid per call) (needs a grid)",
+        lambda: _rotary().MultiAxisRotary.axial,
+        lambda d: {"head_dim": d.resolved_head_dim, "num_axes": len(_grid_size(d))},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "rope_mixed",
+        "rotary",
+        "Heo et al. 2024 (RoPE-ViT, RoPE-Mixed), https://arxiv.org/abs/2403.13298",
+        "learnable per-head frequencies over row and column, one set per layer "
+        "(MultiAxisRotary.mixed) (needs a grid)",
+        lambda: _rotary().MultiAxisRotary.mixed,
+        lambda d: {"head_dim": d.resolved_head_dim, "num_heads": d.num_heads},
+        needs_grid=True,
     ),
     EncodingSpec(
         "rope_2d",
