@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="write a PNG that shows an encoding or a RoPE-scaling figure")
     p.add_argument(
         "method",
-        help="a name from `posenc list`, or a figure: wavelengths, rope-decay, rope-scaling",
+        help="a name from `posenc list`, or a figure: wavelengths, rope-decay, rope-scaling, "
+        "mrope-ids",
     )
     p.add_argument("--out", help="output file (default METHOD.png)")
     p.add_argument(

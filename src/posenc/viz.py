@@ -23,8 +23,10 @@ from posenc.base import (
     BiasEncoding,
     ContextualEncoding,
     PositionalEncoding,
+    RotaryEncoding,
 )
 from posenc.registry import ModelDims, build_encoding, encoding_spec
+from posenc.viz_grids import plot_mrope_ids, plot_patch_similarity, plot_rotary_scores
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -377,6 +379,12 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
     if name == "xpos":
         return plot_xpos(**kwargs)
     encoding = build_encoding(name, dims, kwargs)
+    if grid is not None or encoding.num_axes > 1:  # positions on a grid: viz_grids' figures
+        height, width = grid or (8, 16)
+        if isinstance(encoding, AdditiveEncoding):
+            return plot_patch_similarity(encoding, height, width, title=name)
+        if isinstance(encoding, RotaryEncoding):
+            return plot_rotary_scores(encoding, height, width, title=name)
     if isinstance(encoding, BiasEncoding):
         return plot_bias(encoding)
     if isinstance(encoding, AdditiveEncoding):
@@ -410,6 +418,7 @@ FIGURES: dict[str, Callable[..., Figure]] = {
     "wavelengths": plot_wavelengths,
     "rope-decay": plot_rope_decay_scalings,
     "rope-scaling": plot_rope_scaling_scores,
+    "mrope-ids": plot_mrope_ids,
 }
 
 
