@@ -3,12 +3,21 @@ mixed batches with padding, the rules by hand, decode deltas, errors."""
 
 from __future__ import annotations
 
+import runpy
 import types
+from pathlib import Path
 
 import pytest
 import torch
 
-from posenc.multimodal import IMAGE, TEXT, VIDEO, mrope_position_ids, vision_position_ids
+from posenc.multimodal import (
+    IMAGE,
+    TEXT,
+    VIDEO,
+    mrope_position_ids,
+    sequence_position_ids,
+    vision_position_ids,
+)
 
 
 def sequence(*runs):
@@ -142,3 +151,37 @@ def test_text_only_is_one_dimensional():
 def test_errors_name_the_argument(kwargs, match):
     with pytest.raises(ValueError, match=match):
         mrope_position_ids(**kwargs)
+
+
+# ---- vision-language-action sequences ---------------------------------------------------------
+
+
+def test_actions_are_numbered_as_text_and_views_do_not_overlap():
+    ids, kinds = sequence_position_ids(
+        [("image", (1, 4, 4)), ("text", 1), ("image", (1, 4, 6)), ("text", 2), ("action", 3)]
+    )
+    # camera 1: 2×2 tokens at 0..1; marker at 2; camera 2 (2×3 tokens) from 3; it spans
+    # max(2, 3) = 3, so the text resumes at 6 and the actions follow at 8, 9, 10
+    assert ids[:, :4].tolist() == [[0, 0, 0, 0], [0, 0, 1, 1], [0, 1, 0, 1]]
+    assert ids[:, 4].tolist() == [2, 2, 2]
+    assert ids[1, 5:11].tolist() == [3, 3, 3, 4, 4, 4] and ids[2, 5:11].tolist() == [3, 4, 5] * 2
+    assert ids[:, 11:].tolist() == [[6, 7, 8, 9, 10]] * 3
+    assert kinds.tolist() == [2] * 4 + [0] + [2] * 6 + [0, 0, 1, 1, 1]
+    assert int(ids[:, :4].max()) < int(ids[:, 5:11].min())  # the views share no position
+
+
+def test_consecutive_vision_runs_and_bad_runs_are_refused():
+    with pytest.raises(ValueError, match=r"runs\[1\] follows another vision run"):
+        sequence_position_ids([("image", (1, 4, 4)), ("image", (1, 4, 4))])
+    with pytest.raises(ValueError, match=r"runs\[0\] must be \(kind, size\)"):
+        sequence_position_ids([("audio", 3)])
+
+
+def test_numbering_on_example_shows_what_goes_wrong():
+    example = runpy.run_path(str(Path(__file__).parents[1] / "examples" / "numbering_on.py"))
+    rows = example["measures"]()
+    assert rows["positions one image spans"] == (64, 8)
+    assert rows["vertical neighbours (row 0 → row 1)"] == (8, 1)
+    assert rows["row wrap (end of row 0 → start of row 1)"] == (1, 7)
+    plain, mrope = rows["first action ↔ camera 1's first patch"]
+    assert plain > 4 * mrope

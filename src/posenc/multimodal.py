@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -40,10 +40,12 @@ from posenc._validate import check_in_choices, check_positive_float, check_posit
 
 __all__ = [
     "IMAGE",
+    "RUN_KINDS",
     "TEXT",
     "VIDEO",
     "MRopeVersion",
     "mrope_position_ids",
+    "sequence_position_ids",
     "vision_position_ids",
 ]
 
@@ -201,3 +203,76 @@ def _grids(name: str, grids: Tensor | Sequence[Sequence[int]] | None) -> list[tu
         t, h, w = (check_positive_int(f"{name}[{index}]", int(n)) for n in grid)
         out.append((t, h, w))
     return out
+
+
+#: Kinds of run :func:`sequence_position_ids` takes.
+RUN_KINDS = ("text", "action", "image", "video")
+
+
+def sequence_position_ids(
+    runs: Sequence[tuple[str, Any]],
+    *,
+    spatial_merge_size: int = 2,
+    version: MRopeVersion = "qwen2_vl",
+    tokens_per_second: float = 2.0,
+    second_per_grid_ts: Sequence[float] | None = None,
+) -> tuple[Tensor, Tensor]:
+    """M-RoPE ids ``(3, seq)`` and the run kind of each token, for one sequence of runs.
+
+    Runs: ``("text", n)``, ``("action", n)``, ``("image", (t, h, w))``, ``("video", (t, h,
+    w))``. A vision-language-action sequence is ``[image | text | image (another camera) |
+    text (instruction) | action (chunk)]``; a history of frames is a video run or one image
+    run per frame. **Action tokens are numbered as text** (each a new position on all three
+    axes, continuing from the running position): VLA models built on a Qwen-VL language model
+    emit actions as ordinary tokens of its vocabulary, so the model's own rule numbers them
+    (a chunk of ``k`` steps × ``d`` dimensions is ``k·d`` tokens). Each image run starts where
+    the previous run ended (``max(h, w)/M`` after an image), so camera views do not share
+    positions; two vision runs must be separated by a text token (a vision-end marker), as
+    every Qwen-VL processor does, or their token types could not tell them apart.
+
+    Returns:
+        ``(ids, kinds)``: int64 ``(3, seq)`` and int64 ``(seq,)`` indexing :data:`RUN_KINDS`.
+
+    Example::
+
+        >>> ids, kinds = sequence_position_ids([("image", (1, 4, 4)), ("text", 3), ("action", 2)])
+        >>> ids[0].tolist()
+        [0, 0, 0, 0, 2, 3, 4, 5, 6]
+    """
+    types: list[int] = []
+    kinds: list[int] = []
+    images: list[tuple[int, int, int]] = []
+    videos: list[tuple[int, int, int]] = []
+    merge = check_positive_int("spatial_merge_size", spatial_merge_size)
+    for index, run in enumerate(runs):
+        if not isinstance(run, (tuple, list)) or len(run) != 2 or run[0] not in RUN_KINDS:
+            raise ValueError(
+                f"runs[{index}] must be (kind, size) with kind one of {', '.join(RUN_KINDS)}, "
+                f"got {run!r}"
+            )
+        kind, size = run
+        if kind in ("text", "action"):
+            count = check_positive_int(f"runs[{index}] length", size)
+            token = TEXT
+        else:
+            grid = _grids(f"runs[{index}]", [size])[0]
+            (images if kind == "image" else videos).append(grid)
+            count = grid[0] * (grid[1] // merge) * (grid[2] // merge)
+            token = IMAGE if kind == "image" else VIDEO
+            if types and types[-1] != TEXT:
+                raise ValueError(
+                    f"runs[{index}] follows another vision run directly: put a text token (a "
+                    "vision-end marker) between them, as the Qwen-VL processors do"
+                )
+        types += [token] * count
+        kinds += [RUN_KINDS.index(kind)] * count
+    ids, _ = mrope_position_ids(
+        torch.tensor([types]),
+        images or None,
+        videos or None,
+        spatial_merge_size=merge,
+        version=version,
+        tokens_per_second=tokens_per_second,
+        second_per_grid_ts=second_per_grid_ts,
+    )
+    return ids[:, 0], torch.tensor(kinds)
