@@ -234,3 +234,46 @@ def test_positions_with_the_wrong_axis_count_are_named():
     q, k = qk(16, 4)
     with pytest.raises(ValueError, match="q_pos"):
         rope(q, k, grid_positions(2, 2), grid_positions(2, 2))
+
+
+@pytest.mark.parametrize(
+    ("hf_params", "ours"),
+    [
+        ({"rope_type": "linear", "factor": 4.0}, {"type": "linear", "factor": 4.0}),
+        (
+            {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512},
+            {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512},
+        ),
+    ],
+    ids=["linear", "yarn"],
+)
+def test_scaled_mrope_matches_transformers(hf_params, ours):
+    module = pytest.importorskip("transformers.models.qwen2_vl.modeling_qwen2_vl")
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+
+    head_dim, sections = 32, [4, 6, 6]
+    config = Qwen2VLTextConfig(
+        hidden_size=head_dim * 2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        rope_parameters={"rope_theta": 10000.0, "mrope_section": sections, **hf_params},
+    )
+    rotary = module.Qwen2VLRotaryEmbedding(config)
+    pos = torch.stack((torch.arange(40), torch.arange(40) // 3, torch.arange(40) % 7))[:, None]
+    q, k = qk(head_dim, 40, dtype=torch.float32)
+    cos, sin = rotary(q, pos)
+    want_q, want_k = module.apply_rotary_pos_emb(q, k, cos, sin)
+    rope = MultiAxisRotary.mrope(head_dim, sections, base=10000.0, scaling=ours)
+    got_q, got_k = rope(q, k, pos, pos)
+    assert_close(got_q, want_q)
+    assert_close(got_k, want_k)
+    if hf_params["rope_type"] == "yarn":
+        assert rope.attention_factor == pytest.approx(0.1 * math.log(4.0) + 1)
+
+
+def test_length_dependent_scaling_is_refused():
+    with pytest.raises(ValueError, match="depends on the sequence length"):
+        MultiAxisRotary.mrope(
+            16, (2, 3, 3), scaling={"type": "dynamic", "factor": 2.0, "max_position_embeddings": 64}
+        )

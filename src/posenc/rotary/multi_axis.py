@@ -33,7 +33,7 @@ learnable or per-head ones through differentiable torch ops.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -45,6 +45,7 @@ from posenc.positions import check_positions, grid_positions
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.kernels import rotate_pair
 from posenc.rotary.rope import LAYOUTS, Layout
+from posenc.rotary.scaling import Scaling, scaling_from_dict
 
 __all__ = ["MultiAxisRotary", "mrope_axes", "rescaled_grid_positions"]
 
@@ -107,6 +108,8 @@ class MultiAxisRotary(RotaryEncoding):
             (channels past ``2·pairs`` pass through: partial rotary).
         layout: ``"half"`` (NeoX/HF, Qwen) or ``"interleaved"`` (RoPE-ViT, EVA).
         learnable: ``F`` is a parameter (RoPE-Mixed) rather than a buffer.
+        attention_factor: ``A`` multiplying cos and sin (a scaling's, e.g. YaRN's), so the
+            logits scale by ``A²``.
 
     Shape:
         q ``(batch, heads, q_len, head_dim)``, k likewise; positions ``(axes, seq)`` or
@@ -127,8 +130,10 @@ class MultiAxisRotary(RotaryEncoding):
         *,
         layout: Layout = "half",
         learnable: bool = False,
+        attention_factor: float = 1.0,
     ) -> None:
         super().__init__()
+        self.attention_factor = check_positive_float("attention_factor", attention_factor)
         self.head_dim = check_positive_int("head_dim", head_dim)
         check_in_choices("layout", layout, LAYOUTS)
         self.layout: Layout = layout
@@ -200,21 +205,38 @@ class MultiAxisRotary(RotaryEncoding):
         base: float = 1_000_000.0,
         interleaved: bool = False,
         layout: Layout = "half",
+        scaling: Scaling | Mapping[str, Any] | None = None,
     ) -> MultiAxisRotary:
         """M-RoPE on ``(t, h, w)`` positions: 1D frequencies, pair ``i`` reading
         :func:`mrope_axes` ``(sections)[i]``; ``sum(sections)`` pairs rotate (``head_dim/2``
         in Qwen: [16, 24, 24] for head_dim 128, Qwen3-VL interleaved [24, 20, 20]).
-        Defaults: Qwen2-VL's base 1e6 and half layout."""
+        Defaults: Qwen2-VL's base 1e6 and half layout.
+
+        ``scaling`` (a :class:`~posenc.rotary.Scaling` or its dict form) replaces the 1D
+        frequencies by the scaled ones and brings its attention factor, as transformers'
+        Qwen-VL rotary does with a ``rope_type`` other than default (PI, NTK-aware, YaRN,
+        Llama-3). Length-dependent scalings (dynamic NTK, LongRoPE) are refused: their
+        frequencies change with the sequence and this encoding's are fixed."""
         axes = mrope_axes(sections, interleaved=interleaved)
         if 2 * len(axes) != head_dim:
             raise ValueError(
                 f"sections must sum to head_dim / 2 = {head_dim // 2} (one frequency per pair), "
                 f"got {list(sections)} (sum {len(axes)})"
             )
-        inv_freq = rope_inv_freq(head_dim, check_positive_float("base", base))
+        base = check_positive_float("base", base)
+        scale = scaling_from_dict(scaling) if isinstance(scaling, Mapping) else scaling
+        if scale is not None and scale.depends_on_length:
+            raise ValueError(
+                f"scaling {type(scale).__name__} depends on the sequence length; M-RoPE here "
+                "takes static scalings only (linear, ntk, yarn, llama3, proportional)"
+            )
+        inv_freq = (
+            rope_inv_freq(head_dim, base) if scale is None else scale.inv_freq(head_dim, base)
+        )
         freqs = torch.zeros(len(axes), 3, dtype=torch.float64)
-        freqs[torch.arange(len(axes)), torch.tensor(axes)] = inv_freq
-        return cls(head_dim, freqs, layout=layout)
+        freqs[torch.arange(len(axes)), torch.tensor(axes)] = inv_freq.double()
+        factor = 1.0 if scale is None else scale.attention_factor
+        return cls(head_dim, freqs, layout=layout, attention_factor=factor)
 
     @classmethod
     def mixed(
@@ -262,7 +284,10 @@ class MultiAxisRotary(RotaryEncoding):
         """One ``(cos, sin)`` value per pair, heads broadcast unless per head."""
         angles = self.angles(positions)
         compute = torch.float64 if dtype == torch.float64 else torch.float32
-        cos, sin = angles.cos().to(compute), angles.sin().to(compute)
+        cos, sin = angles.cos(), angles.sin()
+        if self.attention_factor != 1.0:
+            cos, sin = cos * self.attention_factor, sin * self.attention_factor
+        cos, sin = cos.to(compute), sin.to(compute)
         if not self.per_head and cos.dim() == 3:
             cos, sin = cos[:, None], sin[:, None]  # (batch, 1, seq, pairs)
         return cos, sin
