@@ -54,7 +54,7 @@ from posenc._validate import (
     check_positive_float,
     check_positive_int,
 )
-from posenc.additive.sinusoidal import _encoding_float64, sinusoidal_inv_freq
+from posenc.additive.sinusoidal import _check_dtype, _encoding_float64, sinusoidal_inv_freq
 from posenc.base import AdditiveEncoding
 from posenc.positions import check_positions, grid_positions
 
@@ -67,7 +67,6 @@ __all__ = [
 
 SinusoidalGridLayout = Literal["mae", "blocks", "timm", "positional_encodings", "factorized"]
 _LAYOUTS: tuple[str, ...] = get_args(SinusoidalGridLayout)
-_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _frequencies(dim: int, axes: int, layout: str) -> int:
@@ -87,13 +86,6 @@ def _frequencies(dim: int, axes: int, layout: str) -> int:
             f"layout {layout!r}, got {dim}; layout 'positional_encodings' takes any dim"
         )
     return dim // (2 * axes)
-
-
-def _check_dtype(dtype: torch.dtype) -> torch.dtype:
-    if dtype not in _FLOAT_DTYPES:
-        allowed = ", ".join(str(d) for d in _FLOAT_DTYPES)
-        raise ValueError(f"dtype must be one of {allowed}; got {dtype}")
-    return dtype
 
 
 def sinusoidal_grid_encoding(

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
+from posenc.additive.sinusoidal import _check_dtype
 from posenc.additive.sinusoidal_grid import sinusoidal_grid_encoding
 from posenc.base import AdditiveEncoding
 from posenc.positions import grid_coordinates
@@ -35,7 +36,6 @@ __all__ = [
 
 Sinusoidal2DLayout = Literal["mae", "timm"]
 _LAYOUTS: tuple[str, ...] = get_args(Sinusoidal2DLayout)
-_FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _check_dim(dim: object) -> int:
@@ -46,13 +46,6 @@ def _check_dim(dim: object) -> int:
             f"dim must be divisible by 4 (sin and cos of the row and the column), got {dim}"
         )
     return dim
-
-
-def _check_dtype(dtype: torch.dtype) -> torch.dtype:
-    if dtype not in _FLOAT_DTYPES:
-        allowed = ", ".join(str(d) for d in _FLOAT_DTYPES)
-        raise ValueError(f"dtype must be one of {allowed}; got {dtype}")
-    return dtype
 
 
 def sinusoidal_2d_encoding(
