@@ -12,11 +12,12 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.base import RotaryEncoding, check_rotary_input
+from posenc.base import check_rotary_input
 from posenc.positions import grid_coordinates
 from posenc.rotary.frequencies import rope_inv_freq
-from posenc.rotary.kernels import rotate_pair
-from posenc.rotary.rope import LAYOUTS, Layout, _halves_for, _rotate_unchecked, rope_cos_sin
+from posenc.rotary.kernels import rotate
+from posenc.rotary.multi_axis import MultiAxisRotary
+from posenc.rotary.rope import LAYOUTS, Layout, rope_cos_sin
 
 __all__ = ["AxialRotary2D", "axial_cos_sin"]
 
@@ -91,8 +92,12 @@ def axial_cos_sin(
     return tables[0], tables[1]
 
 
-class AxialRotary2D(RotaryEncoding):
+class AxialRotary2D(MultiAxisRotary):
     """2D axial RoPE over a ``height × width`` patch grid; positions are token indices.
+
+    The token-index view of :meth:`MultiAxisRotary.axial` ``(head_dim, 2)``: token ``t`` is
+    mapped to ``(⌊t/W⌋, t mod W)`` (checked against the grid) and rotated by the axial preset's
+    frequencies, so there is one implementation of axial RoPE.
 
     .. math::
         q'_t = R_x(x_t)\\,R_y(y_t)\\,q_t, \\quad x_t = t \\bmod W, \\; y_t = \\lfloor t/W
@@ -139,16 +144,36 @@ class AxialRotary2D(RotaryEncoding):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
-        self.head_dim = _check_head_dim(head_dim)
+        _check_head_dim(head_dim)
+        base = check_positive_float("base", base)
+        check_in_choices("layout", layout, LAYOUTS)
+        preset = MultiAxisRotary.axial(head_dim, 2, base=base, layout=layout)
+        super().__init__(head_dim, preset.frequencies, layout=layout)
+        self.num_axes = 1  # positions are row-major token indices
         self.height = check_positive_int("height", height)
         self.width = check_positive_int("width", width)
-        self.base = check_positive_float("base", base)
-        check_in_choices("layout", layout, LAYOUTS)
-        self.layout: Layout = layout
+        self.base = base
         if dtype is not None and not dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating dtype or None, got {dtype}")
         self.dtype = dtype
+
+    def coordinates(self, positions: Tensor) -> Tensor:
+        """``(row, column)`` of row-major token indices: ``(2, [batch,] seq)``."""
+        index = positions.to(torch.long)
+        return torch.stack(
+            (torch.div(index, self.width, rounding_mode="floor"), index % self.width)
+        )
+
+    def validate_positions(self, positions: Tensor, name: str) -> None:
+        """Raise ``ValueError`` naming ``name`` unless positions are indices into the grid."""
+        grid_coordinates(positions, self.height, self.width, name=name)
+
+    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """One cos/sin per pair (columns first, then rows), rounded to ``self.dtype`` if set."""
+        cos, sin = super().rotary_tables(positions, dtype)
+        if self.dtype is not None:
+            cos, sin = cos.to(self.dtype).to(cos.dtype), sin.to(self.dtype).to(sin.dtype)
+        return cos, sin
 
     def rotate(self, x: Tensor, positions: Tensor, *, name: str = "x") -> Tensor:
         """Rotate one tensor ``(batch, heads, seq, head_dim)`` by its token indices."""
@@ -156,45 +181,7 @@ class AxialRotary2D(RotaryEncoding):
         check_rotary_input(x, positions, self.head_dim, name, pos_name, "AxialRotary2D")
         self.validate_positions(positions, pos_name)
         cos, sin = self.rotary_tables(positions.to(x.device), x.dtype)
-        return _rotate_unchecked(x, cos, sin, self.layout)
-
-    def validate_positions(self, positions: Tensor, name: str) -> None:
-        """Raise ``ValueError`` naming ``name`` unless positions are indices into the grid."""
-        grid_coordinates(positions, self.height, self.width, name=name)
-
-    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos/sin of the token indices' columns (first half of the pairs) and rows."""
-        index = positions.to(torch.long)
-        y, x_coord = torch.div(index, self.width, rounding_mode="floor"), index % self.width
-        compute = torch.float64 if dtype == torch.float64 else torch.float32
-        return axial_cos_sin(
-            x_coord,
-            y,
-            self.head_dim,
-            base=self.base,
-            layout=self.layout,
-            dtype=self.dtype or compute,
-        )
-
-    def rotate_qk(
-        self,
-        q: Tensor,
-        k: Tensor,
-        q_tables: tuple[Tensor, Tensor],
-        k_tables: tuple[Tensor, Tensor],
-        *,
-        inplace: bool = False,
-    ) -> tuple[Tensor, Tensor]:
-        """Rotate q and k with tables from :meth:`rotary_tables`, in one kernel call."""
-        return rotate_pair(
-            q,
-            k,
-            _halves_for(q, *q_tables, self.layout),
-            _halves_for(k, *k_tables, self.layout),
-            layout=self.layout,
-            rotary_dim=self.head_dim,
-            inplace=inplace,
-        )
+        return rotate(x, cos, sin, layout=self.layout, rotary_dim=self.rotary_dim)
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate q by ``q_pos`` and k by ``k_pos`` (row-major token indices)."""

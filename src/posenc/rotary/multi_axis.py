@@ -155,8 +155,9 @@ class MultiAxisRotary(RotaryEncoding):
         self.shared_across_layers = not learnable  # type: ignore[misc]
         if learnable:
             self.frequencies = nn.Parameter(frequencies.clone().float())
-        else:
-            self.register_buffer("frequencies", frequencies.detach().clone().double())
+        else:  # fixed: rebuilt from the constructor's arguments, not saved (as HF's inv_freq)
+            frozen = frequencies.detach().clone().double()
+            self.register_buffer("frequencies", frozen, persistent=False)
 
     frequencies: Tensor
 
@@ -175,7 +176,7 @@ class MultiAxisRotary(RotaryEncoding):
         """Axial RoPE: group ``g`` of ``head_dim / (2N)`` pairs reads axis ``axis_order[g]``.
 
         ``axis_order`` None = ``(N−1, …, 0)``: the last axis first, RoPE-ViT's order in 2D
-        (column, then row; equal to :class:`~posenc.rotary.AxialRotary2D`);
+        (column, then row; :class:`~posenc.rotary.AxialRotary2D` is this preset over token indices);
         rotary-embedding-torch's ``get_axial_freqs`` is ``(0, 1, …)`` with ``layout``
         ``"interleaved"``. Defaults: ``base = 100`` and adjacent pairs, as RoPE-ViT.
         """
@@ -269,10 +270,15 @@ class MultiAxisRotary(RotaryEncoding):
 
     # ---- hooks -----------------------------------------------------------------------------
 
+    def coordinates(self, positions: Tensor) -> Tensor:
+        """The axes the frequencies read, ``(N, [batch,] seq)``, from the positions this
+        encoding takes (themselves; subclasses may map, e.g. token indices to a grid)."""
+        return positions[None] if self.num_axes == 1 else positions
+
     def angles(self, positions: Tensor) -> Tensor:
         """``φ`` of every pair: ``(…, seq, pairs)``, or ``(…, heads, seq, pairs)`` per head;
         float64 for fixed frequencies, the parameter's dtype (with autograd) for learnable."""
-        coords = positions[None] if self.num_axes == 1 else positions  # (N, [batch,] seq)
+        coords = self.coordinates(positions)  # (N, [batch,] seq)
         freqs = self.frequencies
         coords = coords.to(device=freqs.device, dtype=freqs.dtype).movedim(0, -1)  # (…, seq, N)
         if not self.per_head:
