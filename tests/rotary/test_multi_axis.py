@@ -277,3 +277,23 @@ def test_length_dependent_scaling_is_refused():
         MultiAxisRotary.mrope(
             16, (2, 3, 3), scaling={"type": "dynamic", "factor": 2.0, "max_position_embeddings": 64}
         )
+
+
+def test_kv_cache_decoding_after_a_vision_block_through_attention():
+    from posenc.attention import Attention, KVCache
+    from posenc.multimodal import sequence_position_ids
+
+    torch.manual_seed(0)
+    ids, _ = sequence_position_ids([("text", 3), ("image", (1, 4, 6)), ("text", 4)])
+    positions = ids[:, None]  # (3, batch 1, 13)
+    attn = Attention(64, 4, pos=MultiAxisRotary.mrope(16, (2, 3, 3), base=1e4)).double()
+    x = torch.randn(1, 13, 64, dtype=torch.float64)
+    full = attn(x, positions)
+    cache = KVCache()
+    parts = [attn(x[:, :9], positions[..., :9], cache=cache)]
+    parts += [attn(x[:, i : i + 1], positions[..., i : i + 1], cache=cache) for i in range(9, 13)]
+    assert_close(torch.cat(parts, dim=1), full, rtol=1e-12, atol=1e-12)
+    # without explicit positions the next token sits at max + 1 on every axis: the text rule
+    cache = KVCache()
+    attn(x[:, :9], positions[..., :9], cache=cache)
+    assert_close(attn(x[:, 9:10], cache=cache), full[:, 9:10], rtol=1e-12, atol=1e-12)
