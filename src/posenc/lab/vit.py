@@ -251,18 +251,26 @@ class DigitsViT(nn.Module):
         pixels = tokens.to(self.patch_embed.weight.dtype) * (2.0 / (LEVELS - 1)) - 1.0  # [-1, 1]
         return self.patch_embed(patchify(pixels, self.config.patch_size))
 
-    def classify(self, patches: Tensor, positions: Tensor | None = None) -> Tensor:
+    def classify(
+        self,
+        patches: Tensor,
+        positions: Tensor | None = None,
+        *,
+        grid: tuple[int, int] | None = None,
+        coords: Tensor | None = None,
+    ) -> Tensor:
         """Logits ``(batch, 10)`` of patch embeddings ``(batch, num_patches, dim)``.
 
-        ``positions`` are the patches' row-major indices into the grid, ``(num_patches,)`` or
-        ``(batch, num_patches)`` (default ``arange``); an encoding reading two position axes
-        gets their (row, column) instead, ``(2, num_patches)`` or ``(2, batch, num_patches)``.
+        ``positions`` are the patches' row-major indices into ``grid`` (default the training
+        grid), ``(num_patches,)`` or ``(batch, num_patches)`` (default ``arange``); an encoding
+        reading two position axes gets their (row, column) instead, or ``coords`` when given
+        (``(2, num_patches)``, e.g. fractional positions rescaled to the training grid).
         """
         if positions is None:
             positions = torch.arange(patches.shape[1], device=patches.device)
-        rows, cols = grid_coordinates(positions, *self.config.grid)  # range check, once
+        rows, cols = grid_coordinates(positions, *(grid or self.config.grid))  # range check
         if self.hooks.num_axes == 2:
-            positions = torch.stack((rows, cols))
+            positions = torch.stack((rows, cols)) if coords is None else coords
         batch, seq, _ = patches.shape
         context = build_context(
             batch=batch,
