@@ -16,6 +16,7 @@ from posenc.lab.claims import (
     MeanOverSeeds,
     OneOf,
     Ratio,
+    Statistic,
     difference_at,
     fraction_undefined,
     ratio_at,
@@ -59,6 +60,13 @@ def _beats_pi(method: str, published: str) -> Claim:
         threshold=1.0,
         direction=">=",
     )
+
+
+def _passkey_accuracy(method: str, stage: object, multiplier: float) -> Statistic:
+    """Passkey accuracy of ``method`` at ``stage`` and ``multiplier``·T, averaged over depths
+    within each seed."""
+    where = {"method": method, "stage": stage, "multiplier": multiplier}
+    return value_at("passkey", where, "accuracy", mean_over=("depth",))
 
 
 def _randomized_helps(encoding: str, published: str) -> Claim:
@@ -222,12 +230,7 @@ SEED_CLAIMS: tuple[Claim, ...] = (
         published="Table 4 (LLaMA-7B, T = 2k): every model, PI or not, retrieves within its "
         "pre-training length (k_max ≥ 1792 of 2048 for the direct fine-tune)",
         experiment="passkey",
-        statistic=value_at(
-            "passkey",
-            {"method": "rope", "stage": ZERO_SHOT, "multiplier": 1.0},
-            "accuracy",
-            mean_over=("depth",),
-        ),
+        statistic=_passkey_accuracy("rope", ZERO_SHOT, 1.0),
         threshold=0.9,
         direction=">=",
     ),
@@ -239,12 +242,7 @@ SEED_CLAIMS: tuple[Claim, ...] = (
         published="Table 4 (LLaMA-7B, T = 2k): even fine-tuned at 8k without interpolation, "
         "k_max stays at 1792–2560 (≈ T) after 200–10,000 steps; PI reaches 8192",
         experiment="passkey",
-        statistic=value_at(
-            "passkey",
-            {"method": "rope", "stage": ZERO_SHOT, "multiplier": 4.0},
-            "accuracy",
-            mean_over=("depth",),
-        ),
+        statistic=_passkey_accuracy("rope", ZERO_SHOT, 4.0),
         threshold=0.1,
         direction="<=",
     ),
@@ -256,12 +254,7 @@ SEED_CLAIMS: tuple[Claim, ...] = (
         published="Table 4 (LLaMA-7B, T = 2k): after 200 steps PI-8k's k_max, the longest "
         "passkey distance retrieved in ≥ 20 % of 10 trials, is 8192 = 4×T",
         experiment="passkey",
-        statistic=value_at(
-            "passkey",
-            {"method": "pi", "stage": "ft", "multiplier": 2.0},
-            "accuracy",
-            mean_over=("depth",),
-        ),
+        statistic=_passkey_accuracy("pi", "ft", 2.0),
         threshold=0.2,
         direction=">=",
     ),
