@@ -35,20 +35,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc.lab.batch import derive_seed
 from posenc.lab.runner import Experiment, Run, run_experiment
 from posenc.lab.tables import pivot, seed_note, text_table
-from posenc.lab.train import train
 from posenc.lab.vit import (
     IMAGE_SIZE,
     LEVELS,
     NONE,
-    DigitsSource,
     DigitsViT,
     VitConfig,
-    _data,
-    _PerTokenLogits,
     patchify,
+    prepare_digits,
+    train_digits_vit,
 )
 from posenc.positions import grid_positions
 from posenc.rotary.multi_axis import rescaled_grid_positions
@@ -165,15 +162,11 @@ def _plan(config: ResolutionConfig) -> list[Run]:
 
 def _execute(config: ResolutionConfig, run: Run, run_dir: Path) -> list[Row]:
     encoding, seed = run.params["encoding"], run.params["seed"]
-    data = _data(config.test_size, config.split_seed)
-    torch.manual_seed(derive_seed("vit-init", seed))
-    model = _PerTokenLogits(DigitsViT(config.model_config(encoding)))
-    source = DigitsSource(data.train_pixels, data.train_labels, seed=seed)
-    train(model, source, config.train_config(seed), run_dir)
+    vit, _, data = train_digits_vit(config, encoding, seed, run_dir)
     rows: list[Row] = []
     for side in config.test_sides:
-        for variant in _variants(model.vit, config.rescale):
-            accuracy = evaluate_at(model.vit, data.test_pixels, data.test_labels, side, variant)
+        for variant in _variants(vit, config.rescale):
+            accuracy = evaluate_at(vit, data.test_pixels, data.test_labels, side, variant)
             rows.append(
                 {
                     "experiment": "resolution",
@@ -215,5 +208,5 @@ EXPERIMENT = Experiment(
     plan=_plan,
     execute=_execute,
     table=format_resolution_table,
-    prepare=lambda config: _data(config.test_size, config.split_seed),
+    prepare=prepare_digits,
 )

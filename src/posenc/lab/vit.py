@@ -50,7 +50,7 @@ from posenc.attention import build_context, hooks_of
 from posenc.base import PositionalEncoding
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
-from posenc.lab.train import TrainConfig, train
+from posenc.lab.train import TrainConfig, TrainResult, train
 from posenc.model import Block, ModelConfig, layer_encodings
 from posenc.positions import grid_coordinates
 from posenc.registry import ModelDims, build_encoding, encoding_spec
@@ -67,7 +67,9 @@ __all__ = [
     "format_vit_table",
     "load_digits_splits",
     "patchify",
+    "prepare_digits",
     "run_vit",
+    "train_digits_vit",
 ]
 
 Row = dict[str, Any]
@@ -538,12 +540,17 @@ def _plan(config: VitConfig) -> list[Run]:
     ]
 
 
-def _prepare(config: VitConfig) -> None:
-    _data(config.test_size, config.split_seed)  # scikit-learn missing: fail before training
+def prepare_digits(config: VitConfig) -> None:
+    """Load the digits once in this process (scikit-learn missing: fail before training)."""
+    _data(config.test_size, config.split_seed)
 
 
-def _execute(config: VitConfig, run: Run, run_dir: Path) -> list[Row]:
-    encoding, seed = run.params["encoding"], run.params["seed"]
+def train_digits_vit(
+    config: VitConfig, encoding: str, seed: int, run_dir: Path
+) -> tuple[DigitsViT, TrainResult, DigitsSplits]:
+    """Train (or reload, when finished) the digits ViT with ``encoding`` and ``seed`` in
+    ``run_dir``; returns the model holding its final weights, the training result and the
+    data splits. The vit and resolution experiments both train through it."""
     data = _data(config.test_size, config.split_seed)
     torch.manual_seed(derive_seed("vit-init", seed))
     model = _PerTokenLogits(DigitsViT(config.model_config(encoding)))
@@ -553,12 +560,19 @@ def _execute(config: VitConfig, run: Run, run_dir: Path) -> list[Row]:
         return {"test_accuracy": _accuracy(model.vit, data.test_pixels, data.test_labels)}
 
     result = train(model, source, config.train_config(seed), run_dir, evaluate=evaluate)
+    return model.vit, result, data
+
+
+def _execute(config: VitConfig, run: Run, run_dir: Path) -> list[Row]:
+    encoding, seed = run.params["encoding"], run.params["seed"]
+    vit, result, data = train_digits_vit(config, encoding, seed, run_dir)
+    model = vit
     row: Row = {
         "experiment": "vit",
         "encoding": encoding,
         "seed": seed,
-        "accuracy": _accuracy(model.vit, data.test_pixels, data.test_labels),
-        "train_accuracy": _accuracy(model.vit, data.train_pixels, data.train_labels),
+        "accuracy": _accuracy(model, data.test_pixels, data.test_labels),
+        "train_accuracy": _accuracy(model, data.train_pixels, data.train_labels),
         "final_loss": result.final_loss,
         "params": sum(p.numel() for p in model.parameters()),
         "steps": result.steps,
@@ -613,5 +627,5 @@ EXPERIMENT = Experiment(
     plan=_plan,
     execute=_execute,
     table=format_vit_table,
-    prepare=_prepare,
+    prepare=prepare_digits,
 )
