@@ -107,11 +107,12 @@ def test_mrope_axes_sections():
 
 def hf_mrope(version, head_dim, sections, base):
     module = pytest.importorskip(f"transformers.models.{version}.modeling_{version}")
-    cls = (
-        module.Qwen2VLRotaryEmbedding
-        if version == "qwen2_vl"
-        else module.Qwen3VLTextRotaryEmbedding
-    )
+    name = {
+        "qwen2_vl": "Qwen2VLRotaryEmbedding",
+        "qwen2_5_vl": "Qwen2_5_VLRotaryEmbedding",
+        "qwen3_vl": "Qwen3VLTextRotaryEmbedding",
+    }[version]
+    cls = getattr(module, name)
     config = types.SimpleNamespace(
         max_position_embeddings=4096,
         rope_parameters={"rope_type": "default", "rope_theta": base, "mrope_section": sections},
@@ -124,7 +125,11 @@ def hf_mrope(version, head_dim, sections, base):
 
 @pytest.mark.parametrize(
     ("version", "sections", "interleaved"),
-    [("qwen2_vl", [4, 6, 6], False), ("qwen3_vl", [6, 5, 5], True)],
+    [
+        ("qwen2_vl", [4, 6, 6], False),
+        ("qwen2_5_vl", [4, 6, 6], False),
+        ("qwen3_vl", [6, 5, 5], True),
+    ],
 )
 def test_mrope_matches_transformers(version, sections, interleaved):
     head_dim = 32
