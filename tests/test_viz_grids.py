@@ -13,7 +13,12 @@ from posenc import viz
 from posenc.additive import SinusoidalGrid
 from posenc.registry import list_encodings
 from posenc.rotary import AxialRotary2D, MultiAxisRotary
-from posenc.viz_grids import grid_inputs, patch_similarity, rotary_score_map
+from posenc.viz_grids import (
+    grid_inputs,
+    patch_similarity,
+    rotary_score_map,
+    similarity_mosaic,
+)
 
 
 def test_patch_similarity_is_cosine_similarity():
@@ -59,3 +64,11 @@ def test_mrope_ids_figure():
     assert len(figure.axes) == 3 and all(ax.collections for ax in figure.axes)
     with pytest.raises(ValueError, match="kind"):
         viz.plot_figure("mrope-ids", runs=[("audio", 3)])
+
+
+def test_similarity_mosaic_places_each_patch_map_in_its_block():
+    sim = torch.arange(2 * 3 * 2 * 3, dtype=torch.float64).reshape(2, 3, 2, 3)
+    mosaic = similarity_mosaic(sim)
+    assert mosaic.shape == (2 * 3 - 1, 3 * 4 - 1)
+    assert_close(mosaic[3:5, 4:7], sim[1, 1])
+    assert torch.isnan(mosaic[2]).all() and torch.isnan(mosaic[:, 3]).all()

@@ -36,6 +36,7 @@ __all__ = [
     "plot_patch_similarity",
     "plot_rotary_scores",
     "rotary_score_map",
+    "similarity_mosaic",
 ]
 
 
@@ -70,6 +71,19 @@ def patch_similarity(table: Tensor, height: int, width: int) -> Tensor:
     return (unit @ unit.T).reshape(height, width, height, width)
 
 
+def similarity_mosaic(similarity: Tensor) -> Tensor:
+    """``(h, w, h, w)`` similarities laid out as one image: the ``h × w`` map of patch
+    ``(r, c)`` at block ``(r, c)``, blocks separated by a row and a column of NaN (drawn
+    blank): ``(h·(h+1) − 1, w·(w+1) − 1)``."""
+    h, w = similarity.shape[:2]
+    mosaic = torch.full((h * (h + 1) - 1, w * (w + 1) - 1), float("nan"), dtype=similarity.dtype)
+    for r in range(h):
+        for c in range(w):
+            top, left = r * (h + 1), c * (w + 1)
+            mosaic[top : top + h, left : left + w] = similarity[r, c]
+    return mosaic
+
+
 def plot_patch_similarity(
     encoding: PositionalEncoding, height: int = 8, width: int = 8, *, title: str = ""
 ) -> Figure:
@@ -77,21 +91,23 @@ def plot_patch_similarity(
     with torch.no_grad():
         table = encoding(grid_inputs(encoding, height, width)).float()
     similarity = patch_similarity(table, height, width)
-    fig = _figure(figsize=(1.1 * width + 1, 1.1 * height + 0.6), layout="constrained")
-    axes = fig.subplots(height, width, squeeze=False)
-    image, low = None, float(similarity.min())  # one colour scale, from the lowest to 1
-    for r in range(height):
-        for c in range(width):
-            ax = axes[r][c]
-            image = ax.imshow(similarity[r, c].numpy(), vmin=low, vmax=1, cmap="viridis")
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if c == 0:
-                ax.set_ylabel(str(r + 1), fontsize=7)
-            if r == height - 1:
-                ax.set_xlabel(str(c + 1), fontsize=7)
-    if image is not None:
-        fig.colorbar(image, ax=axes, shrink=0.6, label="cosine similarity")
+    mosaic = similarity_mosaic(similarity)
+    inches = min(12 / mosaic.shape[1], 8 / mosaic.shape[0])  # fit 12 × 8 in, square cells
+    size = (inches * mosaic.shape[1] + 1.6, inches * mosaic.shape[0] + 1.0)
+    fig = _figure(figsize=size, layout="constrained")
+    ax = fig.add_subplot()
+    low = float(similarity.min())  # one colour scale, from the lowest to 1
+    image = ax.imshow(mosaic.numpy(), vmin=low, vmax=1, cmap="viridis", interpolation="nearest")
+    step_r, step_c = height + 1, width + 1  # each small map plus a blank separator
+    ax.set_xticks(
+        [c * step_c + (width - 1) / 2 for c in range(width)], [str(c + 1) for c in range(width)]
+    )
+    ax.set_yticks(
+        [r * step_r + (height - 1) / 2 for r in range(height)], [str(r + 1) for r in range(height)]
+    )
+    ax.set(xlabel="input patch column", ylabel="input patch row")
+    ax.tick_params(length=0, labelsize=7)
+    fig.colorbar(image, ax=ax, shrink=0.7, label="cosine similarity")
     fig.suptitle(title or f"{type(encoding).__name__}: position embedding similarity")
     return fig
 
