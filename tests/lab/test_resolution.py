@@ -13,6 +13,7 @@ pytest.importorskip("sklearn")
 
 from posenc.lab.resolution import (
     ResolutionConfig,
+    canvas,
     evaluate_at,
     run_resolution,
     upsample,
@@ -37,6 +38,14 @@ def test_upsample_at_the_training_size_is_the_vits_own_scaling():
     pixels = torch.randint(0, 17, (3, 64))
     assert_close(upsample(pixels, 8), pixels.float() * (2 / 16) - 1)
     assert upsample(pixels, 12).shape == (3, 144)
+
+
+def test_canvas_keeps_the_digit_and_its_patches():
+    pixels = torch.randint(0, 17, (2, 64))
+    images = canvas(pixels, 12, 2).reshape(2, 12, 12)
+    assert_close(images[:, 2:10, 2:10].reshape(2, 64), upsample(pixels, 8))
+    images[:, 2:10, 2:10] = -1.0
+    assert bool((images == -1.0).all())  # blank everywhere else
 
 
 @pytest.mark.parametrize("encoding", ["learned_2d", "rope_axial", "rope_mixed", "sinusoidal_grid"])
@@ -68,10 +77,17 @@ def test_encodings_fixed_to_the_training_grid_are_refused(encoding):
         replace(TINY, encodings=(encoding,))
 
 
-@pytest.mark.parametrize(("sides", "match"), [((6,), "test_sides"), ((9,), "multiples")])
-def test_bad_sides(sides, match):
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("test_sides", (6,), "test_sides"),
+        ("test_sides", (9,), "multiples"),
+        ("mode", "zoom", "mode"),
+    ],
+)
+def test_bad_config(field, value, match):
     with pytest.raises(ValueError, match=match):
-        replace(TINY, test_sides=sides)
+        replace(TINY, **{field: value})
 
 
 def test_end_to_end_rows(tmp_path):
@@ -92,3 +108,4 @@ def test_end_to_end_rows(tmp_path):
     # at the training size rescaling changes nothing
     assert by_key[("rope_axial", "rescaled", 8)] == by_key[("rope_axial", "extrapolated", 8)]
     assert (tmp_path / "res" / "report.html").is_file()
+    assert {r["mode"] for r in rows} == {"upsample"}

@@ -16,6 +16,11 @@ the way its method does:
   ``"rescaled"``: the trained span, finer steps);
 * ``none``: nothing to adapt.
 
+With ``mode="canvas"`` the test images are the 8×8 digits unchanged on a blank larger canvas
+instead: the patches are the trained ones, only the grid and the positions are new, which
+separates the encoding's extrapolation from the change of patch content that upsampling
+brings.
+
 Encodings fixed to one grid (``learned`` numbering patches 1D, ``sinusoidal_2d``, ``rope_2d``)
 cannot be evaluated on another and are refused naming ``encodings``.
 
@@ -50,12 +55,22 @@ from posenc.lab.vit import (
 from posenc.positions import grid_positions
 from posenc.rotary.multi_axis import rescaled_grid_positions
 
-__all__ = ["EXPERIMENT", "ResolutionConfig", "evaluate_at", "run_resolution", "upsample"]
+__all__ = [
+    "EXPERIMENT",
+    "MODES",
+    "ResolutionConfig",
+    "canvas",
+    "evaluate_at",
+    "run_resolution",
+    "upsample",
+]
 
 Row = dict[str, Any]
 
 #: The documented comparison: a resampled learned table, fixed 2D sin-cos, axial and mixed RoPE.
 DEFAULT_ENCODINGS = ("learned_2d", "sinusoidal_grid", "rope_axial", "rope_mixed")
+#: How a test image is made larger (:class:`ResolutionConfig`).
+MODES = ("upsample", "canvas")
 
 
 @dataclass(frozen=True)
@@ -67,14 +82,20 @@ class ResolutionConfig(VitConfig):
             training resolution.
         rescale: also evaluate (row, column) encodings at positions rescaled to the training
             grid (EVA).
+        mode: ``"upsample"`` (the digit resized to the test side: a higher resolution) or
+            ``"canvas"`` (the 8×8 digit unchanged, centred on a blank test-side canvas: the
+            same patches, more of them, so only the positions are new).
     """
 
     encodings: tuple[str, ...] = DEFAULT_ENCODINGS
     test_sides: tuple[int, ...] = (8, 12, 16)
     rescale: bool = True
+    mode: str = "upsample"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         object.__setattr__(self, "test_sides", tuple(self.test_sides))
         if not self.test_sides:
             raise ValueError("test_sides must hold at least one side")
@@ -107,6 +128,17 @@ def _fixed_grid(config: ResolutionConfig, encoding: str) -> str | None:
     )
 
 
+def canvas(pixels: Tensor, side: int, patch_size: int) -> Tensor:
+    """Digits ``(N, 64)`` → ``(N, side²)`` in ``[-1, 1]``: each 8×8 digit unchanged on a
+    blank (−1) canvas, its offset the centre rounded down to a multiple of ``patch_size`` so
+    that its patches are exactly the trained ones."""
+    images = upsample(pixels, IMAGE_SIZE).reshape(-1, IMAGE_SIZE, IMAGE_SIZE)
+    offset = (side - IMAGE_SIZE) // 2 // patch_size * patch_size
+    out = torch.full((images.shape[0], side, side), -1.0)
+    out[:, offset : offset + IMAGE_SIZE, offset : offset + IMAGE_SIZE] = images
+    return out.reshape(images.shape[0], side * side)
+
+
 def upsample(pixels: Tensor, side: int) -> Tensor:
     """Digits ``(N, 64)`` of intensities 0..16 → ``(N, side²)`` in ``[-1, 1]``, bilinear."""
     images = pixels.to(torch.float32).reshape(-1, 1, IMAGE_SIZE, IMAGE_SIZE)
@@ -116,9 +148,17 @@ def upsample(pixels: Tensor, side: int) -> Tensor:
     return images.reshape(images.shape[0], side * side)
 
 
-def evaluate_at(vit: DigitsViT, pixels: Tensor, labels: Tensor, side: int, variant: str) -> float:
-    """Accuracy of ``vit`` on ``pixels`` upsampled to ``side``, the encoding adapted by
-    ``variant`` (``"resampled"``, ``"extrapolated"`` or ``"rescaled"``)."""
+def evaluate_at(
+    vit: DigitsViT,
+    pixels: Tensor,
+    labels: Tensor,
+    side: int,
+    variant: str,
+    mode: str = "upsample",
+) -> float:
+    """Accuracy of ``vit`` on ``pixels`` made ``side`` wide by ``mode`` (``"upsample"`` or
+    ``"canvas"``), the encoding adapted by ``variant`` (``"resampled"``, ``"extrapolated"``
+    or ``"rescaled"``)."""
     patch = vit.config.patch_size
     grid = (side // patch, side // patch)
     model = vit
@@ -130,7 +170,7 @@ def evaluate_at(vit: DigitsViT, pixels: Tensor, labels: Tensor, side: int, varia
         coords = rescaled_grid_positions(*grid, reference=vit.config.grid).float()
     elif vit.hooks.num_axes == 2:
         coords = grid_positions(*grid)
-    images = upsample(pixels, side)
+    images = upsample(pixels, side) if mode == "upsample" else canvas(pixels, side, patch)
     model.eval()
     correct = 0
     with torch.no_grad():
@@ -166,7 +206,9 @@ def _execute(config: ResolutionConfig, run: Run, run_dir: Path) -> list[Row]:
     rows: list[Row] = []
     for side in config.test_sides:
         for variant in _variants(vit, config.rescale):
-            accuracy = evaluate_at(vit, data.test_pixels, data.test_labels, side, variant)
+            accuracy = evaluate_at(
+                vit, data.test_pixels, data.test_labels, side, variant, config.mode
+            )
             rows.append(
                 {
                     "experiment": "resolution",
@@ -175,6 +217,7 @@ def _execute(config: ResolutionConfig, run: Run, run_dir: Path) -> list[Row]:
                     "side": side,
                     "grid": side // config.patch_size,
                     "variant": variant,
+                    "mode": config.mode,
                     "accuracy": accuracy,
                 }
             )
@@ -189,7 +232,8 @@ def format_resolution_table(rows: Sequence[Row]) -> str:
     header, body = pivot(
         selected, ["encoding", "variant"], "side", "accuracy", digits=3, label=lambda s: f"{s}px"
     )
-    title = f"digits ViT trained at 8×8 px (4×4 grid), tested upsampled; {seed_note(selected)}"
+    how = "on a blank canvas" if selected[0].get("mode") == "canvas" else "upsampled"
+    title = f"digits ViT trained at 8×8 px (4×4 grid), tested {how}; {seed_note(selected)}"
     return "\n".join([title, text_table(header, body)])
 
 
