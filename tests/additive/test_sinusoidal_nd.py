@@ -10,6 +10,7 @@ from torch.testing import assert_close
 from posenc.additive import Sinusoidal2D, sinusoidal_2d, sinusoidal_2d_encoding
 from posenc.base import AdditiveEncoding
 from posenc.positions import grid_coordinates
+from tests.timm_reference import timm_layer
 
 GRIDS = [(4, 4, 16), (3, 5, 8), (1, 7, 12), (6, 2, 32)]
 
@@ -59,8 +60,7 @@ def test_timm_layout_is_mae_permuted(height: int, width: int, dim: int) -> None:
 
 @pytest.mark.parametrize(("height", "width", "dim"), GRIDS)
 def test_parity_with_timm(height: int, width: int, dim: int) -> None:
-    pytest.importorskip("timm")
-    from timm.layers.pos_embed_sincos import build_sincos2d_pos_embed
+    build_sincos2d_pos_embed = timm_layer("pos_embed_sincos").build_sincos2d_pos_embed
 
     expected = build_sincos2d_pos_embed([height, width], dim, temperature=10000.0)
     assert_close(sinusoidal_2d(height, width, dim, layout="timm"), expected)
