@@ -28,6 +28,13 @@ from posenc.rotary.scaling import (
     scaling_from_dict,
     scaling_to_dict,
 )
+from posenc.rotary.scaling_laws import (
+    base_for_context,
+    critical_dimension,
+    extrapolation_bound,
+    full_period_base,
+    rope_periods,
+)
 from posenc.rotary.xpos import XPos, xpos_scale, xpos_zeta
 
 __all__ = [
@@ -53,12 +60,17 @@ __all__ = [
     "YaRN",
     "apply_rotary",
     "axial_cos_sin",
+    "base_for_context",
+    "critical_dimension",
+    "extrapolation_bound",
+    "full_period_base",
     "mrope_axes",
     "permute_rotary_weight",
     "rescaled_grid_positions",
     "rope_angles",
     "rope_cos_sin",
     "rope_inv_freq",
+    "rope_periods",
     "rotary_channel_permutation",
     "scaling_from_dict",
     "scaling_to_dict",

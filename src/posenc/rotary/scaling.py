@@ -534,7 +534,11 @@ class Proportional(Scaling):
     Called with ``rotary_dim = D = head_dim``: pairs ``(j, j + D/2)`` span the whole head and
     the zero frequencies leave their pairs unrotated (unlike partial rotary, whose exponent
     uses the rotary width). ``A = 1``. Reference: HF ``ROPE_INIT_FUNCTIONS["proportional"]``
-    (Gemma 4), against which it is tested.
+    (Gemma 4), against which it is tested. With ``s = 1`` this is p-RoPE (Barbero et al.
+    2024, "Round and Round We Go! What makes Rotary Positional Encodings useful?",
+    https://arxiv.org/abs/2410.06205): the highest ``p`` fraction of the frequencies rotate,
+    the lowest, which carry little position and go out of distribution first beyond the
+    training length (:mod:`posenc.rotary.scaling_laws`), are removed.
 
     Args:
         partial_rotary_factor: ``p`` in (0, 1].
