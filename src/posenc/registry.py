@@ -417,7 +417,10 @@ def build_encoding(
     decoder and encoder). ``dims.grid`` gives grid encodings their height and width.
 
     Keyword arguments (``kwargs`` and ``**more``) override the model-filled defaults;
-    unknown ones raise ``ValueError`` naming them and listing the allowed ones.
+    unknown ones raise ``ValueError`` naming them and listing the allowed ones. One keyword
+    is every encoding's: ``randomized=L`` (or ``{"max_length": L, "evaluation": "ordered"}``)
+    wraps it in :class:`~posenc.randomized.RandomizedPositions` (Ruoss et al. 2023), e.g.
+    ``ModelConfig(pos="rope", pos_kwargs={"randomized": 256})``.
 
     Raises:
         ValueError: for an unknown name or argument, or naming ``grid`` when the encoding
@@ -430,6 +433,7 @@ def build_encoding(
             "(height, width), the grid of the image model it goes into (grid is None)"
         )
     user = {**(kwargs or {}), **more}
+    randomized = user.pop("randomized", None)
     allowed = set(_keyword_parameters(spec.cls))
     unknown = sorted(set(user) - allowed)
     if unknown:
@@ -439,4 +443,35 @@ def build_encoding(
         )
     if spec.convert is not None:
         user = spec.convert(user)
-    return spec.cls(**{**spec.from_dims(dims), **user})
+    encoding = spec.cls(**{**spec.from_dims(dims), **user})
+    return encoding if randomized is None else _randomized(encoding, randomized)
+
+
+def _randomized(encoding: PositionalEncoding, option: object) -> PositionalEncoding:
+    """Wrap ``encoding`` in :class:`~posenc.randomized.RandomizedPositions` from the
+    ``randomized`` option: ``L`` (an int) or ``{"max_length": L, "evaluation": ...}``."""
+    from posenc.randomized import RandomizedPositions
+
+    if isinstance(option, Mapping):
+        unknown = sorted(set(option) - {"max_length", "evaluation"})
+        if unknown or "max_length" not in option:
+            raise ValueError(
+                "randomized must be max_length (an int) or a mapping with max_length and "
+                f"optionally evaluation; got keys {sorted(option)}"
+            )
+        settings = dict(option)
+    elif isinstance(option, int) and not isinstance(option, bool):
+        settings = {"max_length": option}
+    else:
+        raise ValueError(
+            f"randomized must be max_length (an int) or a mapping, got {type(option).__name__}"
+        )
+    table = getattr(encoding, "max_seq_len", None)
+    length = settings["max_length"]
+    if isinstance(table, int) and isinstance(length, int) and table < length:
+        raise ValueError(
+            f"randomized max_length {length} exceeds the encoding's table "
+            f"(max_seq_len={table}): give max_seq_len >= max_length"
+        )
+    wrapped: Any = RandomizedPositions(encoding, **settings)
+    return wrapped  # it delegates every hook to encoding

@@ -201,6 +201,10 @@ def build_context(
             else f"({num_axes}, {seq}) or ({num_axes}, {batch}, {seq})"
         )
         raise ValueError(f"positions must have shape {want}; got {tuple(positions.shape)}")
+    if hooks.transforms_positions:  # randomized positions: drawn before anything reads them
+        encoding: Any = hooks.encoding
+        positions = encoding.transform_positions(positions, batch=batch, continuing=cached)
+        index_positions = index_positions and not encoding.randomizing
     if validating_values():
         hooks.validate_positions(positions, "positions")
     k_pos = positions if old_pos is None else concat_positions(old_pos, positions, num_axes)

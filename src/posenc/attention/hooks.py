@@ -48,6 +48,7 @@ class Hooks:
     contextual: bool = False
     value_term: bool = False
     scores: bool = False
+    transforms_positions: bool = False
     num_axes: int = 1
 
     @property
@@ -117,6 +118,7 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
         contextual=contextual,
         value_term=contextual and bool(getattr(encoding, "has_value_term", False)),
         scores=_has(encoding, "transform_scores"),
+        transforms_positions=_has(encoding, "transform_positions"),
         num_axes=num_axes,
     )
     if not (hooks.additive or hooks.rotary or hooks.logit_terms or isinstance(encoding, NoPE)):
