@@ -254,6 +254,22 @@ _SPECS: tuple[EncodingSpec, ...] = (
         lambda d: {"num_heads": d.num_heads, "bidirectional": not d.causal},
     ),
     EncodingSpec(
+        "kerple",
+        "bias",
+        "Chi et al. 2022, https://arxiv.org/abs/2205.09921",
+        "learned log (or power) kernel of the distance per head, -r1·ln(1 + r2·|i-j|)",
+        lambda: _bias().KerpleBias,
+        lambda d: {"num_heads": d.num_heads},
+    ),
+    EncodingSpec(
+        "sandwich",
+        "bias",
+        "Chi et al. 2023, https://arxiv.org/abs/2212.10356",
+        "parameter-free: the sinusoidal encoding's dot product Σ cos((i-j)ω_k) - d/2, per head",
+        lambda: _bias().SandwichBias,
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim},
+    ),
+    EncodingSpec(
         "shaw",
         "contextual",
         "Shaw et al. 2018, https://arxiv.org/abs/1803.02155",

@@ -19,6 +19,9 @@ BIAS_CASES = [
     ("alibi", {"mode": "symmetric", "num_biased_heads": 2}),
     ("t5", {}),
     ("t5", {"bidirectional": False, "num_buckets": 8, "max_distance": 20}),
+    ("kerple", {}),
+    ("kerple", {"kernel": "power"}),
+    ("sandwich", {}),
 ]
 
 

@@ -1,7 +1,7 @@
 """Encodings that act on the attention logits.
 
 * Biases (:class:`~posenc.base.BiasEncoding`, ``bias(q_pos, k_pos)``): :class:`AlibiBias`,
-  :class:`T5RelativeBias`.
+  :class:`T5RelativeBias`, :class:`KerpleBias`, :class:`SandwichBias`.
 * Contextual terms (:class:`~posenc.base.ContextualEncoding`, read q or k as well):
   :class:`ShawRelative`, :class:`TransformerXLRelative`.
 """
@@ -9,6 +9,13 @@
 from __future__ import annotations
 
 from posenc.bias.alibi import AlibiBias, AlibiMode, alibi_bias, alibi_slopes, relative_distances
+from posenc.bias.kerple import KerpleBias, KerpleKernel, kerple_bias
+from posenc.bias.sandwich import (
+    SandwichBias,
+    sandwich_bias,
+    sandwich_frequencies,
+    sandwich_head_scales,
+)
 from posenc.bias.shaw import ShawRelative, shaw_index, shaw_logits, shaw_values
 from posenc.bias.t5 import T5RelativeBias, check_t5_buckets, t5_bucket
 from posenc.bias.xl import TransformerXLRelative, relative_shift, xl_sinusoid
@@ -16,14 +23,21 @@ from posenc.bias.xl import TransformerXLRelative, relative_shift, xl_sinusoid
 __all__ = [
     "AlibiBias",
     "AlibiMode",
+    "KerpleBias",
+    "KerpleKernel",
+    "SandwichBias",
     "ShawRelative",
     "T5RelativeBias",
     "TransformerXLRelative",
     "alibi_bias",
     "alibi_slopes",
     "check_t5_buckets",
+    "kerple_bias",
     "relative_distances",
     "relative_shift",
+    "sandwich_bias",
+    "sandwich_frequencies",
+    "sandwich_head_scales",
     "shaw_index",
     "shaw_logits",
     "shaw_values",
