@@ -22,6 +22,8 @@ ALL_CASES: list[tuple[str, dict[str, Any]]] = [
     ("kerple", {}),
     ("kerple", {"kernel": "power"}),
     ("sandwich", {}),
+    ("fire", {}),
+    ("dynamic", {}),
     ("shaw", {"max_distance": 3}),
     ("shaw", {"max_distance": 3, "values": False}),
     ("xl", {}),

@@ -270,6 +270,27 @@ _SPECS: tuple[EncodingSpec, ...] = (
         lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim},
     ),
     EncodingSpec(
+        "fire",
+        "bias",
+        "Li et al. 2023, https://arxiv.org/abs/2310.04418",
+        "learned MLP of the progressively normalized log distance ψ(i-j)/ψ(max(i, L·s))",
+        lambda: _bias().FireBias,
+        lambda d: {"num_heads": d.num_heads},
+    ),
+    EncodingSpec(
+        "dynamic",
+        "bias",
+        "x-transformers DynamicPositionBias; Liu et al. 2022 (Swin-v2), "
+        "https://arxiv.org/abs/2111.09883",
+        "MLP of the (optionally log-scaled) signed distance, one bias per head",
+        lambda: _bias().DynamicPositionBias,
+        lambda d: {
+            "num_heads": d.num_heads,
+            "hidden": max(d.dim // 4, 1),
+            "max_seq_len": d.max_seq_len,
+        },
+    ),
+    EncodingSpec(
         "shaw",
         "contextual",
         "Shaw et al. 2018, https://arxiv.org/abs/1803.02155",

@@ -17,11 +17,11 @@ from tests.cases import ALL_CASES, case_id
 HEADS, HEAD_DIM, BATCH, LENGTH = 4, 8, 3, 40
 
 # Encodings that act inside attention, plus none and a whole-row scores reader.
-SIDE = {"rope", "xpos", "alibi", "t5", "kerple", "sandwich", "shaw", "xl"}
+SIDE = {"rope", "xpos", "alibi", "t5", "kerple", "sandwich", "fire", "dynamic", "shaw", "xl"}
 ENCODINGS: list[tuple[str, dict[str, Any]]] = [("nope", {})]
 ENCODINGS += [(n, kw) for n, kw in ALL_CASES if n in SIDE and n not in ("rope", "xpos")]
 ENCODINGS += [("t5", {"num_buckets": 8, "max_distance": 6, "bidirectional": True}), ("scores", {})]
-BIAS_ONLY = {"nope", "alibi", "t5", "kerple", "sandwich"}  # what flex serves
+BIAS_ONLY = {"nope", "alibi", "t5", "kerple", "sandwich", "fire", "dynamic"}  # flex serves
 
 BACKENDS = {
     # Small blocks so that every path splits the queries into several blocks and parts.

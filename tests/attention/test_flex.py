@@ -22,6 +22,9 @@ BIAS_CASES = [
     ("kerple", {}),
     ("kerple", {"kernel": "power"}),
     ("sandwich", {}),
+    ("fire", {}),
+    ("dynamic", {}),
+    ("dynamic", {"log_distance": True, "norm": True, "mode": "symmetric"}),
 ]
 
 

@@ -1,7 +1,8 @@
 """Encodings that act on the attention logits.
 
 * Biases (:class:`~posenc.base.BiasEncoding`, ``bias(q_pos, k_pos)``): :class:`AlibiBias`,
-  :class:`T5RelativeBias`, :class:`KerpleBias`, :class:`SandwichBias`.
+  :class:`T5RelativeBias`, :class:`KerpleBias`, :class:`SandwichBias`, :class:`FireBias`,
+  :class:`DynamicPositionBias`.
 * Contextual terms (:class:`~posenc.base.ContextualEncoding`, read q or k as well):
   :class:`ShawRelative`, :class:`TransformerXLRelative`.
 """
@@ -9,6 +10,8 @@
 from __future__ import annotations
 
 from posenc.bias.alibi import AlibiBias, AlibiMode, alibi_bias, alibi_slopes, relative_distances
+from posenc.bias.dynamic import DynamicMode, DynamicPositionBias, dynamic_distance_feature
+from posenc.bias.fire import FireBias, fire_log, fire_normalized_distance
 from posenc.bias.kerple import KerpleBias, KerpleKernel, kerple_bias
 from posenc.bias.sandwich import (
     SandwichBias,
@@ -23,6 +26,9 @@ from posenc.bias.xl import TransformerXLRelative, relative_shift, xl_sinusoid
 __all__ = [
     "AlibiBias",
     "AlibiMode",
+    "DynamicMode",
+    "DynamicPositionBias",
+    "FireBias",
     "KerpleBias",
     "KerpleKernel",
     "SandwichBias",
@@ -32,6 +38,9 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "check_t5_buckets",
+    "dynamic_distance_feature",
+    "fire_log",
+    "fire_normalized_distance",
     "kerple_bias",
     "relative_distances",
     "relative_shift",
