@@ -287,7 +287,9 @@ _SPECS: tuple[EncodingSpec, ...] = (
         lambda d: {
             "num_heads": d.num_heads,
             "hidden": max(d.dim // 4, 1),
-            "max_seq_len": d.max_seq_len,
+            # the reach of its distance table, not a training length: the MLP is meant to
+            # be evaluated beyond T (test-long sweeps go to 16k)
+            "max_seq_len": max(d.max_seq_len, _DYNAMIC_REACH),
         },
     ),
     EncodingSpec(
@@ -442,6 +444,11 @@ def sequence_encoding_spec(name: str, argument: str = "encodings") -> EncodingSp
             "sequence model cannot use it (the ViT experiment can)"
         )
     return spec
+
+
+#: Distances the registry's dynamic position bias covers at least (its table is rebuilt
+#: every forward: 2·16384 − 1 MLP rows, about 1 ms at width 16).
+_DYNAMIC_REACH = 16_384
 
 
 def build_encoding(
