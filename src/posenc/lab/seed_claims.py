@@ -29,6 +29,8 @@ _ALIBI = "Press et al. 2022, Train Short, Test Long (ALiBi), https://arxiv.org/a
 _PI = "Chen et al. 2023, Positional Interpolation (PI), https://arxiv.org/abs/2306.15595"
 _YARN = "Peng et al. 2023, YaRN, https://arxiv.org/abs/2309.00071"
 _RUOSS = "Ruoss et al. 2023, Randomized Positional Encodings, https://arxiv.org/abs/2305.16843"
+_KERPLE = "Chi et al. 2022, KERPLE, https://arxiv.org/abs/2205.09921"
+_FIRE = "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE), https://arxiv.org/abs/2310.04418"
 
 #: The zero-shot stage of ``extend`` rows: ``"no_ft"`` in the first results, ``"zero"`` later.
 ZERO_SHOT = OneOf(("no_ft", "zero"))
@@ -169,6 +171,28 @@ SEED_CLAIMS: tuple[Claim, ...] = (
         statistic=MeanOverSeeds(Difference(_growth("sinusoidal", 4.0), _growth("rope", 4.0))),
         threshold=0.0,
         direction=">=",
+    ),
+    Claim(
+        name="kerple_flat_2x",
+        text="KERPLE (log kernel) extrapolates to 2×T: ppl(2T) / ppl(T) ≤ 1.10.",
+        paper=_KERPLE,
+        published="KERPLE's own tables not retrieved; DAPE Table 5 (125M, arXiv, T = 512, 3 "
+        "seeds): KERPLE 4.58 at T, 4.35 at 2×T (×0.95), 5.44 at 4×T (×1.19)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(_growth("kerple", 2.0)),
+        threshold=1.10,
+        direction="<=",
+    ),
+    Claim(
+        name="fire_flat_2x",
+        text="FIRE extrapolates to 2×T: ppl(2T) / ppl(T) ≤ 1.10.",
+        paper=_FIRE,
+        published="FIRE's own tables not retrieved; DAPE Table 5 (125M, arXiv, T = 512, 3 "
+        "seeds): FIRE 4.57 at T, 4.70 at 2×T (×1.03), 30.12 at 4×T (×6.6)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(_growth("fire", 2.0)),
+        threshold=1.10,
+        direction="<=",
     ),
     _beats_pi(
         "ntk",
