@@ -13,6 +13,7 @@ from torch.testing import assert_close
 from posenc.attention import Backend, attend, hooks_of
 from posenc.attention.flex import flex_available, score_mod_of
 from posenc.bias.dynamic import DynamicPositionBias, dynamic_distance_feature
+from tests.attention.test_flex import evaluate_score_mod
 
 HEADS = 3
 
@@ -239,20 +240,6 @@ def test_chunked_backend_gradients_equal_sdpa() -> None:
     assert_close(gp1, gp0)
 
 
-def _evaluate_score_mod(score_mod, batch: int, q_len: int, k_len: int, dtype: torch.dtype):
-    """``score_mod(0, b, h, q, kv)`` at every index, vmapped over scalars as FlexAttention's
-    eager path evaluates it."""
-    zero = torch.zeros((), dtype=dtype)
-
-    def fn(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-        return score_mod(zero, b, h, q, kv)
-
-    for axis in (3, 2, 1, 0):  # kv innermost
-        fn = torch.vmap(fn, in_dims=tuple(0 if i == axis else None for i in range(4)))
-    idx = torch.arange
-    return fn(idx(batch), idx(HEADS), idx(q_len), idx(k_len))
-
-
 @pytest.mark.skipif(not flex_available(), reason="torch has no FlexAttention")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("batched", [False, True])
@@ -267,7 +254,7 @@ def test_score_mod_equals_materialized_bias(batched: bool, dtype: torch.dtype) -
     )
     hooks.prepare(torch.device("cpu"), dtype)
     score_mod = score_mod_of(hooks, q_pos, k_pos)
-    got = _evaluate_score_mod(score_mod, 2, 3, 7, dtype)
+    got = evaluate_score_mod(score_mod, 2, HEADS, 3, 7, dtype)
     want = hooks.materialized_bias(q_pos, k_pos, dtype)
     assert_close(got, want.expand(2, HEADS, 3, 7), rtol=0, atol=0)
 
