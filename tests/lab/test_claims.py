@@ -780,3 +780,18 @@ def test_claim_validates(field: str, value: Any) -> None:
     }
     with pytest.raises(ValueError, match=field):
         Claim(**{**fields, field: value})
+
+
+def test_applicable_only_when_every_selected_value_has_rows() -> None:
+    from posenc.lab.claims import applicable
+
+    kerple = CLAIMS["kerple_flat_2x"]
+    without = [lm("alibi", 1.0, 3.0), lm("alibi", 2.0, 3.0)]
+    assert not applicable(kerple, without)  # a run without KERPLE does not test it
+    assert applicable(kerple, [*without, lm("kerple", 1.0, 3.0)])
+    # Rows present but NaN stay applicable (and undefined when judged).
+    assert applicable(kerple, CASES["kerple_flat_2x"]["undefined"])
+    # A paired claim needs both sides.
+    rope_alibi = CLAIMS["rope_degrades_more_than_alibi_4x"]
+    assert not applicable(rope_alibi, [lm("rope", 1.0, 3.0), lm("rope", 4.0, 3.0)])
+    assert applicable(rope_alibi, [lm("rope", 1.0, 3.0), lm("alibi", 4.0, 3.0)])

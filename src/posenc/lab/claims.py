@@ -52,6 +52,7 @@ __all__ = [
     "Statistic",
     "Verdict",
     "aggregate",
+    "applicable",
     "defined_value",
     "difference_at",
     "format_mean_std",
@@ -525,3 +526,30 @@ def format_verdicts(records: Sequence[Mapping[str, Any]]) -> str:
         lines.append(f"  {mark:<9} {record['summary']}")
         lines.append(f"            paper: {record['published']}")
     return "\n".join(lines)
+
+
+def _selections(node: object) -> list[Mapping[str, Any]]:
+    """The ``where`` mappings of every cell a statistic reads."""
+    if isinstance(node, (Cell, FractionDefined)):
+        return [node.where]
+    found: list[Mapping[str, Any]] = []
+    for name in ("quantity", "numerator", "denominator", "minuend", "subtrahend"):
+        child = getattr(node, name, None)
+        if child is not None:
+            found += _selections(child)
+    return found
+
+
+def applicable(claim: Claim, rows: Sequence[Row]) -> bool:
+    """False when the rows cannot bear on ``claim`` at all: a value one of its cells selects
+    by equality (an encoding, a method) appears in no row of its experiment, as when a run
+    leaves that encoding out. Such a claim is not tested by these rows, which is not the
+    same as undefined (rows present but NaN, or missing for some seeds)."""
+    own = [row for row in rows if row.get("experiment") == claim.experiment]
+    for where in _selections(claim.statistic):
+        for column, value in where.items():
+            if isinstance(value, (Above, OneOf)):
+                continue
+            if not any(row.get(column) == value for row in own):
+                return False
+    return True

@@ -44,7 +44,7 @@ from typing import Any, Generic, TypeVar
 
 import torch.distributed
 
-from posenc.lab.claims import Claim, format_verdicts, judge_all, verdict_record
+from posenc.lab.claims import Claim, applicable, format_verdicts, judge_all, verdict_record
 from posenc.lab.distributed import rank_and_world
 from posenc.lab.results import Row, prepare_out_dir, write_results_csv
 from posenc.lab.run import atomic_write_text, torch_threads
@@ -121,8 +121,10 @@ def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
 
 
 def record_claims(folder: Path, claims: Sequence[Claim], rows: Sequence[Row]) -> list[Row]:
-    """Judge ``claims`` on ``rows``; write the verdicts to ``folder/claims.json`` (what the
-    report leads with) and return them."""
+    """Judge the ``claims`` the rows bear on (:func:`~posenc.lab.claims.applicable`: a run
+    without KERPLE does not test KERPLE's claim); write the verdicts to
+    ``folder/claims.json`` (what the report leads with) and return them."""
+    claims = [claim for claim in claims if applicable(claim, rows)]
     verdicts = judge_all(claims, rows)
     records = [verdict_record(c, v) for c, v in zip(claims, verdicts, strict=True)]
     atomic_write_text(folder / "claims.json", json.dumps(records, indent=2))
