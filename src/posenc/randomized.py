@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_in_choices, check_positive_int
+from posenc.positions import randomized_positions
 
 __all__ = ["RandomizedEvaluation", "RandomizedPositions"]
 
@@ -152,12 +153,13 @@ class RandomizedPositions(nn.Module):
                 f"raise max_length to at least {needed}"
             )
         rows = whole.expand(batch, -1) if whole.dim() == 1 else whole
-        device = rows.device
-        draw_device = self.generator.device if self.generator is not None else device
-        noise = torch.rand(
-            rows.shape[0], self.max_length, generator=self.generator, device=draw_device
+        subsets = randomized_positions(
+            needed,
+            self.max_length,
+            batch=rows.shape[0],
+            generator=self.generator,
+            device=rows.device,
         )
-        subsets = noise.argsort(dim=-1)[:, :needed].sort(dim=-1).values.to(device)
         return subsets.gather(-1, rows)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
