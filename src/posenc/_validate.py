@@ -46,6 +46,12 @@ def check_positive_float(name: str, value: object) -> float:
     return float(value)
 
 
+def check_floating_dtype(name: str, dtype: torch.dtype | None) -> None:
+    """Raise ``ValueError`` naming ``name`` unless ``dtype`` is None or a floating dtype."""
+    if dtype is not None and not dtype.is_floating_point:
+        raise ValueError(f"{name} must be a floating dtype, got {dtype}")
+
+
 def check_in_choices(name: str, value: object, choices: tuple[object, ...]) -> None:
     """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices``."""
     if value not in choices:

@@ -14,6 +14,7 @@ from torch import Tensor
 
 from posenc._validate import (
     check_finite,
+    check_floating_dtype,
     check_in_choices,
     check_integer_valued,
     check_positive_int,
@@ -196,8 +197,7 @@ class AlibiBias(BiasEncoding):
         self.num_heads = check_positive_int("num_heads", num_heads)
         check_in_choices("mode", mode, _MODES)
         self.mode: AlibiMode = mode
-        if dtype is not None and not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+        check_floating_dtype("dtype", dtype)
         self.dtype = dtype
         if slopes is not None:
             if num_biased_heads is not None:

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc._validate import (
+    check_floating_dtype,
     check_in_choices,
     check_integer_valued,
     check_positive_int,
@@ -128,8 +129,7 @@ class DynamicPositionBias(BiasEncoding):
         self.mode: DynamicMode = mode
         self.log_distance = bool(log_distance)
         self.norm = bool(norm)
-        if dtype is not None and not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+        check_floating_dtype("dtype", dtype)
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
         layers: list[nn.Module] = []
         width = 1

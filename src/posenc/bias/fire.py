@@ -7,7 +7,7 @@ from typing import Any, ClassVar, cast
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_positive_float, check_positive_int
+from posenc._validate import check_floating_dtype, check_positive_float, check_positive_int
 from posenc.base import BiasEncoding
 
 __all__ = ["FireBias", "fire_log", "fire_normalized_distance"]
@@ -138,8 +138,7 @@ class FireBias(BiasEncoding):
         self.c_init = check_positive_float("c_init", c_init)
         self.max_len = check_positive_float("max_len", max_len)
         self.eps = check_positive_float("eps", eps)
-        if dtype is not None and not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+        check_floating_dtype("dtype", dtype)
         factory: dict[str, Any] = {"device": device, "dtype": dtype}
         self.mlp = nn.Sequential(
             nn.Linear(1, hidden, **factory),

@@ -7,7 +7,12 @@ from typing import ClassVar, Literal
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_in_choices, check_positive_float, check_positive_int
+from posenc._validate import (
+    check_floating_dtype,
+    check_in_choices,
+    check_positive_float,
+    check_positive_int,
+)
 from posenc.base import BiasEncoding
 from posenc.bias.alibi import relative_distances
 
@@ -151,8 +156,7 @@ class KerpleBias(BiasEncoding):
                 f"eps must be in (0, {_MAX_EXPONENT}) for kernel='power' (the exponent lies in "
                 f"[eps, {_MAX_EXPONENT}]); got {eps!r}"
             )
-        if dtype is not None and not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+        check_floating_dtype("dtype", dtype)
         self.r1 = nn.Parameter(torch.empty(num_heads, device=device, dtype=dtype))
         self.r2 = nn.Parameter(torch.empty(num_heads, device=device, dtype=dtype))
         self.reset_parameters(generator)

@@ -24,7 +24,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from posenc._validate import check_positive_float, check_positive_int
+from posenc._validate import check_floating_dtype, check_positive_float, check_positive_int
 from posenc.base import BiasEncoding
 from posenc.bias.alibi import relative_distances
 
@@ -163,8 +163,7 @@ class SandwichBias(BiasEncoding):
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.head_dim = _check_head_dim(head_dim)
         self.base = check_positive_float("base", base)
-        if dtype is not None and not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+        check_floating_dtype("dtype", dtype)
         self.dtype = dtype
         # float64 on the CPU, outside state_dict and _apply (module casts cannot round them).
         self._half_frequencies = sandwich_frequencies(head_dim, base) / 2
