@@ -70,6 +70,17 @@ def _base(name: str, base: float) -> float:
     return value
 
 
+def _trained_critical_dimension(head_dim: int, base: float, train_len: float) -> int:
+    """:func:`critical_dimension`, refusing a ``train_len`` in which no pair completes a
+    period (nothing is learned to extrapolate from)."""
+    extra = critical_dimension(head_dim, base, train_len)
+    if extra == 0:
+        raise ValueError(
+            f"train_len must be at least 2π (one period of the fastest pair), got {train_len}"
+        )
+    return extra
+
+
 def rope_periods(head_dim: int, base: float = 10_000.0) -> Tensor:
     """Period in positions of every pair, ``2π · base^(2i/head_dim)``, float64 ``(d/2,)``.
 
@@ -113,11 +124,7 @@ def extrapolation_bound(
     d = _head_dim(head_dim)
     b = _base("base", base)
     b0 = b if pretrain_base is None else _base("pretrain_base", pretrain_base)
-    extra = critical_dimension(d, b0, train_len)
-    if extra == 0:
-        raise ValueError(
-            f"train_len must be at least 2π (one period of the fastest pair), got {train_len}"
-        )
+    extra = _trained_critical_dimension(d, b0, train_len)
     if extra == d:
         return math.inf
     return 2 * math.pi * b ** (extra / d)
@@ -136,11 +143,7 @@ def base_for_context(
     """
     d = _head_dim(head_dim)
     length = check_positive_float("context", context)
-    extra = critical_dimension(d, _base("pretrain_base", pretrain_base), train_len)
-    if extra == 0:
-        raise ValueError(
-            f"train_len must be at least 2π (one period of the fastest pair), got {train_len}"
-        )
+    extra = _trained_critical_dimension(d, _base("pretrain_base", pretrain_base), train_len)
     if length <= 2 * math.pi:
         raise ValueError(f"context must be > 2π, got {context}")
     return (length / (2 * math.pi)) ** (d / extra)
