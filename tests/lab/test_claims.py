@@ -88,6 +88,40 @@ def task(
     }
 
 
+def _flat_2x_cases(enc: str) -> dict[str, Any]:
+    """Hand-made rows for a ``*_flat_2x`` claim (ppl(2T) / ppl(T) ≤ 1.10) of ``enc``."""
+    return {
+        # seed 0: 3.0 / 3.0 = 1.0; seed 1: 2.2 / 2.0 = 1.1 -> mean 1.05 <= 1.10
+        "holds": (
+            [
+                lm(enc, 1.0, 3.0),
+                lm(enc, 2.0, 3.0),
+                lm(enc, 1.0, 2.0, seed=1),
+                lm(enc, 2.0, 2.2, seed=1),
+                lm("alibi", 2.0, 9.0),  # another encoding: ignored
+            ],
+            1.05,
+        ),
+        # seed 0: 2.4 / 2.0 = 1.2; seed 1: 3.0 / 2.0 = 1.5 -> mean 1.35 > 1.10
+        "fails": (
+            [
+                lm(enc, 1.0, 2.0),
+                lm(enc, 2.0, 2.4),
+                lm(enc, 1.0, 2.0, seed=1),
+                lm(enc, 2.0, 3.0, seed=1),
+            ],
+            1.35,
+        ),
+        # seed 1's 2×T perplexity is NaN (a diverged evaluation): undefined, not dropped
+        "undefined": [
+            lm(enc, 1.0, 3.0),
+            lm(enc, 2.0, 3.0),
+            lm(enc, 1.0, 2.0, seed=1),
+            lm(enc, 2.0, math.nan, seed=1),
+        ],
+    }
+
+
 # Per claim: (rows, expected mean) for "holds" and "fails", rows for "undefined".
 CASES: dict[str, dict[str, Any]] = {
     "alibi_flat_4x": {
@@ -120,66 +154,8 @@ CASES: dict[str, dict[str, Any]] = {
             lm("alibi", 4.0, math.nan, seed=1),
         ],
     },
-    "kerple_flat_2x": {
-        # seed 0: 3.0 / 3.0 = 1.0; seed 1: 2.2 / 2.0 = 1.1 -> mean 1.05 <= 1.10
-        "holds": (
-            [
-                lm("kerple", 1.0, 3.0),
-                lm("kerple", 2.0, 3.0),
-                lm("kerple", 1.0, 2.0, seed=1),
-                lm("kerple", 2.0, 2.2, seed=1),
-                lm("alibi", 2.0, 9.0),  # another encoding: ignored
-            ],
-            1.05,
-        ),
-        # seed 0: 2.4 / 2.0 = 1.2; seed 1: 3.0 / 2.0 = 1.5 -> mean 1.35 > 1.10
-        "fails": (
-            [
-                lm("kerple", 1.0, 2.0),
-                lm("kerple", 2.0, 2.4),
-                lm("kerple", 1.0, 2.0, seed=1),
-                lm("kerple", 2.0, 3.0, seed=1),
-            ],
-            1.35,
-        ),
-        # seed 1's 2×T perplexity is NaN (a diverged evaluation): undefined, not dropped
-        "undefined": [
-            lm("kerple", 1.0, 3.0),
-            lm("kerple", 2.0, 3.0),
-            lm("kerple", 1.0, 2.0, seed=1),
-            lm("kerple", 2.0, math.nan, seed=1),
-        ],
-    },
-    "fire_flat_2x": {
-        # seed 0: 3.0 / 3.0 = 1.0; seed 1: 2.2 / 2.0 = 1.1 -> mean 1.05 <= 1.10
-        "holds": (
-            [
-                lm("fire", 1.0, 3.0),
-                lm("fire", 2.0, 3.0),
-                lm("fire", 1.0, 2.0, seed=1),
-                lm("fire", 2.0, 2.2, seed=1),
-                lm("alibi", 2.0, 9.0),  # another encoding: ignored
-            ],
-            1.05,
-        ),
-        # seed 0: 2.4 / 2.0 = 1.2; seed 1: 3.0 / 2.0 = 1.5 -> mean 1.35 > 1.10
-        "fails": (
-            [
-                lm("fire", 1.0, 2.0),
-                lm("fire", 2.0, 2.4),
-                lm("fire", 1.0, 2.0, seed=1),
-                lm("fire", 2.0, 3.0, seed=1),
-            ],
-            1.35,
-        ),
-        # seed 1's 2×T perplexity is NaN (a diverged evaluation): undefined, not dropped
-        "undefined": [
-            lm("fire", 1.0, 3.0),
-            lm("fire", 2.0, 3.0),
-            lm("fire", 1.0, 2.0, seed=1),
-            lm("fire", 2.0, math.nan, seed=1),
-        ],
-    },
+    "kerple_flat_2x": _flat_2x_cases("kerple"),
+    "fire_flat_2x": _flat_2x_cases("fire"),
     "sinusoidal_degrades_1_25x": {
         # seed 0: 5.0 / 4.0 = 1.25; seed 1: 4.4 / 4.0 = 1.1 -> mean 1.175 >= 1.02
         "holds": (
