@@ -13,6 +13,7 @@ from torch.testing import assert_close
 from posenc.attention import Backend, attend, hooks_of
 from posenc.attention.flex import flex_available, score_mod_of
 from posenc.bias.dynamic import DynamicPositionBias, dynamic_distance_feature
+from tests.attention.test_backends import run
 from tests.attention.test_flex import evaluate_score_mod
 
 HEADS = 3
@@ -227,17 +228,13 @@ def test_chunked_backend_gradients_equal_sdpa() -> None:
     # checkpointing, in the backward pass.
     dpb = _randomize(DynamicPositionBias(HEADS, hidden=8, norm=True, dtype=torch.float64))
     q, k, v = (torch.randn(2, HEADS, 20, 8, dtype=torch.float64) for _ in range(3))
-    results = []
-    for backend in ("sdpa", Backend("chunked", block_size=6)):
-        dpb.zero_grad()
-        query = q.clone().requires_grad_(True)
-        out = attend(query, k, v, pos=dpb, causal=True, backend=backend)
-        out.square().sum().backward()
-        results.append((out, query.grad, [p.grad.clone() for p in dpb.parameters()]))
-    (out0, gq0, gp0), (out1, gq1, gp1) = results
-    assert_close(out1, out0)
-    assert_close(gq1, gq0)
-    assert_close(gp1, gp0)
+    causal = {"causal": True}
+    want, want_grads = run("sdpa", dpb, q, k, v, causal, grad=True)
+    got, got_grads = run(Backend("chunked", block_size=6), dpb, q, k, v, causal, grad=True)
+    assert_close(got, want)
+    assert len(got_grads) == len(want_grads) == 3 + len(list(dpb.parameters()))
+    for g, w in zip(got_grads, want_grads, strict=True):  # q, k, v, then every parameter
+        assert_close(g, w)
 
 
 @pytest.mark.skipif(not flex_available(), reason="torch has no FlexAttention")
