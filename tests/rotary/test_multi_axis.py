@@ -277,11 +277,93 @@ def test_scaled_mrope_matches_transformers(hf_params, ours):
         assert rope.attention_factor == pytest.approx(0.1 * math.log(4.0) + 1)
 
 
-def test_length_dependent_scaling_is_refused():
-    with pytest.raises(ValueError, match="depends on the sequence length"):
-        MultiAxisRotary.mrope(
-            16, (2, 3, 3), scaling={"type": "dynamic", "factor": 2.0, "max_position_embeddings": 64}
-        )
+LONG = {
+    "short_factor": [1.0 + 0.1 * i for i in range(16)],
+    "long_factor": [1.5 + 0.5 * i for i in range(16)],
+    "original_max_position_embeddings": 32,
+}
+
+
+@pytest.mark.parametrize(
+    ("hf_params", "ours"),
+    [
+        (
+            {"rope_type": "dynamic", "factor": 2.0},
+            {"type": "dynamic", "factor": 2.0, "max_position_embeddings": 32},
+        ),
+        (
+            {"rope_type": "longrope", **LONG},
+            {"type": "longrope", **LONG, "max_position_embeddings": 32 * 4},
+        ),
+    ],
+    ids=["dynamic", "longrope"],
+)
+def test_length_dependent_mrope_follows_transformers_call_by_call(hf_params, ours):
+    # transformers' Qwen2-VL rotary updates its frequencies per call (dynamic_rope_update)
+    # from max(position_ids) + 1 over all axes: grow, stay, reset; long/short factors.
+    module = pytest.importorskip("transformers.models.qwen2_vl.modeling_qwen2_vl")
+    from transformers.models.qwen2_vl.configuration_qwen2_vl import Qwen2VLTextConfig
+
+    head_dim, sections = 32, [4, 6, 6]
+    config = Qwen2VLTextConfig(
+        hidden_size=head_dim * 2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=32 * 4 if hf_params["rope_type"] == "longrope" else 32,
+        rope_parameters={"rope_theta": 10000.0, "mrope_section": sections, **hf_params},
+    )
+    rotary = module.Qwen2VLRotaryEmbedding(config)
+    rope = MultiAxisRotary.mrope(head_dim, sections, base=10000.0, scaling=ours)
+    assert rope.depends_on_length
+    # (start, length): short, long (grows: max h position 50 + 1 > 32), longer, shorter
+    # than the original (dynamic resets), long again; the h axis holds the largest position.
+    changed = []
+    for start, length in [(0, 20), (10, 41), (0, 60), (0, 12), (30, 5)]:
+        t = torch.arange(start, start + length)
+        pos = torch.stack((t, t + 10, t // 2))[:, None]  # (3, batch 1, seq)
+        q, k = qk(head_dim, length, dtype=torch.float32, seed=start + length)
+        before = rope.rebuilds
+        cos, sin = rotary(q, pos)
+        want_q, want_k = module.apply_rotary_pos_emb(q, k, cos, sin)
+        got_q, got_k = rope(q, k, pos, pos)
+        assert_close(got_q, want_q)
+        assert_close(got_k, want_k)
+        changed.append(rope.rebuilds > before)
+    if hf_params["rope_type"] == "dynamic":
+        # grow at 51, grow at 70, reset at 22 (< 32 < 70), grow at 45
+        assert changed == [False, True, True, True, True]
+        assert rope.max_seq_len_cached == 45
+    else:
+        # long factors above 32: 51, 70 keep them; 22 goes short; 45 long again
+        assert changed == [False, True, False, True, True]
+        assert rope.attention_factor == pytest.approx(math.sqrt(1 + math.log(4) / math.log(32)))
+
+
+def test_length_dependent_mrope_updates_once_per_forward_in_attention():
+    # the attention's rotary hook builds the tables once per forward from the query
+    # positions: a long forward switches a LongRoPE M-RoPE to its long factors
+    from posenc.attention import Attention
+
+    rope = MultiAxisRotary.mrope(
+        16, (2, 3, 3), base=1e4, scaling={"type": "longrope", **_long(8), "factor": 4.0}
+    )
+    attn = Attention(32, 2, pos=rope).double()
+    x = torch.randn(1, 12, 32, dtype=torch.float64)
+    short = torch.arange(12).expand(3, 1, 12)
+    attn(x, short + 0)  # max position 11 + 1 > 8: long factors
+    assert rope.rebuilds == 1
+    want = RotaryEmbedding(16, base=1e4, scaling=rope._length_source.scaling)
+    q, k = qk(16, 12)
+    text = torch.arange(12)
+    assert_close(rope(q, k, text.expand(3, 12), text.expand(3, 12)), want(q, k, text, text))
+
+
+def _long(original):
+    return {
+        "short_factor": [1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.2, 2.4],
+        "long_factor": [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0],
+        "original_max_position_embeddings": original,
+    }
 
 
 def test_kv_cache_decoding_after_a_vision_block_through_attention():

@@ -44,7 +44,7 @@ from posenc.base import RotaryEncoding
 from posenc.positions import check_positions, grid_positions
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.kernels import rotate_pair
-from posenc.rotary.rope import LAYOUTS, Layout
+from posenc.rotary.rope import LAYOUTS, Layout, RotaryEmbedding
 from posenc.rotary.scaling import Scaling, scaling_from_dict
 
 __all__ = ["MultiAxisRotary", "mrope_axes", "rescaled_grid_positions"]
@@ -75,6 +75,14 @@ def mrope_axes(sections: Sequence[int], *, interleaved: bool = False) -> list[in
         for index in range(axis, min(3 * counts[axis], pairs), 3):
             axes[index] = axis
     return axes
+
+
+def _place(inv_freq: Tensor, pair_axes: Tensor, num_axes: int) -> Tensor:
+    """The ``(pairs, axes)`` frequency matrix whose row ``i`` holds ``inv_freq[i]`` at column
+    ``pair_axes[i]`` (M-RoPE: each pair reads one axis), float64."""
+    freqs = torch.zeros(len(pair_axes), num_axes, dtype=torch.float64, device=inv_freq.device)
+    freqs[torch.arange(len(pair_axes)), pair_axes.to(inv_freq.device)] = inv_freq.double()
+    return freqs
 
 
 def rescaled_grid_positions(
@@ -153,6 +161,9 @@ class MultiAxisRotary(RotaryEncoding):
         self.learnable = learnable
         # learned frequencies belong to one layer (RoPE-Mixed learns them per layer)
         self.shared_across_layers = not learnable  # type: ignore[misc]
+        # A length-dependent scaling's 1D frequencies and their state (M-RoPE, :meth:`mrope`).
+        self._length_source: RotaryEmbedding | None = None
+        self._pair_axes: Tensor | None = None
         if learnable:
             self.frequencies = nn.Parameter(frequencies.clone().float())
         else:  # fixed: rebuilt from the constructor's arguments, not saved (as HF's inv_freq)
@@ -215,9 +226,14 @@ class MultiAxisRotary(RotaryEncoding):
 
         ``scaling`` (a :class:`~posenc.rotary.Scaling` or its dict form) replaces the 1D
         frequencies by the scaled ones and brings its attention factor, as transformers'
-        Qwen-VL rotary does with a ``rope_type`` other than default (PI, NTK-aware, YaRN,
-        Llama-3). Length-dependent scalings (dynamic NTK, LongRoPE) are refused: their
-        frequencies change with the sequence and this encoding's are fixed."""
+        Qwen-VL rotary does with a ``rope_type`` other than default: the static ones (PI,
+        NTK-aware, YaRN, Llama-3, proportional) once, and the length-dependent ones (dynamic
+        NTK, LongRoPE) with transformers' ``dynamic_rope_update`` semantics, exactly as
+        :class:`~posenc.rotary.RotaryEmbedding` (which holds that state here): every call
+        takes ``seq_len = max(positions) + 1`` over all three axes (Qwen's
+        ``torch.max(position_ids) + 1``), dynamic NTK grows with the longest length seen and
+        resets below ``max_position_embeddings``, LongRoPE takes its long factors iff
+        ``seq_len > original_max_position_embeddings``. See :meth:`update`."""
         axes = mrope_axes(sections, interleaved=interleaved)
         if 2 * len(axes) != head_dim:
             raise ValueError(
@@ -226,18 +242,19 @@ class MultiAxisRotary(RotaryEncoding):
             )
         base = check_positive_float("base", base)
         scale = scaling_from_dict(scaling) if isinstance(scaling, Mapping) else scaling
-        if scale is not None and scale.depends_on_length:
-            raise ValueError(
-                f"scaling {type(scale).__name__} depends on the sequence length; M-RoPE here "
-                "takes static scalings only (linear, ntk, yarn, llama3, proportional)"
-            )
-        inv_freq = (
-            rope_inv_freq(head_dim, base) if scale is None else scale.inv_freq(head_dim, base)
+        # The 1D frequencies (and, for a length-dependent scaling, their per-call state).
+        source = RotaryEmbedding(head_dim, base=base, layout=layout, scaling=scale)
+        pair_axes = torch.tensor(axes)
+        rope = cls(
+            head_dim,
+            _place(source.inv_freq(), pair_axes, 3),
+            layout=layout,
+            attention_factor=source.attention_factor,
         )
-        freqs = torch.zeros(len(axes), 3, dtype=torch.float64)
-        freqs[torch.arange(len(axes)), torch.tensor(axes)] = inv_freq.double()
-        factor = 1.0 if scale is None else scale.attention_factor
-        return cls(head_dim, freqs, layout=layout, attention_factor=factor)
+        if source.depends_on_length:
+            rope._length_source = source
+            rope._pair_axes = pair_axes
+        return rope
 
     @classmethod
     def mixed(
@@ -268,6 +285,42 @@ class MultiAxisRotary(RotaryEncoding):
         row = torch.cat((mag * phi.sin(), mag * phi.cos()), dim=-1)
         return cls(head_dim, torch.stack((row, col), dim=-1), layout=layout, learnable=True)
 
+    # ---- length-dependent scalings (M-RoPE with dynamic NTK or LongRoPE) ---------------------
+
+    @property
+    def depends_on_length(self) -> bool:
+        """True when the frequencies follow the sequence length (one host sync per call)."""
+        return self._length_source is not None
+
+    @property
+    def rebuilds(self) -> int:
+        """Frequency changes made by a length-dependent scaling (0 without one)."""
+        return 0 if self._length_source is None else self._length_source.rebuilds
+
+    @property
+    def max_seq_len_cached(self) -> int | None:
+        """Dynamic NTK: the longest length the frequencies follow; None otherwise."""
+        return None if self._length_source is None else self._length_source.max_seq_len_cached
+
+    def update(self, seq_len: int) -> None:
+        """Advance a length-dependent scaling to ``seq_len`` (transformers'
+        ``dynamic_rope_update``, see :meth:`RotaryEmbedding.update
+        <posenc.rotary.RotaryEmbedding.update>`); a no-op otherwise. Keys already in a KV cache
+        keep the rotation they were given, as in transformers."""
+        check_positive_int("seq_len", seq_len)
+        if self._length_source is not None:
+            self._length_source.update(seq_len)
+
+    def _current_frequencies(self) -> Tensor:
+        """``F`` now: the fixed matrix, or the one placed from the scaling's current 1D
+        frequencies."""
+        source, pair_axes = self._length_source, self._pair_axes
+        if source is None or pair_axes is None:
+            return self.frequencies
+        device = self.frequencies.device
+        inv_freq = source.inv_freq("cpu" if device.type == "mps" else device)
+        return _place(inv_freq, pair_axes, self.num_axes).to(device)
+
     # ---- hooks -----------------------------------------------------------------------------
 
     def coordinates(self, positions: Tensor) -> Tensor:
@@ -279,7 +332,7 @@ class MultiAxisRotary(RotaryEncoding):
         """``φ`` of every pair: ``(…, seq, pairs)``, or ``(…, heads, seq, pairs)`` per head;
         float64 for fixed frequencies, the parameter's dtype (with autograd) for learnable."""
         coords = self.coordinates(positions)  # (N, [batch,] seq)
-        freqs = self.frequencies
+        freqs = self._current_frequencies()
         coords = coords.to(device=freqs.device, dtype=freqs.dtype).movedim(0, -1)  # (…, seq, N)
         if not self.per_head:
             return coords @ freqs.transpose(0, 1)  # (…, seq, pairs)
@@ -287,7 +340,14 @@ class MultiAxisRotary(RotaryEncoding):
         return torch.einsum("...sn,hpn->...hsp", coords, freqs)
 
     def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """One ``(cos, sin)`` value per pair, heads broadcast unless per head."""
+        """One ``(cos, sin)`` value per pair, heads broadcast unless per head (the rotary
+        hook, once per forward). A length-dependent scaling first updates to
+        ``max(positions) + 1``."""
+        if self._length_source is not None:
+            self._length_source._update_from(positions)
+        return self._tables(positions, dtype)
+
+    def _tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         angles = self.angles(positions)
         compute = torch.float64 if dtype == torch.float64 else torch.float32
         cos, sin = angles.cos(), angles.sin()
@@ -327,8 +387,10 @@ class MultiAxisRotary(RotaryEncoding):
         self.check_rotary_call(q, k, q_pos, k_pos)
         for name, pos in (("q_pos", q_pos), ("k_pos", k_pos)):
             check_positions(pos, name, num_axes=self.num_axes)
-        q_tables = self.rotary_tables(q_pos, q.dtype)
-        k_tables = self.rotary_tables(k_pos, k.dtype)
+        if self._length_source is not None:  # one update, to max(q_pos, k_pos) + 1
+            self._length_source._update_from(q_pos, k_pos)
+        q_tables = self._tables(q_pos, q.dtype)
+        k_tables = self._tables(k_pos, k.dtype)
         return self.rotate_qk(q, k, q_tables, k_tables)
 
     def extra_repr(self) -> str:
