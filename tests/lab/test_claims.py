@@ -122,6 +122,50 @@ def _flat_2x_cases(enc: str) -> dict[str, Any]:
     }
 
 
+def tuned(base: float, multiplier: float, ppl: float, seed: int = 0, stage: str = "ft") -> Row:
+    return {
+        "experiment": "bases",
+        "base": base,
+        "stage": stage,
+        "multiplier": multiplier,
+        "ppl": ppl,
+        "seed": seed,
+    }
+
+
+def _tuned_cases(base: float, top: float, bottom: float, hold: bool) -> dict[str, Any]:
+    """Rows for a bases claim on ppl(top·T) / ppl(bottom·T) after tuning at ``base``: the
+    ratios 1.0 and 1.4 (mean 1.2 exactly) on the holding side when ``hold`` is "<=" 1.5,
+    3.0 and 2.0 (mean 2.5) on the failing side; for the ">= 1.2" claim the sides swap."""
+    low = [
+        tuned(base, bottom, 2.0),
+        tuned(base, top, 2.0),
+        tuned(base, bottom, 2.0, seed=1),
+        tuned(base, top, 2.8, seed=1),
+        tuned(base, top, 50.0, stage="pretrained"),  # the untuned model: ignored
+    ]
+    high = [
+        tuned(base, bottom, 2.0),
+        tuned(base, top, 6.0),
+        tuned(base, bottom, 2.0, seed=1),
+        tuned(base, top, 4.0, seed=1),
+        tuned(123.0, top, 1.0),  # another base: ignored
+    ]
+    holds, fails = ((low, 1.2), (high, 2.5)) if hold else ((high, 2.5), (low, 1.0))
+    if not hold:  # ">= 1.2": the low side must fall below, 1.0 and 1.0
+        low[3] = tuned(base, top, 2.0, seed=1)
+    return {
+        "holds": holds,
+        "fails": fails,
+        "undefined": [
+            tuned(base, bottom, 2.0),
+            tuned(base, top, 2.0),
+            tuned(base, bottom, 2.0, seed=1),
+            tuned(base, top, math.nan, seed=1),
+        ],
+    }
+
+
 # Per claim: (rows, expected mean) for "holds" and "fails", rows for "undefined".
 CASES: dict[str, dict[str, Any]] = {
     "alibi_flat_4x": {
@@ -155,6 +199,9 @@ CASES: dict[str, dict[str, Any]] = {
         ],
     },
     "kerple_flat_2x": _flat_2x_cases("kerple"),
+    "small_base_flat_16x": _tuned_cases(10.0, 16.0, 1.0, hold=True),
+    "large_base_holds_within_bound": _tuned_cases(1_000_000.0, 8.0, 1.0, hold=True),
+    "large_base_fails_beyond_bound": _tuned_cases(1_000_000.0, 16.0, 8.0, hold=False),
     "fire_flat_2x": _flat_2x_cases("fire"),
     "sinusoidal_degrades_1_25x": {
         # seed 0: 5.0 / 4.0 = 1.25; seed 1: 4.4 / 4.0 = 1.1 -> mean 1.175 >= 1.02

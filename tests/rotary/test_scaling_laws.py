@@ -58,6 +58,15 @@ def test_extrapolation_bound() -> None:
     bounds = [extrapolation_bound(128, b, 4096, pretrain_base=1e4) for b in (2e4, 1e5, 1e6, 1e7)]
     assert bounds == sorted(bounds)
     assert extrapolation_bound(128, 500.0, 4096) == math.inf
+    # tuned below the pre-training base: unbounded once every period fits in T (Theorem 1)
+    assert extrapolation_bound(128, 500.0, 4096, pretrain_base=1e4) == math.inf
+    assert extrapolation_bound(32, 10.0, 128, pretrain_base=1e4) == math.inf
+
+
+def test_no_bound_between_the_regimes() -> None:
+    # base 5000 < 1e4 but above the full-period base (~720): the paper gives no bound there
+    with pytest.raises(ValueError, match="base must be >= pretrain_base"):
+        extrapolation_bound(128, 5000.0, 4096, pretrain_base=1e4)
 
 
 def test_base_for_context_inverts_the_bound() -> None:

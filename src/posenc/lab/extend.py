@@ -77,6 +77,7 @@ __all__ = [
     "run_extend",
     "scaling_for",
     "scaling_types",
+    "train_base",
     "zero_shot_rows",
 ]
 
@@ -439,16 +440,26 @@ def _plan(config: ExtendConfig) -> list[Run]:
     ]
 
 
+def train_base(
+    config: ExtendConfig, corpus: CorpusSplits, seed: int, folder: Path
+) -> tuple[dict[str, Tensor], float]:
+    """Train (or, when ``folder`` holds a finished run, load) the RoPE base of ``seed`` at
+    ``T`` with its passkey rows; returns its weights and final training loss (the base run
+    of this experiment, also the starting point of :mod:`posenc.lab.bases`)."""
+    torch.manual_seed(seed)
+    base = DecoderLM(config.model_config("rope", 1.0))
+    lm = LMSource(corpus.train, config.train_len, seed=seed)
+    source = PasskeyMix(lm, config.train_len, config.steps, config.passkey_steps, seed)
+    result = train(base, source, config.train_config(fine_tune=False, seed=seed), folder)
+    return base.state_dict(), result.final_loss
+
+
 def _execute(config: ExtendConfig, run: Run, folder: Path) -> list[Row]:
     corpus = _load(config)
     seed = run.params["seed"]
     if "method" not in run.params:  # the base
-        torch.manual_seed(seed)
-        base = DecoderLM(config.model_config("rope", 1.0))
-        lm = LMSource(corpus.train, config.train_len, seed=seed)
-        source = PasskeyMix(lm, config.train_len, config.steps, config.passkey_steps, seed)
-        result = train(base, source, config.train_config(fine_tune=False, seed=seed), folder)
-        return zero_shot_rows(config, base.state_dict(), seed=seed, train_loss=result.final_loss)
+        state, train_loss = train_base(config, corpus, seed, folder)
+        return zero_shot_rows(config, state, seed=seed, train_loss=train_loss)
     method = run.params["method"]
     s_ft = config.factor(config.ft_len)
     torch.manual_seed(seed)

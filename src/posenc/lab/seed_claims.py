@@ -31,6 +31,12 @@ _YARN = "Peng et al. 2023, YaRN, https://arxiv.org/abs/2309.00071"
 _RUOSS = "Ruoss et al. 2023, Randomized Positional Encodings, https://arxiv.org/abs/2305.16843"
 _KERPLE = "Chi et al. 2022, KERPLE, https://arxiv.org/abs/2205.09921"
 _FIRE = "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE), https://arxiv.org/abs/2310.04418"
+_LIU = "Liu et al. 2023, Scaling Laws of RoPE-based Extrapolation, https://arxiv.org/abs/2310.05209"
+_LIU_PUBLISHED = (
+    "LLaMA 2 7B/13B tuned at 4K (= pre-training length): base 500 keeps perplexity from "
+    "exploding far beyond 4K; base 1e6 holds to about its bound 2π·1e6^(92/128) ≈ 129K "
+    "(Theorems 1-2, Figure 1; no table of ours to compare: figures only)"
+)
 
 #: The zero-shot stage of ``extend`` rows: ``"no_ft"`` in the first results, ``"zero"`` later.
 ZERO_SHOT = OneOf(("no_ft", "zero"))
@@ -77,6 +83,17 @@ def _flat_2x(encoding: str, label: str, paper: str, dape: str) -> Claim:
         statistic=MeanOverSeeds(_growth(encoding, 2.0)),
         threshold=1.10,
         direction="<=",
+    )
+
+
+def _tuned_growth(base: float, multiplier: float, over: float = 1.0) -> Statistic:
+    """ppl after tuning at ``base``: at ``multiplier``·T over at ``over``·T (bases sweep)."""
+    return ratio_at(
+        "bases",
+        {"base": base, "stage": "ft"},
+        "ppl",
+        {"multiplier": multiplier},
+        {"multiplier": over},
     )
 
 
@@ -294,6 +311,40 @@ SEED_CLAIMS: tuple[Claim, ...] = (
         "Abstract: +12.0 % test accuracy on average over 15 tasks (Table 1 not retrieved); "
         "DAPE Table 2 (Ruoss's setup): randomized RoPE 65.23 % per-token accuracy on reverse "
         "string, chance 50 %",
+    ),
+    Claim(
+        name="small_base_flat_16x",
+        text="Tuned at T with a base so small that every pair completes a period within T "
+        "(10 here; the full-period base is 24.9 at head_dim 32, T = 128), perplexity does "
+        "not explode beyond T: ppl(16T) / ppl(T) ≤ 1.5 (no bound in the small-base regime).",
+        paper=_LIU,
+        published=_LIU_PUBLISHED,
+        experiment="bases",
+        statistic=_tuned_growth(10.0, 16.0),
+        threshold=1.5,
+        direction="<=",
+    ),
+    Claim(
+        name="large_base_holds_within_bound",
+        text="Tuned at T with base 1e6, perplexity holds up to the predicted bound "
+        "2π·β^(d_extra/d) (1117 positions = 8.7·T here): ppl(8T) / ppl(T) ≤ 1.5.",
+        paper=_LIU,
+        published=_LIU_PUBLISHED,
+        experiment="bases",
+        statistic=_tuned_growth(1_000_000.0, 8.0),
+        threshold=1.5,
+        direction="<=",
+    ),
+    Claim(
+        name="large_base_fails_beyond_bound",
+        text="Beyond its bound the base-1e6 model degrades: ppl(16T) / ppl(8T) ≥ 1.2 "
+        "(16T = 2048 > 1117 ≥ 8T).",
+        paper=_LIU,
+        published=_LIU_PUBLISHED,
+        experiment="bases",
+        statistic=_tuned_growth(1_000_000.0, 16.0, over=8.0),
+        threshold=1.2,
+        direction=">=",
     ),
 )
 

@@ -116,17 +116,29 @@ def extrapolation_bound(
     .. math:: T_\\text{extra} = 2π · β^{d_\\text{extra}/d}, \\quad
         d_\\text{extra} = \\text{critical\\_dimension}(d, β_0, T)
 
-    with ``β_0 = pretrain_base`` (default ``base``: the model as trained). Raises
-    ``ValueError`` naming ``train_len`` when no channel completes a period (``T < 2π``) and
-    returns ``inf`` when every one does (the small-base regime: no channel is out of
-    distribution).
+    with ``β_0 = pretrain_base`` (default ``base``: the model as trained): the paper's
+    larger-base regime, ``β ≥ β_0``. Returns ``inf`` in the small-base regime, where every
+    pair completes a period within ``T`` at ``β`` (``β ≤`` :func:`full_period_base`, or a
+    model that already saw every period in pre-training): no channel is out of distribution.
+
+    Raises:
+        ValueError: naming ``train_len`` when no channel completes a period (``T < 2π``), and
+            naming ``base`` for ``full_period_base < β < β_0``: the paper gives no bound
+            between its two regimes (tuning there improves extrapolation, by its Theorem 1,
+            without a closed form).
     """
     d = _head_dim(head_dim)
     b = _base("base", base)
     b0 = b if pretrain_base is None else _base("pretrain_base", pretrain_base)
     extra = _trained_critical_dimension(d, b0, train_len)
-    if extra == d:
+    if extra == d or critical_dimension(d, b, train_len) == d:
         return math.inf
+    if b < b0:
+        raise ValueError(
+            f"base must be >= pretrain_base ({b0:g}) for the larger-base bound, or <= "
+            f"full_period_base(head_dim, train_len) = {full_period_base(d, train_len):.4g} "
+            f"(unbounded); got {base:g}, between the regimes, where the paper states no bound"
+        )
     return 2 * math.pi * b ** (extra / d)
 
 

@@ -1,0 +1,320 @@
+"""RoPE base sweep: fine-tune at a smaller or larger base, test the scaling laws' bound.
+
+The setting of Liu et al. 2023, "Scaling Laws of RoPE-based Extrapolation"
+(https://arxiv.org/abs/2310.05209), at CPU scale:
+
+1. the RoPE base of :mod:`posenc.lab.extend` (a byte-level decoder LM, base ``10⁴``, trained
+   at ``T`` with its passkey rows; ``out/runs/base``, the same training as ``posenc lab
+   extend``'s, so its finished base folders can be copied in) is evaluated at every length
+   (stage ``"pretrained"``);
+2. for each of ``bases`` the weights are fine-tuned ``ft_steps`` at the **training length**
+   ``T`` with RoPE's base changed to ``β`` (``out/runs/ft_base<β>``; ``β = 10⁴`` is the
+   control: the same fine-tune without a base change), then evaluated at ``m·T``.
+
+The paper's prediction (:mod:`posenc.rotary.scaling_laws`): pre-training at ``T`` completes a
+period only in the first ``d_extra = critical_dimension(d, 10⁴, T)`` channels; after tuning at
+base ``β`` the model extrapolates up to ``T_extra = 2π·β^(d_extra/d)`` positions
+(:func:`~posenc.rotary.scaling_laws.extrapolation_bound`), and without limit when ``β`` is so
+small that every channel completes a period within ``T`` (``β ≤ full_period_base(d, T)``).
+Each row carries its base's regime and bound (:func:`predicted_regime`): ``"larger"``
+(``β ≥ 10⁴``, bound ``T_extra``), ``"small"`` (unbounded) or ``"between"`` (the paper states
+no bound there).
+
+At this scale (``head_dim = 32``, ``T = 128``): ``d_extra = 12``; ``T_extra`` is 199 at
+``β = 10⁴`` (1.6·T), 1117 at ``β = 10⁶`` (8.7·T); the full-period base is 24.9, so the
+default small base is 10; 500 (the paper's small base for LLaMA 2) is listed too, and sits
+between the regimes here.
+
+Example::
+
+    rows = run_bases(BasesConfig(), "runs/bases")
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
+from posenc.lab.data import CorpusSplits, LMSource, load_corpus
+from posenc.lab.extend import ExtendConfig, train_base
+from posenc.lab.extrapolate import evaluate_lm
+from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.seed_claims import claims_of
+from posenc.lab.tables import length_label, pivot, seed_note, text_table
+from posenc.lab.train import TrainConfig, train
+from posenc.model import DecoderLM, ModelConfig
+from posenc.rotary.scaling_laws import critical_dimension, extrapolation_bound
+
+__all__ = [
+    "EXPERIMENT",
+    "PRETRAIN_BASE",
+    "BasesConfig",
+    "format_bases_tables",
+    "predicted_regime",
+    "run_bases",
+]
+
+Row = dict[str, Any]
+
+#: RoPE's base during pre-training (the extend experiment's base model).
+PRETRAIN_BASE = 10_000.0
+
+
+@dataclass(frozen=True)
+class BasesConfig:
+    """One base-sweep experiment (defaults: the documented setting).
+
+    Args:
+        train_len: ``T``, the length of pre-training and of every fine-tune.
+        dim: the decoder's width (pre-training as :class:`~posenc.lab.extend.ExtendConfig`,
+            so that extend's finished base runs can be reused).
+        depth: the decoder's layers.
+        num_heads: attention heads per layer (head_dim = dim / num_heads).
+        steps: pre-training steps.
+        batch_size: sequences per step (pre-training and fine-tunes).
+        lr: peak learning rate of the pre-training.
+        warmup_steps: linear warmup steps of the pre-training.
+        passkey_steps: pre-training steps on passkey rows (as extend's base).
+        bases: RoPE bases ``β`` to fine-tune at (> 0, distinct); include ``10⁴`` as control.
+        ft_steps: steps of each fine-tune (at ``T``).
+        ft_lr: its peak learning rate.
+        ft_warmup_steps: its warmup steps.
+        multipliers: evaluation lengths as multiples of ``T``.
+        eval_tokens: bytes of the test split scored at every evaluation length.
+        corpus: text files or folders; empty = the Python standard library sources.
+        corpus_bytes: cap on each split's size (None = whole corpus).
+        seeds: one base and its fine-tunes per seed; tables give mean ± std over seeds.
+        split_seed: seed of the corpus's train/validation/test split.
+        threads: torch intra-op threads per run (None = torch's default).
+        workers: runs at once in spawned processes (1 = in this process).
+        progress: progress bars (off in worker processes).
+    """
+
+    train_len: int = 128
+    dim: int = 128
+    depth: int = 4
+    num_heads: int = 4
+    steps: int = 1000
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 100
+    passkey_steps: int = 250
+    bases: tuple[float, ...] = (10.0, 500.0, PRETRAIN_BASE, 1_000_000.0)
+    ft_steps: int = 200
+    ft_lr: float = 1e-3
+    ft_warmup_steps: int = 20
+    multipliers: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
+    eval_tokens: int = 32768
+    corpus: tuple[str, ...] = ()
+    corpus_bytes: int | None = None
+    seeds: tuple[int, ...] = (0,)
+    split_seed: int = 0
+    threads: int | None = 1
+    workers: int = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # JSON (CLI --set) gives lists: keep the frozen tuples
+            if isinstance(getattr(self, f.name), list):
+                object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
+        if not self.bases:
+            raise ValueError("bases must hold at least one RoPE base")
+        for index, base in enumerate(self.bases):
+            check_positive_float(f"bases[{index}]", base)
+        object.__setattr__(self, "bases", tuple(float(b) for b in self.bases))
+        if len(set(self.bases)) != len(self.bases):
+            raise ValueError(f"bases must be distinct, got {self.bases}")
+        check_positive_int("ft_steps", self.ft_steps)
+        check_non_negative_int("ft_warmup_steps", self.ft_warmup_steps)
+        check_positive_float("ft_lr", self.ft_lr)
+        object.__setattr__(self, "seeds", check_seeds(self.seeds))
+        self.extend_config()  # the pre-training's own checks (dims, lengths, passkey rows)
+
+    def extend_config(self) -> ExtendConfig:
+        """The extend experiment's config of the same pre-training (base runs match)."""
+        return ExtendConfig(
+            train_len=self.train_len,
+            dim=self.dim,
+            depth=self.depth,
+            num_heads=self.num_heads,
+            steps=self.steps,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            warmup_steps=self.warmup_steps,
+            passkey_steps=self.passkey_steps,
+            methods=("rope",),
+            multipliers=self.multipliers,
+            ft_methods=(),
+            passkey_lengths=(),
+            eval_tokens=self.eval_tokens,
+            corpus=self.corpus,
+            corpus_bytes=self.corpus_bytes,
+            seeds=self.seeds,
+            split_seed=self.split_seed,
+            threads=self.threads,
+            progress=self.progress,
+        )
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.num_heads
+
+    def model_config(self, base: float) -> ModelConfig:
+        return ModelConfig(
+            vocab_size=256,
+            dim=self.dim,
+            depth=self.depth,
+            num_heads=self.num_heads,
+            max_seq_len=self.train_len,
+            pos="rope",
+            pos_kwargs={"base": base},
+        )
+
+    def fine_tune_config(self, seed: int) -> TrainConfig:
+        return TrainConfig.for_steps(
+            self.ft_steps,
+            warmup_steps=self.ft_warmup_steps,
+            batch_size=self.batch_size,
+            lr=self.ft_lr,
+            seed=seed,
+            progress=self.progress,
+        )
+
+
+def _load(config: BasesConfig) -> CorpusSplits:
+    return load_corpus(config.corpus or None, seed=config.split_seed, max_bytes=config.corpus_bytes)
+
+
+def _run_name(base: float) -> str:
+    return f"ft_base{int(base)}" if base == int(base) else f"ft_base{base:g}"
+
+
+def _plan(config: BasesConfig) -> list[Run]:
+    """The pre-trained base per seed, then one fine-tune per (base, seed) from it."""
+    return [
+        *(Run(f"base/seed{seed}", {"seed": seed}) for seed in config.seeds),
+        *(
+            Run(f"{_run_name(base)}/seed{seed}", {"base": base, "seed": seed}, stage=1)
+            for base in config.bases
+            for seed in config.seeds
+        ),
+    ]
+
+
+def predicted_regime(head_dim: int, base: float, train_len: int) -> tuple[str, float | None]:
+    """The scaling laws' regime of tuning at ``base`` after pre-training at
+    :data:`PRETRAIN_BASE`, and its bound in positions: ``("larger", T_extra)``,
+    ``("small", None)`` (unbounded: every pair completes a period within ``T``) or
+    ``("between", None)`` (the paper states no bound)."""
+    try:
+        bound = extrapolation_bound(head_dim, base, train_len, pretrain_base=PRETRAIN_BASE)
+    except ValueError:
+        return "between", None
+    return ("small", None) if math.isinf(bound) else ("larger", bound)
+
+
+def _rows(
+    config: BasesConfig,
+    corpus: CorpusSplits,
+    state: dict[str, torch.Tensor],
+    base: float,
+    stage: str,
+    seed: int,
+    train_loss: float,
+) -> list[Row]:
+    model = DecoderLM(config.model_config(base))
+    model.load_state_dict(state)
+    regime, bound = predicted_regime(config.head_dim, base, config.train_len)
+    rows: list[Row] = []
+    for multiplier in config.multipliers:
+        length = max(1, round(multiplier * config.train_len))
+        loss = evaluate_lm(model, corpus.test, length, eval_tokens=config.eval_tokens)
+        rows.append(
+            {
+                "experiment": "bases",
+                "base": base,
+                "stage": stage,
+                "seed": seed,
+                "train_len": config.train_len,
+                "eval_len": length,
+                "multiplier": float(multiplier),
+                "loss": loss,
+                "ppl": math.exp(loss),
+                "critical_dim": critical_dimension(config.head_dim, base, config.train_len),
+                "regime": regime,
+                "predicted_bound": bound,
+                "train_loss": train_loss,
+            }
+        )
+    return rows
+
+
+def _execute(config: BasesConfig, run: Run, folder: Path) -> list[Row]:
+    corpus = _load(config)
+    seed = run.params["seed"]
+    if "base" not in run.params:
+        state, loss = train_base(config.extend_config(), corpus, seed, folder)
+        return _rows(config, corpus, state, PRETRAIN_BASE, "pretrained", seed, loss)
+    base = run.params["base"]
+    pretrained = torch.load(
+        folder.parent.parent / "base" / f"seed{seed}" / "final.pt",
+        map_location="cpu",
+        weights_only=False,
+    )
+    torch.manual_seed(seed)
+    model = DecoderLM(config.model_config(base))
+    model.load_state_dict(pretrained.get("model", pretrained))
+    lm = LMSource(corpus.train, config.train_len, seed=seed + 1)
+    result = train(model, lm, config.fine_tune_config(seed), folder)
+    return _rows(config, corpus, model.state_dict(), base, "ft", seed, result.final_loss)
+
+
+def format_bases_tables(rows: Sequence[Row]) -> str:
+    """Perplexity by (base, stage) and evaluation length, then each base's predicted bound."""
+    rows = [r for r in rows if r.get("experiment") == "bases"]
+    if not rows:
+        return ""
+    lines = [
+        f"perplexity (bytes); RoPE pre-trained at base {PRETRAIN_BASE:g}, "
+        f"T={rows[0]['train_len']}, fine-tuned at T with base β; {seed_note(rows)}"
+    ]
+    header, body = pivot(rows, ["base", "stage"], "eval_len", "ppl", label=length_label)
+    lines.append(text_table(header, body))
+    said = {"small": "unbounded", "between": "no bound stated"}
+    bounds = {}
+    for row in rows:
+        bound = row["predicted_bound"]
+        bounds[row["base"]] = said[row["regime"]] if bound is None else f"{bound:.0f} positions"
+    lines.append(
+        "predicted extrapolation bound (Liu et al. 2023): "
+        + ", ".join(f"β={base:g}: {text}" for base, text in bounds.items())
+    )
+    return "\n".join(lines)
+
+
+def run_bases(
+    config: BasesConfig, out: str | Path, *, echo: Callable[[str], None] | None = print
+) -> list[Row]:
+    """Run (or resume) the sweep in folder ``out``; return and save its rows
+    (``experiment="bases"``: base, stage, eval_len, loss, ppl, critical_dim,
+    predicted_bound). Finished runs are not redone."""
+    return run_experiment(EXPERIMENT, config, out, echo=echo)
+
+
+EXPERIMENT = Experiment(
+    name="bases",
+    summary="RoPE tuned at a smaller or larger base; perplexity beyond T vs the scaling-law bound",
+    title="posenc: RoPE base and the scaling laws of extrapolation",
+    config=BasesConfig,
+    plan=_plan,
+    execute=_execute,
+    table=format_bases_tables,
+    prepare=_load,
+    claims=claims_of("bases"),
+)
