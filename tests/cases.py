@@ -12,6 +12,7 @@ ALL_CASES: list[tuple[str, dict[str, Any]]] = [
     ("sinusoidal", {}),
     ("scaled_sinusoidal", {}),
     ("learned", {}),
+    ("complex_order", {}),
     ("rope", {}),
     ("rope", {"layout": "interleaved", "rotary_dim": 8}),
     ("xpos", {}),
@@ -27,6 +28,11 @@ ALL_CASES: list[tuple[str, dict[str, Any]]] = [
     ("shaw", {"max_distance": 3}),
     ("shaw", {"max_distance": 3, "values": False}),
     ("xl", {}),
+    ("deberta", {}),
+    ("deberta", {"share_att_key": False, "position_buckets": 0, "max_relative_positions": 6}),
+    ("cope", {}),
+    ("dape", {}),
+    ("dape", {"inner": "kerple"}),
 ]
 
 

@@ -9,8 +9,8 @@ from posenc.attention import hooks_of
 from posenc.registry import ModelDims, build_encoding, encoding_spec, list_encodings
 from posenc.rotary import AxialRotary2D
 
-DIMS = ModelDims(dim=32, num_heads=4, max_seq_len=64)
-IMAGE = ModelDims(dim=32, num_heads=4, max_seq_len=12, causal=False, grid=(3, 4))
+DIMS = ModelDims(dim=32, num_heads=4, max_seq_len=64, vocab_size=50)
+IMAGE = ModelDims(dim=32, num_heads=4, max_seq_len=12, causal=False, grid=(3, 4), vocab_size=50)
 
 
 @pytest.mark.parametrize("spec", list_encodings(), ids=lambda s: s.name)
@@ -19,16 +19,24 @@ def test_every_spec_builds_an_encoding_of_its_family(spec) -> None:
     assert isinstance(encoding, base.PositionalEncoding)
     hooks = hooks_of(encoding)
     found = {
-        "additive": hooks.additive,
+        "additive": hooks.additive or hooks.token_embedding,  # token embedding: additive
         "rotary": hooks.rotary,
         "bias": hooks.bias,
         "contextual": hooks.contextual,
+        "scores": hooks.scores,
     }
     # The listed family is the one hook the encoding implements (none for NoPE).
     assert [family for family, present in found.items() if present] == (
         [] if spec.family == "none" else [spec.family]
     )
     assert "arxiv.org" in spec.paper
+
+
+def test_an_encoding_of_token_ids_needs_the_vocabulary() -> None:
+    with pytest.raises(ValueError, match="vocab_size is required for encoding 'complex_order'"):
+        build_encoding("complex_order", ModelDims(dim=32, num_heads=4))
+    embedding = build_encoding("complex_order", DIMS)
+    assert (embedding.vocab_size, embedding.dim) == (50, 32)
 
 
 def test_model_dims_fill_constructor_arguments() -> None:
@@ -105,5 +113,6 @@ def test_grid_from_json_list_becomes_a_tuple() -> None:
     assert ModelDims(dim=32, num_heads=4, grid=[2, 3]).grid == (2, 3)  # type: ignore[arg-type]
 
 
-def test_xpos_is_the_causal_only_encoding() -> None:
-    assert [s.name for s in list_encodings() if s.causal_only] == ["xpos"]
+def test_the_causal_only_encodings() -> None:
+    # xPos's decay grows for keys after the query; CoPE counts gated keys up to the query
+    assert [s.name for s in list_encodings() if s.causal_only] == ["xpos", "cope"]

@@ -110,7 +110,11 @@ class ModelConfig:
 
     def dims(self, *, causal: bool) -> ModelDims:
         return ModelDims(
-            dim=self.dim, num_heads=self.num_heads, max_seq_len=self.max_seq_len, causal=causal
+            dim=self.dim,
+            num_heads=self.num_heads,
+            max_seq_len=self.max_seq_len,
+            causal=causal,
+            vocab_size=self.vocab_size,
         )
 
 
@@ -191,18 +195,24 @@ class LayerEncodings:
         layers: per layer, the encoding its attention takes, or None.
         hooks: the hooks positions follow (their number of axes, the encoding's checks);
             no encoding's when it uses no positions.
+        token_embedding: the encoding when it replaces the token embedding (it reads the
+            token ids: ``embed_tokens``), else None.
     """
 
     additive: nn.Module | None
     layers: list[nn.Module | None]
     hooks: Hooks
+    token_embedding: nn.Module | None = None
 
 
 def layer_encodings(build: Callable[[], nn.Module | None], depth: int) -> LayerEncodings:
     """Lay the encoding ``build()`` makes over ``depth`` layers: an additive one goes to the
-    embeddings; one acting in attention goes to every layer, as one shared instance (RoPE,
-    T5: its tables are built once per forward) or one built per layer (Shaw, XL); ``build``
-    may give None (no encoding)."""
+    embeddings, one reading token ids (``embed_tokens``) replaces the token embedding; one
+    acting in attention goes to every layer, as one shared instance (RoPE, T5: its tables
+    are built once per forward) or one built per layer (Shaw, XL; one with ``new_layer()``
+    makes the later layers' itself, sharing what the method shares: DeBERTa's relative
+    embeddings); ``build`` may give None
+    (no encoding)."""
     first = build()
     hooks = hooks_of(first)
     acts_in_attention = hooks.rotary or hooks.logit_terms
@@ -212,14 +222,41 @@ def layer_encodings(build: Callable[[], nn.Module | None], depth: int) -> LayerE
             layers.append(None)
         elif index == 0 or first.shared_across_layers:
             layers.append(first)
+        elif callable(new_layer := getattr(first, "new_layer", None)):
+            # per-layer parts, shared ones kept (DeBERTa's relative embeddings: one table)
+            layers.append(new_layer())
         else:
             layers.append(build())
-    positions = hooks if (acts_in_attention or hooks.additive) else hooks_of(None)
-    return LayerEncodings(first if hooks.additive else None, layers, positions)
+    uses_positions = acts_in_attention or hooks.additive or hooks.token_embedding
+    positions = hooks if uses_positions else hooks_of(None)
+    return LayerEncodings(
+        first if hooks.additive else None,
+        layers,
+        positions,
+        first if hooks.token_embedding else None,
+    )
+
+
+def _check_token_embedding(encoding: nn.Module, config: ModelConfig) -> None:
+    """An encoding replacing the token embedding must cover the vocabulary and the width."""
+    vocab_size = getattr(encoding, "vocab_size", None)
+    if isinstance(vocab_size, int) and vocab_size < config.vocab_size:
+        raise ValueError(
+            f"pos_kwargs: {type(encoding).__name__} embeds {vocab_size} token ids but the model's "
+            f"vocab_size is {config.vocab_size}; its vocab_size must be >= the model's"
+        )
+    dim = getattr(encoding, "dim", None)
+    if isinstance(dim, int) and dim != config.dim:
+        raise ValueError(
+            f"pos_kwargs: {type(encoding).__name__} has dim {dim} but the model's dim is "
+            f"{config.dim}; the token embedding must have the model's width"
+        )
 
 
 class _Trunk(nn.Module):
     """Embedding, additive encoding, blocks and final norm, shared by both models.
+
+    An encoding with the token-embedding hook (``embed_tokens``) replaces the embedding.
 
     The per-forward :class:`~posenc.attention.AttentionContext` (positions, mask, the
     tables of a shared encoding) is built and validated once here and handed to every layer.
@@ -229,16 +266,23 @@ class _Trunk(nn.Module):
         super().__init__()
         self.config = config
         self.causal = causal
-        self.embed = nn.Embedding(config.vocab_size, config.dim)
+        embed = nn.Embedding(config.vocab_size, config.dim)
         # Token vectors enter at unit scale (init std dim^-1/2, times sqrt(dim)) so that an
         # additive encoding of unit amplitude neither drowns them nor is drowned (fairseq).
-        nn.init.normal_(self.embed.weight, std=config.dim**-0.5)
+        nn.init.normal_(embed.weight, std=config.dim**-0.5)
+        self.embed: nn.Embedding | None = embed
         self.embed_scale = math.sqrt(config.dim)
         dims = config.dims(causal=causal)
         laid = layer_encodings(
             lambda: build_encoding(config.pos, dims, config.pos_kwargs), config.depth
         )
         self.additive = laid.additive
+        self.token_embedding = laid.token_embedding
+        if self.token_embedding is not None:
+            _check_token_embedding(self.token_embedding, config)
+            # The encoding is the token embedding: no table of our own. (It is still drawn
+            # above, first, so that every other encoding's initialization is unchanged.)
+            self.embed = None
         self.blocks = nn.ModuleList(Block(config, p, causal=causal) for p in laid.layers)
         self.norm = nn.LayerNorm(config.dim)
         self.position_hooks: Hooks = laid.hooks
@@ -246,6 +290,8 @@ class _Trunk(nn.Module):
     @property
     def encoding(self) -> nn.Module | None:
         """The (first layer's) positional encoding module, or None for NoPE."""
+        if self.token_embedding is not None:
+            return self.token_embedding
         if self.additive is not None:
             return self.additive
         first_block: Block = self.blocks[0]  # type: ignore[assignment]
@@ -279,7 +325,12 @@ class _Trunk(nn.Module):
             attn_mask=attn_mask,
             cache=None if cache is None else cache[0],
         )
-        x = self.embed(tokens) * self.embed_scale
+        if self.token_embedding is not None:
+            embedding: Any = self.token_embedding  # implements the token-embedding hook
+            x = embedding.embed_tokens(tokens, context.q_pos)
+        else:
+            assert self.embed is not None
+            x = self.embed(tokens) * self.embed_scale
         if self.additive is not None:
             additive: Any = self.additive  # implements the additive hook
             x = x + additive.position_embedding(context.q_pos).to(x.dtype)

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 #: Where a method acts, for listings and docs; attention dispatches on hooks, not on this.
-Family = Literal["none", "additive", "rotary", "bias", "contextual"]
+Family = Literal["none", "additive", "rotary", "bias", "contextual", "scores"]
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,12 @@ class ModelDims:
             patches in row-major order (token ``t`` at row ``t // width``, column
             ``t % width``); None for a sequence model. 2D encodings
             (:attr:`EncodingSpec.needs_grid`) take their height and width from it.
+        vocab_size: the model's token vocabulary, for encodings that read token ids
+            (complex-order embeddings replace the token embedding); None when unknown.
 
     Raises:
-        ValueError: naming ``grid`` unless it is None or two integers >= 1.
+        ValueError: naming ``grid`` unless it is None or two integers >= 1; naming
+            ``vocab_size`` unless it is None or an integer >= 1.
     """
 
     dim: int
@@ -64,8 +67,11 @@ class ModelDims:
     max_seq_len: int = 1024
     causal: bool = True
     grid: tuple[int, int] | None = None
+    vocab_size: int | None = None
 
     def __post_init__(self) -> None:
+        if self.vocab_size is not None:
+            check_positive_int("vocab_size", self.vocab_size)
         if self.grid is None:
             return
         if isinstance(self.grid, (str, bytes)) or not isinstance(self.grid, (tuple, list)):
@@ -116,7 +122,9 @@ class EncodingSpec:
     def parameters(self) -> dict[str, Any]:
         """Keyword arguments a user may set, with their defaults (model-filled ones omitted)."""
         filled = {"dim", "num_heads", "head_dim", "max_seq_len"}
-        example = ModelDims(dim=64, num_heads=4, grid=(4, 4) if self.needs_grid else None)
+        example = ModelDims(
+            dim=64, num_heads=4, grid=(4, 4) if self.needs_grid else None, vocab_size=256
+        )
         filled |= set(self.from_dims(example))  # grid sizes, axes, Fourier in_dim, ...
         return {
             name: (None if p.default is inspect.Parameter.empty else p.default)
@@ -186,6 +194,36 @@ def _half(name: str, dim: int) -> int:
     return dim // 2
 
 
+def _dape(
+    dims: ModelDims,
+    inner: str | None = "alibi",
+    hidden: int = 32,
+    inner_kwargs: dict[str, Any] | None = None,
+) -> PositionalEncoding:
+    """DAPE around the registered bias ``inner`` (built for the same model; None: DAPE on
+    the logits alone), one per layer as in the reference."""
+    from posenc.bias.dape import DapeBias
+
+    if inner is None:
+        return DapeBias(dims.num_heads, None, hidden=hidden)
+    spec = encoding_spec(inner)
+    if spec.family != "bias":
+        names = ", ".join(s.name for s in _SPECS if s.family == "bias")
+        raise ValueError(f"inner must name a pointwise bias ({names}) or None, got {inner!r}")
+    built = build_encoding(inner, dims, inner_kwargs)
+    return DapeBias(dims.num_heads, built, hidden=hidden)
+
+
+def _vocab_size(name: str, d: ModelDims) -> int:
+    """``dims.vocab_size`` of an encoding that embeds token ids."""
+    if d.vocab_size is None:
+        raise ValueError(
+            f"vocab_size is required for encoding {name!r} (it embeds token ids): build it "
+            "through a model config, or give ModelDims(vocab_size=...)"
+        )
+    return d.vocab_size
+
+
 _SPECS: tuple[EncodingSpec, ...] = (
     EncodingSpec(
         "nope",
@@ -218,6 +256,15 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "a trained table of absolute position vectors (finite length, resizable)",
         lambda: _additive().LearnedPositionalEmbedding,
         lambda d: {"dim": d.dim, "max_seq_len": d.max_seq_len},
+    ),
+    EncodingSpec(
+        "complex_order",
+        "additive",
+        "Wang et al. 2020, https://arxiv.org/abs/1912.12333",
+        "token embedding r_j·e^{i(ω_j·pos + θ_j)} per token, real view [Re | Im] (replaces "
+        "the token embedding)",
+        lambda: _additive().ComplexOrderEmbedding,
+        lambda d: {"vocab_size": _vocab_size("complex_order", d), "dim": d.dim},
     ),
     EncodingSpec(
         "rope",
@@ -307,6 +354,34 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "Transformer-XL relative attention: u, v and projected sinusoidal R_{i-j}",
         lambda: _bias().TransformerXLRelative,
         lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim, "dim": d.dim},
+    ),
+    EncodingSpec(
+        "deberta",
+        "contextual",
+        "He et al. 2021 (DeBERTa), https://arxiv.org/abs/2006.03654",
+        "disentangled attention: content-to-position and position-to-content terms over "
+        "log-bucketed relative positions, 1/√(3d) (v3 defaults)",
+        lambda: _bias().DebertaRelative,
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim, "dim": d.dim},
+    ),
+    EncodingSpec(
+        "cope",
+        "scores",
+        "Golovneva et al. 2024 (CoPE), https://arxiv.org/abs/2405.18719",
+        "contextual positions: a sigmoid gate per key, positions counted over gated keys, "
+        "interpolated position embeddings (for causal attention)",
+        lambda: _bias().CoPE,
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim},
+        causal_only=True,
+    ),
+    EncodingSpec(
+        "dape",
+        "scores",
+        "Zheng et al. 2024 (DAPE), https://arxiv.org/abs/2405.14722",
+        "MLP over every pair's logits and static bias across heads, around any bias "
+        "(inner: alibi, kerple, fire, ...)",
+        lambda: _dape,
+        lambda d: {"dims": d},
     ),
     EncodingSpec(
         "sinusoidal_2d",

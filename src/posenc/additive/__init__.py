@@ -6,6 +6,11 @@ Every module here is an :class:`posenc.base.AdditiveEncoding` with
 
 from __future__ import annotations
 
+from posenc.additive.complex_order import (
+    ComplexOrderEmbedding,
+    complex_order_embedding,
+    complex_order_real_view,
+)
 from posenc.additive.fourier import (
     FourierOrder,
     GaussianFourierFeatures,
@@ -40,6 +45,7 @@ from posenc.additive.sinusoidal_nd import (
 )
 
 __all__ = [
+    "ComplexOrderEmbedding",
     "FactorizedLearned",
     "FourierOrder",
     "GaussianFourierFeatures",
@@ -55,6 +61,8 @@ __all__ = [
     "SinusoidalGrid",
     "SinusoidalGridLayout",
     "SinusoidalLayout",
+    "complex_order_embedding",
+    "complex_order_real_view",
     "fourier_features",
     "resample_grid_table",
     "resize_table",

@@ -3,6 +3,12 @@
 :func:`hooks_of` is the only place that looks at an encoding's methods; attention, the
 model and the backends read the resulting :class:`Hooks`. A new kind of method adds a hook
 here and its use in the backends, nothing else.
+
+Besides the hooks listed in :mod:`posenc.base`, an encoding that reads the token ids
+(complex-order embeddings) implements the **token-embedding** hook ``embed_tokens(tokens,
+positions) -> (..., seq, dim)``: the model uses it in place of its own token embedding, with
+the validated positions of the new tokens; ``vocab_size`` and ``dim``, when the encoding has
+them, are checked against the model's at construction.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ class Hooks:
 
     encoding: Any
     additive: bool = False
+    token_embedding: bool = False
     rotary: bool = False
     rotary_inplace: bool = False
     bias: bool = False
@@ -112,6 +119,7 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
     hooks = Hooks(
         encoding,
         additive=_has(encoding, "position_embedding"),
+        token_embedding=_has(encoding, "embed_tokens"),
         rotary=rotary,
         rotary_inplace=rotary and _accepts(encoding.rotate_qk, "inplace"),
         bias=bias,
@@ -121,10 +129,11 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
         transforms_positions=_has(encoding, "transform_positions"),
         num_axes=num_axes,
     )
-    if not (hooks.additive or hooks.rotary or hooks.logit_terms or isinstance(encoding, NoPE)):
+    acts = hooks.additive or hooks.token_embedding or hooks.rotary or hooks.logit_terms
+    if not (acts or isinstance(encoding, NoPE)):
         raise ValueError(
             f"pos must be a positional encoding: {type(encoding).__name__} implements none of "
-            "the hooks (position_embedding, rotary_tables + rotate_qk, bias_at, logit_term, "
-            "transform_scores); pass None or posenc.base.NoPE for no encoding"
+            "the hooks (position_embedding, embed_tokens, rotary_tables + rotate_qk, bias_at, "
+            "logit_term, transform_scores); pass None or posenc.base.NoPE for no encoding"
         )
     return hooks

@@ -30,6 +30,8 @@ class Attention(nn.Module):
             Default ``num_heads``.
         head_dim: per-head width, default ``dim // num_heads``.
         pos: the positional encoding module (``None`` or :class:`posenc.base.NoPE` for none).
+            One with ``bind_projections(q_proj, k_proj)`` is handed this layer's q and k
+            projections at construction (DeBERTa's shared position keys).
         causal: decoder (True) or bidirectional encoder (False) attention.
         dropout: attention-probability dropout in training, in ``[0, 1)``.
         backend: ``"auto"`` (default), ``"sdpa"``, ``"flex"``, ``"chunked"`` or a
@@ -87,6 +89,11 @@ class Attention(nn.Module):
         ):
             raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
         self.hooks = hooks_of(pos)
+        if self.hooks.token_embedding:
+            raise ValueError(
+                f"pos: {type(pos).__name__} replaces the token embedding (embed_tokens); give it "
+                "to a model (DecoderLM, EncoderClassifier), which embeds tokens, not to Attention"
+            )
         check_heads_match(self.hooks, num_heads)
         self.backend = resolve_backend(backend)
         self.backend.check(self.hooks, dropout=float(dropout))
@@ -99,6 +106,11 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(dim, num_kv_heads * head_dim, bias=False, **factory)
         self.v_proj = nn.Linear(dim, num_kv_heads * head_dim, bias=False, **factory)
         self.out_proj = nn.Linear(num_heads * head_dim, dim, bias=False, **factory)
+        bind = getattr(pos, "bind_projections", None)
+        if callable(bind):
+            # An encoding that applies this layer's content projections to its own table
+            # (DeBERTa's share_att_key) keeps references to them, never registers them.
+            bind(self.q_proj, self.k_proj)
 
     def forward(
         self,

@@ -4,12 +4,23 @@
   :class:`T5RelativeBias`, :class:`KerpleBias`, :class:`SandwichBias`, :class:`FireBias`,
   :class:`DynamicPositionBias`.
 * Contextual terms (:class:`~posenc.base.ContextualEncoding`, read q or k as well):
-  :class:`ShawRelative`, :class:`TransformerXLRelative`.
+  :class:`ShawRelative`, :class:`TransformerXLRelative`, :class:`DebertaRelative`.
+* Scores readers (``transform_scores``: complete rows of all heads' scores): :class:`CoPE`,
+  :class:`DapeBias`.
 """
 
 from __future__ import annotations
 
 from posenc.bias.alibi import AlibiBias, AlibiMode, alibi_bias, alibi_slopes, relative_distances
+from posenc.bias.cope import CoPE, CoPEInterpolation, cope_bias, cope_positions
+from posenc.bias.dape import DapeBias, dape_scores
+from posenc.bias.deberta import (
+    DebertaRelative,
+    DebertaRelativeEmbedding,
+    deberta_index,
+    deberta_log_bucket,
+    disentangled_logits,
+)
 from posenc.bias.dynamic import DynamicMode, DynamicPositionBias, dynamic_distance_feature
 from posenc.bias.fire import FireBias, fire_log, fire_normalized_distance
 from posenc.bias.kerple import KerpleBias, KerpleKernel, kerple_bias
@@ -26,6 +37,11 @@ from posenc.bias.xl import TransformerXLRelative, relative_shift, xl_sinusoid
 __all__ = [
     "AlibiBias",
     "AlibiMode",
+    "CoPE",
+    "CoPEInterpolation",
+    "DapeBias",
+    "DebertaRelative",
+    "DebertaRelativeEmbedding",
     "DynamicMode",
     "DynamicPositionBias",
     "FireBias",
@@ -38,6 +54,12 @@ __all__ = [
     "alibi_bias",
     "alibi_slopes",
     "check_t5_buckets",
+    "cope_bias",
+    "cope_positions",
+    "dape_scores",
+    "deberta_index",
+    "deberta_log_bucket",
+    "disentangled_logits",
     "dynamic_distance_feature",
     "fire_log",
     "fire_normalized_distance",
