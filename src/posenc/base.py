@@ -22,8 +22,14 @@ contextual term    ``logit_term(q, k, q_pos, k_pos, scale)`` (reads q or k: Shaw
                    k_pos)`` with ``has_value_term = True``.
 scores reader      ``transform_scores(scores, *, q, k, q_pos, k_pos, allowed)``: gets the
                    scaled content (+ bias) scores of complete rows of all heads and returns
-                   new ones (CoPE, CAPE); attention applies the mask after it.
+                   new ones (CoPE, DAPE/CAPE); attention applies the mask after it.
 logit scale        ``logit_scale(head_dim) -> float`` (default ``head_dim ** -0.5``).
+token embedding    ``embed_tokens(tokens, positions) -> (..., seq, dim)``: replaces the
+                   model's token embedding (complex-order embeddings read the token ids).
+projections        ``bind_projections(q_proj, k_proj)``: Attention hands the layer's q and
+                   k projections at construction (DeBERTa's shared position keys).
+per-layer copy     ``new_layer()``: the model builds the later layers' encodings with it,
+                   sharing what the method shares (DeBERTa's relative table).
 =================  ====================================================================
 
 Hot-path hooks (``rotary_tables``, ``rotate_qk``, ``bias_at``, ``logit_term``,

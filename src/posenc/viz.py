@@ -363,15 +363,57 @@ def plot_equivariance(gaps: Mapping[str, float]) -> Figure:
     return fig
 
 
+def _plot_token_embedding(name: str, encoding: Any, length: int) -> Figure:
+    """One token's embedding at every position (complex-order: a rotation per position)."""
+    positions = torch.arange(length)
+    with torch.no_grad():
+        table = encoding.embed_tokens(torch.full((1, length), 3), positions)[0].float()
+    fig = _figure(figsize=(7, 4.5), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(table.numpy(), aspect="auto", cmap="RdBu_r")
+    ax.set(xlabel="channel ([Re | Im])", ylabel="position", title=f"{name}: token 3 (init)")
+    fig.colorbar(image, ax=ax)
+    return fig
+
+
+def _plot_scores_reader(name: str, encoding: Any, dims: ModelDims) -> Figure:
+    """A scores reader on random causal scores, head 0: CoPE's contextual positions (what
+    it counts), otherwise what it adds to the scores."""
+    length, head_dim = 48, dims.resolved_head_dim
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(1, dims.num_heads, length, head_dim, generator=generator)
+    k = torch.randn(1, dims.num_heads, length, head_dim, generator=generator)
+    positions = torch.arange(length)
+    allowed = torch.ones(length, length, dtype=torch.bool).tril()
+    scores = (q @ k.transpose(-1, -2)) * head_dim**-0.5
+    with torch.no_grad():
+        if callable(getattr(encoding, "positions", None)):
+            shown, what = encoding.positions(scores, allowed), "contextual position p(i, j)"
+        else:
+            out = encoding.transform_scores(
+                scores, q=q, k=k, q_pos=positions, k_pos=positions, allowed=allowed
+            )
+            shown, what = out - scores, "added to the scores"
+    shown = shown[0, 0].masked_fill(~allowed, float("nan")).float()
+    fig = _figure(figsize=(4.5, 4), layout="constrained")
+    ax = fig.add_subplot()
+    image = ax.imshow(shown.numpy(), cmap="viridis")
+    ax.set(xlabel="key j", ylabel="query i", title=f"{name}: {what}, head 0")
+    fig.colorbar(image, ax=ax)
+    return fig
+
+
 def plot_encoding(name: str, **kwargs: Any) -> Figure:
     """The figure that shows encoding ``name`` (what ``posenc plot NAME`` writes).
 
     Additive: the encoding as a heatmap; rotary: score and decay bound against distance;
-    bias: bias matrices per head; contextual: the positional logit term for random q, k.
+    bias: bias matrices per head; contextual: the positional logit term for random q, k;
+    scores readers: CoPE's contextual positions, DAPE's change to random causal scores; a
+    token embedding (complex-order): one token at every position.
     """
     spec = encoding_spec(name)
     grid = (8, 16) if spec.needs_grid else None  # 128 patches, numbered row by row
-    dims = ModelDims(dim=64, num_heads=4, max_seq_len=128, grid=grid)
+    dims = ModelDims(dim=64, num_heads=4, max_seq_len=128, grid=grid, vocab_size=256)
     if name == "sinusoidal":
         return plot_sinusoidal(**kwargs)
     if name == "rope":
@@ -379,6 +421,14 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
     if name == "xpos":
         return plot_xpos(**kwargs)
     encoding = build_encoding(name, dims, kwargs)
+    bind = getattr(encoding, "bind_projections", None)
+    if callable(bind):  # DeBERTa's shared keys: a layer's (random) projections
+        width = dims.num_heads * dims.resolved_head_dim
+        bind(*(torch.nn.Linear(dims.dim, width, bias=False) for _ in range(2)))
+    if callable(getattr(encoding, "embed_tokens", None)):
+        return _plot_token_embedding(name, encoding, dims.max_seq_len)
+    if callable(getattr(encoding, "transform_scores", None)):
+        return _plot_scores_reader(name, encoding, dims)
     if grid is not None or encoding.num_axes > 1:  # positions on a grid: viz_grids' figures
         height, width = grid or (8, 16)
         if isinstance(encoding, AdditiveEncoding):
