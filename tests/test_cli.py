@@ -21,7 +21,7 @@ def test_list_names_every_method_with_family_and_paper(capsys) -> None:
     rows = json.loads(capsys.readouterr().out)
     assert [r["name"] for r in rows] == [s.name for s in list_encodings()]
     for row in rows:
-        assert row["family"] in ("none", "additive", "rotary", "bias", "contextual")
+        assert row["family"] in ("none", "additive", "rotary", "bias", "contextual", "scores")
         assert "arxiv.org" in row["paper"]
     rope = next(r for r in rows if r["name"] == "rope")
     assert rope["parameters"]["layout"] == "half"

@@ -17,8 +17,8 @@ MAE 2D sin-cos table; ``"rope_2d"``, RoPE-ViT's axial RoPE, base 100) take the 4
 1D ones (``"learned"``, ``"rope"``, ``"alibi"``, ``"t5"``, ...) number the patches row-major.
 An encoding reading one position axis gets the row-major patch index, one reading two gets
 the patch's (row, column). Refused, naming ``encodings`` and the reason: causal-only methods
-(``causal_only``: xPos, whose decay grows for keys after the query), encodings reading
-other numbers of axes, and arguments the encoding rejects at this size (e.g. a ``dim`` that
+(``causal_only``: xPos, whose decay grows for keys after the query; CoPE), encodings that
+embed token ids (complex-order), encodings reading other numbers of axes, and arguments the encoding rejects at this size (e.g. a ``dim`` that
 the 2D sin-cos table cannot split in four). ``"learned_1d"`` is kept as the name of
 ``"learned"`` in the experiment's first results.
 
@@ -191,6 +191,8 @@ def _refusal(config: DigitsViTConfig) -> str | None:
         return f"{error} (or 'none', or an alias: {', '.join(ALIASES)})"
     if spec.causal_only:
         return "it is defined for causal (decoder) attention only (registry: causal_only)"
+    if callable(getattr(spec.cls, "embed_tokens", None)):
+        return "it embeds token ids in place of the token embedding; a ViT embeds pixel patches"
     try:
         with torch.random.fork_rng(devices=[]):  # a trial build leaves the global RNG alone
             axes = hooks_of(config.build_encoding()).num_axes
