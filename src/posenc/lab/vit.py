@@ -18,8 +18,9 @@ MAE 2D sin-cos table; ``"rope_2d"``, RoPE-ViT's axial RoPE, base 100) take the 4
 An encoding reading one position axis gets the row-major patch index, one reading two gets
 the patch's (row, column). Refused, naming ``encodings`` and the reason: causal-only methods
 (``causal_only``: xPos, whose decay grows for keys after the query; CoPE), encodings that
-embed token ids (complex-order), encodings reading other numbers of axes, and arguments the encoding rejects at this size (e.g. a ``dim`` that
-the 2D sin-cos table cannot split in four). ``"learned_1d"`` is kept as the name of
+embed token ids (complex-order), encodings reading other numbers of axes, and arguments
+the encoding rejects at this size (e.g. a ``dim`` that the 2D sin-cos table cannot split in
+four). ``"learned_1d"`` is kept as the name of
 ``"learned"`` in the experiment's first results.
 
 Images enter :func:`posenc.lab.train.train` as token rows: ``tokens`` are the 64 pixel
