@@ -52,6 +52,15 @@ def check_floating_dtype(name: str, dtype: torch.dtype | None) -> None:
         raise ValueError(f"{name} must be a floating dtype, got {dtype}")
 
 
+def check_floating_tensor(name: str, x: object, axes: tuple[str, ...]) -> Tensor:
+    """Return ``x`` if it is a floating tensor with one dimension per name in ``axes``, else
+    raise ``ValueError`` naming ``name`` and the expected layout."""
+    if not isinstance(x, Tensor) or x.dim() != len(axes) or not x.is_floating_point():
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{name} must be a floating tensor ({', '.join(axes)}); got {got}")
+    return x
+
+
 def check_in_choices(name: str, value: object, choices: tuple[object, ...]) -> None:
     """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices``."""
     if value not in choices:

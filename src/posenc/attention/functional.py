@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import validating_values
+from posenc._validate import check_floating_tensor, validating_values
 from posenc.attention.backends import Backend, resolve_backend, run_backend
 from posenc.attention.context import (
     AttentionContext,
@@ -28,11 +28,7 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
     multiple of ``kv_heads``.
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(
-                f"{name} must be a floating tensor (batch, heads, seq, head_dim); got {got}"
-            )
+        check_floating_tensor(name, x, ("batch", "heads", "seq", "head_dim"))
     if not (q.dtype == k.dtype == v.dtype) or not (q.device == k.device == v.device):
         raise ValueError(
             f"q, k and v must share dtype and device; got {q.dtype}/{q.device}, "

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from posenc._validate import (
     check_floating_dtype,
+    check_floating_tensor,
     check_in_choices,
     check_positive_float,
     check_positive_int,
@@ -22,13 +23,12 @@ CoPEInterpolation = Literal["linear", "soft_onehot"]
 _INTERPOLATIONS: tuple[CoPEInterpolation, ...] = ("linear", "soft_onehot")
 
 
+_SCORES = ("batch", "heads", "q_len", "k_len")
+_QUERIES = ("batch", "heads", "q_len", "head_dim")
+
+
 def _check_scores(name: str, scores: object) -> Tensor:
-    if not isinstance(scores, Tensor) or scores.dim() != 4 or not scores.is_floating_point():
-        got = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
-        raise ValueError(
-            f"{name} must be a floating tensor (batch, heads, q_len, k_len); got {got}"
-        )
-    return scores
+    return check_floating_tensor(name, scores, _SCORES)
 
 
 def cope_positions(
@@ -126,9 +126,7 @@ def cope_bias(
     """
     check_in_choices("interpolation", interpolation, _INTERPOLATIONS)
     check_positive_float("temperature", temperature)
-    if not isinstance(q, Tensor) or q.dim() != 4 or not q.is_floating_point():
-        got = tuple(q.shape) if isinstance(q, Tensor) else type(q).__name__
-        raise ValueError(f"q must be a floating tensor (batch, heads, q_len, head_dim); got {got}")
+    check_floating_tensor("q", q, _QUERIES)
     if not isinstance(pos_emb, Tensor) or pos_emb.dim() != 2 or pos_emb.shape[1] != q.shape[-1]:
         got = tuple(pos_emb.shape) if isinstance(pos_emb, Tensor) else type(pos_emb).__name__
         raise ValueError(f"pos_emb must be (max_pos, {q.shape[-1]}) for q's head_dim; got {got}")
@@ -286,11 +284,7 @@ class CoPE(PositionalEncoding):
             )
         if q is None:
             return
-        if not isinstance(q, Tensor) or q.dim() != 4 or not q.is_floating_point():
-            got = tuple(q.shape) if isinstance(q, Tensor) else type(q).__name__
-            raise ValueError(
-                f"q must be a floating tensor (batch, heads, q_len, head_dim); got {got}"
-            )
+        check_floating_tensor("q", q, _QUERIES)
         if q.shape[-1] != self.head_dim:
             raise ValueError(
                 f"q must have head_dim {self.head_dim} in its last axis; got {q.shape[-1]}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_integer_valued, check_positive_int
+from posenc._validate import check_floating_tensor, check_integer_valued, check_positive_int
 from posenc.base import ContextualEncoding
 from posenc.bias.alibi import relative_distances
 
@@ -16,11 +16,7 @@ def check_head_tensor(
     name: str, x: Tensor, head_dim: int, seq: int, num_heads: int | None = None
 ) -> None:
     """Raise ``ValueError`` naming ``name`` unless ``x`` is ``(batch, heads, seq, head_dim)``."""
-    if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
-        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(
-            f"{name} must be a floating tensor (batch, heads, seq, head_dim); got {got}"
-        )
+    check_floating_tensor(name, x, ("batch", "heads", "seq", "head_dim"))
     if x.shape[-1] != head_dim:
         raise ValueError(
             f"{name} must have head_dim {head_dim} in its last axis; got {x.shape[-1]}"
