@@ -42,7 +42,7 @@ import torch
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.lab.data import CorpusSplits, LMSource, load_corpus
-from posenc.lab.extend import ExtendConfig, train_base
+from posenc.lab.extend import ExtendConfig, final_state, train_base
 from posenc.lab.extrapolate import evaluate_lm
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
@@ -262,14 +262,9 @@ def _execute(config: BasesConfig, run: Run, folder: Path) -> list[Row]:
         state, loss = train_base(config.extend_config(), corpus, seed, folder)
         return _rows(config, corpus, state, PRETRAIN_BASE, "pretrained", seed, loss)
     base = run.params["base"]
-    pretrained = torch.load(
-        folder.parent.parent / "base" / f"seed{seed}" / "final.pt",
-        map_location="cpu",
-        weights_only=False,
-    )
     torch.manual_seed(seed)
     model = DecoderLM(config.model_config(base))
-    model.load_state_dict(pretrained.get("model", pretrained))
+    model.load_state_dict(final_state(folder.parent.parent / "base" / f"seed{seed}"))
     lm = LMSource(corpus.train, config.train_len, seed=seed + 1)
     result = train(model, lm, config.fine_tune_config(seed), folder)
     return _rows(config, corpus, model.state_dict(), base, "ft", seed, result.final_loss)

@@ -73,6 +73,7 @@ __all__ = [
     "EXPERIMENT",
     "METHODS",
     "ExtendConfig",
+    "final_state",
     "format_extend_tables",
     "run_extend",
     "scaling_for",
@@ -365,7 +366,8 @@ def _model(config: ExtendConfig, method: str, factor: float, state: dict[str, Te
     return model
 
 
-def _final_state(run_dir: Path) -> dict[str, Tensor]:
+def final_state(run_dir: Path) -> dict[str, Tensor]:
+    """The model weights a finished training run left in ``run_dir/final.pt``."""
     state = torch.load(run_dir / "final.pt", map_location="cpu", weights_only=False)
     return state.get("model", state)
 
@@ -464,7 +466,7 @@ def _execute(config: ExtendConfig, run: Run, folder: Path) -> list[Row]:
     s_ft = config.factor(config.ft_len)
     torch.manual_seed(seed)
     base_dir = folder.parent.parent / "base" / f"seed{seed}"
-    model = _model(config, method, s_ft, _final_state(base_dir))
+    model = _model(config, method, s_ft, final_state(base_dir))
     lm = LMSource(corpus.train, config.ft_len, seed=seed + 1)
     mix = PasskeyMix(lm, config.ft_len, config.ft_steps, config.passkey_ft_steps, seed + 1)
     result = train(model, mix, config.train_config(fine_tune=True, seed=seed), folder)
