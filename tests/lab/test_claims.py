@@ -133,37 +133,35 @@ def tuned(base: float, multiplier: float, ppl: float, seed: int = 0, stage: str 
     }
 
 
-def _tuned_cases(base: float, top: float, bottom: float, hold: bool) -> dict[str, Any]:
-    """Rows for a bases claim on ppl(top·T) / ppl(bottom·T) after tuning at ``base``: the
-    ratios 1.0 and 1.4 (mean 1.2 exactly) on the holding side when ``hold`` is "<=" 1.5,
-    3.0 and 2.0 (mean 2.5) on the failing side; for the ">= 1.2" claim the sides swap."""
-    low = [
-        tuned(base, bottom, 2.0),
-        tuned(base, top, 2.0),
-        tuned(base, bottom, 2.0, seed=1),
-        tuned(base, top, 2.8, seed=1),
-        tuned(base, top, 50.0, stage="pretrained"),  # the untuned model: ignored
-    ]
-    high = [
-        tuned(base, bottom, 2.0),
-        tuned(base, top, 6.0),
-        tuned(base, bottom, 2.0, seed=1),
-        tuned(base, top, 4.0, seed=1),
-        tuned(123.0, top, 1.0),  # another base: ignored
-    ]
-    holds, fails = ((low, 1.2), (high, 2.5)) if hold else ((high, 2.5), (low, 1.0))
-    if not hold:  # ">= 1.2": the low side must fall below, 1.0 and 1.0
-        low[3] = tuned(base, top, 2.0, seed=1)
+def _tuned_rows(base: float, top: float, bottom: float, tops: tuple[float, ...]) -> list[Row]:
+    """Per seed, ppl 2.0 at bottom·T and ``tops[seed]`` at top·T after tuning at ``base``,
+    plus rows the claim must ignore: the untuned model and another base."""
+    rows = [tuned(base, top, 50.0, stage="pretrained"), tuned(123.0, top, 1.0)]
+    for seed, value in enumerate(tops):
+        rows += [tuned(base, bottom, 2.0, seed=seed), tuned(base, top, value, seed=seed)]
+    return rows
+
+
+def _tuned_cases(
+    base: float,
+    top: float,
+    bottom: float,
+    holds: tuple[tuple[float, ...], float],
+    fails: tuple[tuple[float, ...], float],
+) -> dict[str, Any]:
+    """Rows for a bases claim on ppl(top·T) / ppl(bottom·T) after tuning at ``base``:
+    ``holds`` and ``fails`` give each seed's ppl at top·T and the expected mean ratio."""
     return {
-        "holds": holds,
-        "fails": fails,
-        "undefined": [
-            tuned(base, bottom, 2.0),
-            tuned(base, top, 2.0),
-            tuned(base, bottom, 2.0, seed=1),
-            tuned(base, top, math.nan, seed=1),
-        ],
+        "holds": (_tuned_rows(base, top, bottom, holds[0]), holds[1]),
+        "fails": (_tuned_rows(base, top, bottom, fails[0]), fails[1]),
+        # seed 1's ppl at top·T is NaN: undefined, not dropped
+        "undefined": _tuned_rows(base, top, bottom, (2.0, math.nan)),
     }
+
+
+# ppl at top·T per seed over 2.0: (2.0, 2.8) gives ratios 1.0, 1.4 (mean 1.2);
+# (6.0, 4.0) gives 3.0, 2.0 (mean 2.5); (2.0, 2.0) gives 1.0 (mean 1.0).
+_LOW, _HIGH, _FLAT = ((2.0, 2.8), 1.2), ((6.0, 4.0), 2.5), ((2.0, 2.0), 1.0)
 
 
 # Per claim: (rows, expected mean) for "holds" and "fails", rows for "undefined".
@@ -199,9 +197,9 @@ CASES: dict[str, dict[str, Any]] = {
         ],
     },
     "kerple_flat_2x": _flat_2x_cases("kerple"),
-    "small_base_flat_16x": _tuned_cases(10.0, 16.0, 1.0, hold=True),
-    "large_base_holds_within_bound": _tuned_cases(1_000_000.0, 8.0, 1.0, hold=True),
-    "large_base_fails_beyond_bound": _tuned_cases(1_000_000.0, 16.0, 8.0, hold=False),
+    "small_base_flat_16x": _tuned_cases(10.0, 16.0, 1.0, holds=_LOW, fails=_HIGH),  # <= 1.5
+    "large_base_holds_within_bound": _tuned_cases(1e6, 8.0, 1.0, holds=_LOW, fails=_HIGH),
+    "large_base_fails_beyond_bound": _tuned_cases(1e6, 16.0, 8.0, holds=_HIGH, fails=_FLAT),
     "fire_flat_2x": _flat_2x_cases("fire"),
     "sinusoidal_degrades_1_25x": {
         # seed 0: 5.0 / 4.0 = 1.25; seed 1: 4.4 / 4.0 = 1.1 -> mean 1.175 >= 1.02
