@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch import Tensor
 
 from posenc.base import (
     AdditiveEncoding,
@@ -379,13 +380,10 @@ def _plot_token_embedding(name: str, encoding: Any, length: int) -> Figure:
 def _plot_scores_reader(name: str, encoding: Any, dims: ModelDims) -> Figure:
     """A scores reader on random causal scores, head 0: CoPE's contextual positions (what
     it counts), otherwise what it adds to the scores."""
-    length, head_dim = 48, dims.resolved_head_dim
-    generator = torch.Generator().manual_seed(0)
-    q = torch.randn(1, dims.num_heads, length, head_dim, generator=generator)
-    k = torch.randn(1, dims.num_heads, length, head_dim, generator=generator)
-    positions = torch.arange(length)
+    q, k, positions = _random_qk(dims)
+    length = positions.shape[0]
     allowed = torch.ones(length, length, dtype=torch.bool).tril()
-    scores = (q @ k.transpose(-1, -2)) * head_dim**-0.5
+    scores = (q @ k.transpose(-1, -2)) * dims.resolved_head_dim**-0.5
     with torch.no_grad():
         if callable(getattr(encoding, "positions", None)):
             shown, what = encoding.positions(scores, allowed), "contextual position p(i, j)"
@@ -394,11 +392,25 @@ def _plot_scores_reader(name: str, encoding: Any, dims: ModelDims) -> Figure:
                 scores, q=q, k=k, q_pos=positions, k_pos=positions, allowed=allowed
             )
             shown, what = out - scores, "added to the scores"
-    shown = shown[0, 0].masked_fill(~allowed, float("nan")).float()
+    return _pair_heatmap(shown[0, 0].masked_fill(~allowed, float("nan")), f"{name}: {what}")
+
+
+def _random_qk(dims: ModelDims, length: int = 48) -> tuple[Tensor, Tensor, Tensor]:
+    """Seeded random q, k ``(1, heads, length, head_dim)`` and positions ``arange(length)``:
+    the inputs of the figures of terms that read q or k."""
+    generator = torch.Generator().manual_seed(0)
+    shape = (1, dims.num_heads, length, dims.resolved_head_dim)
+    q = torch.randn(shape, generator=generator)
+    k = torch.randn(shape, generator=generator)
+    return q, k, torch.arange(length)
+
+
+def _pair_heatmap(values: Tensor, title: str) -> Figure:
+    """One head's ``(query, key)`` matrix as a heatmap."""
     fig = _figure(figsize=(4.5, 4), layout="constrained")
     ax = fig.add_subplot()
-    image = ax.imshow(shown.numpy(), cmap="viridis")
-    ax.set(xlabel="key j", ylabel="query i", title=f"{name}: {what}, head 0")
+    image = ax.imshow(values.float().numpy(), cmap="viridis")
+    ax.set(xlabel="key j", ylabel="query i", title=f"{title}, head 0")
     fig.colorbar(image, ax=ax)
     return fig
 
@@ -447,19 +459,10 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         fig.colorbar(image, ax=ax)
         return fig
     if isinstance(encoding, ContextualEncoding):
-        length, head_dim = 48, dims.resolved_head_dim
-        generator = torch.Generator().manual_seed(0)
-        q = torch.randn(1, dims.num_heads, length, head_dim, generator=generator)
-        k = torch.randn(1, dims.num_heads, length, head_dim, generator=generator)
-        positions = torch.arange(length)
+        q, k, positions = _random_qk(dims)
         with torch.no_grad():
-            term = encoding.logit_term(q, k, positions, positions, head_dim**-0.5)
-        fig = _figure(figsize=(4.5, 4), layout="constrained")
-        ax = fig.add_subplot()
-        image = ax.imshow(term[0, 0].numpy(), cmap="viridis")
-        ax.set(xlabel="key j", ylabel="query i", title=f"{name}: positional logit term, head 0")
-        fig.colorbar(image, ax=ax)
-        return fig
+            term = encoding.logit_term(q, k, positions, positions, dims.resolved_head_dim**-0.5)
+        return _pair_heatmap(term[0, 0], f"{name}: positional logit term")
     raise ValueError(f"there is nothing to plot for {name!r} (family {spec.family!r})")
 
 
