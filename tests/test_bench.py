@@ -28,3 +28,15 @@ def test_run_suites_runs_the_chosen_and_restores_threads() -> None:
 def test_run_suites_names_unknown_suites() -> None:
     with pytest.raises(ValueError, match=r"unknown suite.*nope.*choose from a"):
         run_suites({"a": list}, ["nope"])
+
+
+def test_relative_suite_times_every_method_in_both_modes_against_the_bare_module() -> None:
+    from posenc.bench.attention import RELATIVE, relative
+
+    rows = relative(seq=16, heads=2, head_dim=8, rounds=1)
+    names = ("bare SDPA module", *RELATIVE)
+    assert [(r["mode"], r["name"]) for r in rows] == [
+        (mode, name) for mode in ("forward", "train step") for name in names
+    ]
+    assert all(r["ratio"] == 1.0 for r in rows if r["name"] == "bare SDPA module")
+    assert all(r["seconds"] > 0 for r in rows)

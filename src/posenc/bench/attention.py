@@ -18,6 +18,11 @@ Suites (each a function returning rows; :func:`run` runs the chosen ones):
   SDPA ``is_causal``.
 * ``decode``: one decoding step of the module with a 4096-token KV cache against the same
   projections around bare SDPA over a preallocated cache, per layer.
+* ``relative``: the :class:`~posenc.attention.Attention` module (dim 512, 8 heads, 2048
+  tokens, causal, backend ``auto``) with each relative method of issue 12 (KERPLE, Sandwich,
+  FIRE, the dynamic bias, DeBERTa, CoPE, DAPE around ALiBi) and ALiBi/T5 for reference,
+  registry defaults: one forward (no grad) and one training step (forward + backward), each
+  against the same projections around bare SDPA ``is_causal``.
 """
 
 from __future__ import annotations
@@ -362,6 +367,53 @@ def decode(
     ]
 
 
+RELATIVE = ("alibi", "t5", "kerple", "sandwich", "fire", "dynamic", "deberta", "cope", "dape")
+"""The encodings of the ``relative`` suite (DAPE with ALiBi inside, its paper's main row)."""
+
+
+def relative(
+    seq: int = 2048,
+    heads: int = 8,
+    head_dim: int = 64,
+    rounds: int = 5,
+    encodings: tuple[str, ...] = RELATIVE,
+) -> list[dict[str, Any]]:
+    """The Attention module with each relative method × the bare SDPA module, no grad and
+    with a backward."""
+    dim = heads * head_dim
+    torch.manual_seed(0)
+    x = torch.randn(1, seq, dim)
+    bare = _BareAttention(dim, heads)
+    modules: dict[str, nn.Module] = {"bare SDPA module": bare}
+    dims = ModelDims(dim=dim, num_heads=heads)
+    for name in encodings:
+        extra = {"inner": "alibi"} if name == "dape" else {}
+        attn = Attention(dim, heads, pos=build_encoding(name, dims, extra))
+        attn.load_state_dict(bare.state_dict(), strict=False)
+        modules[name] = attn
+
+    def infer(module: nn.Module) -> Callable[[], object]:
+        def call() -> object:
+            with torch.no_grad():
+                return module(x)
+
+        return call
+
+    def train(module: nn.Module) -> Callable[[], object]:
+        def call() -> None:
+            module.zero_grad(set_to_none=True)
+            module(x).square().mean().backward()
+
+        return call
+
+    rows = []
+    for mode, make in (("forward", infer), ("train step", train)):
+        candidates = {name: make(module) for name, module in modules.items()}
+        for timing in compare(candidates, "bare SDPA module", rounds=rounds):
+            rows.append({**timing.as_dict(), "mode": mode})
+    return rows
+
+
 SUITES: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "forward": forward,
     "module": module,
@@ -369,6 +421,7 @@ SUITES: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "train-memory": train_memory,
     "lm": lm,
     "decode": decode,
+    "relative": relative,
 }
 
 
@@ -401,6 +454,12 @@ _COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("name", "encoding", ""),
         ("tokens_per_s", "tokens/s", ".0f"),
         ("vs_nope", "× NoPE", ".3f"),
+    ],
+    "relative": [
+        ("mode", "mode", ""),
+        ("name", "module", ""),
+        ("seconds", "s", ".3f"),
+        ("ratio", "× bare module", ".2f"),
     ],
     "decode": [
         ("name", "step", ""),
