@@ -390,7 +390,9 @@ class MultiAxisRotary(RotaryEncoding):
         if self._length_source is not None:  # one update, to max(q_pos, k_pos) + 1
             self._length_source._update_from(q_pos, k_pos)
         q_tables = self._tables(q_pos, q.dtype)
-        k_tables = self._tables(k_pos, k.dtype)
+        # Self-attention without a cache passes one positions tensor twice: one table.
+        same = k_pos is q_pos and k.dtype == q.dtype
+        k_tables = q_tables if same else self._tables(k_pos, k.dtype)
         return self.rotate_qk(q, k, q_tables, k_tables)
 
     def extra_repr(self) -> str:
