@@ -174,18 +174,3 @@ def test_bad_constructor_arguments(kwargs: dict, name: str) -> None:
 def test_bad_slopes_argument() -> None:
     with pytest.raises(ValueError, match="num_heads"):
         alibi_slopes(0)
-
-
-@pytest.mark.parametrize(
-    ("q_pos", "k_pos", "name"),
-    [
-        (torch.tensor([0.0, float("nan")]), torch.arange(3), "q_pos"),
-        (torch.arange(2), torch.tensor([0.0, float("inf")]), "k_pos"),
-        (torch.zeros(2, 3, 4), torch.arange(3), "q_pos"),
-        (torch.tensor([True, False]), torch.arange(3), "q_pos"),
-        (torch.zeros(2, 3), torch.zeros(3, 3), "q_pos"),
-    ],
-)
-def test_bad_positions(q_pos: torch.Tensor, k_pos: torch.Tensor, name: str) -> None:
-    with pytest.raises(ValueError, match=name):
-        AlibiBias(2).bias(q_pos, k_pos)

@@ -292,22 +292,6 @@ def test_bad_constructor_arguments(kwargs: dict, name: str) -> None:
         DynamicPositionBias(**kwargs)
 
 
-@pytest.mark.parametrize(
-    ("q_pos", "k_pos", "name"),
-    [
-        (torch.tensor([0.5, 1.0]), torch.arange(3), "q_pos"),
-        (torch.arange(2), torch.tensor([0.0, 1.25]), "k_pos"),
-        (torch.tensor([0.0, float("nan")]), torch.arange(3), "q_pos"),
-        (torch.tensor([3, 8]), torch.arange(3), "q_pos"),  # beyond max_seq_len = 8
-        (torch.arange(2), torch.tensor([-1, 0, 1]), "k_pos"),
-        (torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 3, dtype=torch.long), "q_pos"),
-    ],
-)
-def test_bad_positions(q_pos: torch.Tensor, k_pos: torch.Tensor, name: str) -> None:
-    with pytest.raises(ValueError, match=name):
-        DynamicPositionBias(2, max_seq_len=8).bias(q_pos, k_pos)
-
-
 def test_attention_checks_positions_against_the_table() -> None:
     dpb = DynamicPositionBias(HEADS, hidden=4, max_seq_len=8)
     q = torch.randn(1, HEADS, 9, 4)

@@ -248,17 +248,3 @@ def test_compiled_flex_equals_sdpa() -> None:
 def test_bad_constructor_arguments(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         FireBias(**kwargs)
-
-
-@pytest.mark.parametrize(
-    ("q_pos", "k_pos", "name"),
-    [
-        (torch.tensor([0.0, float("nan")]), torch.arange(3), "q_pos"),
-        (torch.arange(2), torch.tensor([0.0, float("inf")]), "k_pos"),
-        (torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 3, dtype=torch.long), "q_pos"),
-        (torch.zeros(1, 1, 3, dtype=torch.long), torch.arange(3), "q_pos"),
-    ],
-)
-def test_bad_positions(q_pos: torch.Tensor, k_pos: torch.Tensor, name: str) -> None:
-    with pytest.raises(ValueError, match=name):
-        FireBias(2).bias(q_pos, k_pos)

@@ -285,20 +285,6 @@ def test_bad_functional_kernel() -> None:
         kerple_bias(torch.ones(1), torch.ones(1), torch.arange(2), torch.arange(2), kernel="exp")  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize(
-    ("q_pos", "k_pos", "name"),
-    [
-        (torch.tensor([0.0, float("nan")]), torch.arange(3), "q_pos"),
-        (torch.arange(2), torch.tensor([0.0, float("inf")]), "k_pos"),
-        (torch.zeros(2, 3, 4), torch.arange(3), "q_pos"),
-        (torch.zeros(2, 3), torch.zeros(3, 3), "q_pos"),
-    ],
-)
-def test_bad_positions(q_pos: torch.Tensor, k_pos: torch.Tensor, name: str) -> None:
-    with pytest.raises(ValueError, match=name):
-        KerpleBias(2).bias(q_pos, k_pos)
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not flex_available(), reason="torch has no FlexAttention")
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -237,17 +237,3 @@ def test_bad_function_arguments() -> None:
         sandwich_frequencies(5)
     with pytest.raises(ValueError, match="num_heads"):
         sandwich_head_scales(0)
-
-
-@pytest.mark.parametrize(
-    ("q_pos", "k_pos", "name"),
-    [
-        (torch.tensor([0.0, float("nan")]), torch.arange(3), "q_pos"),
-        (torch.arange(2), torch.tensor([0.0, float("inf")]), "k_pos"),
-        (torch.zeros(2, 3, 4), torch.arange(3), "q_pos"),
-        (torch.zeros(2, 3), torch.zeros(3, 3), "q_pos"),
-    ],
-)
-def test_bad_positions(q_pos: torch.Tensor, k_pos: torch.Tensor, name: str) -> None:
-    with pytest.raises(ValueError, match=name):
-        SandwichBias(2, 8).bias(q_pos, k_pos)

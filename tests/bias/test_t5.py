@@ -135,20 +135,6 @@ def test_smallest_valid_bucket_counts() -> None:
     assert torch.equal(both, (rel < 0).long() + 2 * (rel > 0).long() + (rel > 0).long())
 
 
-@pytest.mark.parametrize(
-    ("q_pos", "k_pos", "name"),
-    [
-        (torch.tensor([0.5, 1.0]), torch.arange(3), "q_pos"),
-        (torch.arange(2), torch.tensor([0.0, 1.25]), "k_pos"),
-        (torch.tensor([0.0, float("nan")]), torch.arange(3), "q_pos"),
-        (torch.zeros(2, 3, dtype=torch.long), torch.zeros(3, 3, dtype=torch.long), "q_pos"),
-    ],
-)
-def test_bad_positions(q_pos: torch.Tensor, k_pos: torch.Tensor, name: str) -> None:
-    with pytest.raises(ValueError, match=name):
-        T5RelativeBias(2).bias(q_pos, k_pos)
-
-
 def test_bad_relative_position() -> None:
     with pytest.raises(ValueError, match="relative_position"):
         t5_bucket(torch.tensor([0.5]))
