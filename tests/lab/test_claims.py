@@ -536,6 +536,64 @@ CASES: dict[str, dict[str, Any]] = {
             task("rope", False, 16, 0.5, name="flip_flop"),
         ],
     },
+    "cope_beats_rope_flip_flop_ood": {
+        # seed 0: mean(1.0, 0.75) - mean(0.75, 0.25) = 0.375; seed 1: 0.5 - 0.5 = 0 -> 0.1875
+        "holds": (
+            [
+                task("cope", False, 48, 1.0, name="flip_flop"),
+                task("cope", False, 64, 0.75, name="flip_flop"),
+                task("rope", False, 48, 0.75, name="flip_flop"),
+                task("rope", False, 64, 0.25, name="flip_flop"),
+                task("cope", False, 48, 0.5, seed=1, name="flip_flop"),
+                task("rope", False, 48, 0.5, seed=1, name="flip_flop"),
+            ],
+            0.1875,
+        ),
+        # 0.5 - 0.5 = 0.0 < 0.05; the randomized rows (cope far ahead) are not read
+        "fails": (
+            [
+                task("cope", False, 48, 0.5, name="flip_flop"),
+                task("rope", False, 48, 0.5, name="flip_flop"),
+                task("cope", True, 48, 1.0, name="flip_flop"),
+                task("rope", True, 48, 0.0, name="flip_flop"),
+            ],
+            0.0,
+        ),
+        # cope ran on the other task only
+        "undefined": [
+            task("cope", False, 48, 1.0, name="counting"),
+            task("rope", False, 48, 0.5, name="flip_flop"),
+        ],
+    },
+    "cope_beats_rope_counting_ood": {
+        # seed 0: mean(1.0, 0.75) - mean(0.75, 0.25) = 0.375; seed 1: 0.5 - 0.5 = 0 -> 0.1875
+        "holds": (
+            [
+                task("cope", False, 48, 1.0, name="counting"),
+                task("cope", False, 64, 0.75, name="counting"),
+                task("rope", False, 48, 0.75, name="counting"),
+                task("rope", False, 64, 0.25, name="counting"),
+                task("cope", False, 48, 0.5, seed=1, name="counting"),
+                task("rope", False, 48, 0.5, seed=1, name="counting"),
+            ],
+            0.1875,
+        ),
+        # 0.5 - 0.5 = 0.0 < 0.05; the randomized rows (cope far ahead) are not read
+        "fails": (
+            [
+                task("cope", False, 48, 0.5, name="counting"),
+                task("rope", False, 48, 0.5, name="counting"),
+                task("cope", True, 48, 1.0, name="counting"),
+                task("rope", True, 48, 0.0, name="counting"),
+            ],
+            0.0,
+        ),
+        # cope ran on the other task only
+        "undefined": [
+            task("cope", False, 48, 1.0, name="flip_flop"),
+            task("rope", False, 48, 0.5, name="counting"),
+        ],
+    },
 }
 
 CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}
