@@ -9,7 +9,7 @@ from torch.testing import assert_close
 
 from posenc.model import DecoderLM, EncoderClassifier, ModelConfig
 from posenc.positions import packed_positions
-from tests.cases import all_cases
+from tests.cases import ALL_CASES, all_cases, case_id
 
 VOCAB = 50
 
@@ -179,8 +179,25 @@ def test_packed_documents_equal_separate_sequences(name: str, kwargs: dict, back
     assert_close(packed, separate, rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("backend", ["sdpa", "chunked"])
-@pytest.mark.parametrize(("name", "kwargs"), all_cases())
+def compile_cases() -> list[Any]:
+    """Every case on sdpa and chunked. Compiling costs ~3 s a case, so the default run leaves
+    to ``-m slow`` the chunked traces it sees elsewhere: additive encodings (NoPE's attention),
+    the families tests/attention/test_module.py compiles on chunked, and second variants."""
+    elsewhere = {"sinusoidal", "scaled_sinusoidal", "learned", "complex_order"}
+    elsewhere |= {"rope", "xpos", "alibi", "t5", "shaw", "xl"}
+    seen: set[str] = set()
+    cases = []
+    for name, kwargs in ALL_CASES:
+        cases.append(pytest.param(name, kwargs, "sdpa", id=f"{case_id(name, kwargs)}-sdpa"))
+        slow = name in elsewhere or name in seen
+        marks = [pytest.mark.slow] if slow else []
+        label = f"{case_id(name, kwargs)}-chunked"
+        cases.append(pytest.param(name, kwargs, "chunked", id=label, marks=marks))
+        seen.add(name)
+    return cases
+
+
+@pytest.mark.parametrize(("name", "kwargs", "backend"), compile_cases())
 def test_model_compiles_fullgraph(name: str, kwargs: dict, backend: str) -> None:
     """The whole model, additive encodings included, traces without graph breaks."""
     torch._dynamo.reset()
