@@ -157,26 +157,51 @@ def check_backend(
         assert_close(g, w, **param_tolerance)
 
 
+# Flex's mask handling does not depend on the score_mod: these two see every mask kind,
+# every other bias the two kinds that change what its score_mod reads (none: causal; shifted
+# positions: cache).
+FLEX_EVERY_MASK = {"nope", "t5-num_buckets=8-max_distance=6-bidirectional=True"}
+FLEX_MASKS = {"causal", "cache"}
+
+
 def float64_cases() -> list[Any]:
-    """Chunked paths: every encoding, with and without GQA; flex (eager, forward only): the
-    encodings it serves (a contextual term or scores reader is a construction error there)."""
+    """Every encoding × mask kind through each backend; the cases one factor already covers run
+    with ``-m slow`` only (the default run is about 5 minutes on 2 cores).
+
+    chunked: with and without GQA. blocked: GQA; without it slow (for every encoding without a
+    structured plan chunked is the blocked walk itself, and how key heads are shared does not
+    depend on the plan).
+    flex (eager, forward only): the encodings it serves (a contextual term or scores reader is a
+    construction error there), every mask for ``FLEX_EVERY_MASK``, ``FLEX_MASKS`` for the rest.
+    """
     cases = []
     for n, kw in ENCODINGS:
         for backend in BACKENDS:
             if backend == "flex" and n not in BIAS_ONLY:
                 continue
             for kv_heads in [2] if backend == "flex" else [HEADS, 2]:
-                name = f"{backend}-{case_id(n, kw)}-kv{kv_heads}"
-                cases.append(pytest.param(backend, n, kw, kv_heads, id=name))
+                for mask in MASKS:
+                    slow = (backend == "blocked" and kv_heads == HEADS) or (
+                        backend == "flex"
+                        and case_id(n, kw) not in FLEX_EVERY_MASK
+                        and mask not in FLEX_MASKS
+                    )
+                    name = f"{backend}-{case_id(n, kw)}-kv{kv_heads}-{mask}"
+                    marks = [pytest.mark.slow] if slow else []
+                    cases.append(pytest.param(backend, n, kw, kv_heads, mask, id=name, marks=marks))
     return cases
 
 
-@pytest.mark.parametrize("mask", MASKS)
-@pytest.mark.parametrize(("backend_name", "name", "kwargs", "kv_heads"), float64_cases())
+@pytest.mark.parametrize(("backend_name", "name", "kwargs", "kv_heads", "mask"), float64_cases())
 def test_float64_equals_reference_to_1e_10(
     backend_name: str, name: str, kwargs: dict, mask: str, kv_heads: int
 ) -> None:
     check_backend(backend_name, name, kwargs, mask, torch.float64, kv_heads, rtol=1e-10, atol=1e-10)
+
+
+# blocked: -m slow only. For every encoding without a structured plan chunked is the blocked
+# walk itself; for ALiBi and T5 the blocked walk is checked in float64 above.
+BLOCKED_SLOW = pytest.param("blocked", marks=pytest.mark.slow)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -184,7 +209,7 @@ def test_float64_equals_reference_to_1e_10(
 @pytest.mark.parametrize(
     ("name", "kwargs"), [pytest.param(n, kw, id=case_id(n, kw)) for n, kw in ENCODINGS]
 )
-@pytest.mark.parametrize("backend_name", ["chunked", "blocked"])
+@pytest.mark.parametrize("backend_name", ["chunked", BLOCKED_SLOW])
 def test_low_precision_equals_reference(
     backend_name: str, name: str, kwargs: dict, mask: str, dtype: torch.dtype
 ) -> None:
