@@ -21,8 +21,10 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/posenc demo --out out/demo
 
+# worksteal: the default 'load' hands out tests in chunks and left one worker idle at the end
+# (make test 290 s against 263 s on 2 cores, the same suite).
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 2 --dist worksteal
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
