@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -122,6 +123,45 @@ def _flat_2x_cases(enc: str) -> dict[str, Any]:
     }
 
 
+def dape(inner: str | None, ppl: float, seed: int = 0, multiplier: float = 8.0) -> Row:
+    """A DAPE row; ``inner=None``: built with the registry's defaults (``pos_kwargs`` "{}")."""
+    kwargs = "{}" if inner is None else json.dumps({"inner": inner})
+    return lm("dape", multiplier, ppl, seed) | {"pos_kwargs": kwargs}
+
+
+def _dape_cases(inner: str) -> dict[str, Any]:
+    """Hand-made rows for ``dape_lowers_{inner}_8x`` (ppl(inner) / ppl(dape) at 8×T ≥ 1)."""
+    other = "kerple" if inner == "alibi" else "alibi"
+    # ALiBi is the registry's default inner: a DAPE row without arguments counts for it only
+    default = None if inner == "alibi" else inner
+    return {
+        # seed 0: 6.0 / 5.0 = 1.2; seed 1: 4.4 / 4.0 = 1.1 -> mean 1.15 >= 1
+        "holds": (
+            [
+                lm(inner, 8.0, 6.0),
+                dape(inner, 5.0),
+                lm(inner, 8.0, 4.4, seed=1),
+                dape(default, 4.0, seed=1),
+                dape(other, 1.0),  # DAPE around another bias: ignored
+                dape(inner, 1.0, multiplier=1.0),  # another length: ignored
+            ],
+            1.15,
+        ),
+        # seed 0: 4.0 / 5.0 = 0.8; seed 1: 4.0 / 4.0 = 1.0 -> mean 0.9 < 1
+        "fails": (
+            [
+                lm(inner, 8.0, 4.0),
+                dape(inner, 5.0),
+                lm(inner, 8.0, 4.0, seed=1),
+                dape(inner, 4.0, seed=1),
+            ],
+            0.9,
+        ),
+        # the only DAPE rows are around the other bias: nothing to pair with
+        "undefined": [lm(inner, 8.0, 4.0), dape(other, 3.0)],
+    }
+
+
 def tuned(base: float, multiplier: float, ppl: float, seed: int = 0, stage: str = "ft") -> Row:
     return {
         "experiment": "bases",
@@ -197,6 +237,8 @@ CASES: dict[str, dict[str, Any]] = {
         ],
     },
     "kerple_flat_2x": _flat_2x_cases("kerple"),
+    "dape_lowers_alibi_8x": _dape_cases("alibi"),
+    "dape_lowers_kerple_8x": _dape_cases("kerple"),
     "small_base_flat_16x": _tuned_cases(10.0, 16.0, 1.0, holds=_LOW, fails=_HIGH),  # <= 1.5
     "large_base_holds_within_bound": _tuned_cases(1e6, 8.0, 1.0, holds=_LOW, fails=_HIGH),
     "large_base_fails_beyond_bound": _tuned_cases(1e6, 16.0, 8.0, holds=_HIGH, fails=_FLAT),

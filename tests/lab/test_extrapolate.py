@@ -66,6 +66,22 @@ def test_rows_cover_every_encoding_and_length(tmp_path: Path) -> None:
     assert "learned" in table and "–" in table
 
 
+def test_rows_record_each_encodings_constructor_arguments(tmp_path: Path) -> None:
+    # DAPE around ALiBi and around KERPLE are both encoding "dape": the claims tell them apart
+    # by this column
+    config = replace(
+        TINY,
+        encodings=("alibi", "rope"),
+        multipliers=(1.0,),
+        pos_kwargs={"alibi": {"num_biased_heads": 1}},
+    )
+    rows = run_extrapolate(config, tmp_path, echo=quiet)
+    assert [(r["encoding"], r["pos_kwargs"]) for r in rows] == [
+        ("alibi", '{"num_biased_heads": 1}'),
+        ("rope", "{}"),
+    ]
+
+
 def test_same_command_resumes_without_training(tmp_path: Path) -> None:
     first = run_extrapolate(TINY, tmp_path, echo=quiet)
     metrics = (tmp_path / "runs" / "alibi" / "seed0" / "metrics.jsonl").read_text()

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -196,6 +197,9 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
         row: Row = {
             "experiment": "extrapolate",
             "encoding": encoding,
+            # the constructor arguments, so rows of one encoding built two ways stay apart
+            # (DAPE around ALiBi or KERPLE); "{}" for the registry defaults
+            "pos_kwargs": json.dumps(config.pos_kwargs.get(encoding, {}), sort_keys=True),
             "seed": seed,
             "train_len": config.train_len,
             "eval_len": eval_len,

@@ -8,6 +8,8 @@ a claim that fails at our scale is reported as failing. :mod:`posenc.lab.claims`
 
 from __future__ import annotations
 
+import json
+
 from posenc.lab.claims import (
     Above,
     Cell,
@@ -154,6 +156,35 @@ def _cope_beats_rope(task: str, what: str, published: str) -> Claim:
     )
 
 
+_DAPE = (
+    "Zheng et al. 2024, DAPE: Data-Adaptive Positional Encoding, https://arxiv.org/abs/2405.14722"
+)
+
+
+def _dape_lowers(inner: str, label: str, published: str) -> Claim:
+    """DAPE around ``inner`` has lower perplexity than ``inner`` alone at 8×T."""
+    kwargs = json.dumps({"inner": inner})
+    # the registry's default inner is ALiBi: rows built without arguments are DAPE-ALiBi too
+    variants = (kwargs, "{}") if inner == "alibi" else (kwargs,)
+    return Claim(
+        name=f"dape_lowers_{inner}_8x",
+        text=f"DAPE around {label} has lower perplexity than {label} alone at 8×T: "
+        f"ppl({inner}) / ppl(dape, pos_kwargs {kwargs}) at 8×T ≥ 1, paired by seed.",
+        paper=_DAPE,
+        published=published,
+        experiment="extrapolate",
+        statistic=ratio_at(
+            "extrapolate",
+            {"multiplier": 8.0},
+            "ppl",
+            {"encoding": inner},
+            {"encoding": "dape", "pos_kwargs": OneOf(variants)},
+        ),
+        threshold=1.0,
+        direction=">=",
+    )
+
+
 _PI_AT_4T = "PI Table 3 (LLaMA-7B, T = 2k, PG-19): PI without fine-tuning 16.10 at 4×T (7.20 at T)"
 
 SEED_CLAIMS: tuple[Claim, ...] = (
@@ -239,6 +270,18 @@ SEED_CLAIMS: tuple[Claim, ...] = (
         "KERPLE 4.58 at T, 4.35 at 2×T (×0.95), 5.44 at 4×T (×1.19)",
     ),
     _flat_2x("fire", "FIRE", _FIRE, "FIRE 4.57 at T, 4.70 at 2×T (×1.03), 30.12 at 4×T (×6.6)"),
+    _dape_lowers(
+        "alibi",
+        "ALiBi",
+        "§4.2 (Arxiv, T = 512, ppl at 16×T): 125M DAPE-Alibi 3.82 vs Alibi 4.54, 350M 3.57 vs "
+        "4.21; Appendix Figure 6 (T = 128, D_DAPE = 4): 5.67 vs 5.85 at 64×T",
+    ),
+    _dape_lowers(
+        "kerple",
+        "KERPLE",
+        "§4.1-4.2 (Arxiv, ppl at 8192): T = 128, 125M DAPE-Kerple 5.00 vs Kerple 31.93; "
+        "T = 512, 350M 3.43 vs 22.76",
+    ),
     _beats_pi(
         "ntk",
         f"No table: {_PI_AT_4T}; NTK-aware without fine-tuning well below PI only in figures "
