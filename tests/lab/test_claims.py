@@ -123,6 +123,41 @@ def _flat_2x_cases(enc: str) -> dict[str, Any]:
     }
 
 
+def _cope_cases(name: str) -> dict[str, Any]:
+    """Hand-made rows for ``cope_beats_rope_{name}_ood`` (CoPE minus RoPE token accuracy over
+    the test lengths, plain positions, ≥ 0.05) on task ``name``."""
+    other = "counting" if name == "flip_flop" else "flip_flop"
+    return {
+        # seed 0: mean(1.0, 0.75) - mean(0.75, 0.25) = 0.375; seed 1: 0.5 - 0.5 = 0 -> 0.1875
+        "holds": (
+            [
+                task("cope", False, 48, 1.0, name=name),
+                task("cope", False, 64, 0.75, name=name),
+                task("rope", False, 48, 0.75, name=name),
+                task("rope", False, 64, 0.25, name=name),
+                task("cope", False, 48, 0.5, seed=1, name=name),
+                task("rope", False, 48, 0.5, seed=1, name=name),
+            ],
+            0.1875,
+        ),
+        # 0.5 - 0.5 = 0.0 < 0.05; the randomized rows (cope far ahead) are not read
+        "fails": (
+            [
+                task("cope", False, 48, 0.5, name=name),
+                task("rope", False, 48, 0.5, name=name),
+                task("cope", True, 48, 1.0, name=name),
+                task("rope", True, 48, 0.0, name=name),
+            ],
+            0.0,
+        ),
+        # cope ran on the other task only
+        "undefined": [
+            task("cope", False, 48, 1.0, name=other),
+            task("rope", False, 48, 0.5, name=name),
+        ],
+    }
+
+
 def dape(inner: str | None, ppl: float, seed: int = 0, multiplier: float = 8.0) -> Row:
     """A DAPE row; ``inner=None``: built with the registry's defaults (``pos_kwargs`` "{}")."""
     kwargs = "{}" if inner is None else json.dumps({"inner": inner})
@@ -578,64 +613,8 @@ CASES: dict[str, dict[str, Any]] = {
             task("rope", False, 16, 0.5, name="flip_flop"),
         ],
     },
-    "cope_beats_rope_flip_flop_ood": {
-        # seed 0: mean(1.0, 0.75) - mean(0.75, 0.25) = 0.375; seed 1: 0.5 - 0.5 = 0 -> 0.1875
-        "holds": (
-            [
-                task("cope", False, 48, 1.0, name="flip_flop"),
-                task("cope", False, 64, 0.75, name="flip_flop"),
-                task("rope", False, 48, 0.75, name="flip_flop"),
-                task("rope", False, 64, 0.25, name="flip_flop"),
-                task("cope", False, 48, 0.5, seed=1, name="flip_flop"),
-                task("rope", False, 48, 0.5, seed=1, name="flip_flop"),
-            ],
-            0.1875,
-        ),
-        # 0.5 - 0.5 = 0.0 < 0.05; the randomized rows (cope far ahead) are not read
-        "fails": (
-            [
-                task("cope", False, 48, 0.5, name="flip_flop"),
-                task("rope", False, 48, 0.5, name="flip_flop"),
-                task("cope", True, 48, 1.0, name="flip_flop"),
-                task("rope", True, 48, 0.0, name="flip_flop"),
-            ],
-            0.0,
-        ),
-        # cope ran on the other task only
-        "undefined": [
-            task("cope", False, 48, 1.0, name="counting"),
-            task("rope", False, 48, 0.5, name="flip_flop"),
-        ],
-    },
-    "cope_beats_rope_counting_ood": {
-        # seed 0: mean(1.0, 0.75) - mean(0.75, 0.25) = 0.375; seed 1: 0.5 - 0.5 = 0 -> 0.1875
-        "holds": (
-            [
-                task("cope", False, 48, 1.0, name="counting"),
-                task("cope", False, 64, 0.75, name="counting"),
-                task("rope", False, 48, 0.75, name="counting"),
-                task("rope", False, 64, 0.25, name="counting"),
-                task("cope", False, 48, 0.5, seed=1, name="counting"),
-                task("rope", False, 48, 0.5, seed=1, name="counting"),
-            ],
-            0.1875,
-        ),
-        # 0.5 - 0.5 = 0.0 < 0.05; the randomized rows (cope far ahead) are not read
-        "fails": (
-            [
-                task("cope", False, 48, 0.5, name="counting"),
-                task("rope", False, 48, 0.5, name="counting"),
-                task("cope", True, 48, 1.0, name="counting"),
-                task("rope", True, 48, 0.0, name="counting"),
-            ],
-            0.0,
-        ),
-        # cope ran on the other task only
-        "undefined": [
-            task("cope", False, 48, 1.0, name="flip_flop"),
-            task("rope", False, 48, 0.5, name="counting"),
-        ],
-    },
+    "cope_beats_rope_flip_flop_ood": _cope_cases("flip_flop"),
+    "cope_beats_rope_counting_ood": _cope_cases("counting"),
 }
 
 CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}

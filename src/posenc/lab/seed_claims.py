@@ -163,7 +163,7 @@ _DAPE = (
 
 def _dape_lowers(inner: str, label: str, published: str) -> Claim:
     """DAPE around ``inner`` has lower perplexity than ``inner`` alone at 8×T."""
-    kwargs = json.dumps({"inner": inner})
+    kwargs = json.dumps({"inner": inner}, sort_keys=True)  # as extrapolate writes it
     # the registry's default inner is ALiBi: rows built without arguments are DAPE-ALiBi too
     variants = (kwargs, "{}") if inner == "alibi" else (kwargs,)
     return Claim(
