@@ -25,7 +25,10 @@ segments           ``segments()`` with the rotary hooks (a
                    rolling KV cache keeps).
 pointwise bias     ``bias_at(head, q_pos, k_pos, dtype) -> bias``, written with
                    broadcastable ops; the materialized bias and FlexAttention's
-                   ``score_mod`` are both derived from it. ``num_heads``.
+                   ``score_mod`` are both derived from it. ``num_heads``. Optional
+                   ``bias_grid(q_pos, k_pos, dtype)``: the same values on the whole
+                   grid by a cheaper route (FIRE's MLP as its linear pieces); the
+                   materialized paths use it, ``score_mod`` keeps ``bias_at``.
 contextual term    ``logit_term(q, k, q_pos, k_pos, scale)`` (reads q or k: Shaw,
                    Transformer-XL, DeBERTa) and optionally ``value_term(probs, q_pos,
                    k_pos)`` with ``has_value_term = True``.
@@ -254,13 +257,17 @@ class BiasEncoding(PositionalEncoding):
 def materialize_bias(
     encoding: BiasEncoding, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype
 ) -> Tensor:
-    """``encoding.bias_at`` on the whole ``(heads, q, k)`` grid, without checks.
+    """``encoding.bias_at`` on the whole ``(heads, q, k)`` grid, without checks (by the
+    encoding's ``bias_grid`` where it has one).
 
     Shape:
         q_pos ``(q,)`` or ``(batch, q)``, k_pos ``(k,)`` or ``(batch, k)`` →
         ``(heads, q, k)`` when both are 1-D, else ``(batch, heads, q, k)``.
     """
     encoding.prepare_bias(q_pos.device, dtype)
+    grid = getattr(encoding, "bias_grid", None)
+    if callable(grid):
+        return grid(q_pos, k_pos, dtype)
     heads = torch.arange(encoding.num_heads, device=q_pos.device).view(-1, 1, 1)
     q_grid = q_pos[..., None, :, None]  # (..., 1, q, 1)
     k_grid = k_pos[..., None, None, :]  # (..., 1, 1, k)

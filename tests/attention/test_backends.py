@@ -225,16 +225,23 @@ def test_flex_float32_equals_reference(name: str) -> None:
     check_backend("flex", name, {}, "padding", torch.float32, 2)
 
 
+FORWARD_ONLY = {"shaw", "xl"} | (BIAS_ONLY - {"nope"})
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-@pytest.mark.parametrize("mask", ["causal", "bidirectional", "padding", "padding-bidirectional"])
+@pytest.mark.parametrize(
+    "mask", ["causal", "bidirectional", "padding", "padding-bidirectional", "cache"]
+)
 @pytest.mark.parametrize(
     ("name", "kwargs"),
-    [pytest.param(n, kw, id=case_id(n, kw)) for n, kw in ENCODINGS if n in ("shaw", "xl")],
+    [pytest.param(n, kw, id=case_id(n, kw)) for n, kw in ENCODINGS if n in FORWARD_ONLY],
 )
-def test_contextual_plans_without_gradients_equal_reference(
+def test_plans_without_gradients_equal_reference(
     name: str, kwargs: dict, mask: str, dtype: torch.dtype
 ) -> None:
-    """Shaw's and Transformer-XL's forward-only flash plans (no grad, default positions)."""
+    """The chunked backend without gradients: Shaw's and Transformer-XL's forward-only
+    flash plans (default positions), and every pointwise bias on its plan (linear, by
+    distance, or materialized per block: FIRE, and any bias at positions of its own)."""
     tolerance = {"rtol": 1e-10, "atol": 1e-10} if dtype == torch.float64 else {}
     encoding = make_encoding(name, kwargs)
     assert encoding is not None

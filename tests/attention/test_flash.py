@@ -9,9 +9,15 @@ import torch
 from torch import Tensor
 from torch.testing import assert_close
 
-from posenc.attention import Backend, attend, flash
+from posenc.attention import Backend, attend, flash, structured
 from posenc.attention.flash import Part, merge_parts
-from posenc.bias import AlibiBias, ShawRelative, T5RelativeBias, TransformerXLRelative
+from posenc.bias import (
+    AlibiBias,
+    FireBias,
+    ShawRelative,
+    T5RelativeBias,
+    TransformerXLRelative,
+)
 
 pytestmark = pytest.mark.skipif(not flash.available(torch.zeros(1)), reason="no CPU flash kernel")
 
@@ -114,38 +120,58 @@ def count_merges(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return calls
 
 
+def record_plans(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The name of the plan each chunked call chose (None: the blocked fallback)."""
+    chosen: list[str | None] = []
+    original = structured._plan
+
+    def recording(*args: Any) -> Any:
+        plan = original(*args)
+        chosen.append(None if plan is None else getattr(plan, "func", plan).__name__)
+        return plan
+
+    monkeypatch.setattr(structured, "_plan", recording)
+    return chosen
+
+
+T5 = {"bidirectional": False, "max_distance": 8, "num_buckets": 8}
+
+
+@pytest.mark.parametrize("grad", [False, True])
 @pytest.mark.parametrize(
-    ("encoding", "positions", "planned"),
+    ("encoding", "positions", "plan"),
     [
-        (AlibiBias(4), None, True),
-        (AlibiBias(4), torch.arange(40) * 3, True),  # linear: any positions
-        (AlibiBias(4, mode="symmetric"), None, False),  # not linear in k − q
-        (T5RelativeBias(4, bidirectional=False, max_distance=8, num_buckets=8), None, True),
-        (
-            T5RelativeBias(4, bidirectional=False, max_distance=8, num_buckets=8),
-            torch.arange(40),
-            False,
-        ),
-        (ShawRelative(8, max_distance=3), None, True),
-        (ShawRelative(8, max_distance=3), torch.arange(40), False),
-        (TransformerXLRelative(4, 8, 32), None, True),
+        (AlibiBias(4), None, "_linear_plan"),
+        (AlibiBias(4), torch.arange(40) * 3, "_linear_plan"),  # linear: any positions
+        (AlibiBias(4, mode="symmetric"), None, "distance_plan"),  # not linear in k − q
+        (T5RelativeBias(4, **T5), None, "distance_plan"),
+        (T5RelativeBias(4, **T5), torch.arange(40), "_materialized_plan"),  # not by index
+        (FireBias(4), None, "_materialized_plan"),  # a function of (q, k), not of q − k
+        (FireBias(4), torch.arange(40) * 2, "_materialized_plan"),
+        (ShawRelative(8, max_distance=3), None, "shaw_plan"),
+        (ShawRelative(8, max_distance=3), torch.arange(40), None),
+        (TransformerXLRelative(4, 8, 32), None, "xl_plan"),
     ],
 )
 def test_structured_plans_apply_where_their_structure_holds(
     monkeypatch: pytest.MonkeyPatch,
     encoding: torch.nn.Module,
     positions: Tensor | None,
-    planned: bool,
+    plan: str | None,
+    grad: bool,
 ) -> None:
-    calls = count_merges(monkeypatch)
+    """Each plan where its structure holds; with a gradient, the materialized-bias and the
+    contextual plans (forward only) give way to the checkpointed blocks."""
+    chosen = record_plans(monkeypatch)
     encoding = encoding.double()
     q, k, v = (torch.randn(1, 4, 40, 8, dtype=torch.float64) for _ in range(3))
     kwargs: dict[str, Any] = {} if positions is None else {"q_pos": positions, "k_pos": positions}
     chunked = Backend("chunked", block_size=8)
-    with torch.no_grad():  # the contextual plans run forward only
+    with torch.set_grad_enabled(grad):
         got = attend(q, k, v, pos=encoding, causal=True, backend=chunked, **kwargs)
         want = attend(q, k, v, pos=encoding, causal=True, backend="sdpa", **kwargs)
-    assert (calls[0] > 0) == planned
+    forward_only = plan in ("_materialized_plan", "shaw_plan", "xl_plan")
+    assert chosen == [None if grad and forward_only else plan]
     assert_close(got, want, rtol=1e-10, atol=1e-10)
 
 

@@ -68,7 +68,10 @@ def test_score_mod_equals_materialized_bias(
     score_mod = score_mod_of(hooks, q_pos, k_pos)
     assert score_mod is not None
     got = evaluate_score_mod(score_mod, 2, HEADS, 3, 7, dtype)
-    want = hooks.materialized_bias(q_pos, k_pos, dtype)
+    # bias_at on the grid (an encoding's bias_grid, the materialized paths' cheaper route to
+    # the same values, is compared with it in its own tests).
+    heads = torch.arange(HEADS).view(-1, 1, 1)
+    want = encoding.bias_at(heads, q_pos[..., None, :, None], k_pos[..., None, None, :], dtype)
     assert_close(got, want.expand(2, HEADS, 3, 7), rtol=0, atol=0)
 
 

@@ -9,6 +9,7 @@ from torch.testing import assert_close
 
 from posenc.attention import Backend, attend, hooks_of
 from posenc.attention.flex import flex_available, score_mod_of
+from posenc.bias import fire as fire_module
 from posenc.bias.fire import FireBias
 from tests.attention.test_backends import run
 from tests.attention.test_flex import evaluate_score_mod
@@ -197,8 +198,40 @@ def test_score_mod_equals_materialized_bias(batched: bool, dtype: torch.dtype) -
     hooks.prepare(torch.device("cpu"), dtype)
     score_mod = score_mod_of(hooks, q_pos, k_pos)
     got = evaluate_score_mod(score_mod, 2, HEADS, 3, 7, dtype)
-    want = hooks.materialized_bias(q_pos, k_pos, dtype)
-    assert_close(got, want.expand(2, HEADS, 3, 7), rtol=0, atol=0)
+    heads = torch.arange(HEADS).view(-1, 1, 1)
+    want = fire.bias_at(heads, q_pos[..., None, :, None], k_pos[..., None, None, :], dtype)
+    assert_close(got, want.expand(2, HEADS, 3, 7), rtol=0, atol=0)  # the same ops, bit for bit
+    # The materialized paths' grid (a matmul): the same values up to rounding.
+    assert_close(hooks.materialized_bias(q_pos, k_pos, dtype).expand(2, HEADS, 3, 7), got)
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_grid_equals_the_pointwise_mlp_with_its_gradients(
+    batched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Slices of 3 rows (hidden 7, 20 keys) or 2 rows (6 keys), the last one shorter.
+    slice_elements = 7 * 6 * 3 if batched else 7 * 20 * 3
+    monkeypatch.setattr(fire_module, "GRID_SLICE_ELEMENTS", slice_elements)
+    fire = _randomize(FireBias(HEADS, hidden=7, max_len=6.0, dtype=torch.float64))
+    q_pos = torch.tensor([[0, 3, 9, 15], [2, 5, 6, 40]]) if batched else torch.arange(4, 20)
+    k_pos = torch.tensor([[0, 1, 2, 3, 4, 9], [0, 4, 5, 6, 7, 8]]) if batched else torch.arange(20)
+    heads = torch.arange(HEADS).view(-1, 1, 1)
+    grid = fire.bias_grid(q_pos, k_pos, torch.float64)
+    pointwise = fire.bias_at(
+        heads, q_pos[..., None, :, None], k_pos[..., None, None, :], torch.float64
+    )
+    assert grid.shape == pointwise.shape
+    assert_close(grid, pointwise, rtol=1e-13, atol=1e-13)
+    with torch.no_grad():  # the in-place path (no autograd) gives the same grid
+        assert_close(fire.bias_grid(q_pos, k_pos, torch.float64), grid, rtol=0, atol=0)
+    weights = torch.randn_like(grid)
+    params = list(fire.parameters())
+    for g, w in zip(
+        torch.autograd.grad((grid * weights).sum(), params),
+        torch.autograd.grad((pointwise * weights).sum(), params),
+        strict=True,
+    ):
+        assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
 def test_chunked_backend_gradients_equal_sdpa() -> None:

@@ -15,6 +15,12 @@ Two structures an encoding can declare (duck-typed, optional):
   (KERPLE, Sandwich, the dynamic bias, T5): at default positions one table of the forward's
   distances, read by each block as a strided mask (:mod:`posenc.attention.distance`).
 
+Any other pointwise bias, forward only (no gradient tracked), under causal order or none:
+each block of queries gets its bias materialized for the keys it may see (``bias_grid``
+where the encoding has one) and passed to the kernel as the mask of two parts, the keys
+before the block and the block's diagonal square under the kernel's causal order: no mask
+fill, no ``(heads, rows, keys)`` copy, and only the square's upper half computed in vain.
+
 All run on the CPU flash kernel, exact in value and gradient, in O(block · keys) memory
 without any ``(heads, L, L)`` tensor; half-precision inputs compute in float32.
 """
@@ -28,18 +34,22 @@ import torch
 from torch import Tensor
 
 from posenc.attention import flash, relative
+from posenc.attention.blocks import default_block_rows
 from posenc.attention.context import AttentionContext
 from posenc.attention.distance import distance_plan
 from posenc.attention.flash import Part, merge_parts
 from posenc.attention.hooks import Hooks
-from posenc.attention.rows import compute_dtype
+from posenc.attention.rows import as_4d, compute_dtype
 
-__all__ = ["ALIBI_ROWS", "structured_attention"]
+__all__ = ["ALIBI_ROWS", "MATERIALIZED_ROWS", "structured_attention"]
 
 Plan = Callable[..., Tensor]
 
 #: Query rows per block of the ALiBi plan.
 ALIBI_ROWS = 256
+
+#: Query rows per block of the materialized-bias plan.
+MATERIALIZED_ROWS = 256
 
 
 def structured_attention(
@@ -89,7 +99,7 @@ def _plan(hooks: Hooks, context: AttentionContext, q: Tensor, k: Tensor, v: Tens
             return partial(_linear_plan, slopes=slopes)
         if getattr(encoding, "depends_on_distance_only", False) and context.index_positions:
             return distance_plan
-        return None
+        return None if _tracks_grad(hooks, q, k, v) else _materialized_plan
     # Contextual terms: forward only, at default positions.
     if not context.index_positions or _tracks_grad(hooks, q, k, v):
         return None
@@ -173,6 +183,53 @@ def _linear_plan(
                 )
             )
         outs.append(merge_parts(q[:, :, start:stop], parts, scale))
+    return torch.cat(outs, dim=2)
+
+
+def _materialized_plan(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    hooks: Hooks,
+    context: AttentionContext,
+    padding: Tensor | None,
+    scale: float,
+    block_size: int | None,
+) -> Tensor:
+    """A bias materialized per block as the mask of flash parts (see the module docstring);
+    a block's ``(batch, heads, rows, keys)`` bias follows the query-block budget."""
+    rows = block_size or min(
+        MATERIALIZED_ROWS, default_block_rows(q.shape[0], q.shape[1], k.shape[2])
+    )
+    q_len, k_len = q.shape[2], k.shape[2]
+    causal, offset = context.mask.causal, k_len - q_len
+    outs = []
+    for start in range(0, q_len, rows):
+        stop = min(q_len, start + rows)
+        first, end = start + offset, (stop + offset if causal else k_len)
+        bias = as_4d(
+            hooks.materialized_bias(
+                context.q_pos[..., start:stop], context.k_pos[..., :end], q.dtype
+            )
+        )
+        assert bias is not None
+        if not causal:
+            parts = [Part(k, v, mask=_with_padding(bias, padding, 0, end))]
+        else:
+            parts = [
+                Part(
+                    k[:, :, first:end],
+                    v[:, :, first:end],
+                    causal=True,
+                    mask=_with_padding(bias[..., first:end], padding, first, end),
+                )
+            ]
+            if first > 0:
+                before = _with_padding(bias[..., :first], padding, 0, first)
+                parts.append(Part(k[:, :, :first], v[:, :, :first], mask=before))
+        q_block = q[:, :, start:stop]
+        pieces = [flash.run_part(q_block, part, scale) for part in parts]
+        outs.append(flash.merge_outputs([o for o, _ in pieces], [lse for _, lse in pieces])[0])
     return torch.cat(outs, dim=2)
 
 

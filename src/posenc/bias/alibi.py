@@ -243,6 +243,11 @@ class AlibiBias(BiasEncoding):
         self.prepare_bias(device, dtype)
         return self._memo[(torch.device(device), dtype)]
 
+    #: ``bias_at(h, q, k)`` is a function of ``q − k`` alone in both modes (attention serves
+    #: a bidirectional call from one table of the forward's distances; causal calls take the
+    #: linear plan: :mod:`posenc.attention.structured`).
+    depends_on_distance_only: ClassVar[bool] = True
+
     def linear_bias_slopes(self) -> Tensor | None:
         """The slopes when ``bias_at == m_h · (k_pos − q_pos)`` (causal mode), else None.
 
