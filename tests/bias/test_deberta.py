@@ -11,6 +11,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from posenc.attention import Attention, Backend, KVCache, attend
+from posenc.attention.relative import _reach
 from posenc.bias.deberta import (
     DebertaRelative,
     DebertaRelativeEmbedding,
@@ -19,6 +20,7 @@ from posenc.bias.deberta import (
     disentangled_logits,
 )
 from tests.attention.test_backends import run
+from tests.attention.test_flash import record_plans
 
 BOTH = ("c2p", "p2c")
 TERMS = [BOTH, ("c2p",), ("p2c",)]
@@ -359,20 +361,42 @@ MASKS = {
 }
 
 
+@pytest.mark.parametrize("grad", [True, False], ids=["blocks", "plan"])
 @pytest.mark.parametrize("mask", list(MASKS))
 @pytest.mark.parametrize("share", [True, False], ids=["shared_key", "separate"])
-def test_chunked_equals_sdpa_outputs_and_gradients(share: bool, mask: str) -> None:
+def test_chunked_equals_sdpa_outputs_and_gradients(
+    share: bool, mask: str, grad: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpointed blocks with gradients; without, the flash-parts plan at default
+    positions (blocks of 4 queries of 16 keys have keys past the rows' reach on both sides,
+    and a band: test_plan_reach_is_where_the_rows_stop_changing)."""
+    chosen = record_plans(monkeypatch)
     pos = make(share_att_key=share)
     kwargs = MASKS[mask]
     q_len = 6 if mask == "cache" else 16
     generator = torch.Generator().manual_seed(1)
     q = torch.randn(2, 2, q_len, 4, generator=generator, dtype=torch.float64)
     k, v = (torch.randn(2, 2, 16, 4, generator=generator, dtype=torch.float64) for _ in range(2))
-    want, want_grads = run("sdpa", pos, q, k, v, kwargs, True)
-    got, got_grads = run(Backend("chunked", block_size=4), pos, q, k, v, kwargs, True)
+    want, want_grads = run("sdpa", pos, q, k, v, kwargs, grad)
+    got, got_grads = run(Backend("chunked", block_size=4), pos, q, k, v, kwargs, grad)
+    planned = not grad and mask != "cache"  # the cache's positions are not token indices
+    assert chosen == ["deberta_plan" if planned else None]
     assert_close(got, want, rtol=1e-12, atol=1e-12)
-    assert len(got_grads) == len(want_grads) == 3 + len(list(pos.parameters()))
+    assert len(got_grads) == len(want_grads) == (3 + len(list(pos.parameters()))) * grad
     assert_close(got_grads, want_grads, rtol=1e-12, atol=1e-12)
+
+
+def test_plan_reach_is_where_the_rows_stop_changing() -> None:
+    pos = make()  # max_relative_positions 12, 6 buckets
+    distance = torch.arange(-20, 21)
+    rows = pos.distance_rows(distance)
+    want = deberta_index(torch.zeros(1), -distance, max_relative_positions=12, position_buckets=6)
+    assert torch.equal(rows, want[0])
+    for by_distance in (rows[20:], rows[:21].flip(0)):  # past (δ ≥ 0), future (δ ≤ 0)
+        reach = _reach(by_distance)
+        assert 0 < reach <= 16 - 4  # the first block of 4 queries has keys beyond it
+        assert bool((by_distance[reach:] == by_distance[-1]).all())
+        assert by_distance[reach - 1] != by_distance[-1]
 
 
 def test_attention_output_matches_manual_softmax_with_causal_and_padding_masks() -> None:
@@ -421,6 +445,8 @@ def test_attention_module_with_grouped_keys_chunked_equals_sdpa(share: bool) -> 
         layer.zero_grad()  # the shared table's gradient too
     assert_close(outs[1], outs[0], rtol=1e-12, atol=1e-12)
     assert_close(grads[1], grads[0], rtol=1e-12, atol=1e-12)
+    with torch.no_grad():  # the forward-only plan (keys past the reach: 11 tokens, reach 6)
+        assert_close(layers[1](x), outs[0], rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("share", [True, False], ids=["shared_key", "separate"])

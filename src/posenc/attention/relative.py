@@ -16,6 +16,13 @@ blocks of :mod:`posenc.attention.blocks`), and the CPU flash kernel.
   shift is a strided view of that product (row stride ``W − 1``), which the kernel reads as
   its mask: no gather, one part for the keys before the block and one causal part for its
   diagonal square.
+* DeBERTa (``distance_rows`` and ``position_tables``): both terms read the table row
+  ``c(i − j)``, which stops changing beyond the buckets' reach ``D`` (the edge rows). Keys
+  ``D`` or more before every query of a block form one part where c2p, ``q_i · K^r_edge``,
+  is an LSE shift per row and p2c, ``k_j · Q^r_edge``, a ``(heads, keys)`` vector read with
+  stride 0 over rows (likewise after the block without causal order); the band of
+  ``rows + D − 1`` keys around the diagonal gathers both terms per pair, as the reference
+  does, and runs as a part before the diagonal and the causal diagonal square.
 """
 
 from __future__ import annotations
@@ -23,13 +30,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posenc.attention.blocks import default_block_rows
+from posenc.attention.blocks import BLOCK_ELEMENTS, default_block_rows
 from posenc.attention.context import AttentionContext
 from posenc.attention.flash import Part, merge_outputs, run_part
 from posenc.attention.hooks import Hooks
 from posenc.attention.rows import expand_heads
 
-__all__ = ["RELATIVE_ROWS", "shaw_plan", "xl_plan"]
+__all__ = ["RELATIVE_ROWS", "deberta_plan", "shaw_plan", "xl_plan"]
 
 #: Query rows per block of the Shaw and Transformer-XL plans.
 RELATIVE_ROWS = 256
@@ -206,3 +213,127 @@ def xl_plan(
 
 def _masked(term: Tensor, padding: Tensor | None, start: int, stop: int) -> Tensor:
     return term if padding is None else term + padding[..., start:stop]
+
+
+def deberta_plan(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    hooks: Hooks,
+    context: AttentionContext,
+    padding: Tensor | None,
+    scale: float,
+    block_size: int | None,
+) -> Tensor:
+    """DeBERTa's c2p and p2c terms on flash parts (see the module docstring)."""
+    rows = block_size or min(RELATIVE_ROWS, default_block_rows(q.shape[0], q.shape[1], k.shape[2]))
+    encoding = hooks.encoding
+    # K^r and Q^r, (heads, 2k, d) or None, with the logit scale folded in.
+    key_table, query_table = (
+        None if t is None else t * scale for t in encoding.position_tables(q.dtype)
+    )
+    heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
+    causal, offset = context.mask.causal, k_len - q_len
+    k_all = expand_heads(k, heads)
+    # p2c's Q^r k_jᵀ for every key at once when that is no larger than a few query blocks'
+    # scores (else per band: the bands of consecutive blocks overlap by `rows + D` keys).
+    per_key_all = None
+    if query_table is not None and q.shape[0] * heads * query_table.shape[1] * k_len <= (
+        4 * BLOCK_ELEMENTS
+    ):
+        per_key_all = query_table @ k_all.transpose(-1, -2)  # (batch, heads, 2k, keys)
+    # Row of every distance δ = i − j a pair can have, at [δ + k_len − 1].
+    table_rows = encoding.distance_rows(torch.arange(1 - k_len, k_len, device=q.device))
+    past, future = _reach(table_rows[k_len - 1 :]), _reach(table_rows[:k_len].flip(0))
+    edges = {}
+    for name, row in (("past", int(table_rows[-1])), ("future", int(table_rows[0]))):
+        per_key = None if query_table is None else k_all @ query_table[:, row, :, None]
+        edges[name] = (row, None if per_key is None else per_key.transpose(-1, -2))
+    outs = []
+    for start in range(0, q_len, rows):
+        stop = min(q_len, start + rows)
+        first, end = start + offset, (stop + offset if causal else k_len)
+        q_block = q[:, :, start:stop]
+        per_row = None if key_table is None else q_block @ key_table.transpose(-1, -2)
+        # Keys before `lo` are `past` or more before every query; keys from `hi` on are
+        # `future` or more after every query (bidirectional only).
+        lo = min(first, max(0, first - past + 1))
+        hi = (
+            end
+            if causal
+            else max(min(k_len, stop + offset), min(k_len, stop - 1 + offset + future))
+        )
+        parts = []
+        for name, keys in (("past", (0, lo)), ("future", (hi, k_len))):
+            if keys[0] >= keys[1] or (causal and name == "future"):
+                continue
+            row, per_key = edges[name]
+            mask = None if per_key is None else per_key[..., keys[0] : keys[1]]
+            parts.append(
+                Part(
+                    k[:, :, keys[0] : keys[1]],
+                    v[:, :, keys[0] : keys[1]],
+                    mask=_masked_or_none(mask, padding, *keys),
+                    shift=None if per_row is None else per_row[..., row],
+                )
+            )
+        if query_table is None:
+            per_key = None
+        elif per_key_all is not None:
+            per_key = per_key_all[..., lo:hi].contiguous()  # the gather reads it by column
+        else:
+            per_key = query_table @ k_all[:, :, lo:hi].transpose(-1, -2)
+        band = _deberta_band(q_block, per_row, per_key, table_rows, first, (lo, hi), k_len)
+        pieces = [(lo, first), (first, hi)] if causal else [(lo, hi)]
+        for a, b in pieces:
+            if a < b:
+                parts.append(
+                    Part(
+                        k[:, :, a:b],
+                        v[:, :, a:b],
+                        causal=causal and a == first,
+                        mask=_masked(band[..., a - lo : b - lo], padding, a, b),
+                    )
+                )
+        results = [run_part(q_block, part, scale) for part in parts]
+        outs.append(merge_outputs([o for o, _ in results], [lse for _, lse in results])[0])
+    return torch.cat(outs, dim=2)
+
+
+def _reach(rows_by_distance: Tensor) -> int:
+    """The least ``D`` with the same row at every distance ``≥ D`` (rows indexed by distance
+    0, 1, …, the last one the farthest)."""
+    differs = (rows_by_distance != rows_by_distance[-1]).nonzero()
+    return int(differs.max()) + 1 if differs.numel() else 0
+
+
+def _deberta_band(
+    q: Tensor,
+    per_row: Tensor | None,
+    per_key: Tensor | None,
+    table_rows: Tensor,
+    first_query_key: int,
+    keys: tuple[int, int],
+    k_len: int,
+) -> Tensor:
+    """c2p + p2c (scaled) of a block's queries and the keys ``keys``, gathered per pair from
+    ``per_row = q K^rᵀ`` ``(b, h, rows, 2k)`` and ``per_key = Q^r kᵀ`` ``(b, h, 2k, keys)``."""
+    lo, hi = keys
+    query_keys = torch.arange(q.shape[2], device=q.device)[:, None] + first_query_key
+    distance = query_keys - torch.arange(lo, hi, device=q.device)[None, :]  # i − j
+    index = table_rows[distance + k_len - 1]  # (rows, keys)
+    shape = (*q.shape[:2], *index.shape)
+    term = None if per_row is None else per_row.gather(-1, index.expand(shape))
+    if per_key is not None:
+        p2c = per_key.gather(-2, index.expand(shape))
+        term = p2c if term is None else term.add_(p2c)
+    assert term is not None
+    return term
+
+
+def _masked_or_none(
+    term: Tensor | None, padding: Tensor | None, start: int, stop: int
+) -> Tensor | None:
+    if term is None:
+        return None if padding is None else padding[..., start:stop]
+    return _masked(term, padding, start, stop)

@@ -105,6 +105,10 @@ def _plan(hooks: Hooks, context: AttentionContext, q: Tensor, k: Tensor, v: Tens
         return None
     if callable(getattr(encoding, "clipped_relative_tables", None)):
         return relative.shaw_plan
+    if callable(getattr(encoding, "distance_rows", None)) and callable(
+        getattr(encoding, "position_tables", None)
+    ):
+        return relative.deberta_plan
     if callable(getattr(encoding, "distance_terms", None)) and callable(
         getattr(encoding, "projected", None)
     ):

@@ -356,6 +356,12 @@ class DebertaRelative(ContextualEncoding):
         repeat = self.num_heads // out.shape[0]  # grouped key heads: as attention expands k
         return out if repeat == 1 else out.repeat_interleave(repeat, dim=0)
 
+    def distance_rows(self, relative: Tensor) -> Tensor:
+        """The table row ``c`` of integer ``q_pos − k_pos`` (any shape), int64: the rows both
+        terms read. The chunked backend's plan reads it per distance (the rows stop changing
+        beyond the buckets' reach, where both terms become row and key vectors)."""
+        return _rows(relative, self.span, self.position_buckets, self.max_relative_positions)
+
     def logit_term(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
     ) -> Tensor:
