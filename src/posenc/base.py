@@ -35,6 +35,9 @@ contextual term    ``logit_term(q, k, q_pos, k_pos, scale)`` (reads q or k: Shaw
 scores reader      ``transform_scores(scores, *, q, k, q_pos, k_pos, allowed)``: gets the
                    scaled content (+ bias) scores of complete rows of all heads and returns
                    new ones (CoPE, DAPE/CAPE); attention applies the mask after it.
+                   Optional ``scores_term(...)`` (same arguments): what it adds to
+                   the scores, which a flash kernel computing ``scale · q kᵀ`` itself
+                   takes as its mask (the chunked backend without gradients).
 logit scale        ``logit_scale(head_dim) -> float`` (default ``head_dim ** -0.5``).
 token embedding    ``embed_tokens(tokens, positions) -> (..., seq, dim)``: replaces the
                    model's token embedding (complex-order embeddings read the token ids).

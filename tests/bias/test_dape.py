@@ -18,6 +18,7 @@ from posenc.bias.kerple import KerpleBias
 from posenc.bias.shaw import ShawRelative
 from posenc.bias.t5 import T5RelativeBias
 from tests.attention.test_backends import run
+from tests.attention.test_flash import record_plans
 
 HEADS = 4
 # KERPLE parameters (in range): r1 the scale, r2 the distance scale / exponent.
@@ -250,18 +251,25 @@ def mask_case(kind: str) -> tuple[int, dict[str, Any]]:
 @pytest.mark.parametrize(
     "mask", ["causal", "bidirectional", "padding", "padding-bidirectional", "cache"]
 )
-def test_chunked_equals_sdpa_outputs_and_gradients(kind: str | None, mask: str) -> None:
+@pytest.mark.parametrize("grad", [True, False], ids=["blocks", "plan"])
+def test_chunked_equals_sdpa_outputs_and_gradients(
+    kind: str | None, mask: str, grad: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpointed blocks with gradients; without, the scores plan (``B + f([A; B])`` as
+    the flash kernel's mask)."""
+    chosen = record_plans(monkeypatch)
     dape = make_dape(kind)
     q_len, kwargs = mask_case(mask)
     generator = torch.Generator().manual_seed(4)
     q = torch.randn(2, HEADS, q_len, 8, generator=generator, dtype=torch.float64)
     k, v = (torch.randn(2, HEADS, 24, 8, generator=generator, dtype=torch.float64) for _ in "kv")
-    want, want_grads = run("sdpa", dape, q, k, v, kwargs, grad=True)
-    got, got_grads = run(Backend("chunked", block_size=5), dape, q, k, v, kwargs, grad=True)
+    want, want_grads = run("sdpa", dape, q, k, v, kwargs, grad=grad)
+    got, got_grads = run(Backend("chunked", block_size=5), dape, q, k, v, kwargs, grad=grad)
     assert_close(got, want)
-    assert len(got_grads) == len(want_grads) == 3 + len(list(dape.parameters()))
+    assert len(got_grads) == len(want_grads) == (3 + len(list(dape.parameters()))) * grad
     for g, w in zip(got_grads, want_grads, strict=True):  # q, k, v, MLP, then inner
         assert_close(g, w)
+    assert chosen == [None if grad else "_scores_plan"]
 
 
 @pytest.mark.parametrize("kind", ["kerple-power", None])

@@ -20,6 +20,9 @@ each block of queries gets its bias materialized for the keys it may see (``bias
 where the encoding has one) and passed to the kernel as the mask of two parts, the keys
 before the block and the block's diagonal square under the kernel's causal order: no mask
 fill, no ``(heads, rows, keys)`` copy, and only the square's upper half computed in vain.
+A scores reader with ``scores_term`` (CoPE, DAPE) runs the same way without gradients: each
+block's scaled logits are computed once for the reader, and what it adds to them is the
+kernel's mask (the kernel adds ``scale · q kᵀ`` itself, fused with its softmax and ``P v``).
 
 All run on the CPU flash kernel, exact in value and gradient, in O(block · keys) memory
 without any ``(heads, L, L)`` tensor; half-precision inputs compute in float32.
@@ -39,7 +42,7 @@ from posenc.attention.context import AttentionContext
 from posenc.attention.distance import distance_plan
 from posenc.attention.flash import Part, merge_parts
 from posenc.attention.hooks import Hooks
-from posenc.attention.rows import as_4d, compute_dtype
+from posenc.attention.rows import as_4d, compute_dtype, expand_heads
 
 __all__ = ["ALIBI_ROWS", "MATERIALIZED_ROWS", "structured_attention"]
 
@@ -73,8 +76,8 @@ def structured_attention(
     eager mode, and one of the structures in the module docstring.
     """
     mask = context.mask
-    if not flash.available(q) or hooks.scores or hooks.bias == hooks.contextual:
-        return None  # exactly one of a bias or a contextual term
+    if not flash.available(q) or hooks.bias + hooks.contextual + hooks.scores != 1:
+        return None  # exactly one of a bias, a contextual term or a scores reader
     if dropout_p > 0.0 or mask.has_pairwise or torch.compiler.is_compiling():
         return None
     plan = _plan(hooks, context, q, k, v)
@@ -92,6 +95,10 @@ def structured_attention(
 def _plan(hooks: Hooks, context: AttentionContext, q: Tensor, k: Tensor, v: Tensor) -> Plan | None:
     """The plan for this encoding and call, or None."""
     encoding = hooks.encoding
+    if hooks.scores:
+        if callable(getattr(encoding, "scores_term", None)) and not _tracks_grad(hooks, q, k, v):
+            return _scores_plan
+        return None
     if hooks.bias:
         linear = getattr(encoding, "linear_bias_slopes", None)
         slopes = linear() if callable(linear) else None
@@ -205,36 +212,89 @@ def _materialized_plan(
     rows = block_size or min(
         MATERIALIZED_ROWS, default_block_rows(q.shape[0], q.shape[1], k.shape[2])
     )
+
+    def bias(start: int, stop: int, end: int) -> Tensor:
+        q_pos, k_pos = context.q_pos[..., start:stop], context.k_pos[..., :end]
+        out = as_4d(hooks.materialized_bias(q_pos, k_pos, q.dtype))
+        assert out is not None
+        return out
+
+    return _per_block_masks(q, k, v, context, padding, scale, rows, bias)
+
+
+def _per_block_masks(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    context: AttentionContext,
+    padding: Tensor | None,
+    scale: float,
+    rows: int,
+    build: Callable[[int, int, int], Tensor],
+) -> Tensor:
+    """Blocks of ``rows`` queries, each with the mask ``build(start, stop, end)`` over the
+    keys ``[0, end)`` it may see: without causal order one part, with it the keys before the
+    block and the diagonal square under the kernel's causal order."""
     q_len, k_len = q.shape[2], k.shape[2]
     causal, offset = context.mask.causal, k_len - q_len
     outs = []
     for start in range(0, q_len, rows):
         stop = min(q_len, start + rows)
         first, end = start + offset, (stop + offset if causal else k_len)
-        bias = as_4d(
-            hooks.materialized_bias(
-                context.q_pos[..., start:stop], context.k_pos[..., :end], q.dtype
-            )
-        )
-        assert bias is not None
+        mask = build(start, stop, end)
         if not causal:
-            parts = [Part(k, v, mask=_with_padding(bias, padding, 0, end))]
+            parts = [Part(k, v, mask=_with_padding(mask, padding, 0, end))]
         else:
             parts = [
                 Part(
                     k[:, :, first:end],
                     v[:, :, first:end],
                     causal=True,
-                    mask=_with_padding(bias[..., first:end], padding, first, end),
+                    mask=_with_padding(mask[..., first:end], padding, first, end),
                 )
             ]
             if first > 0:
-                before = _with_padding(bias[..., :first], padding, 0, first)
+                before = _with_padding(mask[..., :first], padding, 0, first)
                 parts.append(Part(k[:, :, :first], v[:, :, :first], mask=before))
         q_block = q[:, :, start:stop]
         pieces = [flash.run_part(q_block, part, scale) for part in parts]
         outs.append(flash.merge_outputs([o for o, _ in pieces], [lse for _, lse in pieces])[0])
     return torch.cat(outs, dim=2)
+
+
+def _scores_plan(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    hooks: Hooks,
+    context: AttentionContext,
+    padding: Tensor | None,
+    scale: float,
+    block_size: int | None,
+) -> Tensor:
+    """A scores reader's term per block as the mask of flash parts (module docstring)."""
+    heads = q.shape[1]
+    rows = block_size or min(MATERIALIZED_ROWS, default_block_rows(q.shape[0], heads, k.shape[2]))
+    k_all = expand_heads(k, heads)
+    mask = context.mask
+
+    def term(start: int, stop: int, end: int) -> Tensor:
+        q_block = q[:, :, start:stop]
+        keys = k_all[:, :, :end]
+        scores = (q_block @ keys.transpose(-1, -2)).mul_(scale)
+        extra = hooks.encoding.scores_term(
+            scores,
+            q=q_block,
+            k=keys,
+            q_pos=context.q_pos[..., start:stop],
+            k_pos=context.k_pos[..., :end],
+            allowed=mask.block(start, stop, 0, end, heads=heads),
+        )
+        out = as_4d(extra.to(q.dtype))
+        assert out is not None
+        return out
+
+    return _per_block_masks(q, k, v, context, padding, scale, rows, term)
 
 
 def _diagonal_bias(

@@ -6,6 +6,7 @@ import math
 from typing import ClassVar, Literal
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc._validate import (
@@ -89,10 +90,15 @@ def _positions(
     if mixing is not None:
         logits = torch.einsum("hg,bgij->bhij", mixing.to(logits.dtype), logits)
     gates = torch.sigmoid(logits)
-    if allowed is not None:
-        gates = gates.masked_fill(~allowed, 0.0)
-    counts = gates.flip(-1).cumsum(-1).flip(-1)  # visible gated keys at or after each key
-    return counts.clamp(max=max_pos - 1)
+    if allowed is not None:  # in place unless autograd keeps the sigmoid's output
+        hidden = ~allowed
+        gates = (
+            gates.masked_fill(hidden, 0.0)
+            if gates.requires_grad
+            else gates.masked_fill_(hidden, 0.0)
+        )
+    counts = gates.flip(-1).cumsum_(-1).flip(-1)  # visible gated keys at or after each key
+    return counts.clamp_(max=max_pos - 1)
 
 
 def cope_bias(
@@ -151,11 +157,13 @@ def _bias(
         distance = (positions[..., None] - grid).abs()  # (batch, heads, q_len, k_len, max_pos)
         weights = torch.softmax(-distance / temperature, dim=-1)
         return torch.einsum("bhijp,bhip->bhij", weights, per_position)
-    floor = positions.floor()
-    z_floor = per_position.gather(-1, floor.long())
-    z_ceil = per_position.gather(-1, positions.ceil().long())
-    w = positions - floor  # the gradient reaches the gates through w only
-    return z_ceil * w + z_floor * (1 - w)
+    # z[⌊p⌋] + w (z[⌊p⌋ + 1] − z[⌊p⌋]), w = p − ⌊p⌋: the paper's w z[⌈p⌉] + (1 − w) z[⌊p⌋]
+    # (⌈p⌉ = ⌊p⌋ + 1 unless p is whole, where w = 0) in five passes over the pairs instead
+    # of eleven; the step past the last position is 0 (p ≤ p_max − 1 there).
+    step = F.pad(per_position.diff(dim=-1), (0, 1))  # (batch, heads, q_len, max_pos)
+    floor = positions.long()  # positions ≥ 0: truncation is the floor
+    w = positions.frac()  # the gradient reaches the gates through w only
+    return torch.addcmul(per_position.gather(-1, floor), w, step.gather(-1, floor))
 
 
 class CoPE(PositionalEncoding):
@@ -330,9 +338,24 @@ class CoPE(PositionalEncoding):
         allowed: Tensor | None,
     ) -> Tensor:
         """The scores hook: ``scores + q_i · e[p_ij]`` on complete rows (k and positions unused)."""
+        return scores + self.scores_term(
+            scores, q=q, k=k, q_pos=q_pos, k_pos=k_pos, allowed=allowed
+        )
+
+    def scores_term(
+        self,
+        scores: Tensor,
+        *,
+        q: Tensor,
+        k: Tensor,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        allowed: Tensor | None,
+    ) -> Tensor:
+        """What :meth:`transform_scores` adds to ``scores``: ``q_i · e[p_ij]``."""
         self._check(scores, q)
         positions = _positions(scores, allowed, self.max_pos, self.talking_heads)
-        return scores + self._term(q.to(scores.dtype), positions)
+        return self._term(q.to(scores.dtype), positions)
 
     def extra_repr(self) -> str:
         return (

@@ -19,6 +19,10 @@ __all__ = ["DapeBias", "dape_scores"]
 #: LeakyReLU's slope for negative inputs: ``nn.LeakyReLU()``'s default, as the reference.
 NEGATIVE_SLOPE = 0.01
 
+#: Hidden activations per slice of pairs in :func:`dape_scores` (2 MiB in float32: the
+#: slice stays in cache between the MLP's two products).
+PAIR_SLICE_ELEMENTS = 1 << 19
+
 
 def dape_scores(
     scores: Tensor,
@@ -29,6 +33,7 @@ def dape_scores(
     b2: Tensor,
     *,
     allowed: Tensor | None = None,
+    include_scores: bool = True,
 ) -> Tensor:
     """DAPE's scores ``A + B + f([A; B])``, ``f`` a two-layer MLP across heads, per pair.
 
@@ -55,6 +60,8 @@ def dape_scores(
         w1: ``(hidden, 2H)`` (``(hidden, H)`` without a bias); b1: ``(hidden,)``.
         w2: ``(H, hidden)``; b2: ``(H,)``.
         allowed: visible pairs, bool broadcastable to ``(batch, H, q_len, k_len)``, or None.
+        include_scores: False gives ``B + f([A; B])``, what is added to ``A`` (the scores
+            hook's term: a kernel that computes ``A`` itself takes the rest as its mask).
 
     Returns:
         ``(batch, H, q_len, k_len)`` in ``scores``' dtype.
@@ -62,26 +69,57 @@ def dape_scores(
     batch, heads, q_len, k_len = scores.shape
     wide = torch.promote_types(scores.dtype, w1.dtype)
     a = scores.to(wide)
-    b = None if bias is None else bias.to(wide)
+    b = None if bias is None else bias.to(wide).expand(batch, heads, q_len, k_len)
+    hides: Tensor | None = None
     if allowed is not None:
         # A pair hidden from every head: no head's result is read, so zeros are exact.
-        hidden_pair = ~(allowed.any(dim=-3, keepdim=True) if allowed.dim() >= 3 else allowed)
-        a = a.masked_fill(hidden_pair, 0.0)
-        b = None if b is None else b.masked_fill(hidden_pair, 0.0)
-    a = a.reshape(batch, heads, q_len * k_len)  # (batch, H, pairs): channels first
+        visible = allowed.any(dim=-3, keepdim=True) if allowed.dim() >= 3 else allowed
+        hides = torch.broadcast_to(~visible, (batch, 1, q_len, k_len))[:, 0]
     w1, b1, w2, b2 = (t.to(wide) for t in (w1, b1, w2, b2))
-    x = a
-    if b is not None:
-        b = b.reshape(*b.shape[:-2], q_len * k_len)  # ([batch,] H, pairs)
-        # One product with K = 2H: a GEMM this thin is bound by writing its output, so one
-        # (batch, hidden, pairs) output beats two (measured on the CPU, one thread).
-        x = torch.cat([a, b.expand(batch, heads, q_len * k_len)], dim=1)  # (batch, 2H, pairs)
-    hidden = (w1 @ x).add_(b1[:, None])  # (batch, hidden, pairs)
-    hidden = F.leaky_relu(hidden, NEGATIVE_SLOPE, inplace=True)
-    out = (w2 @ hidden).add_(b2[:, None]).add_(a)  # (batch, H, pairs)
-    if b is not None:
-        out = out.add_(b)
-    return out.view(batch, heads, q_len, k_len).to(scores.dtype)
+    w1a, w1b = (w1, None) if b is None else (w1[:, :heads], w1[:, heads:])
+    width = w1.shape[0]
+    # Slices of query rows whose (hidden, rows · keys) activations stay in cache between the
+    # two products; the second writes each row's heads together, so the result is stored
+    # (batch, q_len, H, k_len) and returned as a view in the documented order.
+    step = max(1, PAIR_SLICE_ELEMENTS // (width * k_len))
+    grad = torch.is_grad_enabled() and any(
+        t is not None and t.requires_grad for t in (a, b, w1, b1, w2, b2)
+    )
+    out = None if grad else a.new_empty(batch, q_len, heads, k_len)
+    weights = w2.expand(min(step, q_len), heads, width)
+    offset = b2.view(1, heads, 1)
+    joined = []
+    for row in range(batch):
+        # split, not slicing: its backward joins the slices' gradients once.
+        slices_a = a[row].split(step, dim=-2)  # (H, rows, k_len)
+        count = len(slices_a)
+        slices_b = [None] * count if b is None else b[row].split(step, dim=-2)
+        slices_h = [None] * count if hides is None else hides[row].split(step, dim=-2)
+        pieces = []
+        for index, (xa, xb, hide) in enumerate(zip(slices_a, slices_b, slices_h, strict=True)):
+            if hide is not None:
+                xa = xa.masked_fill(hide, 0.0)
+                xb = None if xb is None else xb.masked_fill(hide, 0.0)
+            rows = xa.shape[1]
+            hidden = torch.mm(w1a, xa.reshape(heads, -1))
+            if xb is not None and w1b is not None:  # W1 [A; B]: two products, one output
+                hidden = hidden.addmm_(w1b, xb.reshape(heads, -1))
+            hidden = F.leaky_relu(hidden.add_(b1[:, None]), NEGATIVE_SLOPE, inplace=True)
+            per_row = hidden.view(width, rows, k_len).transpose(0, 1)  # (rows, hidden, k_len)
+            if out is None:
+                value = torch.baddbmm(offset, weights[:rows], per_row)  # (rows, H, k_len)
+                pieces.append(value)
+            else:
+                value = out[row, index * step : index * step + rows]
+                torch.baddbmm(offset, weights[:rows], per_row, out=value)
+            if include_scores:
+                value.add_(xa.transpose(0, 1))
+            if xb is not None:
+                value.add_(xb.transpose(0, 1))
+        if out is None:
+            joined.append(torch.cat(pieces))
+    result = torch.stack(joined) if out is None else out
+    return result.transpose(1, 2).to(scores.dtype)
 
 
 class DapeBias(PositionalEncoding):
@@ -231,6 +269,30 @@ class DapeBias(PositionalEncoding):
         pairs. Raises ``ValueError`` if ``scores`` has other than ``num_heads`` heads (a
         shape check, no host sync).
         """
+        return self._scores(scores, q_pos, k_pos, allowed, include_scores=True)
+
+    def scores_term(
+        self,
+        scores: Tensor,
+        *,
+        q: Tensor,
+        k: Tensor,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        allowed: Tensor | None,
+    ) -> Tensor:
+        """What :meth:`transform_scores` adds to ``scores``: ``B + f([A; B])``."""
+        return self._scores(scores, q_pos, k_pos, allowed, include_scores=False)
+
+    def _scores(
+        self,
+        scores: Tensor,
+        q_pos: Tensor,
+        k_pos: Tensor,
+        allowed: Tensor | None,
+        *,
+        include_scores: bool,
+    ) -> Tensor:
         if scores.shape[1] != self.num_heads:
             raise ValueError(
                 f"DapeBias has num_heads={self.num_heads} but the attention has "
@@ -246,6 +308,7 @@ class DapeBias(PositionalEncoding):
             second.weight,
             second.bias,
             allowed=allowed,
+            include_scores=include_scores,
         )
 
     def forward(
