@@ -85,6 +85,52 @@ def test_merged_parts_equal_one_softmax_with_all_gradients(kv_heads: int) -> Non
         assert_close(g, w, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("learnable_mask", [True, False])
+@pytest.mark.parametrize("kv_heads", [4, 2])
+def test_a_part_with_a_value_term_merges_exactly(kv_heads: int, learnable_mask: bool) -> None:
+    """A part with a value term Σ_j p_ij T[index_ij] (Shaw's a^V) merged with kernel parts
+    equals one softmax over all keys plus that term, with every gradient (the table's too)."""
+    data = make(kv_heads)
+    generator = torch.Generator().manual_seed(5)
+    table = torch.randn(3, 6, generator=generator, dtype=torch.float64)
+    index = torch.randint(0, 3, (5, 4), generator=generator)
+    leaves = [data["q"], data["k"], data["v"], data["mask"], data["shifts"][0], table]
+    for leaf in leaves:
+        leaf.requires_grad_(True)
+    q, k, v, mask, shift, table = leaves
+    band = mask[..., 4:8].expand(1, -1, 5, 4) * 1.0
+    if not learnable_mask:
+        band = band.detach()
+    parts = [
+        Part(k[:, :, :4], v[:, :, :4], shift=shift),
+        Part(k[:, :, 4:8], v[:, :, 4:8], mask=band, value_index=index, value_table=table),
+        Part(k[:, :, 8:], v[:, :, 8:], causal=True),
+    ]
+    got = merge_parts(q, parts, SCALE)
+    group = 4 // kv_heads
+    k_e, v_e = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    bias = torch.cat(
+        [shift.unsqueeze(-1).expand(1, -1, 5, 4), band, torch.zeros(1, 4, 5, 5)], dim=-1
+    )
+    allowed = torch.ones(5, 13, dtype=torch.bool).tril(8)
+    logits = ((q @ k_e.transpose(-1, -2)) * SCALE + bias).masked_fill(~allowed, float("-inf"))
+    probs = logits.softmax(-1)
+    want = probs @ v_e + torch.einsum("bhik,ikd->bhid", probs[..., 4:8], table[index])
+    assert_close(got, want, rtol=1e-12, atol=1e-12)
+    weights = torch.randn_like(got)
+    # retain_graph: both results read the same band tensor.
+    got_grads = torch.autograd.grad(
+        (got * weights).sum(), leaves, retain_graph=True, allow_unused=True
+    )
+    want_grads = torch.autograd.grad((want * weights).sum(), leaves, allow_unused=True)
+    assert (got_grads[3] is None) == (want_grads[3] is None) == (not learnable_mask)
+    for g, w in zip(got_grads, want_grads, strict=True):
+        if w is not None:
+            assert_close(g, w, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="value term needs value_index and value_table"):
+        merge_parts(q, [Part(k, v, value_index=index)], SCALE)
+
+
 def test_gradcheck() -> None:
     data = make(2, batch=1, head_dim=3)
 
@@ -160,8 +206,8 @@ def test_structured_plans_apply_where_their_structure_holds(
     plan: str | None,
     grad: bool,
 ) -> None:
-    """Each plan where its structure holds; with a gradient, the materialized-bias and the
-    contextual plans (forward only) give way to the checkpointed blocks."""
+    """Each plan where its structure holds; with a gradient, the materialized-bias and
+    Transformer-XL plans (forward only) give way to the checkpointed blocks."""
     chosen = record_plans(monkeypatch)
     encoding = encoding.double()
     q, k, v = (torch.randn(1, 4, 40, 8, dtype=torch.float64) for _ in range(3))
@@ -170,7 +216,7 @@ def test_structured_plans_apply_where_their_structure_holds(
     with torch.set_grad_enabled(grad):
         got = attend(q, k, v, pos=encoding, causal=True, backend=chunked, **kwargs)
         want = attend(q, k, v, pos=encoding, causal=True, backend="sdpa", **kwargs)
-    forward_only = plan in ("_materialized_plan", "shaw_plan", "xl_plan")
+    forward_only = plan in ("_materialized_plan", "xl_plan")
     assert chosen == [None if grad and forward_only else plan]
     assert_close(got, want, rtol=1e-10, atol=1e-10)
 

@@ -78,6 +78,11 @@ class Part:
             triangle with the diagonal): the kernel runs its causal order on the rows and
             keys reversed (copies of one block's q, k and v) instead of a mask that would
             compute the whole square.
+        value_index, value_table: a value term added to the part's output,
+            ``Σ_j p_ij · value_table[value_index_ij]`` (Shaw's ``a^V``): an int64 index
+            broadcastable to ``(batch, heads, rows, keys)`` and a ``(n, v_dim)`` table (may
+            require grad). Such a part's softmax is written out (the kernel has no value
+            term); it cannot be reversed.
     """
 
     k: Tensor
@@ -87,6 +92,8 @@ class Part:
     shift: Tensor | None = None
     q: Tensor | None = None
     reverse: bool = False
+    value_index: Tensor | None = None
+    value_table: Tensor | None = None
 
 
 def merge_parts(q: Tensor, parts: Sequence[Part], scale: float) -> Tensor:
@@ -106,7 +113,11 @@ def merge_parts(q: Tensor, parts: Sequence[Part], scale: float) -> Tensor:
     for part in parts:
         if part.reverse and not part.causal:
             raise ValueError("a reversed part must be causal (a square, key >= row)")
-        flat += [part.k, part.v, part.mask, part.shift, part.q]
+        if (part.value_index is None) != (part.value_table is None) or (
+            part.reverse and part.value_index is not None
+        ):
+            raise ValueError("a value term needs value_index and value_table, and no reverse")
+        flat += [part.k, part.v, part.mask, part.shift, part.q, part.value_index, part.value_table]
         layout.append((part.causal, part.reverse))
     out: Tensor = _Merge.apply(q, scale, tuple(layout), *flat)
     return out
@@ -149,8 +160,9 @@ def _row_shift(shift: Tensor | None, lse: Tensor) -> Tensor:
     return lse if shift is None else lse + shift.to(lse.dtype).expand_as(lse)
 
 
-#: Tensors per part in :class:`_Merge`'s flat arguments: k, v, mask, shift, own q.
-_N = 5
+#: Tensors per part in :class:`_Merge`'s flat arguments: k, v, mask, shift, own q, value
+#: index, value table.
+_N = 7
 
 
 def _rows_back(x: Tensor | None, reverse: bool) -> Tensor | None:
@@ -175,15 +187,21 @@ class _Merge(torch.autograd.Function):
         assert _FORWARD is not None
         outs, lses = [], []
         for index, (causal, reverse) in enumerate(layout):
-            k, v, mask, shift, own_q = flat[_N * index : _N * index + _N]
+            k, v, mask, shift, own_q, value_index, value_table = flat[_N * index : _N * index + _N]
             assert k is not None and v is not None
             q_part = q if own_q is None else own_q
-            q_r, k_r, v_r = (_rows_back(t, reverse) for t in (q_part, k, v))
-            assert q_r is not None and k_r is not None and v_r is not None
-            mask_e = _expand(_mask_back(mask, reverse), q_part, k.shape[-2])
-            out, lse = _FORWARD(q_r, k_r, v_r, 0.0, causal, attn_mask=mask_e, scale=scale)
-            if reverse:
-                out, lse = out.flip(-2), lse.flip(-1)
+            if value_index is not None:
+                assert value_table is not None
+                out, lse = _explicit_forward(
+                    q_part, k, v, mask, causal, scale, (value_index, value_table)
+                )
+            else:
+                q_r, k_r, v_r = (_rows_back(t, reverse) for t in (q_part, k, v))
+                assert q_r is not None and k_r is not None and v_r is not None
+                mask_e = _expand(_mask_back(mask, reverse), q_part, k.shape[-2])
+                out, lse = _FORWARD(q_r, k_r, v_r, 0.0, causal, attn_mask=mask_e, scale=scale)
+                if reverse:
+                    out, lse = out.flip(-2), lse.flip(-1)
             outs.append(out)
             lses.append(_row_shift(shift, lse))
         if len(outs) == 1:
@@ -223,7 +241,7 @@ class _Merge(torch.autograd.Function):
         grad_q = torch.zeros_like(q)
         grads: list[Tensor | None] = []
         for index, (causal, reverse) in enumerate(ctx.layout):
-            k, v, mask, shift, own_q = flat[_N * index : _N * index + _N]
+            k, v, mask, shift, own_q, value_index, value_table = flat[_N * index : _N * index + _N]
             q_part = q if own_q is None else own_q
             # The part's kernel recomputes p_ij = exp(s_ij + mask_ij - lse): give it the
             # global LSE less this part's shift, and the global output for D = rowsum(dO·O).
@@ -237,11 +255,28 @@ class _Merge(torch.autograd.Function):
             lse_r = lse.flip(-1) if reverse else lse
             assert g_r is not None and q_r is not None and k_r is not None
             assert v_r is not None and o_r is not None
-            if mask_needs_grad:
+            dtable = None
+            if value_index is not None:  # never reversed
+                assert value_table is not None
+                dq, dk, dv, dmask, dtable = _explicit_backward(
+                    g_r.contiguous(),
+                    q_r,
+                    k_r,
+                    v_r,
+                    o_r,
+                    lse_r,
+                    mask,
+                    causal,
+                    ctx.scale,
+                    (value_index, value_table),
+                )
+                if not mask_needs_grad:
+                    dmask = None
+            elif mask_needs_grad:
                 assert mask is not None
                 mask_r = _mask_back(mask, reverse)
                 assert mask_r is not None
-                dq, dk, dv, dmask_r = _explicit_backward(
+                dq, dk, dv, dmask_r, _ = _explicit_backward(
                     g_r.contiguous(), q_r, k_r, v_r, o_r, lse_r, mask_r, causal, ctx.scale
                 )
                 dmask = _mask_back(dmask_r, reverse)
@@ -269,8 +304,50 @@ class _Merge(torch.autograd.Function):
                 weight = (lses[index] - total).exp()
                 per_row = weight * (grad_out * (outs[index] - merged)).sum(-1)
                 dshift = per_row.sum_to_size(shift.shape).to(shift.dtype)
-            grads += [dk, dv, dmask, dshift, None if own_q is None else dq]
+            grads += [dk, dv, dmask, dshift, None if own_q is None else dq, None, dtable]
         return (grad_q, None, None, *grads)
+
+
+def _explicit_logits(
+    q: Tensor, k: Tensor, mask: Tensor | None, causal: bool, scale: float
+) -> tuple[Tensor, Tensor]:
+    """A part's logits written out (keys repeated for grouped heads) and its keys."""
+    group = q.shape[1] // k.shape[1]
+    k_e = k.repeat_interleave(group, dim=1) if group > 1 else k
+    logits = (q @ k_e.transpose(-1, -2)) * scale
+    if mask is not None:
+        logits = logits + mask
+    if causal:
+        rows, keys = logits.shape[-2:]
+        future = torch.ones(rows, keys, dtype=torch.bool, device=q.device).triu(1)
+        logits = logits.masked_fill(future, float("-inf"))
+    return logits, k_e
+
+
+def _value_counts(probs: Tensor, value_index: Tensor, rows: int) -> Tensor:
+    """``(…, rows_q, n)``: the probability of each table row (a value term's weights)."""
+    counts = probs.new_zeros(*probs.shape[:-1], rows)
+    return counts.scatter_add_(-1, value_index.expand_as(probs), probs)
+
+
+def _explicit_forward(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    causal: bool,
+    scale: float,
+    values: tuple[Tensor, Tensor],
+) -> tuple[Tensor, Tensor]:
+    """A part with a value term: its normalized output and LSE, the softmax written out."""
+    logits, _ = _explicit_logits(q, k, mask, causal, scale)
+    lse = torch.logsumexp(logits, dim=-1)
+    probs = torch.exp(logits - lse.unsqueeze(-1))
+    group = q.shape[1] // v.shape[1]
+    v_e = v.repeat_interleave(group, dim=1) if group > 1 else v
+    value_index, value_table = values
+    counts = _value_counts(probs, value_index, value_table.shape[0])
+    return probs @ v_e + counts @ value_table.to(probs.dtype), lse
 
 
 def _explicit_backward(
@@ -280,23 +357,29 @@ def _explicit_backward(
     v: Tensor,
     out: Tensor,
     lse: Tensor,
-    mask: Tensor,
+    mask: Tensor | None,
     causal: bool,
     scale: float,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients of one (small) part whose mask is learnable, written out."""
+    values: tuple[Tensor, Tensor] | None = None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+    """Gradients of one (small) part written out: q, k, v, its mask (when it has one) and
+    its value table (when it has a value term)."""
     heads, kv_heads = q.shape[1], k.shape[1]
     group = heads // kv_heads
-    k_e = k.repeat_interleave(group, dim=1) if group > 1 else k
+    logits, k_e = _explicit_logits(q, k, mask, causal, scale)
     v_e = v.repeat_interleave(group, dim=1) if group > 1 else v
-    logits = (q @ k_e.transpose(-1, -2)) * scale + mask
-    if causal:
-        rows, keys = logits.shape[-2:]
-        future = torch.ones(rows, keys, dtype=torch.bool, device=q.device).triu(1)
-        logits = logits.masked_fill(future, float("-inf"))
     probs = torch.exp(logits - lse.unsqueeze(-1).to(logits.dtype))
     d_probs = grad_out @ v_e.transpose(-1, -2)
-    row_dot = (grad_out * out).sum(-1, keepdim=True)
+    grad_table = None
+    if values is not None:
+        value_index, value_table = values
+        table = value_table.to(probs.dtype)
+        per_row = grad_out @ table.T  # (…, rows, n): dO · a^V_c
+        d_probs = d_probs + per_row.gather(-1, value_index.expand_as(probs))
+        counts = _value_counts(probs, value_index, table.shape[0])
+        grad_table = counts.flatten(0, -2).T @ grad_out.flatten(0, -2)
+        grad_table = grad_table.to(value_table.dtype)
+    row_dot = (grad_out * out).sum(-1, keepdim=True)  # the merged output: every part's terms
     d_logits = probs * (d_probs - row_dot)
     grad_q = (d_logits @ k_e) * scale
     grad_k = (d_logits.transpose(-1, -2) @ q) * scale
@@ -304,4 +387,5 @@ def _explicit_backward(
     if group > 1:
         grad_k = grad_k.unflatten(1, (kv_heads, group)).sum(2)
         grad_v = grad_v.unflatten(1, (kv_heads, group)).sum(2)
-    return grad_q, grad_k, grad_v, d_logits.sum_to_size(mask.shape)
+    grad_mask = None if mask is None else d_logits.sum_to_size(mask.shape)
+    return grad_q, grad_k, grad_v, grad_mask, grad_table

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from posenc.attention.blocks import BLOCK_ELEMENTS, default_block_rows
 from posenc.attention.context import AttentionContext
-from posenc.attention.flash import Part, merge_outputs, run_part
+from posenc.attention.flash import Part, merge_outputs, merge_parts, run_part
 from posenc.attention.hooks import Hooks
 from posenc.attention.rows import expand_heads
 
@@ -40,6 +40,9 @@ __all__ = ["RELATIVE_ROWS", "deberta_plan", "shaw_plan", "xl_plan"]
 
 #: Query rows per block of the Shaw and Transformer-XL plans.
 RELATIVE_ROWS = 256
+
+#: Query rows per block of the Shaw plan under autograd (at least twice the clip distance).
+SHAW_TRAIN_ROWS = 64
 
 
 def _slice_padding(padding: Tensor | None, start: int, stop: int) -> Tensor | None:
@@ -56,11 +59,18 @@ def shaw_plan(
     scale: float,
     block_size: int | None,
 ) -> Tensor:
-    """Shaw et al.'s keys and values on flash parts (see the module docstring)."""
-    rows = block_size or RELATIVE_ROWS
+    """Shaw et al.'s keys and values on flash parts (see the module docstring), forward and
+    backward: the band is a part with a learnable mask and a value term, the keys beyond it
+    kernel parts whose LSE shift and shifted values carry the edge vectors' gradients."""
     key_table, value_table, reach = hooks.encoding.clipped_relative_tables()
     key_table = key_table.to(q.dtype)
     value_table = None if value_table is None else value_table.to(q.dtype)
+    grad = torch.is_grad_enabled() and any(
+        t.requires_grad
+        for t in (q, k, v, key_table, *([] if value_table is None else [value_table]))
+    )
+    # Training: a narrower band (its softmax is written out twice, forward and backward).
+    rows = block_size or (max(SHAW_TRAIN_ROWS, 2 * reach) if grad else RELATIVE_ROWS)
     q_len, k_len = q.shape[2], k.shape[2]
     causal, offset = context.mask.causal, k_len - q_len
     per_row = (q @ key_table.T) * scale  # (batch, heads, queries, 2k + 1): q_i · a^K_c
@@ -69,77 +79,42 @@ def shaw_plan(
         stop = min(q_len, start + rows)
         left = max(0, start + offset - reach + 1)  # keys before it are >= k behind every query
         right = stop + offset if causal else min(k_len, stop + offset + reach - 1)
-        q_block = q[:, :, start:stop]
-        band = _shaw_band(
-            q_block,
-            k,
-            v,
-            per_row[:, :, start:stop],
-            value_table,
-            start + offset,
-            (left, right),
-            reach,
-            causal,
-            context.mask.key_padding,
-            scale,
-        )
-        pieces = [band]
+        q_block, block_rows = q[:, :, start:stop], per_row[:, :, start:stop]
+        query_keys = torch.arange(stop - start, device=q.device)[:, None] + start + offset
+        distance = torch.arange(left, right, device=q.device)[None, :] - query_keys
+        index = distance.clamp(-reach, reach) + reach  # (rows, keys)
+        band_mask = block_rows.gather(-1, index.expand(*block_rows.shape[:2], *index.shape))
+        hidden = distance > 0 if causal else None  # (rows, keys)
+        if context.mask.key_padding is not None:
+            pads = ~context.mask.key_padding[:, None, None, left:right]  # (batch, 1, 1, keys)
+            hidden = pads if hidden is None else hidden | pads
+        if hidden is not None:  # one fill: a row with no visible key stays finite
+            band_mask = band_mask.masked_fill(hidden, torch.finfo(q.dtype).min)
+        parts = [
+            Part(
+                k[:, :, left:right],
+                v[:, :, left:right],
+                mask=band_mask,
+                value_index=None if value_table is None else index,
+                value_table=value_table,
+            )
+        ]
         for lo, hi, edge in ((0, left, 0), (right, k_len, 2 * reach)):
             if lo >= hi or (causal and edge):
                 continue
             values = v[:, :, lo:hi]
             if value_table is not None:
                 values = values + value_table[edge]
-            part = Part(
-                k[:, :, lo:hi],
-                values,
-                mask=_slice_padding(padding, lo, hi),
-                shift=per_row[:, :, start:stop, edge],
+            parts.append(
+                Part(
+                    k[:, :, lo:hi],
+                    values,
+                    mask=_slice_padding(padding, lo, hi),
+                    shift=block_rows[..., edge],
+                )
             )
-            pieces.append(run_part(q_block, part, scale))
-        merged, _ = merge_outputs([o for o, _ in pieces], [lse for _, lse in pieces])
-        outs.append(merged)
+        outs.append(merge_parts(q_block, parts, scale))
     return torch.cat(outs, dim=2)
-
-
-def _shaw_band(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    per_row: Tensor,
-    value_table: Tensor | None,
-    first_query_key: int,
-    keys: tuple[int, int],
-    reach: int,
-    causal: bool,
-    key_padding: Tensor | None,
-    scale: float,
-) -> tuple[Tensor, Tensor]:
-    """The band's output and LSE, written out (both Shaw terms per pair)."""
-    heads = q.shape[1]
-    left, right = keys
-    k_band, v_band = (
-        expand_heads(k[:, :, left:right], heads),
-        expand_heads(v[:, :, left:right], heads),
-    )
-    query_keys = torch.arange(q.shape[2], device=q.device)[:, None] + first_query_key
-    distance = torch.arange(left, right, device=q.device)[None, :] - query_keys  # (rows, keys)
-    index = distance.clamp(-reach, reach) + reach
-    logits = (q @ k_band.transpose(-1, -2)) * scale
-    logits = logits + per_row.gather(-1, index.expand(*per_row.shape[:2], *index.shape))
-    hidden = distance > 0 if causal else None  # (rows, keys)
-    if key_padding is not None:
-        pads = ~key_padding[:, None, None, left:right]  # (batch, 1, 1, keys)
-        hidden = pads if hidden is None else hidden | pads
-    if hidden is not None:  # one fill: a row with no visible key stays finite
-        logits = logits.masked_fill(hidden, torch.finfo(q.dtype).min)
-    lse = torch.logsumexp(logits, dim=-1)
-    probs = torch.exp(logits - lse.unsqueeze(-1))
-    out = probs @ v_band
-    if value_table is not None:
-        counts = probs.new_zeros(*probs.shape[:-1], value_table.shape[0])
-        out = out + counts.scatter_add_(-1, index.expand_as(probs), probs) @ value_table
-    return out, lse
 
 
 def xl_plan(

@@ -107,11 +107,14 @@ def _plan(hooks: Hooks, context: AttentionContext, q: Tensor, k: Tensor, v: Tens
         if getattr(encoding, "depends_on_distance_only", False) and context.index_positions:
             return distance_plan
         return None if _tracks_grad(hooks, q, k, v) else _materialized_plan
-    # Contextual terms: forward only, at default positions.
-    if not context.index_positions or _tracks_grad(hooks, q, k, v):
+    # Contextual terms at default positions: Shaw's with gradients too, the others forward
+    # only.
+    if not context.index_positions:
         return None
     if callable(getattr(encoding, "clipped_relative_tables", None)):
         return relative.shaw_plan
+    if _tracks_grad(hooks, q, k, v):
+        return None
     if callable(getattr(encoding, "distance_rows", None)) and callable(
         getattr(encoding, "position_tables", None)
     ):
