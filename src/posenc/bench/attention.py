@@ -358,7 +358,19 @@ def decode(
     ]
 
 
-RELATIVE = ("alibi", "t5", "kerple", "sandwich", "fire", "dynamic", "deberta", "cope", "dape")
+RELATIVE = (
+    "alibi",
+    "t5",
+    "kerple",
+    "sandwich",
+    "fire",
+    "dynamic",
+    "shaw",
+    "xl",
+    "deberta",
+    "cope",
+    "dape",
+)
 """The encodings of the ``relative`` suite (DAPE with ALiBi inside, its paper's main row)."""
 
 
