@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, ClassVar, cast
 
 import torch
@@ -26,7 +27,7 @@ PAIR_SLICE_ELEMENTS = 1 << 19
 
 def dape_scores(
     scores: Tensor,
-    bias: Tensor | None,
+    bias: Tensor | Callable[[int, int], Tensor] | None,
     w1: Tensor,
     b1: Tensor,
     w2: Tensor,
@@ -56,7 +57,9 @@ def dape_scores(
 
     Args:
         scores: ``A``, ``(batch, H, q_len, k_len)`` scaled logits.
-        bias: ``B``, ``(H, q_len, k_len)`` or ``(batch, H, q_len, k_len)``, or None.
+        bias: ``B``, ``(H, q_len, k_len)`` or ``(batch, H, q_len, k_len)``; or a function
+            of ``(start, stop)`` giving those query rows of it (built a slice at a time, in
+            cache: the attention's path); or None.
         w1: ``(hidden, 2H)`` (``(hidden, H)`` without a bias); b1: ``(hidden,)``.
         w2: ``(H, hidden)``; b2: ``(H,)``.
         allowed: visible pairs, bool broadcastable to ``(batch, H, q_len, k_len)``, or None.
@@ -69,56 +72,76 @@ def dape_scores(
     batch, heads, q_len, k_len = scores.shape
     wide = torch.promote_types(scores.dtype, w1.dtype)
     a = scores.to(wide)
-    b = None if bias is None else bias.to(wide).expand(batch, heads, q_len, k_len)
+    rows_of = None if isinstance(bias, Tensor) else bias  # B built a slice of rows at a time
+    b = bias.to(wide).expand(batch, heads, q_len, k_len) if isinstance(bias, Tensor) else None
     hides: Tensor | None = None
     if allowed is not None:
         # A pair hidden from every head: no head's result is read, so zeros are exact.
         visible = allowed.any(dim=-3, keepdim=True) if allowed.dim() >= 3 else allowed
         hides = torch.broadcast_to(~visible, (batch, 1, q_len, k_len))[:, 0]
     w1, b1, w2, b2 = (t.to(wide) for t in (w1, b1, w2, b2))
-    w1a, w1b = (w1, None) if b is None else (w1[:, :heads], w1[:, heads:])
+    with_bias = bias is not None
+    w1a, w1b = (w1[:, :heads], w1[:, heads:]) if with_bias else (w1, None)
     width = w1.shape[0]
     # Slices of query rows whose (hidden, rows · keys) activations stay in cache between the
     # two products; the second writes each row's heads together, so the result is stored
     # (batch, q_len, H, k_len) and returned as a view in the documented order.
     step = max(1, PAIR_SLICE_ELEMENTS // (width * k_len))
-    grad = torch.is_grad_enabled() and any(
-        t is not None and t.requires_grad for t in (a, b, w1, b1, w2, b2)
+    grad = torch.is_grad_enabled() and (
+        rows_of is not None
+        or any(t is not None and t.requires_grad for t in (a, b, w1, b1, w2, b2))
     )
     out = None if grad else a.new_empty(batch, q_len, heads, k_len)
     weights = w2.expand(min(step, q_len), heads, width)
     offset = b2.view(1, heads, 1)
-    joined = []
-    for row in range(batch):
-        # split, not slicing: its backward joins the slices' gradients once.
-        slices_a = a[row].split(step, dim=-2)  # (H, rows, k_len)
-        count = len(slices_a)
-        slices_b = [None] * count if b is None else b[row].split(step, dim=-2)
-        slices_h = [None] * count if hides is None else hides[row].split(step, dim=-2)
-        pieces = []
-        for index, (xa, xb, hide) in enumerate(zip(slices_a, slices_b, slices_h, strict=True)):
-            if hide is not None:
+    # Without autograd: activations in one buffer with a row of ones, so that the second
+    # product [W2 b2] · [h; 1] writes W2 h + b2 straight into the result.
+    buffer = None
+    if out is not None:
+        buffer = a.new_empty(width + 1, min(step, q_len) * k_len)
+        buffer[width] = 1.0
+        weights = torch.cat([w2, b2[:, None]], dim=1).expand(min(step, q_len), heads, width + 1)
+    # split, not slicing: its backward joins the slices' gradients once.
+    slices_a = [a[row].split(step, dim=-2) for row in range(batch)]  # (H, rows, k_len) each
+    slices_b = None if b is None else [b[row].split(step, dim=-2) for row in range(batch)]
+    slices_h = None if hides is None else [hides[row].split(step, dim=-2) for row in range(batch)]
+    pieces: list[list[Tensor]] = [[] for _ in range(batch)]
+    for index, start in enumerate(range(0, q_len, step)):
+        stop = min(q_len, start + step)
+        built = None
+        if rows_of is not None:
+            built = rows_of(start, stop).to(wide).expand(batch, heads, stop - start, k_len)
+        for row in range(batch):
+            xa = slices_a[row][index]
+            xb = slices_b[row][index] if slices_b is not None else None
+            if built is not None:
+                xb = built[row]
+            if slices_h is not None:
+                hide = slices_h[row][index]
                 xa = xa.masked_fill(hide, 0.0)
                 xb = None if xb is None else xb.masked_fill(hide, 0.0)
-            rows = xa.shape[1]
-            hidden = torch.mm(w1a, xa.reshape(heads, -1))
+            rows = stop - start
+            if buffer is None:
+                hidden = torch.mm(w1a, xa.reshape(heads, -1))
+            else:
+                hidden = torch.mm(w1a, xa.reshape(heads, -1), out=buffer[:width, : rows * k_len])
             if xb is not None and w1b is not None:  # W1 [A; B]: two products, one output
                 hidden = hidden.addmm_(w1b, xb.reshape(heads, -1))
             hidden = F.leaky_relu(hidden.add_(b1[:, None]), NEGATIVE_SLOPE, inplace=True)
-            per_row = hidden.view(width, rows, k_len).transpose(0, 1)  # (rows, hidden, k_len)
             if out is None:
+                per_row = hidden.view(width, rows, k_len).transpose(0, 1)
                 value = torch.baddbmm(offset, weights[:rows], per_row)  # (rows, H, k_len)
-                pieces.append(value)
+                pieces[row].append(value)
             else:
-                value = out[row, index * step : index * step + rows]
-                torch.baddbmm(offset, weights[:rows], per_row, out=value)
+                assert buffer is not None
+                lifted = buffer[:, : rows * k_len].view(width + 1, rows, k_len).transpose(0, 1)
+                value = out[row, start:stop]
+                torch.bmm(weights[:rows], lifted, out=value)
             if include_scores:
                 value.add_(xa.transpose(0, 1))
             if xb is not None:
                 value.add_(xb.transpose(0, 1))
-        if out is None:
-            joined.append(torch.cat(pieces))
-    result = torch.stack(joined) if out is None else out
+    result = torch.stack([torch.cat(each) for each in pieces]) if out is None else out
     return result.transpose(1, 2).to(scores.dtype)
 
 
@@ -298,7 +321,15 @@ class DapeBias(PositionalEncoding):
                 f"DapeBias has num_heads={self.num_heads} but the attention has "
                 f"{scores.shape[1]} heads; they must match"
             )
-        bias = self.inner_bias(q_pos, k_pos, scores.dtype)
+        bias: Callable[[int, int], Tensor] | None = None
+        if self.inner is not None:
+            dtype = scores.dtype
+
+            def bias(start: int, stop: int) -> Tensor:
+                out = self.inner_bias(q_pos[..., start:stop], k_pos, dtype)
+                assert out is not None
+                return out
+
         first, second = cast(nn.Linear, self.mlp[0]), cast(nn.Linear, self.mlp[2])
         return dape_scores(
             scores,
