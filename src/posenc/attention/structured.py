@@ -41,7 +41,7 @@ from posenc.attention.blocks import default_block_rows
 from posenc.attention.context import AttentionContext
 from posenc.attention.distance import distance_plan
 from posenc.attention.flash import Part, merge_parts
-from posenc.attention.hooks import Hooks, accepts_keyword
+from posenc.attention.hooks import Hooks
 from posenc.attention.rows import as_4d, compute_dtype, expand_heads
 
 __all__ = ["ALIBI_ROWS", "MATERIALIZED_ROWS", "structured_attention"]
@@ -234,13 +234,10 @@ def _per_block_masks(
     scale: float,
     rows: int,
     build: Callable[[int, int, int], Tensor],
-    *,
-    keys_reversed: bool = False,
 ) -> Tensor:
     """Blocks of ``rows`` queries, each with the mask ``build(start, stop, end)`` over the
-    keys ``[0, end)`` it may see (in reversed key order with ``keys_reversed``): without
-    causal order one part, with it the keys before the block and the diagonal square under
-    the kernel's causal order (its mask back in key order: a ``rows``-wide copy)."""
+    keys ``[0, end)`` it may see: without causal order one part, with it the keys before the
+    block and the diagonal square under the kernel's causal order."""
     q_len, k_len = q.shape[2], k.shape[2]
     causal, offset = context.mask.causal, k_len - q_len
     outs = []
@@ -248,36 +245,22 @@ def _per_block_masks(
         stop = min(q_len, start + rows)
         first, end = start + offset, (stop + offset if causal else k_len)
         mask = build(start, stop, end)
-
-        def part(lo: int, hi: int, diagonal: bool, mask: Tensor = mask, end: int = end) -> Part:
-            """Keys [lo, hi): in reversed order (their mask's) unless on the diagonal."""
-            if not keys_reversed:
-                return Part(
-                    k[:, :, lo:hi],
-                    v[:, :, lo:hi],
-                    causal=diagonal,
-                    mask=_with_padding(mask[..., lo:hi], padding, lo, hi),
-                )
-            span = mask[..., end - hi : end - lo]  # keys hi − 1, …, lo
-            if diagonal:
-                return Part(
-                    k[:, :, lo:hi],
-                    v[:, :, lo:hi],
-                    causal=True,
-                    mask=_with_padding(span.flip(-1), padding, lo, hi),
-                )
-            pad = None if padding is None else padding[..., lo:hi].flip(-1)
-            keys, values = k[:, :, lo:hi].flip(2), v[:, :, lo:hi].flip(2)
-            return Part(keys, values, mask=span if pad is None else span + pad)
-
         if not causal:
-            parts = [part(0, end, False)]
+            parts = [Part(k, v, mask=_with_padding(mask, padding, 0, end))]
         else:
-            parts = [part(first, end, True)]
+            parts = [
+                Part(
+                    k[:, :, first:end],
+                    v[:, :, first:end],
+                    causal=True,
+                    mask=_with_padding(mask[..., first:end], padding, first, end),
+                )
+            ]
             if first > 0:
-                parts.append(part(0, first, False))
+                before = _with_padding(mask[..., :first], padding, 0, first)
+                parts.append(Part(k[:, :, :first], v[:, :, :first], mask=before))
         q_block = q[:, :, start:stop]
-        pieces = [flash.run_part(q_block, each, scale) for each in parts]
+        pieces = [flash.run_part(q_block, part, scale) for part in parts]
         outs.append(flash.merge_outputs([o for o, _ in pieces], [lse for _, lse in pieces])[0])
     return torch.cat(outs, dim=2)
 
@@ -298,37 +281,23 @@ def _scores_plan(
     k_all = expand_heads(k, heads)
     mask = context.mask
 
-    scores_term = hooks.encoding.scores_term
-    # A reader whose term depends on the key order (CoPE's counts from each key onwards)
-    # may take the keys reversed: its reverse cumulative sum is then a plain one.
-    keys_reversed = accepts_keyword(scores_term, "keys_reversed")
-
     def term(start: int, stop: int, end: int) -> Tensor:
         q_block = q[:, :, start:stop]
-        keys, k_pos = k_all[:, :, :end], context.k_pos[..., :end]
-        allowed = mask.block(start, stop, 0, end, heads=heads)
-        extra: dict[str, bool] = {}
-        if keys_reversed:
-            keys, k_pos = keys.flip(2), k_pos.flip(-1)
-            allowed = None if allowed is None else allowed.flip(-1)
-            extra["keys_reversed"] = True
+        keys = k_all[:, :, :end]
         scores = (q_block @ keys.transpose(-1, -2)).mul_(scale)
-        out = scores_term(
+        extra = hooks.encoding.scores_term(
             scores,
             q=q_block,
             k=keys,
             q_pos=context.q_pos[..., start:stop],
-            k_pos=k_pos,
-            allowed=allowed,
-            **extra,
+            k_pos=context.k_pos[..., :end],
+            allowed=mask.block(start, stop, 0, end, heads=heads),
         )
-        out = as_4d(out.to(q.dtype))
+        out = as_4d(extra.to(q.dtype))
         assert out is not None
         return out
 
-    return _per_block_masks(
-        q, k, v, context, padding, scale, rows, term, keys_reversed=keys_reversed
-    )
+    return _per_block_masks(q, k, v, context, padding, scale, rows, term)
 
 
 def _diagonal_bias(

@@ -84,11 +84,7 @@ def cope_positions(
 
 
 def _positions(
-    logits: Tensor,
-    allowed: Tensor | None,
-    max_pos: int,
-    mixing: Tensor | None,
-    keys_reversed: bool = False,
+    logits: Tensor, allowed: Tensor | None, max_pos: int, mixing: Tensor | None
 ) -> Tensor:
     """:func:`cope_positions` without checks."""
     if mixing is not None:
@@ -101,10 +97,7 @@ def _positions(
             if gates.requires_grad
             else gates.masked_fill_(hidden, 0.0)
         )
-    if keys_reversed:  # the keys at or after each key come before it
-        counts = gates.cumsum(-1) if gates.requires_grad else gates.cumsum_(-1)
-    else:
-        counts = gates.flip(-1).cumsum_(-1).flip(-1)  # visible gated keys at or after each key
+    counts = gates.flip(-1).cumsum_(-1).flip(-1)  # visible gated keys at or after each key
     return counts.clamp_(max=max_pos - 1)
 
 
@@ -358,17 +351,10 @@ class CoPE(PositionalEncoding):
         q_pos: Tensor,
         k_pos: Tensor,
         allowed: Tensor | None,
-        keys_reversed: bool = False,
     ) -> Tensor:
-        """What :meth:`transform_scores` adds to ``scores``: ``q_i · e[p_ij]``.
-
-        ``keys_reversed``: ``scores``, ``allowed`` and ``k_pos`` list the keys last to first
-        (the chunked backend's order, where the counts become a forward cumulative sum).
-        """
+        """What :meth:`transform_scores` adds to ``scores``: ``q_i · e[p_ij]``."""
         self._check(scores, q)
-        positions = _positions(
-            scores, allowed, self.max_pos, self.talking_heads, keys_reversed=keys_reversed
-        )
+        positions = _positions(scores, allowed, self.max_pos, self.talking_heads)
         return self._term(q.to(scores.dtype), positions)
 
     def extra_repr(self) -> str:
