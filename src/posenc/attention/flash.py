@@ -256,30 +256,24 @@ class _Merge(torch.autograd.Function):
             assert g_r is not None and q_r is not None and k_r is not None
             assert v_r is not None and o_r is not None
             dtable = None
-            if value_index is not None:  # never reversed
-                assert value_table is not None
-                dq, dk, dv, dmask, dtable = _explicit_backward(
+            if value_index is not None or mask_needs_grad:  # the part written out
+                values = None
+                if value_index is not None:  # never reversed
+                    assert value_table is not None
+                    values = (value_index, value_table)
+                dq, dk, dv, dmask_r, dtable = _explicit_backward(
                     g_r.contiguous(),
                     q_r,
                     k_r,
                     v_r,
                     o_r,
                     lse_r,
-                    mask,
+                    _mask_back(mask, reverse),
                     causal,
                     ctx.scale,
-                    (value_index, value_table),
+                    values,
                 )
-                if not mask_needs_grad:
-                    dmask = None
-            elif mask_needs_grad:
-                assert mask is not None
-                mask_r = _mask_back(mask, reverse)
-                assert mask_r is not None
-                dq, dk, dv, dmask_r, _ = _explicit_backward(
-                    g_r.contiguous(), q_r, k_r, v_r, o_r, lse_r, mask_r, causal, ctx.scale
-                )
-                dmask = _mask_back(dmask_r, reverse)
+                dmask = _mask_back(dmask_r, reverse) if mask_needs_grad else None
             else:
                 dq, dk, dv = _BACKWARD(
                     g_r.contiguous(),
