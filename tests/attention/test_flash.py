@@ -192,7 +192,8 @@ T5 = {"bidirectional": False, "max_distance": 8, "num_buckets": 8}
         (AlibiBias(4, mode="symmetric"), None, "distance_plan"),  # not linear in k − q
         (T5RelativeBias(4, **T5), None, "distance_plan"),
         (T5RelativeBias(4, **T5), torch.arange(40), "_materialized_plan"),  # not by index
-        (FireBias(4), None, "_materialized_plan"),  # a function of (q, k), not of q − k
+        (FireBias(4), None, "distance_plan"),  # 40 tokens, all below the threshold 512
+        (FireBias(4, max_len=20.0), None, "_materialized_plan"),  # rows past it: (q, k)
         (FireBias(4), torch.arange(40) * 2, "_materialized_plan"),
         (ShawRelative(8, max_distance=3), None, "shaw_plan"),
         (ShawRelative(8, max_distance=3), torch.arange(40), None),

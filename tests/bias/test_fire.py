@@ -12,6 +12,7 @@ from posenc.attention.flex import flex_available, score_mod_of
 from posenc.bias import fire as fire_module
 from posenc.bias.fire import FireBias
 from tests.attention.test_backends import run
+from tests.attention.test_flash import record_plans
 from tests.attention.test_flex import evaluate_score_mod
 
 HEADS = 3
@@ -245,6 +246,27 @@ def test_chunked_backend_gradients_equal_sdpa() -> None:
     assert len(got_grads) == len(want_grads) == 3 + len(list(fire.parameters()))
     for g, w in zip(got_grads, want_grads, strict=True):  # q, k, v, then every parameter
         assert_close(g, w)
+
+
+@pytest.mark.parametrize(("max_len", "plan"), [(30.0, "distance_plan"), (25.0, None)])
+def test_below_the_threshold_chunked_reads_one_table_of_distances(
+    max_len: float, plan: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every query of 20 tokens below |L·s| (s = 0.75: 22.5 for L = 30): the bias is a
+    function of the distance, served by the distance plan with the gradients of c, s and the
+    MLP; at L = 25 (threshold 18.75) the last rows are past it and blocks take over."""
+    chosen = record_plans(monkeypatch)
+    fire = _randomize(FireBias(HEADS, max_len=max_len, dtype=torch.float64))
+    assert fire.distance_only_up_to(19) == (plan is not None)
+    q, k, v = (torch.randn(2, HEADS, 20, 8, dtype=torch.float64) for _ in range(3))
+    causal = {"causal": True}
+    want, want_grads = run("sdpa", fire, q, k, v, causal, grad=True)
+    got, got_grads = run(Backend("chunked", block_size=6), fire, q, k, v, causal, grad=True)
+    assert chosen == [plan]
+    assert_close(got, want)
+    for g, w in zip(got_grads, want_grads, strict=True):  # q, k, v, then every parameter
+        assert_close(g, w)
+    assert all(bool(g.abs().sum() > 0) for g in got_grads[3:])  # c and s included
 
 
 @pytest.mark.slow

@@ -120,7 +120,8 @@ def choose_backend(
     """What ``auto`` runs for this call.
 
     1. No logit terms (NoPE, additive, rotary): ``sdpa`` (its flash kernels).
-    2. A bias of the distance alone (``depends_on_distance_only``) on the CPU without
+    2. A bias of the distance alone (``depends_on_distance_only``, or FIRE's
+       ``distance_only_up_to`` the call's last position) on the CPU without
        dropout, at default positions with causal order and padding only (``context``):
        ``chunked``, whose distance-table plan beats a materialized bias at every size (with
        a learnable bias, SDPA's math path; measured in the small LM).
@@ -131,9 +132,13 @@ def choose_backend(
     """
     if not hooks.logit_terms:
         return "sdpa"
-    distance_only = getattr(hooks.encoding, "depends_on_distance_only", False)
     planned = context is not None and context.index_positions and not context.mask.has_pairwise
-    if distance_only and planned and q.device.type == "cpu" and dropout_p == 0.0:
+    if (
+        planned
+        and q.device.type == "cpu"
+        and dropout_p == 0.0
+        and hooks.distance_only(k.shape[-2] - 1)
+    ):
         return "chunked"
     if q.shape[-2] * k.shape[-2] <= SMALL_SCORES:
         return "sdpa"

@@ -97,6 +97,18 @@ class Hooks:
             for each in {dtype, torch.float32}:
                 prepare(device, each, **extra)
 
+    def distance_only(self, largest_query_position: int) -> bool:
+        """True when the bias is a function of ``q − k`` alone for queries at positions up to
+        ``largest_query_position`` (``depends_on_distance_only``, or the encoding's
+        ``distance_only_up_to(position)``: FIRE below its threshold)."""
+        encoding = self.encoding
+        if not self.bias:
+            return False
+        if getattr(encoding, "depends_on_distance_only", False):
+            return True
+        up_to = getattr(encoding, "distance_only_up_to", None)
+        return callable(up_to) and bool(up_to(largest_query_position))
+
     def validate_positions(self, positions: Tensor, name: str) -> None:
         """The encoding's own value checks of positions (whole numbers, table ranges)."""
         if _has(self.encoding, "validate_positions"):

@@ -11,7 +11,9 @@ Two structures an encoding can declare (duck-typed, optional):
   stride 0 and an exact per-row LSE shift. Both stay small where the softmax weight is
   (near the diagonal), so the float32 scores keep the reference's precision at any block
   size.
-* ``depends_on_distance_only = True``: ``bias_at(h, q, k)`` is a function of ``q − k``
+* ``depends_on_distance_only = True`` (or ``distance_only_up_to(position)`` True for the
+  call's largest query position: FIRE below its threshold): ``bias_at(h, q, k)`` is a
+  function of ``q − k``
   (KERPLE, Sandwich, the dynamic bias, T5): at default positions one table of the forward's
   distances, read by each block as a strided mask (:mod:`posenc.attention.distance`).
 
@@ -104,7 +106,7 @@ def _plan(hooks: Hooks, context: AttentionContext, q: Tensor, k: Tensor, v: Tens
         slopes = linear() if callable(linear) else None
         if slopes is not None and context.mask.causal:
             return partial(_linear_plan, slopes=slopes)
-        if getattr(encoding, "depends_on_distance_only", False) and context.index_positions:
+        if context.index_positions and hooks.distance_only(k.shape[2] - 1):
             return distance_plan
         return None if _tracks_grad(hooks, q, k, v) else _materialized_plan
     # Contextual terms at default positions: Shaw's with gradients too, the others forward

@@ -224,6 +224,15 @@ class FireBias(BiasEncoding):
         )
         return out.to(dtype)
 
+    def distance_only_up_to(self, position: float) -> bool:
+        """True when queries at positions up to ``position`` all read the constant normalizer
+        ``ψ(|L s|)``: the bias is then a function of ``q − k`` alone (and attention serves it
+        from one table of distances). With a relative margin of 1e-6 below the threshold, so
+        that the answer holds in every dtype the bias is computed in. Reads ``s`` (a host
+        sync on an accelerator; attention asks on the CPU only)."""
+        threshold = abs(float(self.threshold_multiplier.detach()) * self.max_len)
+        return position < threshold * (1.0 - 1e-6)
+
     def bias_grid(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:
         """:meth:`bias_at` on the grid of ``q_pos (..., q)`` × ``k_pos (..., k)``:
         ``(heads, q, k)`` for 1-D positions, else ``(batch, heads, q, k)``.
