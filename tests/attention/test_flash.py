@@ -257,3 +257,22 @@ def test_reversed_causal_parts_and_own_queries_equal_masked_ones(kv_heads: int) 
         assert_close(got, want, rtol=1e-12, atol=1e-12)
     with pytest.raises(ValueError, match="reversed part must be causal"):
         merge_parts(q, [Part(k1, v1, reverse=True)], 0.3)
+
+
+def test_flush_denormals_is_scoped_and_leaves_a_users_setting() -> None:
+    from posenc.attention.flash import _flushing, flush_denormals
+
+    if not torch.set_flush_denormal(False):
+        pytest.skip("this CPU cannot flush subnormal floats")
+    tiny = torch.tensor(1e-40, dtype=torch.float32)
+    assert not _flushing() and float(tiny * 1.0) > 0.0
+    with flush_denormals():
+        assert _flushing() and float(tiny * 1.0) == 0.0
+    assert not _flushing() and float(tiny * 1.0) > 0.0  # restored
+    torch.set_flush_denormal(True)
+    try:
+        with flush_denormals():
+            assert _flushing()
+        assert _flushing()  # a user's own setting stays on
+    finally:
+        torch.set_flush_denormal(False)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from posenc.attention.blocks import default_block_rows
 from posenc.attention.context import AttentionContext
-from posenc.attention.flash import _BACKWARD, _FORWARD
+from posenc.attention.flash import _BACKWARD, _FORWARD, flush_denormals, slices
 from posenc.attention.hooks import Hooks
 
 __all__ = ["DISTANCE_ROWS", "distance_plan", "distance_table"]
@@ -67,7 +67,7 @@ class _TableAttention(torch.autograd.Function):
     """One block of reversed query rows over keys ``k``, ``v`` with the table's view as mask."""
 
     @staticmethod
-    def forward(
+    def _forward(
         ctx: Any,
         q: Tensor,
         k: Tensor,
@@ -85,7 +85,7 @@ class _TableAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+    def _backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         assert _BACKWARD is not None
         q, k, v, table, out, lse = ctx.saved_tensors
         rows, keys = q.shape[-2], k.shape[-2]
@@ -119,6 +119,16 @@ class _TableAttention(torch.autograd.Function):
                     ctx.scale,
                 )
         return dq, dk, dv, d_table, None, None, None
+
+    @staticmethod
+    def forward(ctx: Any, *args: Any) -> Any:
+        with flush_denormals():
+            return _TableAttention._forward(ctx, *args)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        with flush_denormals():
+            return _TableAttention._backward(ctx, *grads)
 
 
 #: Query rows per step of a learnable table's gradient (keys up to each step's last), at most
@@ -178,14 +188,16 @@ def distance_plan(
     table = context.cached(
         key, lambda: distance_table(encoding, heads, q_len, k_len, causal, q.dtype, q.device)
     )
+    blocks = [(start, min(q_len, start + rows)) for start in range(0, q_len, rows)]
+    key_ranges = [(0, stop + offset if causal else k_len) for _, stop in blocks]
+    qs, ks, vs = slices(q, blocks), slices(k, key_ranges), slices(v, key_ranges)
     outs = []
-    for start in range(0, q_len, rows):
-        stop = min(q_len, start + rows)
-        keys = stop + offset if causal else k_len
+    for (start, stop), key_range in zip(blocks, key_ranges, strict=True):
+        keys = key_range[1]
         # row i of the block (reversed: i' = stop − 1 − i) at distance stop − 1 − i' + offset
         # − j from key j: table index (k_len − 1) − distance = (q_len − stop) + i' + j
-        q_rev = q[:, :, start:stop].flip(2)
-        k_part, v_part = k[:, :, :keys], v[:, :, :keys]
+        q_rev = qs[start, stop].flip(2)
+        k_part, v_part = ks[key_range], vs[key_range]
         if padding is None:
             out = _TableAttention.apply(q_rev, k_part, v_part, table, q_len - stop, scale, causal)
         else:  # the padding makes the mask per row of the batch: build the block's

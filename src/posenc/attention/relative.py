@@ -32,7 +32,7 @@ from torch import Tensor
 
 from posenc.attention.blocks import BLOCK_ELEMENTS, default_block_rows
 from posenc.attention.context import AttentionContext
-from posenc.attention.flash import Part, merge_outputs, merge_parts, run_part
+from posenc.attention.flash import Part, merge_outputs, merge_parts, run_part, slices
 from posenc.attention.hooks import Hooks
 from posenc.attention.rows import expand_heads
 
@@ -74,12 +74,21 @@ def shaw_plan(
     q_len, k_len = q.shape[2], k.shape[2]
     causal, offset = context.mask.causal, k_len - q_len
     per_row = (q @ key_table.T) * scale  # (batch, heads, queries, 2k + 1): q_i · a^K_c
-    outs = []
-    for start in range(0, q_len, rows):
+    layout = []  # per block: its rows, its band's keys (keys before `left` are >= k behind
+    for start in range(0, q_len, rows):  # every query; keys from `right` on, >= k after)
         stop = min(q_len, start + rows)
-        left = max(0, start + offset - reach + 1)  # keys before it are >= k behind every query
+        left = max(0, start + offset - reach + 1)
         right = stop + offset if causal else min(k_len, stop + offset + reach - 1)
-        q_block, block_rows = q[:, :, start:stop], per_row[:, :, start:stop]
+        layout.append((start, stop, left, right))
+    blocks = [(start, stop) for start, stop, _, _ in layout]
+    key_ranges = [
+        r for _, _, left, right in layout for r in ((0, left), (left, right), (right, k_len))
+    ]
+    qs, rows_of = slices(q, blocks), slices(per_row, blocks)
+    ks, vs = slices(k, key_ranges), slices(v, key_ranges)
+    outs = []
+    for start, stop, left, right in layout:
+        q_block, block_rows = qs[start, stop], rows_of[start, stop]
         query_keys = torch.arange(stop - start, device=q.device)[:, None] + start + offset
         distance = torch.arange(left, right, device=q.device)[None, :] - query_keys
         index = distance.clamp(-reach, reach) + reach  # (rows, keys)
@@ -92,8 +101,8 @@ def shaw_plan(
             band_mask = band_mask.masked_fill(hidden, torch.finfo(q.dtype).min)
         parts = [
             Part(
-                k[:, :, left:right],
-                v[:, :, left:right],
+                ks[left, right],
+                vs[left, right],
                 mask=band_mask,
                 value_index=None if value_table is None else index,
                 value_table=value_table,
@@ -102,12 +111,12 @@ def shaw_plan(
         for lo, hi, edge in ((0, left, 0), (right, k_len, 2 * reach)):
             if lo >= hi or (causal and edge):
                 continue
-            values = v[:, :, lo:hi]
+            values = vs[lo, hi]
             if value_table is not None:
                 values = values + value_table[edge]
             parts.append(
                 Part(
-                    k[:, :, lo:hi],
+                    ks[lo, hi],
                     values,
                     mask=_slice_padding(padding, lo, hi),
                     shift=block_rows[..., edge],

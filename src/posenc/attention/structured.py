@@ -42,7 +42,7 @@ from posenc.attention import flash, relative
 from posenc.attention.blocks import default_block_rows
 from posenc.attention.context import AttentionContext
 from posenc.attention.distance import distance_plan
-from posenc.attention.flash import Part, merge_parts
+from posenc.attention.flash import Part, merge_parts, slices
 from posenc.attention.hooks import Hooks
 from posenc.attention.rows import as_4d, compute_dtype, expand_heads
 
@@ -165,21 +165,28 @@ def _linear_plan(
     *,
     slopes: Tensor,
 ) -> Tensor:
-    rows = block_size or ALIBI_ROWS
+    # The block's rows follow the query-block budget too: the kernel's backward reads the
+    # far part's key vector as a dense (batch, heads, rows, keys) mask.
+    rows = block_size or min(ALIBI_ROWS, default_block_rows(q.shape[0], q.shape[1], k.shape[2]))
     heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
     offset = k_len - q_len
     m = slopes.to(device=q.device, dtype=torch.float64).view(1, heads, 1, 1)
     k_pos = context.k_pos.to(torch.float64).view(-1, 1, 1, k_len)  # (batch | 1, 1, 1, keys)
     q_pos = context.q_pos.to(torch.float64).view(-1, 1, q_len)  # (batch | 1, 1, queries)
+    starts = range(0, q_len, rows)
+    blocks = [(start, min(q_len, start + rows)) for start in starts]
+    key_ranges = [(a + offset, b + offset) for a, b in blocks]
+    key_ranges += [(0, a + offset) for a, _ in blocks if a + offset > 0]
+    qs = slices(q, blocks)
+    ks, vs = slices(k, key_ranges), slices(v, key_ranges)
     outs = []
-    for start in range(0, q_len, rows):
-        stop = min(q_len, start + rows)
+    for start, stop in blocks:
         first, last = start + offset, stop + offset  # the block's diagonal keys
         diagonal = _diagonal_bias(hooks, context, start, stop, first, last, rows, q.dtype)
         parts = [
             Part(
-                k[:, :, first:last],
-                v[:, :, first:last],
+                ks[first, last],
+                vs[first, last],
                 causal=True,
                 mask=_with_padding(diagonal, padding, first, last),
             )
@@ -192,13 +199,13 @@ def _linear_plan(
             shift = (m[..., 0] * (c[..., 0] - q_pos[..., start:stop])).to(q.dtype)
             parts.append(
                 Part(
-                    k[:, :, :first],
-                    v[:, :, :first],
+                    ks[0, first],
+                    vs[0, first],
                     mask=_with_padding(keys, padding, 0, first),
                     shift=shift,
                 )
             )
-        outs.append(merge_parts(q[:, :, start:stop], parts, scale))
+        outs.append(merge_parts(qs[start, stop], parts, scale))
     return torch.cat(outs, dim=2)
 
 
