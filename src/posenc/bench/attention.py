@@ -247,25 +247,25 @@ class _BareLM(nn.Module):
         return self.head(self.norm(self.blocks(self.embed(tokens) * self.scale)))
 
 
+RELATIVE = (
+    "alibi",
+    "t5",
+    "kerple",
+    "sandwich",
+    "fire",
+    "dynamic",
+    "shaw",
+    "xl",
+    "deberta",
+    "cope",
+    "dape",
+)
+"""The encodings of the ``relative`` suite (DAPE with ALiBi inside, its paper's main row), also
+timed by the ``lm`` suite after the absolute and rotary ones."""
+
+
 def lm(
-    names: tuple[str, ...] = (
-        "nope",
-        "sinusoidal",
-        "learned",
-        "rope",
-        "xpos",
-        "alibi",
-        "t5",
-        "kerple",
-        "sandwich",
-        "fire",
-        "dynamic",
-        "shaw",
-        "xl",
-        "deberta",
-        "cope",
-        "dape",
-    ),
+    names: tuple[str, ...] = ("nope", "sinusoidal", "learned", "rope", "xpos", *RELATIVE),
     batch: int = 16,
     seq: int = 256,
     steps: int = 3,
@@ -356,22 +356,6 @@ def decode(
         {**t.as_dict(), "seconds": t.seconds / layers}  # per layer
         for t in timings
     ]
-
-
-RELATIVE = (
-    "alibi",
-    "t5",
-    "kerple",
-    "sandwich",
-    "fire",
-    "dynamic",
-    "shaw",
-    "xl",
-    "deberta",
-    "cope",
-    "dape",
-)
-"""The encodings of the ``relative`` suite (DAPE with ALiBi inside, its paper's main row)."""
 
 
 def relative(
