@@ -569,3 +569,30 @@ def test_bad_functional_arguments() -> None:
         cope_bias(q, torch.zeros(4, 4), positions, interpolation="nearest")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="temperature"):
         cope_bias(q, torch.zeros(4, 4), positions, interpolation="soft_onehot", temperature=-1.0)
+
+
+def test_keys_capped_in_every_row_read_the_last_embedding_with_the_same_gradients() -> None:
+    """Past a few keys before each query the count reaches p_max − 1: those leading keys
+    read z[p_max − 1] without interpolation, bit for bit what the interpolation gives, with
+    the same gradients."""
+    cope = CoPE(HEADS, HEAD_DIM, max_pos=4, dtype=torch.float64)
+    nn.init.normal_(cope.pos_emb)
+    # The last 10 queries of 30 keys (a block of rows, as the chunked backend asks).
+    q, scores, _ = random_case(2, HEADS, 10, 30, HEAD_DIM, seed=3)
+    scores = (scores.abs() + 2.0).requires_grad_()  # gates near 1: counts cap quickly
+    q = q.requires_grad_()
+    allowed = causal_mask(10, 30)
+    positions = cope_positions(scores, allowed, max_pos=4)
+    assert bool((positions[..., :10] == 3).all())  # a capped prefix in every row
+    assert not bool((positions[..., -1] == 3).all())  # and keys past it
+    got = cope(q, scores, allowed)
+    want = cope_bias(q, cope.pos_emb, positions)  # the interpolation everywhere
+    assert_close(got, want, rtol=0, atol=0)
+    weights = torch.randn_like(got)
+    leaves = [q, scores, cope.pos_emb]
+    for g, w in zip(
+        torch.autograd.grad((got * weights).sum(), leaves),
+        torch.autograd.grad((want * weights).sum(), leaves),
+        strict=True,
+    ):
+        assert_close(g, w, rtol=1e-13, atol=1e-13)

@@ -147,19 +147,51 @@ def cope_bias(
 
 
 def _bias(
-    q: Tensor, pos_emb: Tensor, positions: Tensor, interpolation: str, temperature: float
+    q: Tensor,
+    pos_emb: Tensor,
+    positions: Tensor,
+    interpolation: str,
+    temperature: float,
+    capped_prefix: bool = False,
 ) -> Tensor:
-    """:func:`cope_bias` without checks."""
+    """:func:`cope_bias` without checks.
+
+    ``capped_prefix``: ``positions`` are CoPE's counts (non-increasing along each row,
+    clamped at ``p_max − 1``). The leading keys where every row sits at the cap then read
+    ``z[p_max − 1]`` (one broadcast write) and only the rest is interpolated: past a few
+    dozen keys before a query the count is capped, so most pairs of a long row are (eager
+    CPU only: finding them reads one number).
+    """
     per_position = q @ pos_emb.to(q.dtype).T  # (batch, heads, q_len, max_pos): small
     positions = positions.to(q.dtype)
+    cap = pos_emb.shape[0] - 1
+    if (
+        capped_prefix
+        and interpolation == "linear"
+        and positions.device.type == "cpu"
+        and not torch.compiler.is_compiling()  # a length read from values: no graph
+    ):
+        lowest = positions.amin(dim=tuple(range(positions.dim() - 1)))  # per key, all rows
+        prefix = int((lowest >= cap).sum())  # keys capped in every row: a prefix
+        if prefix > 0:
+            far = per_position[..., cap : cap + 1].expand(*positions.shape[:-1], prefix)
+            near = _interpolate(per_position, positions[..., prefix:])
+            return torch.cat([far, near], dim=-1)
     if interpolation == "soft_onehot":
         grid = torch.arange(pos_emb.shape[0], device=q.device, dtype=q.dtype)
         distance = (positions[..., None] - grid).abs()  # (batch, heads, q_len, k_len, max_pos)
         weights = torch.softmax(-distance / temperature, dim=-1)
         return torch.einsum("bhijp,bhip->bhij", weights, per_position)
-    # z[⌊p⌋] + w (z[⌊p⌋ + 1] − z[⌊p⌋]), w = p − ⌊p⌋: the paper's w z[⌈p⌉] + (1 − w) z[⌊p⌋]
-    # (⌈p⌉ = ⌊p⌋ + 1 unless p is whole, where w = 0) in five passes over the pairs instead
-    # of eleven; the step past the last position is 0 (p ≤ p_max − 1 there).
+    return _interpolate(per_position, positions)
+
+
+def _interpolate(per_position: Tensor, positions: Tensor) -> Tensor:
+    """The linear interpolation of ``z = per_position`` at ``positions`` (in ``[0, p_max−1]``).
+
+    ``z[⌊p⌋] + w (z[⌊p⌋ + 1] − z[⌊p⌋])``, ``w = p − ⌊p⌋``: the paper's
+    ``w z[⌈p⌉] + (1 − w) z[⌊p⌋]`` (``⌈p⌉ = ⌊p⌋ + 1`` unless p is whole, where w = 0) in five
+    passes over the pairs instead of eleven; the step past the last position is 0.
+    """
     step = F.pad(per_position.diff(dim=-1), (0, 1))  # (batch, heads, q_len, max_pos)
     floor = positions.long()  # positions ≥ 0: truncation is the floor
     w = positions.frac()  # the gradient reaches the gates through w only
@@ -324,7 +356,9 @@ class CoPE(PositionalEncoding):
         return self._term(q, positions)
 
     def _term(self, q: Tensor, positions: Tensor) -> Tensor:
-        term = _bias(q, self.pos_emb, positions, self.interpolation, self.temperature)
+        term = _bias(
+            q, self.pos_emb, positions, self.interpolation, self.temperature, capped_prefix=True
+        )
         return term * self.head_dim**-0.5 if self.scale_term else term
 
     def transform_scores(
