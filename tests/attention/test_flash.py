@@ -145,27 +145,6 @@ def test_gradcheck() -> None:
     assert torch.autograd.gradcheck(fn, inputs)
 
 
-def count_merges(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Counts the flash-parts merges of the structured and relative plans, and the
-    distance-table plan's blocks."""
-    from posenc.attention import distance
-
-    calls = [0]
-    originals = {
-        "posenc.attention.structured.merge_parts": flash.merge_parts,
-        "posenc.attention.relative.merge_outputs": flash.merge_outputs,
-        "posenc.attention.distance._TableAttention.apply": distance._TableAttention.apply,
-    }
-    for target, original in originals.items():
-
-        def counting(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
-            calls[0] += 1
-            return _original(*args, **kwargs)
-
-        monkeypatch.setattr(target, counting)
-    return calls
-
-
 def record_plans(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     """The name of the plan each chunked call chose (None: the blocked fallback)."""
     chosen: list[str | None] = []

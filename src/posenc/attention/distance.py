@@ -67,7 +67,8 @@ class _TableAttention(torch.autograd.Function):
     """One block of reversed query rows over keys ``k``, ``v`` with the table's view as mask."""
 
     @staticmethod
-    def _forward(
+    @flush_denormals()
+    def forward(
         ctx: Any,
         q: Tensor,
         k: Tensor,
@@ -85,7 +86,8 @@ class _TableAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def _backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+    @flush_denormals()
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         assert _BACKWARD is not None
         q, k, v, table, out, lse = ctx.saved_tensors
         rows, keys = q.shape[-2], k.shape[-2]
@@ -119,16 +121,6 @@ class _TableAttention(torch.autograd.Function):
                     ctx.scale,
                 )
         return dq, dk, dv, d_table, None, None, None
-
-    @staticmethod
-    def forward(ctx: Any, *args: Any) -> Any:
-        with flush_denormals():
-            return _TableAttention._forward(ctx, *args)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> Any:
-        with flush_denormals():
-            return _TableAttention._backward(ctx, *grads)
 
 
 #: Query rows per step of a learnable table's gradient (keys up to each step's last), at most

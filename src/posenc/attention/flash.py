@@ -37,10 +37,9 @@ __all__ = [
     "available",
     "causal_with_mask",
     "flush_denormals",
-    "merge_outputs",
     "merge_parts",
-    "run_part",
     "slices",
+    "with_padding",
 ]
 
 _FORWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
@@ -169,6 +168,17 @@ class Part:
     value_table: Tensor | None = None
 
 
+def with_padding(
+    mask: Tensor | None, padding: Tensor | None, start: int, stop: int
+) -> Tensor | None:
+    """A part's mask for keys ``[start, stop)`` with the call's additive key padding
+    ``(batch, 1, 1, keys)`` (0 or the dtype's lowest value) added; either may be None."""
+    if padding is None:
+        return mask
+    pad = padding[..., start:stop]
+    return pad if mask is None else mask + pad
+
+
 def merge_parts(q: Tensor, parts: Sequence[Part], scale: float) -> Tensor:
     """``softmax`` attention of ``q`` over the union of ``parts``' keys, merged exactly.
 
@@ -196,24 +206,7 @@ def merge_parts(q: Tensor, parts: Sequence[Part], scale: float) -> Tensor:
     return out
 
 
-def run_part(q: Tensor, part: Part, scale: float) -> tuple[Tensor, Tensor]:
-    """One part on the kernel, without autograd: its normalized output and its LSE (with
-    the part's shift added)."""
-    assert _FORWARD is not None
-    with flush_denormals():
-        out, lse = _FORWARD(
-            q,
-            part.k,
-            part.v,
-            0.0,
-            part.causal,
-            attn_mask=_expand(part.mask, q, part.k.shape[-2]),
-            scale=scale,
-        )
-    return out, _row_shift(part.shift, lse)
-
-
-def merge_outputs(outs: Sequence[Tensor], lses: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
+def _merge_outputs(outs: Sequence[Tensor], lses: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
     """``(Σ_p e^{ℓ_p − L} O_p, L)`` of parts' outputs ``O_p`` and LSEs ``ℓ_p``."""
     if len(outs) == 1:
         return outs[0], lses[0]
@@ -228,15 +221,6 @@ def _expand(mask: Tensor | None, q: Tensor, keys: int) -> Tensor | None:
     if mask is None:
         return None
     return mask.expand(q.shape[0], q.shape[1], q.shape[2], keys)
-
-
-def _dense(mask: Tensor | None) -> Tensor | None:
-    """A mask read with stride 0 over rows, written out: the kernel's backward is about
-    twice as slow on the broadcast form (measured: 43 ms against 23 ms for 8 heads ×
-    256 × 1792, one thread), while its forward is not."""
-    if mask is None or mask.stride(-2) != 0 or mask.shape[-2] == 1:
-        return mask
-    return mask.contiguous()
 
 
 def _row_shift(shift: Tensor | None, lse: Tensor) -> Tensor:
@@ -260,7 +244,8 @@ def _mask_back(mask: Tensor | None, reverse: bool) -> Tensor | None:
 
 class _Merge(torch.autograd.Function):
     @staticmethod
-    def _forward(
+    @flush_denormals()
+    def forward(
         ctx: Any,
         q: Tensor,
         scale: float,
@@ -287,17 +272,7 @@ class _Merge(torch.autograd.Function):
                     out, lse = out.flip(-2), lse.flip(-1)
             outs.append(out)
             lses.append(_row_shift(shift, lse))
-        if len(outs) == 1:
-            total, merged = lses[0], outs[0]
-        else:
-            total = torch.logsumexp(torch.stack(lses), dim=0)
-            merged = sum(
-                (
-                    out * (lse - total).exp().unsqueeze(-1).to(out.dtype)
-                    for out, lse in zip(outs, lses, strict=True)
-                ),
-                torch.zeros_like(outs[0]),
-            )
+        merged, total = _merge_outputs(outs, lses)
         keep_parts = any(ctx.needs_input_grad[3 + _N * i + 3] for i in range(len(layout)))
         ctx.scale, ctx.layout = scale, layout
         saved = [q, merged, total, *[t if t is not None else torch.empty(0) for t in flat]]
@@ -309,7 +284,8 @@ class _Merge(torch.autograd.Function):
         return merged
 
     @staticmethod
-    def _backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
+    @flush_denormals()
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         assert _BACKWARD is not None
         saved = ctx.saved_tensors
         q, merged, total = saved[:3]
@@ -367,7 +343,7 @@ class _Merge(torch.autograd.Function):
                     lse_r,
                     0.0,
                     causal,
-                    attn_mask=_dense(_expand(_mask_back(mask, reverse), q_part, k.shape[-2])),
+                    attn_mask=_expand(_mask_back(mask, reverse), q_part, k.shape[-2]),
                     scale=ctx.scale,
                 )
                 dmask = None
@@ -383,16 +359,6 @@ class _Merge(torch.autograd.Function):
                 dshift = per_row.sum_to_size(shift.shape).to(shift.dtype)
             grads += [dk, dv, dmask, dshift, None if own_q is None else dq, None, dtable]
         return (grad_q, None, None, *grads)
-
-    @staticmethod
-    def forward(ctx: Any, *args: Any) -> Any:
-        with flush_denormals():
-            return _Merge._forward(ctx, *args)
-
-    @staticmethod
-    def backward(ctx: Any, *grads: Any) -> Any:
-        with flush_denormals():
-            return _Merge._backward(ctx, *grads)
 
 
 def _explicit_logits(

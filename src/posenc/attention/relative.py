@@ -32,7 +32,7 @@ from torch import Tensor
 
 from posenc.attention.blocks import BLOCK_ELEMENTS, default_block_rows
 from posenc.attention.context import AttentionContext
-from posenc.attention.flash import Part, merge_outputs, merge_parts, run_part, slices
+from posenc.attention.flash import Part, merge_parts, slices, with_padding
 from posenc.attention.hooks import Hooks
 from posenc.attention.rows import expand_heads
 
@@ -43,10 +43,6 @@ RELATIVE_ROWS = 256
 
 #: Query rows per block of the Shaw plan under autograd (at least twice the clip distance).
 SHAW_TRAIN_ROWS = 64
-
-
-def _slice_padding(padding: Tensor | None, start: int, stop: int) -> Tensor | None:
-    return None if padding is None else padding[..., start:stop]
 
 
 def shaw_plan(
@@ -118,7 +114,7 @@ def shaw_plan(
                 Part(
                     ks[lo, hi],
                     values,
-                    mask=_slice_padding(padding, lo, hi),
+                    mask=with_padding(None, padding, lo, hi),
                     shift=block_rows[..., edge],
                 )
             )
@@ -176,7 +172,7 @@ def xl_plan(
                     Part(
                         k[:, :, :first],
                         v[:, :, :first],
-                        mask=_masked(shifted[..., :first], padding, 0, first),
+                        mask=with_padding(shifted[..., :first], padding, 0, first),
                     )
                 )
             parts.append(
@@ -184,19 +180,13 @@ def xl_plan(
                     k[:, :, first:end],
                     v[:, :, first:end],
                     causal=True,
-                    mask=_masked(shifted[..., first:end], padding, first, end),
+                    mask=with_padding(shifted[..., first:end], padding, first, end),
                 )
             )
         else:
-            parts.append(Part(k, v, mask=_masked(shifted, padding, 0, end)))
-        pieces = [run_part(q_block, part, scale) for part in parts]
-        merged, _ = merge_outputs([o for o, _ in pieces], [lse for _, lse in pieces])
-        outs.append(merged)
+            parts.append(Part(k, v, mask=with_padding(shifted, padding, 0, end)))
+        outs.append(merge_parts(q_block, parts, scale))
     return torch.cat(outs, dim=2)
-
-
-def _masked(term: Tensor, padding: Tensor | None, start: int, stop: int) -> Tensor:
-    return term if padding is None else term + padding[..., start:stop]
 
 
 def deberta_plan(
@@ -257,7 +247,7 @@ def deberta_plan(
                 Part(
                     k[:, :, keys[0] : keys[1]],
                     v[:, :, keys[0] : keys[1]],
-                    mask=_masked_or_none(mask, padding, *keys),
+                    mask=with_padding(mask, padding, *keys),
                     shift=None if per_row is None else per_row[..., row],
                 )
             )
@@ -276,11 +266,10 @@ def deberta_plan(
                         k[:, :, a:b],
                         v[:, :, a:b],
                         causal=causal and a == first,
-                        mask=_masked(band[..., a - lo : b - lo], padding, a, b),
+                        mask=with_padding(band[..., a - lo : b - lo], padding, a, b),
                     )
                 )
-        results = [run_part(q_block, part, scale) for part in parts]
-        outs.append(merge_outputs([o for o, _ in results], [lse for _, lse in results])[0])
+        outs.append(merge_parts(q_block, parts, scale))
     return torch.cat(outs, dim=2)
 
 
@@ -313,11 +302,3 @@ def _deberta_band(
         term = p2c if term is None else term.add_(p2c)
     assert term is not None
     return term
-
-
-def _masked_or_none(
-    term: Tensor | None, padding: Tensor | None, start: int, stop: int
-) -> Tensor | None:
-    if term is None:
-        return None if padding is None else padding[..., start:stop]
-    return _masked(term, padding, start, stop)

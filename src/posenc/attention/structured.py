@@ -42,7 +42,7 @@ from posenc.attention import flash, relative
 from posenc.attention.blocks import default_block_rows
 from posenc.attention.context import AttentionContext
 from posenc.attention.distance import distance_plan
-from posenc.attention.flash import Part, merge_parts, slices
+from posenc.attention.flash import Part, merge_parts, slices, with_padding
 from posenc.attention.hooks import Hooks
 from posenc.attention.rows import as_4d, compute_dtype, expand_heads
 
@@ -144,15 +144,6 @@ def _padding(context: AttentionContext, dtype: torch.dtype) -> Tensor | None:
     return torch.zeros((), dtype=dtype).masked_fill(~padding, low)[:, None, None, :]
 
 
-def _with_padding(
-    mask: Tensor | None, padding: Tensor | None, start: int, stop: int
-) -> Tensor | None:
-    if padding is None:
-        return mask
-    pad = padding[..., start:stop]
-    return pad if mask is None else mask + pad
-
-
 def _linear_plan(
     q: Tensor,
     k: Tensor,
@@ -165,9 +156,7 @@ def _linear_plan(
     *,
     slopes: Tensor,
 ) -> Tensor:
-    # The block's rows follow the query-block budget too: the kernel's backward reads the
-    # far part's key vector as a dense (batch, heads, rows, keys) mask.
-    rows = block_size or min(ALIBI_ROWS, default_block_rows(q.shape[0], q.shape[1], k.shape[2]))
+    rows = block_size or ALIBI_ROWS
     heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
     offset = k_len - q_len
     m = slopes.to(device=q.device, dtype=torch.float64).view(1, heads, 1, 1)
@@ -188,7 +177,7 @@ def _linear_plan(
                 ks[first, last],
                 vs[first, last],
                 causal=True,
-                mask=_with_padding(diagonal, padding, first, last),
+                mask=with_padding(diagonal, padding, first, last),
             )
         ]
         if first > 0:
@@ -201,7 +190,7 @@ def _linear_plan(
                 Part(
                     ks[0, first],
                     vs[0, first],
-                    mask=_with_padding(keys, padding, 0, first),
+                    mask=with_padding(keys, padding, 0, first),
                     shift=shift,
                 )
             )
@@ -255,22 +244,20 @@ def _per_block_masks(
         first, end = start + offset, (stop + offset if causal else k_len)
         mask = build(start, stop, end)
         if not causal:
-            parts = [Part(k, v, mask=_with_padding(mask, padding, 0, end))]
+            parts = [Part(k, v, mask=with_padding(mask, padding, 0, end))]
         else:
             parts = [
                 Part(
                     k[:, :, first:end],
                     v[:, :, first:end],
                     causal=True,
-                    mask=_with_padding(mask[..., first:end], padding, first, end),
+                    mask=with_padding(mask[..., first:end], padding, first, end),
                 )
             ]
             if first > 0:
-                before = _with_padding(mask[..., :first], padding, 0, first)
+                before = with_padding(mask[..., :first], padding, 0, first)
                 parts.append(Part(k[:, :, :first], v[:, :, :first], mask=before))
-        q_block = q[:, :, start:stop]
-        pieces = [flash.run_part(q_block, part, scale) for part in parts]
-        outs.append(flash.merge_outputs([o for o, _ in pieces], [lse for _, lse in pieces])[0])
+        outs.append(merge_parts(q[:, :, start:stop], parts, scale))
     return torch.cat(outs, dim=2)
 
 
