@@ -12,7 +12,7 @@
 3. Zero-shot context extension of the RoPE model step 2 trained (evaluation only): PI,
    NTK-aware, dynamic NTK and YaRN against plain RoPE at the same lengths, and one method
    that changes positions per (query, key) pair instead of frequencies, ReRoPE
-   (:mod:`posenc.lab.longctx`'s settings: window T/4, log-n), into ``OUT/extension/``
+   (:mod:`posenc.lab.experiments.longctx`'s settings: window T/4, log-n), into ``OUT/extension/``
    (``results.csv``, ``claims.json``, ``report.html``).
 
 Each step prints the seed claims it tests with their verdicts. A killed demo resumes where
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from posenc.lab.extrapolate import ExtrapolateConfig, run_extrapolate
+from posenc.lab.experiments.extrapolate import ExtrapolateConfig, run_extrapolate
 
 __all__ = ["DEMO_CONFIG", "run_demo"]
 
@@ -118,8 +118,8 @@ def extend_zero_shot(
     """The extension methods applied without fine-tuning to the RoPE model of the
     extrapolation run in ``folder`` (its first seed), evaluated at the same lengths; rows,
     verdicts and report into ``folder/extension`` (reused when already there)."""
-    from posenc.lab import extend, longctx
     from posenc.lab.claims import format_verdicts
+    from posenc.lab.experiments import extend, longctx
     from posenc.lab.report import write_report
     from posenc.lab.results import read_results_csv, write_results_csv
     from posenc.lab.run import as_json, atomic_write_text, torch_threads

@@ -5,8 +5,8 @@ import torch
 from torch.testing import assert_close
 
 from posenc.lab.batch import Batch, BatchSource, derive_seed, shard_slice
-from posenc.lab.data import LMSource
-from posenc.lab.tasks import make_task
+from posenc.lab.data.corpus import LMSource
+from posenc.lab.data.tasks import make_task
 
 
 def _batch(rows: int = 4, cols: int = 5, positions: str | None = None) -> Batch:

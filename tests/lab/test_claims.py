@@ -21,7 +21,7 @@ from posenc.lab.claims import (
     value_at,
 )
 from posenc.lab.seed_claims import SEED_CLAIMS
-from tests.lab.test_longctx import LONGCTX_CASES
+from tests.lab.experiments.test_longctx import LONGCTX_CASES
 
 Row = dict[str, Any]
 

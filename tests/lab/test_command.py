@@ -1,4 +1,4 @@
-"""An experiment's own ``python -m`` entry takes what ``posenc lab NAME`` takes."""
+"""``python -m posenc.lab.experiments NAME`` takes what ``posenc lab NAME`` takes."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from posenc.lab import lm
 from posenc.lab.command import experiment_main
+from posenc.lab.experiments import lm
+from posenc.lab.experiments.__main__ import main
 
 TINY_LM = (
     "--seq-len 16 --batch-size 4 --steps 2 --dim 16 --depth 1 --num-heads 2 --max-bytes 20000"
@@ -16,13 +17,19 @@ TINY_LM = (
 )
 
 
-def test_lm_module_entry_runs_like_the_lab_command(tmp_path: Path) -> None:
-    # ``python -m posenc.lab.lm`` (what torchrun starts): no process group here, one process.
+def test_package_entry_runs_like_the_lab_command(tmp_path: Path) -> None:
+    # ``python -m posenc.lab.experiments lm`` (what torchrun starts): no process group here.
     out = tmp_path / "lm"
-    assert lm.main(["--out", str(out), *TINY_LM.split()]) == 0
+    assert main(["lm", "--out", str(out), *TINY_LM.split()]) == 0
     config = json.loads((out / "config.json").read_text())
     assert config["encodings"] == ["alibi"] and config["steps"] == 2
     assert (out / "results.csv").is_file()
+
+
+@pytest.mark.parametrize("argv", [[], ["lmm", "--steps", "2"]])
+def test_package_entry_names_the_experiments_when_none_is_given(argv, capsys) -> None:
+    assert main(argv) == 2
+    assert "extrapolate" in capsys.readouterr().err
 
 
 def test_experiment_main_reports_option_errors(tmp_path: Path, capsys) -> None:

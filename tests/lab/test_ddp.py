@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from posenc.lab.batch import Batch, shard_slice
-from posenc.lab.data import LMSource
+from posenc.lab.data.corpus import LMSource
 from posenc.lab.distributed import rank_and_world, spawn
 from posenc.lab.results import read_results_csv
 from posenc.lab.train import TrainConfig, read_metrics, train
@@ -102,7 +102,7 @@ LM = dict(seq_len=16, batch_size=4, steps=3, dim=16, depth=1, num_heads=2, max_b
 
 
 def lm_rank(rank: int, world_size: int, out: str) -> None:
-    from posenc.lab.lm import EXPERIMENT, LmConfig
+    from posenc.lab.experiments.lm import EXPERIMENT, LmConfig
     from posenc.lab.runner import run_experiment
 
     torch.set_num_threads(1)

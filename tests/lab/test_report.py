@@ -486,7 +486,7 @@ def test_a_run_folder_in_use_by_another_process_is_refused(tmp_path: Path) -> No
     import subprocess
     import sys
 
-    from posenc.lab.extrapolate import ExtrapolateConfig
+    from posenc.lab.experiments.extrapolate import ExtrapolateConfig
     from posenc.lab.results import prepare_out_dir
 
     config = ExtrapolateConfig(encodings=("alibi",), train_len=8, eval_tokens=128)
@@ -495,7 +495,7 @@ def test_a_run_folder_in_use_by_another_process_is_refused(tmp_path: Path) -> No
             sys.executable,
             "-c",
             "import sys, time; from posenc.lab.results import prepare_out_dir; "
-            "from posenc.lab.extrapolate import ExtrapolateConfig as C; "
+            "from posenc.lab.experiments.extrapolate import ExtrapolateConfig as C; "
             f"prepare_out_dir({str(tmp_path)!r}, 'extrapolate', "
             "C(encodings=('alibi',), train_len=8, eval_tokens=128)); "
             "print('locked', flush=True); time.sleep(30)",

@@ -1,19 +1,21 @@
 """The lab: train short, test long.
 
-Data sources for length-generalization experiments: the byte-level corpus (the Python standard
-library by default) in :mod:`posenc.lab.data`, seeded synthetic tasks in
-:mod:`posenc.lab.tasks`, and the :class:`Batch` they yield (:mod:`posenc.lab.batch`); the
-training loop with resumable run folders and DDP in :mod:`posenc.lab.train`; the experiments
-(:mod:`posenc.lab.extrapolate`, :mod:`~posenc.lab.extend`, :mod:`~posenc.lab.generalize`,
-:mod:`~posenc.lab.vit`), listed by name in :mod:`posenc.lab.experiments`, and their reports
-(:mod:`posenc.lab.report`).
+What is measured: one file per experiment in :mod:`posenc.lab.experiments` (``extrapolate``,
+``extend``, ``bases``, ``longctx``, ``generalize``, ``vit``, ``resolution``, ``lm``), whose
+``__init__`` is the registry ``posenc lab NAME`` dispatches on. On what: one file per data
+source or task generator in :mod:`posenc.lab.data` (the byte-level corpus, the Python
+standard library by default, in :mod:`~posenc.lab.data.corpus`; seeded synthetic tasks in
+:mod:`~posenc.lab.data.tasks`; passkey retrieval; sklearn's digits). The machinery stays
+here: the :class:`Batch` every source yields (:mod:`posenc.lab.batch`), the training loop
+with resumable run folders and DDP (:mod:`posenc.lab.train`), the runner, claims, tables,
+figures and reports (:mod:`posenc.lab.report`).
 """
 
 from __future__ import annotations
 
 from posenc.lab.batch import Batch, BatchSource, derive_seed, shard_slice
-from posenc.lab.data import CorpusSplits, LMSource, eval_windows, load_corpus, stdlib_files
-from posenc.lab.tasks import TASKS, Example, TaskSource, TaskSpec, accuracy, make_task
+from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows, load_corpus, stdlib_files
+from posenc.lab.data.tasks import TASKS, Example, TaskSource, TaskSpec, accuracy, make_task
 from posenc.lab.train import TrainConfig, TrainResult, lm_loss, lr_at, train
 
 __all__ = [

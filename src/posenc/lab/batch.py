@@ -133,8 +133,8 @@ class Batch:
 
 @runtime_checkable
 class BatchSource(Protocol):
-    """Anything that makes the batch of a training step: :class:`~posenc.lab.data.LMSource`,
-    :class:`~posenc.lab.tasks.TaskSource`.
+    """Anything that makes the batch of a training step: :class:`~posenc.lab.data.corpus.LMSource`,
+    :class:`~posenc.lab.data.tasks.TaskSource`.
 
     ``batch(step, batch_size, rank=r, world_size=w)`` is deterministic in (the source's seed,
     ``step``): it builds the global batch of ``batch_size`` rows for that step and returns

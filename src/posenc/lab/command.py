@@ -1,5 +1,5 @@
 """An experiment run from command-line options: ``posenc lab NAME [--out DIR] OPTIONS`` and
-an experiment module's own ``python -m`` entry (``torchrun -m posenc.lab.lm``).
+``python -m posenc.lab.experiments NAME ...`` (what ``torchrun`` starts).
 
 Every option is a field of the experiment's config dataclass, parsed by tyro; dict-valued
 fields take one JSON object. The run goes into ``--out`` (default ``runs/NAME``) and resumes

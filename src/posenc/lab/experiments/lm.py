@@ -4,9 +4,9 @@ run per (encoding, seed), validation loss and throughput; ``torchrun``-ready.
 ``posenc lab lm --encodings rope alibi --steps 300`` trains in one process;
 under ``torchrun`` every process runs the same command and they share the global batch
 (:func:`posenc.lab.train.train` wraps the model in DistributedDataParallel; the runner lets
-rank 0 alone write the folder)::
+rank 0 alone write the folder; :mod:`posenc.lab.experiments.__main__` joins the group)::
 
-    torchrun --nproc_per_node 2 -m posenc.lab.lm --out runs/lm --encodings rope --steps 200
+    torchrun --nproc_per_node 2 -m posenc.lab.experiments lm --out runs/lm --encodings rope
 
 The same command without torchrun gives the same losses (to float rounding: gradients are
 averaged across ranks). Rows: ``experiment="lm"``, encoding, seed, ``val_loss``, ``val_ppl``
@@ -17,7 +17,6 @@ averaged across ranks). Rows: ``experiment="lm"``, encoding, seed, ``val_loss``,
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,9 +26,8 @@ from torch import nn
 
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch
-from posenc.lab.command import experiment_main
-from posenc.lab.data import LMSource, eval_windows, load_corpus
-from posenc.lab.distributed import init_distributed, rank_and_world
+from posenc.lab.data.corpus import LMSource, eval_windows, load_corpus
+from posenc.lab.distributed import rank_and_world
 from posenc.lab.results import Row
 from posenc.lab.runner import Experiment, Run, check_seeds
 from posenc.lab.tables import text_table
@@ -37,7 +35,7 @@ from posenc.lab.train import TrainConfig, lm_loss, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import sequence_encoding_spec
 
-__all__ = ["EXPERIMENT", "LmConfig", "format_lm_table", "main"]
+__all__ = ["EXPERIMENT", "LmConfig", "format_lm_table"]
 
 
 @dataclass(frozen=True)
@@ -187,18 +185,3 @@ EXPERIMENT = Experiment(
     table=format_lm_table,
     prepare=_load,
 )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m posenc.lab.lm`` (alone or under ``torchrun``): ``posenc lab lm`` after
-    joining the process group that torchrun describes."""
-    _, world_size = init_distributed()
-    try:
-        return experiment_main(EXPERIMENT, sys.argv[1:] if argv is None else argv)
-    finally:
-        if world_size > 1:
-            torch.distributed.destroy_process_group()
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -8,7 +8,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc.lab.batch import Batch
-from posenc.lab.tasks import PAD, SEP, TASKS, Example, TaskSource, accuracy, make_task
+from posenc.lab.data.tasks import PAD, SEP, TASKS, Example, TaskSource, accuracy, make_task
 
 Symbols = tuple[str, ...]
 

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-from posenc.lab import extend
 from posenc.lab.claims import judge
-from posenc.lab.longctx import (
+from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
+from posenc.lab.experiments import extend
+from posenc.lab.experiments.longctx import (
     DEFAULT_METHODS,
     EXPERIMENT,
     SEGMENT_METHODS,
@@ -23,7 +24,6 @@ from posenc.lab.longctx import (
     key_layout,
     run_longctx,
 )
-from posenc.lab.passkey import PASSKEY_DIGITS, passkey_batch
 from posenc.lab.results import read_results_csv
 from posenc.lab.seed_claims import SEED_CLAIMS
 from posenc.model import DecoderLM

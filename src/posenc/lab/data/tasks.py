@@ -40,7 +40,7 @@ from torch import Tensor
 
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed, shard_slice
-from posenc.lab.task_generators import PAD, SEP, TASKS, Example, TaskSpec, _float
+from posenc.lab.data.task_generators import PAD, SEP, TASKS, Example, TaskSpec, _float
 
 __all__ = ["PAD", "SEP", "TASKS", "Example", "TaskSource", "TaskSpec", "accuracy", "make_task"]
 

@@ -4,9 +4,10 @@ The in-distribution check of ViT's Appendix D.4 (Dosovitskiy et al. 2020,
 https://arxiv.org/abs/2010.11929, Table 8: ImageNet 5-shot linear accuracy 0.614 without a
 position embedding, 0.640–0.642 with 1-D, 2-D or relative ones: "having a PE matters, which
 kind matters little") at CPU scale. The 1797 8×8 images of ``sklearn.datasets.load_digits``
-(bundled with scikit-learn, no download) are cut into 2×2 patches, a 4×4 grid of 16 tokens of
-4 pixels; a linear patch embedding, a few bidirectional pre-norm blocks
-(:class:`posenc.model.Block`), mean pooling and a 10-way linear head classify them.
+(bundled with scikit-learn, no download; :mod:`posenc.lab.data.digits`) are cut into 2×2
+patches, a 4×4 grid of 16 tokens of 4 pixels; a linear patch embedding, a few bidirectional
+pre-norm blocks (:class:`posenc.model.Block`), mean pooling and a 10-way linear head classify
+them.
 
 Encodings are chosen by name: ``"none"`` (no position at all; the model sees a bag of
 patches and is exactly invariant to permuting them) or any encoding of
@@ -23,8 +24,9 @@ the encoding rejects at this size (e.g. a ``dim`` that the 2D sin-cos table cann
 four). ``"learned_1d"`` is kept as the name of
 ``"learned"`` in the experiment's first results.
 
-Images enter :func:`posenc.lab.train.train` as token rows: ``tokens`` are the 64 pixel
-intensities (integers 0..16, row-major) and the label is the target of the first column only
+Images enter :func:`posenc.lab.train.train` as token rows
+(:class:`~posenc.lab.data.digits.DigitsSource`): ``tokens`` are the 64 pixel intensities
+(integers 0..16, row-major) and the label is the target of the first column only
 (``loss_mask``), so the generic loop (AdamW, cosine schedule, resumable run folders, DDP)
 trains a classifier. One run folder per (encoding, seed) under ``out/runs/``.
 
@@ -49,7 +51,16 @@ from torch import Tensor, nn
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.attention import build_context, hooks_of
 from posenc.base import PositionalEncoding
-from posenc.lab.batch import Batch, derive_seed
+from posenc.lab.batch import derive_seed
+from posenc.lab.data.digits import (
+    IMAGE_SIZE,
+    LEVELS,
+    NUM_CLASSES,
+    NUM_IMAGES,
+    DigitsSource,
+    DigitsSplits,
+    load_digits_splits,
+)
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.train import TrainConfig, TrainResult, train
 from posenc.model import Block, ModelConfig, layer_encodings
@@ -60,13 +71,10 @@ __all__ = [
     "ALIASES",
     "DEFAULT_ENCODINGS",
     "EXPERIMENT",
-    "DigitsSource",
-    "DigitsSplits",
     "DigitsViT",
     "DigitsViTConfig",
     "VitConfig",
     "format_vit_table",
-    "load_digits_splits",
     "patchify",
     "prepare_digits",
     "run_vit",
@@ -80,10 +88,6 @@ NONE = "none"
 ALIASES = {"learned_1d": "learned"}
 #: The documented setting: none, 1D learned, 2D sin-cos, 2D axial RoPE.
 DEFAULT_ENCODINGS = (NONE, "learned_1d", "sinusoidal_2d", "rope_2d")
-IMAGE_SIZE = 8  # sklearn digits are 8×8
-LEVELS = 17  # pixel intensities 0..16
-NUM_CLASSES = 10
-NUM_IMAGES = 1797
 
 
 def patchify(images: Tensor, patch_size: int) -> Tensor:
@@ -328,78 +332,6 @@ class _PerTokenLogits(nn.Module):
             raise ValueError("positions must be None: the ViT numbers its patches itself")
         logits = self.vit(tokens)  # (batch, 10)
         return logits[:, None, :].expand(-1, tokens.shape[1], -1)
-
-
-@dataclass(frozen=True)
-class DigitsSplits:
-    """Pixels ``(N, 64)`` int64 (0..16) and labels ``(N,)`` of the train and test images."""
-
-    train_pixels: Tensor
-    train_labels: Tensor
-    test_pixels: Tensor
-    test_labels: Tensor
-
-
-def load_digits_splits(test_size: int = 500, *, seed: int = 0) -> DigitsSplits:
-    """sklearn's 1797 digits, split at random (seeded) into train and ``test_size`` test images.
-
-    Raises:
-        ImportError: with an install hint when scikit-learn is missing.
-    """
-    try:
-        from sklearn.datasets import load_digits
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the vit experiment needs scikit-learn for its bundled digits images: "
-            "pip install 'posenc[lab]' (or pip install scikit-learn)"
-        ) from error
-    digits = load_digits()
-    pixels = torch.as_tensor(digits.data).round().to(torch.long)  # (1797, 64), values 0..16
-    labels = torch.as_tensor(digits.target).to(torch.long)
-    if not 1 <= test_size < pixels.shape[0]:
-        raise ValueError(f"test_size must be in [1, {pixels.shape[0]}), got {test_size}")
-    order = torch.randperm(
-        pixels.shape[0], generator=torch.Generator().manual_seed(derive_seed("digits", seed))
-    )
-    test, rest = order[:test_size], order[test_size:]
-    return DigitsSplits(pixels[rest], labels[rest], pixels[test], labels[test])
-
-
-class DigitsSource:
-    """Batches of training images for :func:`~posenc.lab.train.train`, epoch by epoch.
-
-    Step ``s`` of batch size ``B`` is slice ``s mod E`` of the seeded permutation of epoch
-    ``⌊s / E⌋``, ``E = ⌊N / B⌋`` steps per epoch (the last partial batch is dropped).
-    ``tokens`` are the pixels, ``targets`` the label in every column, ``loss_mask`` column 0.
-    """
-
-    vocab_size = LEVELS
-
-    def __init__(self, pixels: Tensor, labels: Tensor, seed: int = 0) -> None:
-        self.pixels, self.labels, self.seed = pixels, labels, seed
-        self._perm: tuple[int, Tensor] | None = None
-
-    def steps_per_epoch(self, batch_size: int) -> int:
-        return self.pixels.shape[0] // batch_size
-
-    def batch(self, step: int, batch_size: int, *, rank: int = 0, world_size: int = 1) -> Batch:
-        check_non_negative_int("step", step)
-        per_epoch = self.steps_per_epoch(check_positive_int("batch_size", batch_size))
-        if per_epoch == 0:
-            raise ValueError(
-                f"batch_size must be <= the {self.pixels.shape[0]} training images, "
-                f"got {batch_size}"
-            )
-        epoch, index = divmod(step, per_epoch)
-        if self._perm is None or self._perm[0] != epoch:
-            generator = torch.Generator().manual_seed(derive_seed("digits", self.seed, epoch))
-            self._perm = (epoch, torch.randperm(self.pixels.shape[0], generator=generator))
-        rows = self._perm[1][index * batch_size : (index + 1) * batch_size]
-        tokens = self.pixels[rows]
-        targets = self.labels[rows][:, None].expand_as(tokens).contiguous()
-        loss_mask = torch.zeros_like(tokens, dtype=torch.bool)
-        loss_mask[:, 0] = True
-        return Batch(tokens, targets, loss_mask).shard(rank, world_size)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""Tests of posenc.lab.generalize: a tiny ``tasks`` experiment end to end, resume, config checks,
-and that randomized evaluation is deterministic and really feeds randomized positions."""
+"""Tests of posenc.lab.experiments.generalize: a tiny ``tasks`` experiment end to end, resume,
+config checks, and that randomized evaluation is deterministic and really feeds randomized
+positions."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from posenc.lab import generalize
-from posenc.lab.generalize import TasksConfig, evaluate_task, format_tasks_table, run_tasks
+from posenc.lab.data.tasks import make_task
+from posenc.lab.experiments import generalize
+from posenc.lab.experiments.generalize import (
+    TasksConfig,
+    evaluate_task,
+    format_tasks_table,
+    run_tasks,
+)
 from posenc.lab.results import read_results_csv
-from posenc.lab.tasks import make_task
 from posenc.model import DecoderLM, ModelConfig
 
 TINY = TasksConfig(

@@ -1,16 +1,18 @@
 """Long context without retraining: Self-Extend, DCA, ReRoPE, LM-Infinite and sinks at 1×–32× T.
 
-The RoPE base of :mod:`posenc.lab.extend` (a byte-level decoder trained at ``T`` with passkey
-rows, :func:`~posenc.lab.extend.train_base`, same folders ``out/runs/base/seed<s>``) is
-evaluated **without fine-tuning** at ``L = m·T`` for every multiplier ``m``:
+The RoPE base of :mod:`posenc.lab.experiments.extend` (a byte-level decoder trained at ``T``
+with passkey rows, :func:`~posenc.lab.experiments.extend.train_base`, same folders
+``out/runs/base/seed<s>``) is evaluated **without fine-tuning** at ``L = m·T`` for every
+multiplier ``m``:
 
 * perplexity on the test split in non-overlapping windows, and passkey retrieval by context
-  length × depth (:func:`posenc.lab.extend.evaluate_model`: the rows of ``extend``'s zero-shot
-  stage, ``stage = "no_ft"``), one run per (method, seed) in ``out/runs/<method>/seed<s>``;
+  length × depth (:func:`posenc.lab.experiments.extend.evaluate_model`: the rows of
+  ``extend``'s zero-shot stage, ``stage = "no_ft"``), one run per (method, seed) in
+  ``out/runs/<method>/seed<s>``;
 * methods: the segment methods of :mod:`posenc.segments` (:data:`SEGMENT_METHODS`), the RoPE
   weights loaded unchanged into a model whose rotary encoding the method wraps, against plain
   ``rope`` and the frequency scalings of ``extend`` (``pi``, ``ntk``, ``dynamic_ntk``,
-  ``yarn``, ...) at ``s = L/T`` (:func:`~posenc.lab.extend.scaling_for`).
+  ``yarn``, ...) at ``s = L/T`` (:func:`~posenc.lab.experiments.extend.scaling_for`).
 
 Each method's settings follow its reference's rule relative to the pre-training length ``T``
 (:class:`LongCtxConfig`). Rows carry the method's constructor arguments at that length
@@ -35,9 +37,9 @@ from typing import Any
 from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
-from posenc.lab import extend
-from posenc.lab.data import CorpusSplits, load_corpus
-from posenc.lab.passkey import PASSKEY_DIGITS, passkey_batch
+from posenc.lab.data.corpus import CorpusSplits, load_corpus
+from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
+from posenc.lab.experiments import extend
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, text_table
@@ -135,8 +137,8 @@ class LongCtxConfig:
     Args:
         train_len: ``T``, the RoPE base's training length. The base's fields (``train_len``
             to ``passkey_steps``, ``corpus``, ``corpus_bytes``, ``split_seed``) are those of
-            :class:`~posenc.lab.extend.ExtendConfig` with its defaults: ``extend``'s bases
-            are these.
+            :class:`~posenc.lab.experiments.extend.ExtendConfig` with its defaults: ``extend``'s
+            bases are these.
         dim: the decoder's width.
         depth: the decoder's layers.
         num_heads: attention heads per layer.
@@ -255,8 +257,8 @@ class LongCtxConfig:
             raise ValueError(f"base_run must be a folder (str) or None, got {self.base_run!r}")
 
     def extend_config(self) -> extend.ExtendConfig:
-        """The :class:`~posenc.lab.extend.ExtendConfig` of the base and its evaluation: every
-        field the two share, plain RoPE as its only method and no fine-tuning."""
+        """The :class:`~posenc.lab.experiments.extend.ExtendConfig` of the base and its
+        evaluation: every field the two share, plain RoPE as its only method and no fine-tuning."""
         names = {f.name for f in fields(extend.ExtendConfig)} - {"methods", "ft_methods"}
         shared = {f.name: getattr(self, f.name) for f in fields(self) if f.name in names}
         return extend.ExtendConfig(**shared, methods=("rope",), ft_methods=())

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from posenc.lab.data import load_corpus
-from posenc.lab.extrapolate import (
+from posenc.lab.data.corpus import load_corpus
+from posenc.lab.experiments.extrapolate import (
     ExtrapolateConfig,
     evaluate_lm,
     format_ppl_table,

@@ -3,12 +3,12 @@
 The setting of Ruoss et al. 2023, "Randomized Positional Encodings Boost Length Generalization
 of Transformers" (https://arxiv.org/abs/2305.16843), and Kazemnejad et al. 2023, "The Impact
 of Positional Encoding on Length Generalization in Transformers"
-(https://arxiv.org/abs/2305.19466), at CPU scale: for each task of :mod:`posenc.lab.tasks` and
+(https://arxiv.org/abs/2305.19466), at CPU scale: for each task of :mod:`posenc.lab.data.tasks` and
 each encoding, a small decoder (:class:`~posenc.model.DecoderLM`) is trained on the task's
 short train lengths with the loss on the answer tokens only, once with the positions
 ``0 .. T - 1`` and once with randomized positions (``T`` sorted distinct integers from
 ``[0, L)``, a fresh draw per row and step). It is then scored by greedy token accuracy and
-exact-match sequence accuracy (:func:`posenc.lab.tasks.accuracy`) at the longest train length
+exact-match sequence accuracy (:func:`posenc.lab.data.tasks.accuracy`) at the longest train length
 (``split = "train"``) and at every test length (``split = "test"``).
 
 As in Ruoss et al. (and their code), a randomized model is also *evaluated* with randomized
@@ -41,10 +41,10 @@ from torch import nn
 
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed
+from posenc.lab.data.tasks import TASKS, TaskSource, accuracy, make_task
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, seed_note, text_table, with_variant
-from posenc.lab.tasks import TASKS, TaskSource, accuracy, make_task
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.positions import randomized_positions
@@ -63,7 +63,7 @@ class TasksConfig:
     """One length-generalization experiment.
 
     Args:
-        tasks: task names of :data:`posenc.lab.tasks.TASKS`.
+        tasks: task names of :data:`posenc.lab.data.tasks.TASKS`.
         encodings: registered encoding names (``posenc list``).
         randomized: which variants to train: ``False`` = positions ``0 .. T - 1``, ``True`` =
             randomized positions (Ruoss et al. 2023) in training and evaluation.
@@ -77,7 +77,7 @@ class TasksConfig:
         eval_examples: examples scored at each length.
         random_max_length: ``L``, the range randomized positions are drawn from; ``None`` =
             4 × the task's longest sequence (train and test lengths), per task.
-        task_params: per task, keyword arguments of :func:`~posenc.lab.tasks.make_task` (task
+        task_params: per task, keyword arguments of :func:`~posenc.lab.data.tasks.make_task` (task
             parameters, and ``train_lengths`` / ``test_lengths`` to override the defaults).
         pos_kwargs: per encoding, keyword arguments of its constructor.
         seeds: one run per seed and (task, encoding, variant): model init, training data,
@@ -215,7 +215,7 @@ def evaluate_task(
     Args:
         model: maps ``(tokens, positions, key_padding_mask=...)`` to logits ``(B, T, V)``.
         source: the task.
-        length: problem size (see :data:`posenc.lab.tasks.TASKS`).
+        length: problem size (see :data:`posenc.lab.data.tasks.TASKS`).
         examples: rows to score.
         max_position: ``L`` for randomized positions, ``None`` = ``0 .. T - 1``.
         seed: seed of the randomized positions.

@@ -4,7 +4,7 @@ The test of Mohtashami & Jaggi 2023 (https://arxiv.org/abs/2305.16300), used by 
 and YaRN (Table 5) to measure an extended context: English filler with the sentence
 ``The pass key is 12345. Remember it. 12345 is the pass key.`` placed at ``depth`` (the
 fraction of the filler before it), then ``What is the pass key? The pass key is`` and the
-five digits to produce. Built from :func:`posenc.lab.tasks.make_task` (``"passkey"``,
+five digits to produce. Built from :func:`posenc.lab.data.tasks.make_task` (``"passkey"``,
 ``byte_level=True``), so a model of the embedded byte corpus reads it as ordinary text.
 
 ``context_len`` counts every token the model reads: the prompt, the separating space and the
@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, BatchSource, derive_seed
-from posenc.lab.tasks import TaskSource, accuracy, make_task
+from posenc.lab.data.tasks import TaskSource, accuracy, make_task
 
 __all__ = [
     "PASSKEY_DIGITS",

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.lab.data import (
+from posenc.lab.data.corpus import (
     SEPARATOR,
     SPLITS,
     LMSource,

@@ -2,14 +2,25 @@
 
 Each experiment module defines ``EXPERIMENT`` (a :class:`posenc.lab.runner.Experiment`);
 this registry imports them, so the import graph shows every experiment. Adding one is its
-module plus one line here (docs/lab.md shows a whole example).
+module in this folder plus its name here (docs/lab.md shows a whole example).
+``python -m posenc.lab.experiments NAME`` runs one (:mod:`~posenc.lab.experiments.__main__`,
+what ``torchrun`` starts).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from posenc.lab import bases, extend, extrapolate, generalize, lm, longctx, resolution, vit
+from posenc.lab.experiments import (
+    bases,
+    extend,
+    extrapolate,
+    generalize,
+    lm,
+    longctx,
+    resolution,
+    vit,
+)
 from posenc.lab.runner import Experiment
 
 __all__ = ["EXPERIMENTS", "get_experiment", "register_experiment"]

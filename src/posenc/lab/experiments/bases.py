@@ -3,10 +3,10 @@
 The setting of Liu et al. 2023, "Scaling Laws of RoPE-based Extrapolation"
 (https://arxiv.org/abs/2310.05209), at CPU scale:
 
-1. the RoPE base of :mod:`posenc.lab.extend` (a byte-level decoder LM, base ``10⁴``, trained
-   at ``T`` with its passkey rows; ``out/runs/base``, the same training as ``posenc lab
-   extend``'s, so its finished base folders can be copied in) is evaluated at every length
-   (stage ``"pretrained"``);
+1. the RoPE base of :mod:`posenc.lab.experiments.extend` (a byte-level decoder LM, base
+   ``10⁴``, trained at ``T`` with its passkey rows; ``out/runs/base``, the same training as
+   ``posenc lab extend``'s, so its finished base folders can be copied in) is evaluated at
+   every length (stage ``"pretrained"``);
 2. for each of ``bases`` the weights are fine-tuned ``ft_steps`` at the **training length**
    ``T`` with RoPE's base changed to ``β`` (``out/runs/ft_base<β>``; ``β = 10⁴`` is the
    control: the same fine-tune without a base change), then evaluated at ``m·T``.
@@ -41,9 +41,9 @@ from typing import Any
 import torch
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
-from posenc.lab.data import CorpusSplits, LMSource, load_corpus
-from posenc.lab.extend import ExtendConfig, final_state, train_base
-from posenc.lab.extrapolate import evaluate_lm
+from posenc.lab.data.corpus import CorpusSplits, LMSource, load_corpus
+from posenc.lab.experiments.extend import ExtendConfig, final_state, train_base
+from posenc.lab.experiments.extrapolate import evaluate_lm
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import length_label, pivot, seed_note, text_table
@@ -72,8 +72,9 @@ class BasesConfig:
 
     Args:
         train_len: ``T``, the length of pre-training and of every fine-tune.
-        dim: the decoder's width (pre-training as :class:`~posenc.lab.extend.ExtendConfig`,
-            so that extend's finished base runs can be reused).
+        dim: the decoder's width (pre-training as
+            :class:`~posenc.lab.experiments.extend.ExtendConfig`, so that extend's finished base
+            runs can be reused).
         depth: the decoder's layers.
         num_heads: attention heads per layer (head_dim = dim / num_heads).
         steps: pre-training steps.

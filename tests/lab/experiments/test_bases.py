@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc.lab.bases import PRETRAIN_BASE, BasesConfig, predicted_regime, run_bases
+from posenc.lab.experiments.bases import PRETRAIN_BASE, BasesConfig, predicted_regime, run_bases
 from posenc.lab.seed_claims import claims_of
 from posenc.rotary.scaling_laws import extrapolation_bound
 

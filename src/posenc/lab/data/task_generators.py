@@ -1,8 +1,8 @@
 """The nine synthetic tasks' generators and their table (:data:`TASKS`).
 
 Each generator maps ``(rng, length, params)`` to an :class:`Example` whose answer is correct
-by construction; :mod:`posenc.lab.tasks` turns examples into batches. Papers per task are
-listed in :mod:`posenc.lab.tasks`.
+by construction; :mod:`posenc.lab.data.tasks` turns examples into batches. Papers per task are
+listed in :mod:`posenc.lab.data.tasks`.
 """
 
 from __future__ import annotations

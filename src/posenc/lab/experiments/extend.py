@@ -9,15 +9,15 @@ YaRN (Peng et al. 2023, https://arxiv.org/abs/2309.00071, Tables 1, 5) at CPU sc
    accuracy 0.00 everywhere at 500 steps);
 2. **no fine-tuning** (stage ``"no_ft"``): the same weights are evaluated at each length
    ``L = m·T`` with every scaling at ``s = max(1, L / T)`` (perplexity on non-overlapping
-   windows of the test split, as :func:`posenc.lab.extrapolate.evaluate_lm`). RoPE holds no
-   weights, so a scaled model is the trained state loaded into a ``DecoderLM`` whose
+   windows of the test split, as :func:`posenc.lab.experiments.extrapolate.evaluate_lm`). RoPE
+   holds no weights, so a scaled model is the trained state loaded into a ``DecoderLM`` whose
    ``pos_kwargs`` carry the scaling;
 3. **fine-tuning** (stage ``"ft"``): for each of ``ft_methods`` the base weights are trained
    ``ft_steps`` more steps at ``ft_len = ft_len_multiplier·T`` with the scaling fixed at
    ``s_ft = ft_len / T`` (``out/runs/ft_<method>``; plain ``rope`` is the control), then
    evaluated at the same lengths with that same ``s_ft``, as PI's and YaRN's fine-tuned models
    are;
-4. **passkey retrieval** (:mod:`posenc.lab.passkey`) of every (method, stage) over a grid of
+4. **passkey retrieval** (:mod:`posenc.lab.data.passkey`) of every (method, stage) over a grid of
    context lengths (multiples of ``T``) and depths.
 
 Methods (:func:`scaling_for`, :data:`METHODS`): ``rope`` (no scaling) and every scaling
@@ -56,9 +56,9 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
-from posenc.lab.data import CorpusSplits, LMSource, load_corpus
-from posenc.lab.extrapolate import evaluate_lm
-from posenc.lab.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
+from posenc.lab.data.corpus import CorpusSplits, LMSource, load_corpus
+from posenc.lab.data.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
+from posenc.lab.experiments.extrapolate import evaluate_lm
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import depth_means, length_label, pivot, seed_note, text_table
@@ -394,8 +394,8 @@ def evaluate_model(
     ``config.eval_lengths`` (non-overlapping windows, :func:`evaluate_lm`), then passkey
     accuracy (``experiment="passkey"``) at every ``config.passkey_lengths_tokens`` × depth
     (:func:`passkey_accuracy`, keys of ``seed``). ``model_at`` builds the model evaluated at
-    a length and gives its ``factor`` column, so other experiments (:mod:`posenc.lab.longctx`)
-    write the same rows for models of their own.
+    a length and gives its ``factor`` column, so other experiments
+    (:mod:`posenc.lab.experiments.longctx`) write the same rows for models of their own.
     """
     common = {"method": method, "stage": stage, "seed": seed, "train_len": config.train_len}
     ft = {"ft_len": config.ft_len if stage == "ft" else None, "train_loss": train_loss}
@@ -480,7 +480,7 @@ def train_base(
 ) -> tuple[dict[str, Tensor], float]:
     """Train (or, when ``folder`` holds a finished run, load) the RoPE base of ``seed`` at
     ``T`` with its passkey rows; returns its weights and final training loss (the base run
-    of this experiment, also the starting point of :mod:`posenc.lab.bases`)."""
+    of this experiment, also the starting point of :mod:`posenc.lab.experiments.bases`)."""
     torch.manual_seed(seed)
     base = DecoderLM(config.model_config("rope", 1.0))
     lm = LMSource(corpus.train, config.train_len, seed=seed)

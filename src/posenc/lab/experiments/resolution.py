@@ -1,7 +1,8 @@
 """Train at one resolution, test at larger ones: which 2D encodings carry over (RoPE-ViT Fig. 1).
 
-The digits ViT (:mod:`posenc.lab.vit`) is trained on the 8×8 images with 2×2 patches (a 4×4
-grid), then tested on the same held-out digits upsampled (bilinear) to ``test_sides`` pixels:
+The digits ViT (:mod:`posenc.lab.experiments.vit`) is trained on the 8×8 images of
+:mod:`posenc.lab.data.digits` with 2×2 patches (a 4×4 grid), then tested on the same
+held-out digits upsampled (bilinear) to ``test_sides`` pixels:
 12×12 gives a 6×6 grid, 16×16 an 8×8 one, with the same patch size, as RoPE-ViT's
 multi-resolution evaluation (Heo et al. 2024, https://arxiv.org/abs/2403.13298, Figure 1 and
 §4.1: train at 224, test at 160–512 without fine-tuning). Each encoding meets the larger grid
@@ -40,11 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc.lab.runner import Experiment, Run, run_experiment
-from posenc.lab.tables import pivot, seed_note, text_table
-from posenc.lab.vit import (
-    IMAGE_SIZE,
-    LEVELS,
+from posenc.lab.data.digits import IMAGE_SIZE, LEVELS
+from posenc.lab.experiments.vit import (
     NONE,
     DigitsViT,
     VitConfig,
@@ -52,6 +50,8 @@ from posenc.lab.vit import (
     prepare_digits,
     train_digits_vit,
 )
+from posenc.lab.runner import Experiment, Run, run_experiment
+from posenc.lab.tables import pivot, seed_note, text_table
 from posenc.positions import grid_positions
 from posenc.rotary.multi_axis import rescaled_grid_positions
 
@@ -75,7 +75,7 @@ MODES = ("upsample", "canvas")
 
 @dataclass(frozen=True)
 class ResolutionConfig(VitConfig):
-    """The resolution experiment: :class:`~posenc.lab.vit.VitConfig`'s training, plus
+    """The resolution experiment: :class:`~posenc.lab.experiments.vit.VitConfig`'s training, plus
 
     Args:
         test_sides: test image sides in pixels (multiples of ``patch_size``, ≥ 8); 8 is the

@@ -1,21 +1,21 @@
 """The extend experiment end to end at toy size (every usable scaling type of posenc's
-conversion), its config, scalings and passkey scoring."""
+conversion), its config and scalings (passkey scoring: tests/lab/data/test_passkey.py)."""
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 import torch
-from torch import Tensor, nn
 
-from posenc.lab import extend
-from posenc.lab.data import LMSource
-from posenc.lab.extend import (
+from posenc.lab.data.passkey import (
+    PasskeyMix,
+)
+from posenc.lab.experiments import extend
+from posenc.lab.experiments.extend import (
     ALIASES,
     DEFAULT_METHODS,
     METHODS,
@@ -23,13 +23,6 @@ from posenc.lab.extend import (
     run_extend,
     scaling_for,
     scaling_types,
-)
-from posenc.lab.passkey import (
-    PASSKEY_DIGITS,
-    PasskeyMix,
-    passkey_accuracy,
-    passkey_batch,
-    passkey_min_context,
 )
 from posenc.lab.results import read_results_csv
 from posenc.lab.run import torch_threads
@@ -180,17 +173,6 @@ def test_config_mismatch_names_the_field(finished, field, value):
         run_extend(replace(TINY, **{field: value}), out, echo=None)
 
 
-def test_passkey_mix_replaces_the_chosen_steps(one_thread):
-    stream = torch.randint(0, 256, (5000,), dtype=torch.uint8)
-    mix = PasskeyMix(LMSource(stream, 112, seed=0), 112, steps=10, passkey_steps=3, seed=0)
-    chosen = [step for step in range(10) if mix.is_passkey(step)]
-    assert len(chosen) == 3
-    for step in range(10):
-        batch = mix.batch(step, 4)
-        assert batch.tokens.shape == (4, 112)
-        assert int(batch.loss_mask.sum()) == (4 * PASSKEY_DIGITS if step in chosen else 4 * 112)
-
-
 def test_base_trains_on_the_passkey_mix_at_t(tmp_path, monkeypatch):
     config = replace(
         TINY, train_len=112, passkey_steps=5, passkey_lengths=(1.0,), ft_len_multiplier=1.0
@@ -211,22 +193,6 @@ def test_base_trains_on_the_passkey_mix_at_t(tmp_path, monkeypatch):
     assert isinstance(source, PasskeyMix)
     assert (source.length, source.steps, source.passkey_steps, source.seed) == (112, 20, 5, 3)
     assert sum(source.is_passkey(step) for step in range(seen["steps"])) == 5
-
-
-def test_passkey_mix_trains_on_keys_the_test_never_asks(one_thread):
-    stream = torch.randint(0, 256, (5000,), dtype=torch.uint8)
-    mix = PasskeyMix(LMSource(stream, 112, seed=0), 112, steps=4, passkey_steps=4, seed=0)
-
-    def keys(batch):
-        return {
-            bytes(row[mask].tolist())
-            for row, mask in zip(batch.targets, batch.loss_mask, strict=True)
-        }
-
-    trained = set().union(*(keys(mix.batch(step, 8)) for step in range(4)))
-    tested = keys(passkey_batch(112, None, 8, seed=0, step=0))
-    assert len(trained) == 32
-    assert not trained & tested
 
 
 def test_config_round_trips_through_json():
@@ -345,45 +311,3 @@ def test_every_type_of_the_conversion_is_a_method_or_refused_naming_its_fields(k
     assert isinstance(scaling, scaling_types()[kind])
     assert getattr(scaling, "factor", None) == 2.0
     assert kind in TINY.methods  # so the end-to-end run above evaluates it
-
-
-# ---- passkey scoring ---------------------------------------------------------------------
-
-
-class _KeyReader(nn.Module):
-    """Reads the key from the text and puts the argmax on its digits (``wrong``: last digit +1)."""
-
-    def __init__(self, wrong: bool = False) -> None:
-        super().__init__()
-        self.unused = nn.Parameter(torch.zeros(()))
-        self.wrong = wrong
-
-    def forward(self, tokens: Tensor, positions: Tensor | None) -> Tensor:
-        logits = torch.zeros(*tokens.shape, 256)
-        for row, ids in enumerate(tokens.tolist()):
-            key = re.search(rb"pass key is (\d{5})\.", bytes(ids)).group(1).decode()
-            if self.wrong:
-                key = key[:-1] + str((int(key[-1]) + 1) % 10)
-            for i, digit in enumerate(key):
-                logits[row, tokens.shape[1] - PASSKEY_DIGITS + i, ord(digit)] = 1.0
-        return logits
-
-
-@pytest.mark.parametrize("depth", [0.0, 0.5, 1.0])
-def test_passkey_batch_is_context_len_wide_with_the_digits_scored_last(depth):
-    batch = passkey_batch(160, depth, 3, seed=0)
-    assert batch.tokens.shape == (3, 160)
-    expected = torch.zeros(3, 160, dtype=torch.bool)
-    expected[:, -PASSKEY_DIGITS:] = True
-    torch.testing.assert_close(batch.loss_mask, expected)
-
-
-@pytest.mark.parametrize(("wrong", "expected"), [(False, (1.0, 1.0)), (True, (0.0, 0.8))])
-def test_passkey_accuracy_counts_exact_matches(wrong, expected):
-    assert passkey_accuracy(_KeyReader(wrong), 200, 0.5, 5, max_tokens_per_batch=400) == expected
-
-
-def test_passkey_context_below_minimum_raises():
-    with pytest.raises(ValueError, match="context_len"):
-        passkey_batch(passkey_min_context() - 1, 0.5, 2)
-    passkey_batch(passkey_min_context(), 0.5, 2)  # the minimum itself works

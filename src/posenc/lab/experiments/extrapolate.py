@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posenc._validate import check_non_negative_int, check_positive_int
-from posenc.lab.data import CorpusSplits, LMSource, eval_windows, load_corpus
+from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows, load_corpus
 from posenc.lab.results import Row
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of

@@ -11,14 +11,14 @@ from torch.testing import assert_close
 
 pytest.importorskip("sklearn")
 
-from posenc.lab.resolution import (
+from posenc.lab.experiments.resolution import (
     ResolutionConfig,
     canvas,
     evaluate_at,
     run_resolution,
     upsample,
 )
-from posenc.lab.vit import DigitsViT
+from posenc.lab.experiments.vit import DigitsViT
 
 TINY = ResolutionConfig(
     encodings=("none", "learned_2d", "rope_axial"),

@@ -1,0 +1,16 @@
+"""The lab's data: one module per data source or task generator, the "on what" of the
+experiments (:mod:`posenc.lab.experiments`).
+
+* :mod:`~posenc.lab.data.corpus`: the byte-level text corpus (the Python standard library's
+  sources by default, or any text files), its train / validation / test split by file, and
+  :class:`~posenc.lab.data.corpus.LMSource` batches for language modelling;
+* :mod:`~posenc.lab.data.task_generators` and :mod:`~posenc.lab.data.tasks`: the seeded
+  synthetic tasks (copy, reverse, sort, binary addition, passkey, MQAR, flip-flop, selective
+  copy, counting) and the batches and exact-match accuracy made from them;
+* :mod:`~posenc.lab.data.passkey`: passkey retrieval on the byte-level corpus, its scoring
+  and the passkey mix a base trains on;
+* :mod:`~posenc.lab.data.digits`: sklearn's 8×8 handwritten digits for the ViT experiments.
+
+Every source yields :class:`~posenc.lab.batch.Batch` rows that are a pure function of
+``(seed, step)``. The names most experiments use are re-exported by :mod:`posenc.lab`.
+"""
