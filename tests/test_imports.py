@@ -39,6 +39,8 @@ PACKAGE = "posenc"
 #   although it lives in ``attention/``.
 # * ``registry`` (encodings by name) and ``integrations`` (HF configs and models) sit with
 #   the model, which chooses its encoding by name.
+# * ``graph`` (positions from structure: node encodings, Graphormer's bias, L-STEP) is an
+#   encoding family; the graph transformer that uses them lives in the lab.
 # * ``viz*``, ``checks``, ``bench`` and ``demo`` are tools over the model: the lab's layer.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
@@ -53,7 +55,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "encodings",
-        ("posenc.additive", "posenc.rotary", "posenc.bias", "posenc.segments", "posenc.randomized"),
+        (
+            "posenc.additive",
+            "posenc.rotary",
+            "posenc.bias",
+            "posenc.segments",
+            "posenc.randomized",
+            "posenc.graph",
+        ),
     ),
     ("attention", ("posenc.attention",)),
     ("model", ("posenc.model", "posenc.registry", "posenc.integrations")),
