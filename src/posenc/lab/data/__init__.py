@@ -9,8 +9,13 @@ experiments (:mod:`posenc.lab.experiments`).
   copy, counting) and the batches and exact-match accuracy made from them;
 * :mod:`~posenc.lab.data.passkey`: passkey retrieval on the byte-level corpus, its scoring
   and the passkey mix a base trains on;
-* :mod:`~posenc.lab.data.digits`: sklearn's 8×8 handwritten digits for the ViT experiments.
+* :mod:`~posenc.lab.data.digits`: sklearn's 8×8 handwritten digits for the ViT experiments;
+* :mod:`~posenc.lab.data.graphs`: the CSL graphs (circular skip links) with Benchmarking
+  GNNs' folds, and random 3-regular graphs labelled with their triangle counts;
+* :mod:`~posenc.lab.data.temporal`: timed edge streams: uploader → package events of the
+  Debian changelogs on the machine, and a synthetic stream of drifting communities.
 
-Every source yields :class:`~posenc.lab.batch.Batch` rows that are a pure function of
-``(seed, step)``. The names most experiments use are re-exported by :mod:`posenc.lab`.
+Every sequence source yields :class:`~posenc.lab.batch.Batch` rows that are a pure function
+of ``(seed, step)``; the graph sources are whole datasets, a pure function of their
+seed. The names most experiments use are re-exported by :mod:`posenc.lab`.
 """
