@@ -5,8 +5,9 @@
 - :mod:`~posenc.graph.laplacian`: Laplacian eigenvector encodings (combinatorial, symmetric,
   random-walk), random sign flips;
 - :mod:`~posenc.graph.random_walk`: random-walk structural encodings and RRWP;
-- :mod:`~posenc.graph.shortest_path` and :mod:`~posenc.graph.graphormer`: shortest-path
-  distances and Graphormer's spatial bias, centrality and edge encodings;
+- :mod:`~posenc.graph.shortest_path`: all-pairs shortest-path distances and paths of a batch
+  of graphs; :mod:`~posenc.graph.graphormer`, :mod:`~posenc.graph.graphormer_edges` and
+  :mod:`~posenc.graph.centrality`: Graphormer's spatial bias, edge and centrality encodings;
 - :mod:`~posenc.graph.encoders`: SignNet and per-eigenvector MLPs (node encodings that enter
   node features through the additive hook);
 - :mod:`~posenc.graph.lstep` and :mod:`~posenc.graph.link_prediction`: L-STEP's learnable
@@ -17,6 +18,39 @@
 
 from __future__ import annotations
 
+from posenc.graph.centrality import CentralityEncoding, dense_degrees
+from posenc.graph.graphormer import GraphormerBias, graphormer_reach_mask, graphormer_spatial_index
+from posenc.graph.graphormer_edges import (
+    GraphormerEdgeEncoding,
+    dense_edge_features,
+    graphormer_edge_encoding,
+)
+from posenc.graph.shortest_path import (
+    UNREACHABLE,
+    ShortestPaths,
+    dense_edges,
+    hop_distances,
+    shortest_paths,
+)
 from posenc.graph.structure import Graph, SubGraph, from_networkx, from_pyg, to_dense_batch
 
-__all__ = ["Graph", "SubGraph", "from_networkx", "from_pyg", "to_dense_batch"]
+__all__ = [
+    "UNREACHABLE",
+    "CentralityEncoding",
+    "Graph",
+    "GraphormerBias",
+    "GraphormerEdgeEncoding",
+    "ShortestPaths",
+    "SubGraph",
+    "dense_degrees",
+    "dense_edge_features",
+    "dense_edges",
+    "from_networkx",
+    "from_pyg",
+    "graphormer_edge_encoding",
+    "graphormer_reach_mask",
+    "graphormer_spatial_index",
+    "hop_distances",
+    "shortest_paths",
+    "to_dense_batch",
+]

@@ -1,0 +1,161 @@
+"""Shortest paths: networkx parity (hops and weights, directed, disconnected, batched), the
+reference's Floyd–Warshall paths node for node, clamps, permutations, bad input."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import networkx as nx
+import pytest
+import torch
+from torch.testing import assert_close
+
+from posenc.graph import UNREACHABLE, Graph, hop_distances, shortest_paths
+from tests.graph.graphormer_reference import (
+    batch_graphs,
+    dense_listed,
+    floyd_warshall,
+    path_nodes,
+    random_graph,
+)
+
+CASES = [  # (nodes, edge probability, seed): sparse ones are disconnected
+    (1, 0.5, 0),
+    (6, 0.15, 1),
+    (9, 0.3, 2),
+    (12, 0.2, 3),
+]
+
+
+def _nx_distances(g: nx.Graph, size: int, weighted: bool) -> torch.Tensor:
+    dtype = torch.float64 if weighted else torch.long
+    out = torch.full((size, size), UNREACHABLE, dtype=dtype)
+    lengths = (
+        nx.all_pairs_dijkstra_path_length(g, weight="weight")
+        if weighted
+        else nx.all_pairs_shortest_path_length(g)
+    )
+    for u, row in lengths:
+        for v, d in row.items():
+            out[u, v] = d
+    return out
+
+
+@pytest.mark.parametrize("directed", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_distances_match_networkx_on_a_batch(directed: bool, weighted: bool) -> None:
+    pairs = [random_graph(n, p, s, directed=directed, weighted=True) for n, p, s in CASES]
+    if not weighted:
+        pairs = [(g, Graph(h.edge_index, h.num_nodes, directed=directed)) for g, h in pairs]
+    batch = batch_graphs([h for _, h in pairs])
+    size = max(h.num_nodes for _, h in pairs)
+    expected = torch.full((len(pairs), size, size), UNREACHABLE, dtype=torch.float64)
+    for b, (g, h) in enumerate(pairs):
+        expected[b, : h.num_nodes, : h.num_nodes] = _nx_distances(g, h.num_nodes, weighted).double()
+    paths = shortest_paths(batch, weighted=weighted)
+    assert paths.distance.dtype == (torch.float64 if weighted else torch.long)
+    assert_close(paths.distance.double(), expected, rtol=1e-12, atol=0)
+    if not weighted:
+        assert torch.equal(hop_distances(batch), expected.long())
+        assert torch.equal(paths.hops, paths.distance)
+    assert torch.equal(paths.reachable, expected >= 0)
+    assert paths.node_mask.tolist() == [[i < h.num_nodes for i in range(size)] for _, h in pairs]
+
+
+@pytest.mark.parametrize("directed", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_paths_equal_the_reference_floyd_warshall(directed: bool, weighted: bool) -> None:
+    # Graphormer's tie-break (algos.pyx), node for node; integer weights keep its sums exact.
+    graphs = [
+        random_graph(n, 0.35, s, directed=directed, weighted=weighted, zeros=False)[1]
+        for n, s in [(7, 4), (10, 5), (3, 6)]
+    ]
+    batch = batch_graphs(graphs)
+    paths = shortest_paths(batch, weighted=weighted)
+    for b, adj in enumerate(dense_listed(batch)):
+        n = len(adj)
+        dist, via = floyd_warshall(adj)
+        for i in range(n):
+            for j in range(n):
+                nodes = path_nodes(via, i, j)
+                got = paths.path[b, i, j]
+                assert got[got >= 0].tolist() == nodes, (b, i, j)
+                assert int(paths.hops[b, i, j]) == len(nodes) - 1
+                want = UNREACHABLE if dist[i][j] == 510 else dist[i][j]
+                assert float(paths.distance[b, i, j]) == want
+
+
+def test_paths_are_shortest_walks_along_edges() -> None:
+    g, graph = random_graph(11, 0.3, 7, directed=True, weighted=True)
+    paths = shortest_paths(graph, weighted=True)
+    for i in range(11):
+        for j in range(11):
+            nodes = paths.path[0, i, j]
+            nodes = nodes[nodes >= 0].tolist()
+            if not paths.reachable[0, i, j]:
+                assert nodes == [] and not nx.has_path(g, i, j)
+                continue
+            assert nodes[0] == i and nodes[-1] == j
+            length = sum(g.edges[u, v]["weight"] for u, v in itertools.pairwise(nodes))
+            assert math.isclose(length, float(paths.distance[0, i, j]), abs_tol=1e-12)
+
+
+def test_conventions_self_loops_zero_weights_and_both_directions() -> None:
+    # 0 -> 1 weight 0 (an edge), a self-loop on 2, undirected 1 - 2 listed both ways.
+    edge_index = torch.tensor([[0, 2, 1, 2], [1, 2, 2, 1]])
+    weight = torch.tensor([0.0, 7.0, 2.0, 2.0])
+    paths = shortest_paths(Graph(edge_index, 4, weight), weighted=True)
+    expected = torch.tensor(
+        [[0.0, 0.0, 2.0, -1.0], [0.0, 0.0, 2.0, -1.0], [2.0, 2.0, 0.0, -1.0], [-1, -1, -1, 0]],
+        dtype=torch.float64,
+    )
+    assert_close(paths.distance[0], expected)
+    assert paths.path[0, 3, 3].tolist()[:1] == [3] and paths.hops[0, 3, 3] == 0
+
+
+def test_max_distance_clamps_reachable_pairs_only() -> None:
+    line = Graph(torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]), 6)  # node 5 isolated
+    exact = shortest_paths(line)
+    clamped = shortest_paths(line, max_distance=2)
+    assert clamped.distance[0, 0].tolist() == [0, 1, 2, 2, 2, UNREACHABLE]
+    assert torch.equal(clamped.hops, exact.hops) and torch.equal(clamped.path, exact.path)
+    assert torch.equal(hop_distances(line, max_distance=2), clamped.distance)
+    weighted = shortest_paths(line, weighted=True, max_distance=2.5)
+    assert weighted.distance[0, 0].tolist() == [0.0, 1.0, 2.0, 2.5, 2.5, -1.0]
+
+
+def test_distances_permute_with_the_nodes() -> None:
+    _, graph = random_graph(10, 0.25, 8, directed=True)
+    perm = torch.randperm(10, generator=torch.Generator().manual_seed(0))
+    inverse = torch.argsort(perm)  # new id of each old node
+    moved = Graph(inverse[graph.edge_index], 10, directed=True)
+    d = shortest_paths(graph).distance[0]
+    assert torch.equal(shortest_paths(moved).distance[0], d[perm][:, perm])
+    assert torch.equal(hop_distances(moved)[0], d[perm][:, perm])
+
+
+def test_negative_weights_raise_only_where_weights_are_read() -> None:
+    graph = Graph(torch.tensor([[0, 1], [1, 2]]), 3, torch.tensor([1.0, -2.0]))
+    with pytest.raises(ValueError, match="edge_weight"):
+        shortest_paths(graph, weighted=True)
+    assert shortest_paths(graph).distance[0, 0].tolist() == [0, 1, 2]  # hops ignore weights
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"max_distance": -1}, "max_distance"),
+        ({"max_distance": 1.5}, "max_distance"),
+        ({"max_distance": True}, "max_distance"),
+        ({"weighted": True, "max_distance": float("inf")}, "max_distance"),
+        ({"weighted": True, "max_distance": -0.5}, "max_distance"),
+    ],
+)
+def test_bad_max_distance(kwargs: dict, name: str) -> None:
+    graph = Graph(torch.tensor([[0], [1]]), 2)
+    with pytest.raises(ValueError, match=name):
+        shortest_paths(graph, **kwargs)
+    if not kwargs.get("weighted"):
+        with pytest.raises(ValueError, match=name):
+            hop_distances(graph, **kwargs)
