@@ -15,6 +15,7 @@ from posenc.graph import (
     Graph,
     GraphormerBias,
     graphormer_reach_mask,
+    hop_distances,
     shortest_paths,
 )
 from tests.attention.test_flex import evaluate_score_mod
@@ -309,3 +310,30 @@ def test_positions_out_of_range_name_the_argument() -> None:
 def test_bad_constructor_arguments(kwargs: dict, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         GraphormerBias(**kwargs)
+
+
+@pytest.mark.parametrize("virtual_node", [False, True])
+def test_set_distances_equals_set_graphs(virtual_node: bool) -> None:
+    graph, _ = _batch()
+    paths = shortest_paths(graph)
+    bias = GraphormerBias(HEADS, max_distance=MAX_DISTANCE, virtual_node=virtual_node)
+    nn.init.normal_(bias.weight, generator=_generator(3))
+    positions, padding = bias.set_graphs(paths)
+    expected = bias.bias(positions, positions)
+    again, padding_again = bias.set_distances(hop_distances(graph), paths.node_mask)
+    assert torch.equal(again, positions) and torch.equal(padding_again, padding)
+    assert_close(bias.bias(again, again), expected, rtol=0, atol=0)
+
+
+def test_set_distances_bad_input_names_the_argument() -> None:
+    graph, _ = _batch()
+    distance, mask = hop_distances(graph), shortest_paths(graph).node_mask
+    bias = GraphormerBias(HEADS, max_distance=MAX_DISTANCE)
+    with pytest.raises(ValueError, match="distance"):
+        bias.set_distances(distance.float() + 0.5, mask)
+    with pytest.raises(ValueError, match="node_mask"):
+        bias.set_distances(distance, mask[:, :-1])
+    with pytest.raises(ValueError, match="distance"):
+        GraphormerBias(HEADS, max_distance=1).set_distances(distance, mask)
+    with pytest.raises(ValueError, match="edge_features"):
+        GraphormerBias(HEADS, max_distance=MAX_DISTANCE, edge_dim=2).set_distances(distance, mask)

@@ -200,17 +200,6 @@ class GraphormerBias(BiasEncoding):
                 "paths must be the hop counts of shortest_paths(graph) (weighted=False): the "
                 "table is indexed by whole distances"
             )
-        longest = int(paths.distance.max()) if paths.distance.numel() else 0
-        if longest > self.max_distance:
-            raise ValueError(
-                f"paths holds a distance of {longest} hops but this GraphormerBias has rows up "
-                f"to max_distance={self.max_distance}: build it with a larger max_distance, or "
-                f"clamp: shortest_paths(graph, max_distance={self.max_distance})"
-            )
-        device = self.weight.device
-        index = graphormer_spatial_index(
-            paths.distance.to(device), self.max_distance, self.virtual_node
-        )
         edge = None
         if self.edge_encoding is not None:
             if edge_features is None:
@@ -226,10 +215,42 @@ class GraphormerBias(BiasEncoding):
                 "edge_features were given but this GraphormerBias has no edge encoding; "
                 "build it with edge_dim"
             )
+        return self._set(paths.distance, paths.node_mask, edge, "paths")
+
+    def set_distances(self, distance: Tensor, node_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`set_graphs` from hop counts computed once (:func:`~posenc.graph.hop_distances`
+        of a dataset, indexed per batch): ``distance`` ``(B, N, N)`` whole numbers,
+        ``-1`` unreachable; ``node_mask`` ``(B, N)`` True for real nodes. Spatial bias only:
+        a bias with an edge encoding needs the paths (``ValueError`` naming
+        ``edge_features``)."""
+        if self.edge_encoding is not None:
+            raise ValueError(
+                "edge_features: this GraphormerBias has an edge encoding, which reads the "
+                "paths; call set_graphs(paths, edge_features)"
+            )
+        if not isinstance(distance, Tensor) or distance.dim() != 3:
+            raise ValueError("distance must be a (B, N, N) tensor of hop counts")
+        check_integer_valued("distance", distance)
+        if not isinstance(node_mask, Tensor) or node_mask.shape != distance.shape[:2]:
+            raise ValueError(f"node_mask must be a (B, N) = {tuple(distance.shape[:2])} tensor")
+        return self._set(distance, node_mask.bool(), None, "distance")
+
+    def _set(
+        self, distance: Tensor, node_mask: Tensor, edge: Tensor | None, name: str
+    ) -> tuple[Tensor, Tensor]:
+        longest = int(distance.max()) if distance.numel() else 0
+        if longest > self.max_distance:
+            raise ValueError(
+                f"{name} holds a distance of {longest} hops but this GraphormerBias has rows up "
+                f"to max_distance={self.max_distance}: build it with a larger max_distance, or "
+                f"clamp: shortest_paths(graph, max_distance={self.max_distance})"
+            )
+        device = self.weight.device
+        index = graphormer_spatial_index(distance.to(device), self.max_distance, self.virtual_node)
         batch, stride = index.shape[0], index.shape[-1]
         self._state = _GraphState(index, edge, stride, batch)
         positions = torch.arange(batch * stride, device=device).view(batch, stride)
-        padding = paths.node_mask.to(device)
+        padding = node_mask.to(device)
         if self.virtual_node:
             padding = F.pad(padding, (1, 0), value=True)
         return positions, padding
