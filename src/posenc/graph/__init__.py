@@ -19,12 +19,21 @@
 from __future__ import annotations
 
 from posenc.graph.centrality import CentralityEncoding, dense_degrees
+from posenc.graph.encoders import EigenvectorMLP, RandomWalkEncoder, SignNet
 from posenc.graph.graphormer import GraphormerBias, graphormer_reach_mask, graphormer_spatial_index
 from posenc.graph.graphormer_edges import (
     GraphormerEdgeEncoding,
     dense_edge_features,
     graphormer_edge_encoding,
 )
+from posenc.graph.laplacian import (
+    LaplacianPE,
+    Normalization,
+    laplacian,
+    laplacian_pe,
+    random_sign_flip,
+)
+from posenc.graph.random_walk import RRWP, random_walk_pe, rrwp, transition_matrix
 from posenc.graph.shortest_path import (
     UNREACHABLE,
     ShortestPaths,
@@ -35,12 +44,18 @@ from posenc.graph.shortest_path import (
 from posenc.graph.structure import Graph, SubGraph, from_networkx, from_pyg, to_dense_batch
 
 __all__ = [
+    "RRWP",
     "UNREACHABLE",
     "CentralityEncoding",
+    "EigenvectorMLP",
     "Graph",
     "GraphormerBias",
     "GraphormerEdgeEncoding",
+    "LaplacianPE",
+    "Normalization",
+    "RandomWalkEncoder",
     "ShortestPaths",
+    "SignNet",
     "SubGraph",
     "dense_degrees",
     "dense_edge_features",
@@ -51,6 +66,12 @@ __all__ = [
     "graphormer_reach_mask",
     "graphormer_spatial_index",
     "hop_distances",
+    "laplacian",
+    "laplacian_pe",
+    "random_sign_flip",
+    "random_walk_pe",
+    "rrwp",
     "shortest_paths",
     "to_dense_batch",
+    "transition_matrix",
 ]

@@ -1,0 +1,297 @@
+r"""Laplacian eigenvector encodings: each node's entries in the k smallest non-trivial
+eigenvectors of a graph Laplacian, with their eigenvalues.
+
+Three Laplacians of a graph with weighted adjacency ``A`` (self-loops dropped) and degrees
+``D = diag(A 1)``:
+
+.. math::
+    L = D - A, \qquad
+    L_\mathrm{sym} = D^{-1/2} L D^{-1/2} = I - D^{-1/2} A D^{-1/2}, \qquad
+    L_\mathrm{rw} = D^{-1} L = I - D^{-1} A,
+
+with ``D^{-1/2}`` and ``D^{-1}`` read as 0 on an isolated node (Chung's convention, the
+one networkx's ``normalized_laplacian_matrix`` uses): an isolated node's row and column of
+``L_sym`` and its row of ``L_rw`` are 0.
+
+Conventions (see ``docs/graph.md``):
+
+- **Non-trivial.** A graph with ``c`` connected components (isolated nodes included) has
+  eigenvalue 0 exactly ``c`` times under all three Laplacians, and that eigenspace only
+  says which component a node is in. The ``c`` smallest eigenpairs are dropped; the next
+  ``k`` (eigenvalues > 0, ascending) are kept. The components are counted from the graph,
+  not from a threshold on computed eigenvalues. On a connected graph this is PyG's
+  ``AddLaplacianEigenvectorPE`` (which drops the first eigenvector whatever the graph).
+- **Padding.** A graph with fewer than ``k`` non-trivial eigenpairs (``n - c < k``) gets
+  zero columns (vectors and eigenvalues 0, ``mask`` False) after its own; ``pad=False``
+  asks for exactly ``k`` per graph and raises ``ValueError`` naming ``k`` instead.
+- **Random walk.** ``L_rw`` is not symmetric; its eigenvectors are ``D^{-1/2} u`` for the
+  eigenvectors ``u`` of ``L_sym`` (same eigenvalues), each rescaled to unit Euclidean norm
+  (GraphGPS's ``L2`` eigenvector normalization): they are then ``D``-orthogonal, not
+  orthogonal.
+- **Undirected, non-negative weights.** A directed graph raises ``ValueError`` naming
+  ``directed`` (build the :class:`~posenc.graph.Graph` with ``directed=False`` to read each
+  edge both ways); a negative weight raises naming ``edge_weight``. An edge of weight 0 is
+  no edge.
+- **Signs and bases** are the eigensolver's (float64 ``torch.linalg.eigh``, dense, per
+  graph): a sign, and the basis inside a repeated eigenvalue, are arbitrary.
+  :func:`random_sign_flip` draws signs for training; :class:`~posenc.graph.SignNet` is
+  invariant to them.
+
+Paper: Dwivedi et al. 2020, "Benchmarking Graph Neural Networks",
+https://arxiv.org/abs/2003.00982 (Laplacian PE); tested against PyG's
+``AddLaplacianEigenvectorPE`` (eigenspace projectors, sign-aligned simple eigenvectors) and
+networkx's ``laplacian_matrix`` / ``normalized_laplacian_matrix``.
+
+Example::
+
+    >>> import torch
+    >>> from posenc.graph import Graph, laplacian_pe
+    >>> g = Graph(torch.tensor([[0, 1, 2], [1, 2, 3]]), num_nodes=4)  # a path
+    >>> pe = laplacian_pe(g, k=2)
+    >>> pe.vectors.shape, pe.values[0]
+    (torch.Size([4, 2]), tensor([0.5000, 1.5000], dtype=torch.float64))
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor
+
+from posenc._validate import check_in_choices, check_positive_int
+from posenc.graph.structure import Graph
+
+__all__ = [
+    "LaplacianPE",
+    "Normalization",
+    "laplacian",
+    "laplacian_pe",
+    "random_sign_flip",
+]
+
+Normalization = Literal["combinatorial", "sym", "rw"]
+_NORMALIZATIONS: tuple[Normalization, ...] = ("combinatorial", "sym", "rw")
+
+
+class LaplacianPE(NamedTuple):
+    """Laplacian eigenvector encodings of every node of a batch (:func:`laplacian_pe`).
+
+    Attributes:
+        vectors: ``(num_nodes, k)`` float64: row ``i`` holds node ``i``'s entries in its
+            graph's eigenvectors; 0 in padded columns.
+        values: ``(num_nodes, k)`` float64: the eigenvalue of each column (the same on
+            every node of a graph); 0 in padded columns.
+        mask: ``(num_nodes, k)`` bool: True for a real eigenpair, False for padding.
+    """
+
+    vectors: Tensor
+    values: Tensor
+    mask: Tensor
+
+    def positions(self) -> Tensor:
+        """What the eigenvector encoders read: ``(num_nodes, k, 2)`` pairs (vector entry,
+        eigenvalue), NaN in both entries of a padded column (GraphGPS's ``EigVecs`` /
+        ``EigVals`` padding, so that the tensor carries its own mask through batching)."""
+        pairs = torch.stack([self.vectors, self.values], dim=-1)
+        return pairs.masked_fill(~self.mask[..., None], float("nan"))
+
+
+def laplacian(graph: Graph, normalization: Normalization = "sym") -> list[Tensor]:
+    """The dense float64 Laplacian of each graph of a batch, ``(n, n)`` each.
+
+    Args:
+        graph: an undirected :class:`~posenc.graph.Graph` with non-negative weights.
+        normalization: ``"combinatorial"`` (``D - A``), ``"sym"`` (``I - D^{-1/2} A
+            D^{-1/2}``) or ``"rw"`` (``I - D^{-1} A``); see the module docstring for
+            isolated nodes and self-loops (dropped).
+
+    Raises:
+        ValueError: naming ``directed``, ``edge_weight`` or ``normalization``.
+
+    Example::
+
+        >>> g = Graph(torch.tensor([[0], [1]]), num_nodes=2)
+        >>> laplacian(g, "combinatorial")[0]
+        tensor([[ 1., -1.],
+                [-1.,  1.]], dtype=torch.float64)
+    """
+    check_in_choices("normalization", normalization, _NORMALIZATIONS)
+    matrices = []
+    for a in _adjacencies(graph, "laplacian"):
+        degree = a.sum(1)
+        lap = torch.diag(degree) - a
+        if normalization == "sym":
+            s = _inverse(degree.sqrt())
+            lap = s[:, None] * lap * s[None, :]
+        elif normalization == "rw":
+            lap = _inverse(degree)[:, None] * lap
+        matrices.append(lap)
+    return matrices
+
+
+def laplacian_pe(
+    graph: Graph, k: int, normalization: Normalization = "sym", *, pad: bool = True
+) -> LaplacianPE:
+    r"""The k smallest non-trivial Laplacian eigenvectors of each graph and their eigenvalues.
+
+    For each graph with ``n`` nodes and ``c`` components, the eigenpairs
+    ``(λ_j, v_j)``, ``λ_1 ≤ … ≤ λ_n``, of its Laplacian (``normalization``) give node ``i``
+    the row ``(v_{c+1}[i], …, v_{c+k}[i])``: the ``c`` zero eigenvalues are trivial (see the
+    module docstring), and columns past ``n - c`` are zero padding.
+
+    Computed with float64 ``torch.linalg.eigh`` on the dense matrix of each graph
+    (``L_sym`` for ``"rw"``, whose vectors are then ``D^{-1/2} u`` rescaled to unit norm):
+    ``O(n³)`` per graph, meant for the small graphs of graph-level tasks.
+
+    Args:
+        graph: an undirected :class:`~posenc.graph.Graph` (or batch) with non-negative
+            weights; self-loops are dropped (as PyG's ``get_laplacian`` drops them).
+        k: eigenvectors per node (≥ 1).
+        normalization: ``"combinatorial"``, ``"sym"`` (PyG's choice) or ``"rw"``.
+        pad: True zero-pads a graph with fewer than ``k`` non-trivial eigenpairs; False
+            raises ``ValueError`` naming ``k`` for it.
+
+    Returns:
+        :class:`LaplacianPE` ``(vectors, values, mask)``, each ``(num_nodes, k)``, on the
+        device of ``graph.edge_index``.
+
+    Raises:
+        ValueError: naming ``k`` (not an int ≥ 1; too large with ``pad=False``),
+            ``normalization``, ``directed`` or ``edge_weight``.
+
+    Example::
+
+        >>> g = Graph(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=4)  # triangle + node
+        >>> pe = laplacian_pe(g, k=3, normalization="combinatorial")
+        >>> pe.values[0], pe.mask[3]
+        (tensor([3., 3., 0.], dtype=torch.float64), tensor([ True,  True, False]))
+    """
+    check_positive_int("k", k)
+    check_in_choices("normalization", normalization, _NORMALIZATIONS)
+    adjacencies = _adjacencies(graph, "laplacian_pe")
+    n = graph.num_nodes
+    vectors = torch.zeros(n, k, dtype=torch.float64)
+    values = torch.zeros(n, k, dtype=torch.float64)
+    mask = torch.zeros(n, k, dtype=torch.bool)
+    for index, (sub, a) in enumerate(zip(graph.graphs(), adjacencies, strict=True)):
+        components = _num_components(a > 0)
+        available = min(k, sub.num_nodes - components)
+        if available < k and not pad:
+            raise ValueError(
+                f"k={k} but graph {index} has {sub.num_nodes} nodes in {components} "
+                f"component(s), so only {sub.num_nodes - components} non-trivial "
+                "eigenvectors; use a smaller k or pad=True (zero columns)"
+            )
+        if available == 0:
+            continue
+        vec, val = _eigenpairs(a, normalization)
+        rows = slice(sub.start, sub.start + sub.num_nodes)
+        vectors[rows, :available] = vec[:, components : components + available]
+        values[rows, :available] = val[components : components + available]
+        mask[rows, :available] = True
+    device = graph.edge_index.device
+    return LaplacianPE(vectors.to(device), values.to(device), mask.to(device))
+
+
+def random_sign_flip(
+    vectors: Tensor, graph: Graph | None = None, *, generator: torch.Generator | None = None
+) -> Tensor:
+    """Flip the sign of each eigenvector of each graph at random (a training augmentation).
+
+    Each column of each graph is multiplied by its own ±1, drawn uniformly from
+    ``generator`` (Dwivedi et al. 2020; PyG's transform draws one sign per column for a
+    whole graph, GraphGPS one per column for a whole batch). Padding (0 or NaN) stays
+    padding. To flip the eigenvector encoders' positions ``(..., k, 2)``, flip their vector
+    entries ``positions[..., 0]``.
+
+    Args:
+        vectors: ``(num_nodes, k)`` with ``graph`` (one sign per graph of its batch and
+            column), or, without ``graph``, a padded batch ``(..., N, k)`` (one sign per
+            leading index and column; ``(N, k)`` is one graph).
+        graph: the :class:`~posenc.graph.Graph` whose nodes index the rows of ``vectors``.
+        generator: the source of the signs (its device draws them); None: torch's global
+            generator.
+
+    Returns:
+        A new tensor like ``vectors``.
+
+    Example::
+
+        >>> gen = torch.Generator().manual_seed(0)
+        >>> v = torch.ones(3, 2)
+        >>> random_sign_flip(v, generator=gen).abs().equal(v)
+        True
+    """
+    if not isinstance(vectors, Tensor) or vectors.dim() < 2 or not vectors.is_floating_point():
+        raise ValueError("vectors must be a floating tensor (num_nodes, k) or (..., N, k)")
+    k = vectors.shape[-1]
+    device = generator.device if generator is not None else vectors.device
+    if graph is None:
+        shape = (*vectors.shape[:-2], 1, k)
+        signs = torch.randint(0, 2, shape, generator=generator, device=device)
+    else:
+        if vectors.dim() != 2 or vectors.shape[0] != graph.num_nodes:
+            raise ValueError(
+                f"vectors must be (num_nodes, k) = ({graph.num_nodes}, k) for this graph; "
+                f"got {tuple(vectors.shape)}"
+            )
+        drawn = torch.randint(0, 2, (graph.num_graphs, k), generator=generator, device=device)
+        batch = graph.batch if graph.batch is not None else torch.zeros(graph.num_nodes)
+        signs = drawn[batch.to(device).long()]
+    flip = signs.to(vectors.device) == 1
+    return torch.where(flip, -vectors, vectors)
+
+
+def _adjacencies(graph: Graph, owner: str) -> list[Tensor]:
+    """Each graph's loop-free float64 adjacency, after the checks every Laplacian needs."""
+    if not isinstance(graph, Graph):
+        raise ValueError(f"graph must be a posenc.graph.Graph, got {type(graph).__name__}")
+    if graph.directed:
+        raise ValueError(
+            f"{owner} needs an undirected graph but directed=True: build the Graph with "
+            "directed=False to read each edge both ways"
+        )
+    if graph.edge_weight is not None and bool((graph.edge_weight < 0).any()):
+        raise ValueError(f"edge_weight must be non-negative for {owner}")
+    adjacencies = graph.adjacency()
+    for a in adjacencies:
+        a.fill_diagonal_(0.0)  # self-loops: no effect on D - A, dropped from D (as PyG)
+    return adjacencies
+
+
+def _eigenpairs(a: Tensor, normalization: Normalization) -> tuple[Tensor, Tensor]:
+    """All eigenpairs ``(vectors (n, n), values (n,))`` of one graph, ascending values."""
+    degree = a.sum(1)
+    lap = torch.diag(degree) - a
+    if normalization == "combinatorial":
+        values, vectors = torch.linalg.eigh(lap)
+        return vectors, values
+    s = _inverse(degree.sqrt())
+    values, vectors = torch.linalg.eigh(s[:, None] * lap * s[None, :])
+    if normalization == "rw":
+        # L_rw (D^{-1/2} u) = λ D^{-1/2} u; an isolated node's u = e_i maps to 0, but that
+        # eigenvalue is trivial and dropped, so the zero norm is never divided by.
+        vectors = s[:, None] * vectors
+        norms = vectors.norm(dim=0)
+        vectors = vectors / torch.where(norms > 0, norms, 1.0)
+    return vectors, values
+
+
+def _num_components(pattern: Tensor) -> int:
+    """Connected components of an undirected ``(n, n)`` boolean pattern (isolated nodes
+    count): minimum-label propagation with pointer jumping."""
+    n = pattern.shape[0]
+    label = torch.arange(n)
+    reach = pattern | torch.eye(n, dtype=torch.bool)
+    while True:
+        new = torch.where(reach, label[None, :], n).amin(1)
+        new = torch.minimum(new, new[new])
+        if torch.equal(new, label):
+            return int((label == torch.arange(n)).sum())
+        label = new
+
+
+def _inverse(x: Tensor) -> Tensor:
+    """``1 / x`` where ``x > 0``, 0 elsewhere (an isolated node's ``D^{-1}``)."""
+    return torch.where(x > 0, 1.0 / torch.where(x > 0, x, 1.0), 0.0)
