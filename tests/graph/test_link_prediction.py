@@ -212,6 +212,41 @@ def test_gradients_reach_every_learnable_part() -> None:
         assert parameter.grad is not None and bool(parameter.grad.abs().sum() > 0), name
 
 
+def test_static_positions_read_the_initial_encodings_unchanged() -> None:
+    config = dataclasses.replace(CONFIG, positions="static")
+    model, graph = make_model(config), small_stream()
+    p0 = initial_encodings()
+    out1 = model.step(model.initial_state(p0), graph, *batch(graph, 0, 6))
+    out2 = model.step(out1.state, graph, *batch(graph, 6, 12))
+    assert_close(out2.state.history, initial_history(p0, CONFIG.history_len), rtol=0, atol=0)
+    assert_close(out2.state.encodings, p0, rtol=0, atol=0)
+    with torch.no_grad():  # ep is p0 itself: the predictor read through embed, nothing else
+        src, dst, times, negative_src, negative_dst = batch(graph, 6, 12)
+        queried = torch.cat([src, dst, negative_src, negative_dst])
+        h = model.embed(graph, queried, times.repeat(4), p0).chunk(4)
+        assert_close(out2.positive_logits, model.score(h[0], h[1]))
+        for parameter in model.encoding.parameters():  # no filter, sum or update is read
+            parameter.normal_()
+        again = model.step(out1.state, graph, *batch(graph, 6, 12))
+    assert_close(again.positive_logits, out2.positive_logits, rtol=0, atol=0)
+
+
+def test_no_positions_leave_nothing_positional() -> None:
+    config = dataclasses.replace(CONFIG, positions="none", node_dim=16)
+    model, graph = make_model(config), small_stream(node_dim=16)
+    outs = []
+    for seed in (1, 2):  # whatever the initial encodings, the logits are the same
+        out1 = model.step(model.initial_state(initial_encodings(seed)), graph, *batch(graph, 0, 6))
+        outs.append(model.step(out1.state, graph, *batch(graph, 6, 12)))
+    assert_close(outs[0].positive_logits, outs[1].positive_logits, rtol=0, atol=0)
+    assert float(outs[0].position_loss) == 0.0
+    outs[0].loss.backward()
+    for name, parameter in model.named_parameters():
+        positional = name.startswith(("encoding.", "encoder.position."))
+        assert (parameter.grad is None) == positional, name
+    assert bool(model.encoder.out.weight.grad[:, config.node_dim :].eq(0).all())
+
+
 class StepLoss(torch.nn.Module):
     """``model.step(...)``'s loss and logits as a module forward, for functional_call."""
 
@@ -336,6 +371,7 @@ def test_float32_model_follows_float64() -> None:
         ({"negative_weight": -1.0}, "negative_weight"),
         ({"negative_weight": math.inf}, "negative_weight"),
         ({"history_update": "sometimes"}, "history_update"),
+        ({"positions": "fixed"}, "positions"),
     ],
 )
 def test_bad_config(kwargs: dict, name: str) -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -54,14 +54,21 @@ from posenc.graph.lstep import (
 from posenc.graph.temporal_graph import RecentNeighbors, TemporalGraph
 
 __all__ = [
+    "POSITION_MODES",
     "LSTEPConfig",
     "LSTEPLinkPredictor",
     "LSTEPLoss",
     "LSTEPState",
     "NodeLinkPositionalEncoder",
+    "PositionMode",
     "StepOutput",
     "lstep_loss",
 ]
+
+#: What the positional part of the predictor reads (:class:`LSTEPConfig`): L-STEP's learned
+#: encodings, the initial encodings held fixed, or nothing (the ablations' baselines).
+PositionMode = Literal["learned", "static", "none"]
+POSITION_MODES: tuple[PositionMode, ...] = ("learned", "static", "none")
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,14 @@ class LSTEPConfig:
         negative_weight: ``β`` of its negative term, ≥ 0 (0.3: ``neg_sample_weight``).
         history_update: ``"every_batch"`` (the reference) or ``"involved"``, see
             :data:`~posenc.graph.lstep.HistoryUpdate`.
+        positions: ``"learned"`` (L-STEP: ``ep`` read through Eqs. 1–2 from a history that
+            every batch updates), ``"static"`` (``ep`` = the initial encodings at every step:
+            no filter, no update, the history never changes; the positional encoder still
+            reads them, so a fixed encoding such as Laplacian eigenvectors gets the same
+            predictor) or ``"none"`` (no positional part: ``h^pos_u = 0``, so ``h_u = W_6
+            [h^node_u ‖ 0]``, the predictor with ``W_6``'s positional columns removed, and
+            ``ep = 0``, so the positional-encoding loss is 0; the reference's ``no_pe``
+            ablation).
     """
 
     node_dim: int
@@ -92,6 +107,7 @@ class LSTEPConfig:
     position_weight: float = 0.5
     negative_weight: float = 0.3
     history_update: HistoryUpdate = "every_batch"
+    positions: PositionMode = "learned"
 
     def __post_init__(self) -> None:
         for name in ("node_dim", "edge_dim", "position_dim", "history_len", "time_dim"):
@@ -105,6 +121,7 @@ class LSTEPConfig:
         if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta < math.inf:
             raise ValueError(f"negative_weight must be a finite number >= 0; got {beta!r}")
         check_in_choices("history_update", self.history_update, HISTORY_UPDATES)
+        check_in_choices("positions", self.positions, POSITION_MODES)
 
 
 class NodeLinkPositionalEncoder(nn.Module):
@@ -137,6 +154,7 @@ class NodeLinkPositionalEncoder(nn.Module):
         self.node_out = nn.Linear(c.node_dim + link_dim, c.node_dim, **kwargs)
         self.position = PositionUpdate(c.position_dim, c.time_dim, **kwargs)
         self.out = nn.Linear(c.node_dim + c.position_dim, c.node_dim, **kwargs)
+        self.positions = c.positions
 
     def forward(
         self,
@@ -153,8 +171,11 @@ class NodeLinkPositionalEncoder(nn.Module):
         link = self.link_pool(link.transpose(-1, -2)).squeeze(-1)  # learned sum over K slots
         link = self.link_out(torch.relu(link))
         node = self.node_out(torch.cat([node_features, link], -1))
-        messages = (torch.cat([neighbor_encodings, time_features], -1) * keep).sum(-2)
-        position = self.position(encodings, messages)
+        if self.positions == "none":  # no positional part at all (not even its biases)
+            position = encodings.new_zeros(encodings.shape)
+        else:
+            messages = (torch.cat([neighbor_encodings, time_features], -1) * keep).sum(-2)
+            position = self.position(encodings, messages)
         return self.out(torch.cat([node, position], -1))
 
 
@@ -238,7 +259,9 @@ class LSTEPLinkPredictor(nn.Module):
     and their neighbours); (3) embed, score, and the loss. Doing (1) at the start of the next
     step rather than at the end of this one lets the loss reach the update's parameters (the
     reference updates after its loss and detaches, so its update layers never get a
-    gradient); the values are the same.
+    gradient); the values are the same. With ``config.positions`` ``"static"`` or
+    ``"none"`` (the ablations' baselines) (1) and (2) are skipped: ``ep`` is the initial
+    encodings, or 0 with the positional part cut, and the history never changes.
 
     Args:
         config: :class:`LSTEPConfig`.
@@ -380,7 +403,11 @@ class LSTEPLinkPredictor(nn.Module):
         self._check_step(state, graph, times)
 
         history = state.history
-        if state.pending is not None:
+        if c.positions != "learned":  # fixed encodings (or none): no update, no filter
+            encodings = state.encodings
+            if c.positions == "none":
+                encodings = torch.zeros_like(encodings)
+        elif state.pending is not None:
             pending_src, pending_dst, pending_times = state.pending
             nodes, updated = self.encoding.update(
                 state.encodings, pending_src, pending_dst, pending_times, now=pending_times[-1]
@@ -392,11 +419,12 @@ class LSTEPLinkPredictor(nn.Module):
 
         queried = torch.cat([src, dst, negative_src, negative_dst])
         query_times = times.repeat(4)
-        # Every node this step reads gets ep, positives and negatives alike: reading ep for
-        # the batch's endpoints only (as the reference does) would tell positives apart.
         neighbors = graph.recent(queried, query_times, c.num_neighbors)
-        needed = torch.unique(torch.cat([queried, neighbors.nodes[neighbors.mask]]))
-        encodings = history[:, -1].index_put((needed,), self.encoding(history[needed]))
+        if c.positions == "learned":
+            # Every node this step reads gets ep, positives and negatives alike: reading ep
+            # for the batch's endpoints only (as the reference does) would tell them apart.
+            needed = torch.unique(torch.cat([queried, neighbors.nodes[neighbors.mask]]))
+            encodings = history[:, -1].index_put((needed,), self.encoding(history[needed]))
 
         h = self.embed(graph, queried, query_times, encodings, neighbors)
         h_src, h_dst, h_negative_src, h_negative_dst = h.chunk(4)
