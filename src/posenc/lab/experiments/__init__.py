@@ -13,12 +13,15 @@ from typing import Any
 
 from posenc.lab.experiments import (
     bases,
+    csl,
     extend,
     extrapolate,
     generalize,
     lm,
     longctx,
     resolution,
+    temporal_links,
+    triangles,
     vit,
 )
 from posenc.lab.runner import Experiment
@@ -43,5 +46,17 @@ def get_experiment(name: str) -> Experiment[Any]:
     return EXPERIMENTS[name]
 
 
-for _module in (extrapolate, extend, bases, longctx, generalize, vit, resolution, lm):
+for _module in (
+    extrapolate,
+    extend,
+    bases,
+    longctx,
+    generalize,
+    vit,
+    resolution,
+    lm,
+    csl,
+    triangles,
+    temporal_links,
+):
     register_experiment(_module.EXPERIMENT)

@@ -1,0 +1,165 @@
+"""CSL: which graph encodings let a transformer tell 1-WL-equivalent graphs apart.
+
+The 150 circular-skip-link graphs (:mod:`posenc.lab.data.graphs`: 10 classes, one per skip
+length, 41 nodes, all 4-regular) with Benchmarking GNNs' protocol (Dwivedi et al., JMLR 2023,
+https://arxiv.org/abs/2003.00982, §CSL): 5 stratified folds, train / validation / test 3 : 1
+: 1, test accuracy of the model of the best validation epoch, graphs without node features.
+The model is :class:`posenc.lab.graph_models.GraphTransformer`; its nodes all start alike, so
+what separates the classes is the encoding (:data:`~posenc.lab.graph_models.GRAPH_ENCODINGS`):
+none, Laplacian eigenvectors (as ``eigh`` signs them, or with Benchmarking GNNs' random sign
+flips), SignNet, random-walk return probabilities, Graphormer's shortest-path bias.
+
+``attention="graph"`` (default) attends over each node's neighbours and itself (Dwivedi &
+Bresson 2020's graph transformer, https://arxiv.org/abs/2012.09699: the message-passing
+setting Benchmarking GNNs' table is about); ``"full"`` over every node (Graphormer's).
+
+What to expect, and why: without an encoding, every node of every graph has the same state at
+every layer, so every graph gets the same output: chance, 10 %. A bias on attention logits
+(``spd``) only reweights values that are all equal, so it is as blind here (Graphormer gets
+its symmetry breaking from node features and degrees, which CSL's regular graphs do not
+have). Random-walk return probabilities are the same on every node of a graph (a circulant
+graph looks alike from every node) but differ between classes. Laplacian eigenvectors differ
+between nodes, but their signs (and, for the repeated eigenvalues of a circulant graph, their
+basis) are arbitrary: a model that learns them as given does not generalize to a renumbered
+copy; random sign flips and SignNet remove the sign ambiguity, not the basis one.
+
+Rows: ``experiment="csl"``, ``attention``, ``encoding``, ``seed``, ``fold``,
+``test_accuracy``, ``val_accuracy``, ``train_loss``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from posenc._validate import check_in_choices, check_positive_float, check_positive_int
+from posenc.lab.data.graphs import csl_dataset, csl_folds
+from posenc.lab.graph_models import (
+    GRAPH_ENCODINGS,
+    GraphTransformer,
+    encoding_table,
+    evaluate_graph_model,
+    fit_graph_model,
+    graph_tensors,
+)
+from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.seed_claims import claims_of
+
+__all__ = ["EXPERIMENT", "CslConfig", "format_csl_table", "run_csl"]
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CslConfig:
+    """The CSL experiment. ``k`` eigenvectors (Benchmarking GNNs' ``pos_enc_dim`` = 20 for
+    CSL), ``steps`` random-walk steps; the dataset and its folds are drawn from
+    ``data_seed`` (the same graphs and splits for every seed of a model)."""
+
+    encodings: tuple[str, ...] = GRAPH_ENCODINGS
+    seeds: tuple[int, ...] = (0, 1, 2)
+    folds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    attention: Literal["graph", "full"] = "graph"
+    data_seed: int = 0
+    k: int = 20
+    steps: int = 16
+    dim: int = 64
+    num_heads: int = 4
+    depth: int = 3
+    epochs: int = 200
+    batch_size: int = 16
+    lr: float = 3e-3
+    workers: int = 1
+    threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seeds", check_seeds(self.seeds))
+        for name in ("encodings", "folds"):
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not self.encodings or any(e not in GRAPH_ENCODINGS for e in self.encodings):
+            raise ValueError(
+                f"encodings must be a non-empty subset of {GRAPH_ENCODINGS}, got {self.encodings}"
+            )
+        if not self.folds or any(not isinstance(f, int) or not 0 <= f < 5 for f in self.folds):
+            raise ValueError(f"folds must be fold numbers in [0, 4], got {self.folds}")
+        check_in_choices("attention", self.attention, ("graph", "full"))
+        for name in ("k", "steps", "dim", "num_heads", "depth", "epochs", "batch_size", "workers"):
+            check_positive_int(name, getattr(self, name))
+        check_positive_float("lr", self.lr)
+
+
+def _plan(config: CslConfig) -> list[Run]:
+    return [
+        Run(f"{encoding}/seed{seed}/fold{fold}", {"encoding": encoding, "seed": seed, "fold": fold})
+        for encoding in config.encodings
+        for seed in config.seeds
+        for fold in config.folds
+    ]
+
+
+def _execute(config: CslConfig, run: Run, run_dir: Path) -> list[Row]:
+    encoding, seed, fold = run.params["encoding"], run.params["seed"], run.params["fold"]
+    data = csl_dataset(config.data_seed)
+    split = csl_folds(data.targets, config.data_seed)[fold]
+    tensors = graph_tensors(data.graphs, data.targets, encoding, k=config.k, steps=config.steps)
+    part = {name: tensors.take(torch.tensor(split[name])) for name in ("train", "val", "test")}
+    torch.manual_seed(seed)
+    model = GraphTransformer(
+        encoding,
+        dim=config.dim,
+        num_heads=config.num_heads,
+        depth=config.depth,
+        num_outputs=10,
+        k=config.k,
+        steps=config.steps,
+        max_distance=40,
+        attention=config.attention,
+    )
+    summary = fit_graph_model(
+        model,
+        part["train"],
+        task="classify",
+        epochs=config.epochs,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        generator=torch.Generator().manual_seed(seed),
+        validation=part["val"],
+    )
+    return [
+        {
+            "experiment": "csl",
+            "attention": config.attention,
+            "encoding": encoding,
+            "seed": seed,
+            "fold": fold,
+            "test_accuracy": evaluate_graph_model(model, part["test"], "classify"),
+            "val_accuracy": summary["best_validation"],
+            "train_loss": summary["train_loss"],
+        }
+    ]
+
+
+def format_csl_table(rows: Sequence[Row]) -> str:
+    """Test accuracy % per encoding: mean ± std over seeds of the mean over folds."""
+    return encoding_table(rows, "test_accuracy", "CSL test accuracy %", scale=100.0)
+
+
+def run_csl(config: CslConfig, out: str | Path, **kwargs: Any) -> list[Row]:
+    """Run (or resume) the CSL experiment in ``out``."""
+    return run_experiment(EXPERIMENT, config, out, **kwargs)
+
+
+EXPERIMENT: Experiment[CslConfig] = Experiment(
+    name="csl",
+    summary="CSL graphs: which encodings separate 1-WL-equivalent graphs (Benchmarking GNNs)",
+    title="CSL: graph encodings against 1-WL-equivalent graphs",
+    config=CslConfig,
+    plan=_plan,
+    execute=_execute,
+    table=format_csl_table,
+    claims=claims_of("csl"),
+)

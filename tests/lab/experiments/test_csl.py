@@ -1,0 +1,75 @@
+"""The CSL and triangle experiments end to end on tiny configs: rows, resume, claims."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("networkx")
+pytest.importorskip("sklearn")
+
+from posenc.lab.experiments.csl import CslConfig, run_csl
+from posenc.lab.experiments.triangles import TrianglesConfig, run_triangles
+
+CSL_TINY = CslConfig(
+    encodings=("none", "rwse"), seeds=(0,), folds=(0, 1), dim=16, depth=1, epochs=1, k=4, steps=4
+)
+TRIANGLES_TINY = TrianglesConfig(
+    encodings=("none", "rwse"), seeds=(0,), train=24, val=8, test=8, dim=16, depth=1, epochs=1
+)
+
+
+def test_csl_rows_resume_and_claims(tmp_path):
+    rows = run_csl(CSL_TINY, tmp_path, echo=None)
+    assert [(r["encoding"], r["fold"]) for r in rows] == [
+        ("none", 0),
+        ("none", 1),
+        ("rwse", 0),
+        ("rwse", 1),
+    ]
+    for row in rows:
+        assert row["experiment"] == "csl" and row["attention"] == "graph" and row["seed"] == 0
+        assert 0.0 <= row["test_accuracy"] <= 1.0 and 0.0 <= row["val_accuracy"] <= 1.0
+    none = [r for r in rows if r["encoding"] == "none"]
+    assert all(r["test_accuracy"] == pytest.approx(0.1) for r in none)  # one output: chance
+    claims = {c["name"]: c for c in json.loads((tmp_path / "claims.json").read_text())}
+    assert claims["csl_no_encoding_is_chance"]["status"] == "holds"
+    assert "csl_laplacian_separates" not in claims  # no lap_flip rows: not applicable
+    finished = sorted(p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("eval.json"))
+    assert run_csl(CSL_TINY, tmp_path, echo=None) == rows
+    assert sorted(p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("eval.json")) == finished
+
+
+def test_triangles_rows_and_claims(tmp_path):
+    rows = run_triangles(TRIANGLES_TINY, tmp_path, echo=None)
+    assert [r["encoding"] for r in rows] == ["none", "rwse"]
+    for row in rows:
+        assert row["relative_mae"] == pytest.approx(row["test_mae"] / row["constant_mae"])
+    claims = {c["name"] for c in json.loads((tmp_path / "claims.json").read_text())}
+    assert {"triangles_no_encoding_is_constant", "triangles_random_walks_read_counts"} <= claims
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"encodings": ("laplace",)}, "encodings"),
+        ({"folds": (5,)}, "folds"),
+        ({"attention": "sparse"}, "attention"),
+        ({"seeds": (0, 0)}, "seeds"),
+        ({"k": 0}, "k"),
+        ({"lr": 0.0}, "lr"),
+    ],
+)
+def test_csl_bad_config_names_the_field(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        CslConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"train": 0}, "train"), ({"encodings": ()}, "encodings"), ({"data_seed": -1}, "data_seed")],
+)
+def test_triangles_bad_config_names_the_field(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        TrianglesConfig(**kwargs)
