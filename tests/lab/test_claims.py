@@ -22,6 +22,7 @@ from posenc.lab.claims import (
 )
 from posenc.lab.seed_claims import SEED_CLAIMS
 from tests.lab.experiments.test_longctx import LONGCTX_CASES
+from tests.lab.experiments.test_temporal_links import TEMPORAL_CASES
 
 Row = dict[str, Any]
 
@@ -619,6 +620,7 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 CASES.update(LONGCTX_CASES)  # the long-context claims' rows live with their experiment
+CASES.update(TEMPORAL_CASES)  # so do the temporal link prediction claims'
 CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}
 
 

@@ -23,6 +23,8 @@ __all__ = [
     "extension_curves",
     "loss_vs_length",
     "passkey_heatmaps",
+    "separation_over_time",
+    "temporal_link_precision",
     "training_curves",
     "vit_accuracy",
 ]
@@ -195,6 +197,66 @@ def vit_accuracy(rows: Sequence[Row]) -> Figure:
         ylabel="test accuracy (bar: mean, dots: seeds)",
         title="ViT on sklearn digits (8x8, 2x2 patches)",
     )
+    return fig
+
+
+def temporal_link_precision(rows: Sequence[Row]) -> Figure:
+    """Test AP per encoding and negative sampling, one panel per dataset: bars the mean over
+    seeds, dots the seeds (``temporal_links`` rows)."""
+    cells: dict[str, dict[tuple[str, str], list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row.get("experiment") == "temporal_links" and _finite(row.get("ap")):
+            cells[row["dataset"]][(row["encoding"], row["negatives"])].append(row["ap"])
+    fig = _figure(figsize=(5.2 * max(len(cells), 1), 3.6), layout="constrained")
+    for index, (dataset, cell) in enumerate(cells.items()):
+        ax = fig.add_subplot(1, len(cells), index + 1)
+        encodings = list(dict.fromkeys(encoding for encoding, _ in cell))
+        negatives = list(dict.fromkeys(strategy for _, strategy in cell))
+        width = 0.8 / len(negatives)
+        for n, strategy in enumerate(negatives):
+            for e, encoding in enumerate(encodings):
+                values = cell.get((encoding, strategy), [])
+                if not values:
+                    continue
+                x = e + (n - (len(negatives) - 1) / 2) * width
+                label = strategy if e == 0 else None
+                ax.bar(x, statistics.fmean(values), width, color=f"C{n}", alpha=0.6, label=label)
+                ax.plot([x] * len(values), values, "k.", ms=4)
+        ax.set_xticks(range(len(encodings)), encodings)
+        ax.axhline(0.5, color="gray", lw=0.8, ls=":")
+        ax.set(title=dataset, ylabel="test AP (bar: mean, dots: seeds)", ylim=(0.4, 1.0))
+        ax.legend(title="negatives", fontsize=7)
+    return fig
+
+
+def separation_over_time(traces: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
+    """How well the encodings follow the drifting communities, batch by batch: separation
+    (same minus cross-community cosine similarity) against time, one line per encoding (the
+    mean over its seeds), the test part shaded.
+
+    Args:
+        traces: run name (``"lstep/seed0"``) -> its ``trace.json`` records
+            (``{"split", "time", "separation"}``, one per evaluation batch).
+    """
+    by_encoding: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    test_start = math.inf
+    for name, records in traces.items():
+        for record in records:
+            by_encoding[_without_seed(name)].append((record["time"], record["separation"]))
+            if record["split"] == "test":
+                test_start = min(test_start, record["time"])
+    fig = _figure(figsize=(7, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    for encoding, points in sorted(by_encoding.items()):
+        _mean_line(ax, points, marker=".", label=encoding)
+    if math.isfinite(test_start):
+        ax.axvspan(test_start, max(t for p in by_encoding.values() for t, _ in p), alpha=0.1)
+    ax.set(
+        xlabel="time (validation, then test: shaded)",
+        ylabel="community separation of the encodings",
+        title="drifting communities: do the encodings follow them?",
+    )
+    ax.legend(fontsize=7)
     return fig
 
 

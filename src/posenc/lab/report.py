@@ -229,6 +229,17 @@ def _lm_tables(rows: Sequence[Row]) -> list[Table]:
     return _per_encoding(rows, "Validation loss per positional encoding", values)
 
 
+def _temporal_links_tables(rows: Sequence[Row]) -> list[Table]:
+    rows = _complete(rows, ["dataset", "encoding", "negatives"])
+    tables = []
+    for value, what in (("ap", "average precision"), ("auc", "ROC AUC")):
+        if _has(rows, value):
+            header, body = pivot(rows, ["dataset", "encoding"], "negatives", value)
+            caption = f"Test {what} by negative sampling; {seed_note(rows)}."
+            tables.append((caption, header, body))
+    return tables
+
+
 # Experiment name -> (section title, its tables, its figures with their file names).
 _SECTIONS: dict[
     str,
@@ -256,6 +267,11 @@ _SECTIONS: dict[
     ),
     "vit": ("ViT on digits", _vit_tables, [("vit.png", figures.vit_accuracy)]),
     "lm": ("Language model (torchrun)", _lm_tables, []),
+    "temporal_links": (
+        "Temporal link prediction (L-STEP)",
+        _temporal_links_tables,
+        [("temporal_links.png", figures.temporal_link_precision)],
+    ),
 }
 
 

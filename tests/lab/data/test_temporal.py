@@ -7,7 +7,13 @@ import gzip
 import pytest
 import torch
 
-from posenc.lab.data.temporal import TemporalEvents, debian_changelog_events, drifting_communities
+from posenc.lab.data.temporal import (
+    TemporalEvents,
+    chronological_split,
+    debian_changelog_events,
+    drifting_communities,
+    period_communities,
+)
 
 ENTRY = """{source} ({version}) unstable; urgency=medium
 
@@ -101,3 +107,31 @@ def test_events_out_of_time_order_are_refused():
         TemporalEvents(
             torch.tensor([0, 1]), torch.tensor([1, 0]), torch.tensor([2.0, 1.0]), 2, ("a", "b")
         )
+
+
+def test_chronological_split_cuts_at_the_quantiles_and_keeps_ties_together():
+    times = torch.arange(100, dtype=torch.float64)
+    train, val, test = chronological_split(times)
+    assert (int(train.sum()), int(val.sum()), int(test.sum())) == (70, 15, 15)
+    assert float(times[train].max()) < float(times[val].min()) <= float(times[val].max())
+    assert float(times[val].max()) < float(times[test].min())
+    tied = torch.tensor([0.0, 1.0, 1.0, 1.0, 2.0, 3.0])
+    part = torch.stack(chronological_split(tied)).int().argmax(0)  # each event's part
+    for t in tied.unique():
+        assert len(part[tied == t].unique()) == 1  # events at one time stay together
+
+
+def test_period_communities_are_the_groups_of_the_synthetic_stream():
+    events = drifting_communities(num_nodes=40, communities=4, steps=30, period=10, drift=0.5)
+    found = period_communities(events, 10)
+    assert sorted(found) == [0, 1, 2]
+    index = (events.time // 10).long()
+    for p, labels in found.items():
+        inside = index == p
+        src, dst = events.src[inside], events.dst[inside]
+        assert bool((labels[src] == labels[dst]).all())  # links stay inside a community
+        assert bool((labels[src] >= 0).all())
+        assert len(set(labels[labels >= 0].tolist())) == 4  # 200 links a period join each group
+    assert not torch.equal(found[0], found[1])  # half the nodes moved at step 10
+    with pytest.raises(ValueError, match="period"):
+        period_communities(events, 0)

@@ -14,7 +14,11 @@ dynamics: ``num_nodes`` nodes in ``communities`` groups; at each step ``events_p
 edges join two random members of one random group; every ``period`` steps a fraction
 ``drift`` of the nodes moves to another group. A node's structural position (its group)
 changes at known times, so an encoding that follows positions over time (L-STEP) has
-something to follow that a static one computed once does not.
+something to follow that a static one computed once does not. :func:`period_communities`
+reads the groups back from the links of each period (its connected components).
+
+:func:`chronological_split` cuts a stream into training, validation and test events by time,
+as DyGLib does (70 / 15 / 15 %).
 """
 
 from __future__ import annotations
@@ -30,7 +34,13 @@ from torch import Tensor
 
 from posenc._validate import check_non_negative_int, check_positive_int
 
-__all__ = ["TemporalEvents", "debian_changelog_events", "drifting_communities"]
+__all__ = [
+    "TemporalEvents",
+    "chronological_split",
+    "debian_changelog_events",
+    "drifting_communities",
+    "period_communities",
+]
 
 
 @dataclass(frozen=True)
@@ -146,3 +156,52 @@ def drifting_communities(
         num_nodes,
         tuple(f"node{i}" for i in range(num_nodes)),
     )
+
+
+def chronological_split(times: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Train, validation and test masks of events at ``times``, cut at the 70 % and 85 %
+    quantiles (DyGLib, Yu et al. 2023: ``t ≤ q70``, ``q70 < t ≤ q85``, ``t > q85``; events at
+    one time stay on one side)."""
+    cuts = torch.tensor([0.70, 0.85], dtype=torch.float64)
+    q70, q85 = torch.quantile(times.to(torch.float64), cuts)
+    return times <= q70, (times > q70) & (times <= q85), times > q85
+
+
+def _components(num_nodes: int, src: list[int], dst: list[int]) -> Tensor:
+    """Each node's connected component (its smallest node id) under the links ``(src, dst)``:
+    union-find with path halving."""
+    parent = list(range(num_nodes))
+
+    def root(u: int) -> int:
+        while parent[u] != u:
+            parent[u] = parent[parent[u]]
+            u = parent[u]
+        return u
+
+    for u, v in zip(src, dst, strict=True):
+        a, b = root(u), root(v)
+        parent[max(a, b)] = min(a, b)
+    return torch.tensor([root(u) for u in range(num_nodes)])
+
+
+def period_communities(events: TemporalEvents, period: int) -> dict[int, Tensor]:
+    """The communities of each period ``p = ⌊t / period⌋`` of a stream, read from its links:
+    ``{p: (num_nodes,) labels}``, a node's label the smallest node id of its connected
+    component among the period's links, -1 for a node without a link in the period.
+
+    On :func:`drifting_communities` (links only inside a group; groups fixed within a period)
+    these are the groups, wherever a period's links connect each group (1,000 links over
+    groups of 25 nodes at the defaults).
+    """
+    check_positive_int("period", period)
+    index = torch.div(events.time, period, rounding_mode="floor").long()
+    found = {}
+    for p in torch.unique(index).tolist():
+        inside = index == p
+        src, dst = events.src[inside], events.dst[inside]
+        labels = _components(events.num_nodes, src.tolist(), dst.tolist())
+        linked = torch.zeros(events.num_nodes, dtype=torch.bool)
+        linked[src] = True
+        linked[dst] = True
+        found[int(p)] = torch.where(linked, labels, -1)
+    return found
