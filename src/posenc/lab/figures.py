@@ -177,12 +177,16 @@ def accuracy_vs_length(rows: Sequence[Row]) -> Figure:
     return fig
 
 
-def vit_accuracy(rows: Sequence[Row]) -> Figure:
-    """Test accuracy of the digits ViT per positional encoding: mean over seeds, each seed a dot."""
-    by_encoding: dict[str, list[float]] = defaultdict(list)
+def encoding_bars(
+    rows: Sequence[Row], experiment: str, value: str, ylabel: str, title: str, *, unit: bool
+) -> Figure:
+    """``value`` per encoding: a bar at the mean over seeds, a dot per seed (a seed's rows,
+    e.g. its folds, averaged first). ``unit``: the value lies in [0, 1] (accuracy)."""
+    per_seed: dict[str, dict[Any, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        if row.get("experiment") == "vit" and _finite(row.get("accuracy")):
-            by_encoding[row["encoding"]].append(row["accuracy"])
+        if row.get("experiment") == experiment and _finite(row.get(value)):
+            per_seed[row["encoding"]][row.get("seed")].append(float(row[value]))
+    by_encoding = {e: [sum(v) / len(v) for v in seeds.values()] for e, seeds in per_seed.items()}
     fig = _figure(figsize=(6, 3.4), layout="constrained")
     ax = fig.add_subplot()
     names = list(by_encoding)
@@ -190,13 +194,32 @@ def vit_accuracy(rows: Sequence[Row]) -> Figure:
     ax.bar(names, means, color="tab:blue", alpha=0.6)
     for index, values in enumerate(by_encoding.values()):
         ax.plot([index] * len(values), values, "k.", ms=6)
-    if means:
+    if means and unit:
         low = min(min(v) for v in by_encoding.values())
         ax.set_ylim(max(0.0, low - 0.1), 1.0)
-    ax.set(
-        ylabel="test accuracy (bar: mean, dots: seeds)",
-        title="ViT on sklearn digits (8x8, 2x2 patches)",
-    )
+    ax.set(ylabel=f"{ylabel} (bar: mean, dots: seeds)", title=title)
+    return fig
+
+
+def vit_accuracy(rows: Sequence[Row]) -> Figure:
+    """Test accuracy of the digits ViT per positional encoding: mean over seeds, each seed a dot."""
+    title = "ViT on sklearn digits (8x8, 2x2 patches)"
+    return encoding_bars(rows, "vit", "accuracy", "test accuracy", title, unit=True)
+
+
+def csl_accuracy(rows: Sequence[Row]) -> Figure:
+    """CSL test accuracy per graph encoding (each seed's folds averaged)."""
+    title = "CSL: 10 classes of 4-regular graphs (chance 0.1)"
+    return encoding_bars(rows, "csl", "test_accuracy", "test accuracy", title, unit=True)
+
+
+def triangles_error(rows: Sequence[Row]) -> Figure:
+    """Triangle counting: test MAE over the constant predictor's, per graph encoding."""
+    fig = encoding_bars(
+        rows, "triangles", "relative_mae", "test MAE / constant MAE",
+        "Triangles in 3-regular graphs (1 = no better than a constant)", unit=False,
+    )  # fmt: skip
+    fig.axes[0].axhline(1.0, color="tab:red", lw=1, ls="--")
     return fig
 
 

@@ -229,6 +229,37 @@ def _lm_tables(rows: Sequence[Row]) -> list[Table]:
     return _per_encoding(rows, "Validation loss per positional encoding", values)
 
 
+def _seed_means(rows: Sequence[Row], values: Sequence[str]) -> list[Row]:
+    """One row per (encoding, seed): ``values`` averaged over the seed's rows (its folds)."""
+    groups: dict[tuple[Any, Any], list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row.get("encoding"), row.get("seed")), []).append(row)
+    means = []
+    for (encoding, seed), group in groups.items():
+        mean: Row = {"encoding": encoding, "seed": seed}
+        for value in values:
+            cells = [float(r[value]) for r in group if _has([r], value)]
+            mean[value] = sum(cells) / len(cells) if len(cells) == len(group) else None
+        means.append(mean)
+    return means
+
+
+def _csl_tables(rows: Sequence[Row]) -> list[Table]:
+    values = [("test accuracy", "test_accuracy", 4), ("val accuracy", "val_accuracy", 4)]
+    folds = len({row.get("fold") for row in rows})
+    caption = f"Test accuracy per graph encoding (each seed: the mean of {folds} fold(s))"
+    return _per_encoding(_seed_means(rows, [v for _, v, _ in values]), caption, values)
+
+
+def _triangles_tables(rows: Sequence[Row]) -> list[Table]:
+    values = [
+        ("test MAE / constant", "relative_mae", 3),
+        ("test MAE", "test_mae", 3),
+        ("constant MAE", "constant_mae", 3),
+    ]
+    return _per_encoding(rows, "Triangle count error per graph encoding", values)
+
+
 def _temporal_links_tables(rows: Sequence[Row]) -> list[Table]:
     rows = _complete(rows, ["dataset", "encoding", "negatives"])
     tables = []
@@ -267,6 +298,12 @@ _SECTIONS: dict[
     ),
     "vit": ("ViT on digits", _vit_tables, [("vit.png", figures.vit_accuracy)]),
     "lm": ("Language model (torchrun)", _lm_tables, []),
+    "csl": ("CSL graphs", _csl_tables, [("csl.png", figures.csl_accuracy)]),
+    "triangles": (
+        "Triangle counts",
+        _triangles_tables,
+        [("triangles.png", figures.triangles_error)],
+    ),
     "temporal_links": (
         "Temporal link prediction (L-STEP)",
         _temporal_links_tables,

@@ -36,6 +36,9 @@ def test_csl_rows_resume_and_claims(tmp_path):
     claims = {c["name"]: c for c in json.loads((tmp_path / "claims.json").read_text())}
     assert claims["csl_no_encoding_is_chance"]["status"] == "holds"
     assert "csl_laplacian_separates" not in claims  # no lap_flip rows: not applicable
+    page = (tmp_path / "report.html").read_text()
+    assert "CSL graphs" in page and "Without a position encoding, nothing tells" in page
+    assert (tmp_path / "figures" / "csl.png").stat().st_size > 0
     finished = sorted(p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("eval.json"))
     assert run_csl(CSL_TINY, tmp_path, echo=None) == rows
     assert sorted(p.stat().st_mtime_ns for p in (tmp_path / "runs").rglob("eval.json")) == finished
@@ -46,6 +49,9 @@ def test_triangles_rows_and_claims(tmp_path):
     assert [r["encoding"] for r in rows] == ["none", "rwse"]
     for row in rows:
         assert row["relative_mae"] == pytest.approx(row["test_mae"] / row["constant_mae"])
+    page = (tmp_path / "report.html").read_text()
+    assert "Triangle count error per graph encoding" in page
+    assert (tmp_path / "figures" / "triangles.png").stat().st_size > 0
     claims = {c["name"] for c in json.loads((tmp_path / "claims.json").read_text())}
     assert {"triangles_no_encoding_is_constant", "triangles_random_walks_read_counts"} <= claims
 
