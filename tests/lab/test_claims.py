@@ -21,6 +21,7 @@ from posenc.lab.claims import (
     value_at,
 )
 from posenc.lab.seed_claims import SEED_CLAIMS
+from tests.lab.experiments.test_csl import GRAPH_CASES
 from tests.lab.experiments.test_longctx import LONGCTX_CASES
 from tests.lab.experiments.test_temporal_links import TEMPORAL_CASES
 
@@ -621,6 +622,7 @@ CASES: dict[str, dict[str, Any]] = {
 
 CASES.update(LONGCTX_CASES)  # the long-context claims' rows live with their experiment
 CASES.update(TEMPORAL_CASES)  # so do the temporal link prediction claims'
+CASES.update(GRAPH_CASES)  # and the graph experiments' (CSL, triangles)
 CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}
 
 

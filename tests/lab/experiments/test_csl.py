@@ -79,3 +79,52 @@ def test_csl_bad_config_names_the_field(kwargs, name):
 def test_triangles_bad_config_names_the_field(kwargs, name):
     with pytest.raises(ValueError, match=name):
         TrianglesConfig(**kwargs)
+
+
+# --- hand-made rows for the graph claims (tests/lab/test_claims.py reads GRAPH_CASES) ---
+
+
+def _csl_rows(values: dict[str, list[list[float | None]]]) -> list[dict]:
+    """``values[encoding][seed][fold]`` → CSL rows."""
+    return [
+        {"experiment": "csl", "encoding": e, "seed": s, "fold": f, "test_accuracy": v}
+        for e, per_seed in values.items()
+        for s, folds in enumerate(per_seed)
+        for f, v in enumerate(folds)
+    ]
+
+
+def _triangle_rows(encoding: str, relative: list[float | None]) -> list[dict]:
+    return [
+        {"experiment": "triangles", "encoding": encoding, "seed": s, "relative_mae": v}
+        for s, v in enumerate(relative)
+    ]
+
+
+GRAPH_CASES: dict[str, dict] = {
+    "csl_no_encoding_is_chance": {  # <= 0.15, folds averaged within a seed
+        "holds": (_csl_rows({"none": [[0.1, 0.1], [0.1, 0.2]]}), 0.125),
+        "fails": (_csl_rows({"none": [[0.2, 0.2], [0.1, 0.3]]}), 0.2),
+        "undefined": _csl_rows({"none": [[0.1, None]]}),
+    },
+    "csl_laplacian_separates": {  # >= 0.9
+        "holds": (_csl_rows({"lap_flip": [[1.0, 0.9], [0.9, 0.9]]}), 0.925),
+        "fails": (_csl_rows({"lap_flip": [[0.9, 0.8], [0.9, 0.8]]}), 0.85),
+        "undefined": _csl_rows({"lap": [[1.0]]}),
+    },
+    "csl_sign_flips_help": {  # lap_flip - lap >= 0.05, paired by seed
+        "holds": (_csl_rows({"lap_flip": [[0.9], [1.0]], "lap": [[0.5], [0.6]]}), 0.4),
+        "fails": (_csl_rows({"lap_flip": [[0.5], [0.6]], "lap": [[0.5], [0.58]]}), 0.01),
+        "undefined": _csl_rows({"lap_flip": [[0.9]], "lap": [[None]]}),
+    },
+    "triangles_no_encoding_is_constant": {  # >= 0.9
+        "holds": (_triangle_rows("none", [1.0, 0.98]), 0.99),
+        "fails": (_triangle_rows("none", [0.5, 0.7]), 0.6),
+        "undefined": _triangle_rows("none", [1.0, None]),
+    },
+    "triangles_random_walks_read_counts": {  # <= 0.25
+        "holds": (_triangle_rows("rwse", [0.1, 0.2]), 0.15),
+        "fails": (_triangle_rows("rwse", [0.3, 0.5]), 0.4),
+        "undefined": _triangle_rows("none", [0.1]),
+    },
+}
