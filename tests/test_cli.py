@@ -13,6 +13,7 @@ pytest.importorskip("matplotlib")
 from posenc.checks import run_checks
 from posenc.cli import main
 from posenc.demo import DEMO_CONFIG, EXTENSION_METHODS, SEGMENT_METHOD, run_demo
+from posenc.graph.catalogue import list_graph_methods
 from posenc.lab.results import read_results_csv
 from posenc.registry import Family, list_encodings
 
@@ -20,12 +21,28 @@ from posenc.registry import Family, list_encodings
 def test_list_names_every_method_with_family_and_paper(capsys) -> None:
     assert main(["list", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["name"] for r in rows] == [s.name for s in list_encodings()]
+    sequence, graph = [s.name for s in list_encodings()], [m.name for m in list_graph_methods()]
+    assert [r["name"] for r in rows] == sequence + graph
     for row in rows:
-        assert row["family"] in get_args(Family)
+        assert row["family"] in (*get_args(Family), "graph")
+        assert (row["family"] == "graph") == (row["name"] in graph)
         assert "arxiv.org" in row["paper"] or "github.com" in row["paper"]  # ReRoPE: a repo
     rope = next(r for r in rows if r["name"] == "rope")
-    assert rope["parameters"]["layout"] == "half"
+    assert rope["parameters"]["layout"] == "half" and rope["required"] == []
+    signnet = next(r for r in rows if r["name"] == "signnet")
+    assert signnet["required"] == ["k", "dim"] and signnet["parameters"]["phi_layers"] == 2
+    assert "arxiv.org/abs/2202.13013" in signnet["paper"]
+
+
+def test_list_table_shows_the_graph_family_with_required_arguments(capsys) -> None:
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("laplacian_rw "))
+    assert lines[at].split()[1] == "graph"
+    assert "paper: Dwivedi et al. 2020" in lines[at + 1]
+    assert lines[at + 2].split("parameters: ")[1] == "k, pad=True"
+    families = {line.split()[1] for line in lines if not line.startswith(" ")}
+    assert {"graph", "rotary", "bias"} <= families
 
 
 @pytest.mark.parametrize("method", ["sinusoidal", "learned", "rope", "alibi", "t5", "shaw", "xl"])

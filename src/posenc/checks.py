@@ -7,18 +7,17 @@ asserts, run at a size a person can read the numbers of.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from posenc.model import EncoderClassifier, ModelConfig
 
-__all__ = ["CheckResult", "equivariance_gaps", "run_checks"]
+__all__ = ["CheckResult", "equivariance_gaps", "graph_checks", "run_checks"]
 
 
 @dataclass(frozen=True)
@@ -201,6 +200,108 @@ def _kv_cache(name: str) -> CheckResult:
     )
 
 
+def graph_checks() -> list[CheckResult]:
+    """The graph rows of :func:`run_checks`: graph encodings permute with the nodes
+    (eigenvectors up to sign), SignNet ignores eigenvector signs, and what breaks either
+    (:mod:`posenc.checks_graph` measures)."""
+    from posenc.checks_graph import (
+        check_graph,
+        check_tree,
+        graphormer_pairs,
+        node_permutation_gap,
+        pair_permutation_gap,
+        sign_flip_gap,
+    )
+    from posenc.graph import (
+        EigenvectorMLP,
+        Graph,
+        Normalization,
+        SignNet,
+        hop_distances,
+        laplacian_pe,
+        random_walk_pe,
+        rrwp,
+        shortest_paths,
+    )
+
+    graph, tree = check_graph(), check_tree()
+    generator = torch.Generator().manual_seed(0)
+    perm = torch.randperm(graph.num_nodes, generator=generator)
+    tree_perm = torch.randperm(tree.num_nodes, generator=generator)
+    where = "24-node cycle + 12 random chords, relabelled"
+
+    def laplacian_gap(normalization: Normalization) -> float:
+        def encode(g: Graph) -> Tensor:
+            return laplacian_pe(g, 8, normalization).vectors
+
+        return node_permutation_gap(encode, graph, perm, up_to_sign=True)
+
+    def distances(g: Graph) -> Tensor:  # BFS hop counts and Floyd–Warshall's, side by side
+        return torch.stack([hop_distances(g)[0], shortest_paths(g).distance[0]], dim=-1)
+
+    results = [
+        CheckResult(
+            f"graph: laplacian_{normalization}(P·G) = ±P·PE(G)",
+            laplacian_gap(normalization),
+            1e-10,
+            "<=",
+            f"k = 8, one sign per column; {where}",
+        )
+        for normalization in ("combinatorial", "sym", "rw")
+    ]
+    pe, adjacency = laplacian_pe(graph, 8), graph.adjacency()[0]
+    torch.manual_seed(0)
+    signnet, mlp = SignNet(8, 16).double(), EigenvectorMLP(16).double()
+    flips = "8 random sign flips per column, k = 8, float64"
+    with torch.no_grad():
+        signless = sign_flip_gap(lambda x: signnet(x, adjacency), pe, generator=generator)
+        signed = sign_flip_gap(mlp, pe, generator=generator)
+    walk_gaps = (
+        node_permutation_gap(lambda g: random_walk_pe(g, 8), graph, perm),
+        pair_permutation_gap(lambda g: rrwp(g, 8).pairs[0], graph, perm),
+    )
+    features = torch.randn(graph.edge_index.shape[1], 3, generator=generator, dtype=torch.float64)
+    tree_features = torch.randn(tree.num_nodes - 1, 3, generator=generator, dtype=torch.float64)
+    graphormer = "4 heads, N(0, 1) tables"
+    return [
+        *results,
+        CheckResult("graph: signnet(±v) = signnet(v)", signless, 0.0, "<=", f"GIN φ; {flips}"),
+        CheckResult("graph: sign flips change eigenvector_mlp", signed, 1e-3, ">=", flips),
+        CheckResult("graph: rwse(P·G) = P·rwse(G)", walk_gaps[0], 1e-12, "<=", f"8 steps; {where}"),
+        CheckResult(
+            "graph: rrwp(P·G) = P·rrwp(G)·Pᵀ", walk_gaps[1], 1e-12, "<=", f"8 steps; {where}"
+        ),
+        CheckResult(
+            "graph: shortest_paths(P·G) = P·SPD(G)·Pᵀ",
+            pair_permutation_gap(distances, graph, perm),
+            0.0,
+            "<=",
+            f"BFS and Floyd–Warshall; {where}",
+        ),
+        CheckResult(
+            "graph: graphormer_spatial(P·G) = P·B(G)·Pᵀ",
+            pair_permutation_gap(graphormer_pairs(), graph, perm),
+            0.0,
+            "<=",
+            f"{graphormer}; {where}",
+        ),
+        CheckResult(
+            "graph: graphormer + edges, tree: P·B(G)·Pᵀ",
+            pair_permutation_gap(graphormer_pairs(tree_features), tree, tree_perm),
+            1e-12,
+            "<=",
+            f"{graphormer}, edge features N(0, 1); a 16-node tree: one path per pair",
+        ),
+        CheckResult(
+            "graph: node order read by graphormer_edges",
+            pair_permutation_gap(graphormer_pairs(features), graph, perm),
+            1e-3,
+            ">=",
+            f"tied shortest paths: the one taken follows the node ids; {where}",
+        ),
+    ]
+
+
 def run_checks(progress: Callable[[str], None] | None = None) -> list[CheckResult]:
     """Run every property check and return the measured results."""
     from posenc.registry import list_encodings
@@ -212,9 +313,9 @@ def run_checks(progress: Callable[[str], None] | None = None) -> list[CheckResul
         _sinusoidal_shift,
         _alibi_row_constant,
     ]
+    results = [check() for check in checks] + graph_checks()
     names = [spec.name for spec in list_encodings() if not spec.needs_grid]  # sequence models
-    checks += [functools.partial(_kv_cache, name) for name in names]
-    results = [check() for check in checks]
+    results += [_kv_cache(name) for name in names]
     gaps = equivariance_gaps()
     for name, gap in gaps.items():
         if name == "nope":

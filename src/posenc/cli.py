@@ -30,26 +30,42 @@ def _parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
+    from posenc.graph.catalogue import list_graph_methods
     from posenc.registry import list_encodings
 
+    # two catalogues, one table: the sequence encodings (built from a model's shape, which
+    # fills their required arguments), then the graph methods (computed from a graph)
     rows: list[dict[str, Any]] = [
         {
             "name": spec.name,
             "family": spec.family,
             "paper": spec.paper,
             "summary": spec.summary,
+            "required": [],
             "parameters": spec.parameters(),
         }
         for spec in list_encodings()
     ]
+    rows += [
+        {
+            "name": method.name,
+            "family": method.family,
+            "paper": method.paper,
+            "summary": method.summary,
+            "required": list(method.required()),
+            "parameters": method.parameters(),
+        }
+        for method in list_graph_methods()
+    ]
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0
+    width = max(18, *(len(row["name"]) + 1 for row in rows))
     for row in rows:
-        params = ", ".join(f"{k}={v!r}" for k, v in row["parameters"].items()) or "-"
-        print(f"{row['name']:<18} {row['family']:<11} {row['summary']}")
-        print(f"{'':<18} paper: {row['paper']}")
-        print(f"{'':<18} parameters: {params}")
+        settings = [*row["required"], *(f"{k}={v!r}" for k, v in row["parameters"].items())]
+        print(f"{row['name']:<{width}} {row['family']:<11} {row['summary']}")
+        print(f"{'':<{width}} paper: {row['paper']}")
+        print(f"{'':<{width}} parameters: {', '.join(settings) or '-'}")
     return 0
 
 
@@ -133,11 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="every method with its family, paper and parameters")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_list)
-    p = sub.add_parser("plot", help="write a PNG that shows an encoding or a RoPE-scaling figure")
+    p = sub.add_parser("plot", help="write a PNG that shows an encoding or a figure")
     p.add_argument(
         "method",
         help="a name from `posenc list`, or a figure: wavelengths, rope-decay, rope-scaling, "
-        "mrope-ids",
+        "mrope-ids, graph-laplacian, graph-spd-bias, lstep",
     )
     p.add_argument("--out", help="output file (default METHOD.png)")
     p.add_argument(

@@ -28,6 +28,12 @@ from posenc.base import (
 )
 from posenc.registry import ModelDims, build_encoding, encoding_spec
 from posenc.viz_base import new_figure
+from posenc.viz_graph import (
+    graph_method_figure,
+    plot_graph_laplacian,
+    plot_graph_spd_bias,
+    plot_lstep,
+)
 from posenc.viz_grids import plot_mrope_ids, plot_patch_similarity, plot_rotary_scores
 
 if TYPE_CHECKING:
@@ -412,8 +418,13 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
     bias: bias matrices per head; contextual: the positional logit term for random q, k;
     scores readers: CoPE's contextual positions, DAPE's change to random causal scores; a
     token embedding (complex-order): one token at every position; a segment method: the
-    segment of each pair and the distance it is rotated by (at illustrative sizes).
+    segment of each pair and the distance it is rotated by (at illustrative sizes). A graph
+    method of ``posenc list`` draws its figure (:data:`posenc.viz_graph.METHOD_FIGURES`).
     """
+    graph_figure = graph_method_figure(name)  # None: not a graph method
+    if graph_figure is not None:
+        figure, preset = graph_figure
+        return plot_figure(figure, **{**preset, **kwargs})
     spec = encoding_spec(name)
     grid = (8, 16) if spec.needs_grid else None  # 128 patches, numbered row by row
     dims = ModelDims(dim=64, num_heads=4, max_seq_len=128, grid=grid, vocab_size=256)
@@ -469,6 +480,9 @@ FIGURES: dict[str, Callable[..., Figure]] = {
     "rope-decay": plot_rope_decay_scalings,
     "rope-scaling": plot_rope_scaling_scores,
     "mrope-ids": plot_mrope_ids,
+    "graph-laplacian": plot_graph_laplacian,
+    "graph-spd-bias": plot_graph_spd_bias,
+    "lstep": plot_lstep,
 }
 
 

@@ -2,8 +2,8 @@
 
 The one place that checks for matplotlib, an optional dependency (``pip install
 'posenc[plot]'``): without it :func:`new_figure` raises an ``ImportError`` that names the
-extra. :mod:`posenc.viz`, :mod:`posenc.viz_grids`, :mod:`posenc.viz_segments` and the lab's
-figures draw on it.
+extra. :mod:`posenc.viz`, :mod:`posenc.viz_grids`, :mod:`posenc.viz_segments`,
+:mod:`posenc.viz_graph` and the lab's figures draw on it.
 """
 
 from __future__ import annotations
