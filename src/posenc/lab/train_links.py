@@ -151,7 +151,8 @@ def train_links(
     log = MetricsLog(folder / "metrics.jsonl", active=True)
     done, best, seconds = 0, None, 0.0
     if path.is_file():
-        saved = torch.load(path, weights_only=False)  # this loop's own checkpoint
+        with torch.serialization.safe_globals([LSTEPState]):  # the best epoch's stream state
+            saved = torch.load(path, weights_only=True)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         done, best, seconds = saved["epoch"], saved["best"], saved["seconds"]

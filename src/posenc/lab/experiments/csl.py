@@ -56,9 +56,27 @@ Row = dict[str, Any]
 
 @dataclass(frozen=True)
 class CslConfig:
-    """The CSL experiment. ``k`` eigenvectors (Benchmarking GNNs' ``pos_enc_dim`` = 20 for
-    CSL), ``steps`` random-walk steps; the dataset and its folds are drawn from
-    ``data_seed`` (the same graphs and splits for every seed of a model)."""
+    """The CSL experiment (defaults: the documented setting, about 15 min on 2 cores with
+    ``workers=2``).
+
+    Args:
+        encodings: graph encodings (:data:`~posenc.lab.graph_models.GRAPH_ENCODINGS`).
+        seeds: model seeds (initialization, batch order, sign flips); one run per seed,
+            encoding and fold.
+        folds: which of the 5 folds to run (each fold's test set is distinct).
+        attention: ``"graph"`` (each node attends to its neighbours and itself) or ``"full"``.
+        data_seed: seed of the renumbered copies and of the folds (shared by every run).
+        k: Laplacian eigenvectors per node (Benchmarking GNNs' ``pos_enc_dim`` = 20 for CSL).
+        steps: random-walk steps of ``rwse``.
+        dim: the transformer's width.
+        num_heads: attention heads per layer.
+        depth: transformer layers.
+        epochs: passes over the training graphs (AdamW, cosine decay).
+        batch_size: graphs per step.
+        lr: peak learning rate.
+        workers: runs in parallel (processes).
+        threads: torch intra-op threads per run (``None`` = leave as is).
+    """
 
     encodings: tuple[str, ...] = GRAPH_ENCODINGS
     seeds: tuple[int, ...] = (0, 1, 2)
