@@ -36,6 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from posenc._validate import (
+    check_in_choices,
+    check_non_negative_int,
+    check_positive_float,
+    check_positive_int,
+)
 from posenc.attention import Attention
 from posenc.graph import (
     Graph,
@@ -47,10 +53,12 @@ from posenc.graph import (
     random_walk_pe,
 )
 from posenc.lab.claims import aggregate, format_mean_std
+from posenc.lab.runner import check_seeds
 from posenc.lab.tables import text_table
 
 __all__ = [
     "GRAPH_ENCODINGS",
+    "GraphRunConfig",
     "GraphTensors",
     "GraphTransformer",
     "encoding_table",
@@ -354,3 +362,92 @@ def encoding_table(
         f"; each seed the mean of {folds} folds" if folds > 1 else ""
     )
     return f"{title} ({note})\n" + text_table(["encoding", value], body)
+
+
+@dataclass(frozen=True)
+class GraphRunConfig:
+    """What the graph experiments share: the encodings, seeds, model and training (each
+    experiment adds its data and may change the defaults).
+
+    Args:
+        encodings: graph encodings (:data:`GRAPH_ENCODINGS`).
+        seeds: model seeds (initialization, batch order, sign flips).
+        attention: ``"graph"`` (each node attends to its neighbours and itself) or ``"full"``
+            (to every node).
+        data_seed: seed of the data (shared by every run).
+        k: Laplacian eigenvectors per node.
+        steps: random-walk steps of ``rwse``.
+        dim: the transformer's width.
+        num_heads: attention heads per layer.
+        depth: transformer layers.
+        epochs: passes over the training graphs (AdamW, cosine decay).
+        batch_size: graphs per step.
+        lr: peak learning rate.
+        workers: runs in parallel (processes).
+        threads: torch intra-op threads per run (``None`` = leave as is).
+    """
+
+    encodings: tuple[str, ...] = GRAPH_ENCODINGS
+    seeds: tuple[int, ...] = (0, 1, 2)
+    attention: Literal["graph", "full"] = "full"
+    data_seed: int = 0
+    k: int = 8
+    steps: int = 8
+    dim: int = 64
+    num_heads: int = 4
+    depth: int = 3
+    epochs: int = 60
+    batch_size: int = 32
+    lr: float = 3e-3
+    workers: int = 1
+    threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seeds", check_seeds(self.seeds))
+        object.__setattr__(self, "encodings", tuple(self.encodings))
+        if not self.encodings or any(e not in GRAPH_ENCODINGS for e in self.encodings):
+            raise ValueError(
+                f"encodings must be a non-empty subset of {GRAPH_ENCODINGS}, got {self.encodings}"
+            )
+        check_in_choices("attention", self.attention, ("graph", "full"))
+        check_non_negative_int("data_seed", self.data_seed)
+        for name in ("k", "steps", "dim", "num_heads", "depth", "epochs", "batch_size", "workers"):
+            check_positive_int(name, getattr(self, name))
+        check_positive_float("lr", self.lr)
+
+    def train_model(
+        self,
+        encoding: str,
+        seed: int,
+        train: GraphTensors,
+        validation: GraphTensors,
+        *,
+        task: Task,
+        num_outputs: int,
+        max_distance: int,
+    ) -> tuple[GraphTransformer, dict[str, float]]:
+        """A :class:`GraphTransformer` built from ``seed`` and trained by
+        :func:`fit_graph_model`; returns it (at its best validation epoch) and the summary."""
+        torch.manual_seed(seed)
+        model = GraphTransformer(
+            encoding,
+            dim=self.dim,
+            num_heads=self.num_heads,
+            depth=self.depth,
+            num_outputs=num_outputs,
+            k=self.k,
+            steps=self.steps,
+            max_distance=max_distance,
+            attention=self.attention,
+        )
+        summary = fit_graph_model(
+            model,
+            train,
+            task=task,
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            generator=torch.Generator().manual_seed(seed),
+            validation=validation,
+        )
+        return model, summary

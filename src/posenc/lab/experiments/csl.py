@@ -36,17 +36,14 @@ from typing import Any, Literal
 
 import torch
 
-from posenc._validate import check_in_choices, check_positive_float, check_positive_int
 from posenc.lab.data.graphs import csl_dataset, csl_folds
 from posenc.lab.graph_models import (
-    GRAPH_ENCODINGS,
-    GraphTransformer,
+    GraphRunConfig,
     encoding_table,
     evaluate_graph_model,
-    fit_graph_model,
     graph_tensors,
 )
-from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.runner import Experiment, Run, run_experiment
 from posenc.lab.seed_claims import claims_of
 
 __all__ = ["EXPERIMENT", "CslConfig", "format_csl_table", "run_csl"]
@@ -55,59 +52,27 @@ Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class CslConfig:
+class CslConfig(GraphRunConfig):
     """The CSL experiment (defaults: the documented setting, about 15 min on 2 cores with
-    ``workers=2``).
+    ``workers=2``); the fields it shares are :class:`~posenc.lab.graph_models.GraphRunConfig`'s.
 
     Args:
-        encodings: graph encodings (:data:`~posenc.lab.graph_models.GRAPH_ENCODINGS`).
-        seeds: model seeds (initialization, batch order, sign flips); one run per seed,
-            encoding and fold.
-        folds: which of the 5 folds to run (each fold's test set is distinct).
-        attention: ``"graph"`` (each node attends to its neighbours and itself) or ``"full"``.
-        data_seed: seed of the renumbered copies and of the folds (shared by every run).
-        k: Laplacian eigenvectors per node (Benchmarking GNNs' ``pos_enc_dim`` = 20 for CSL).
-        steps: random-walk steps of ``rwse``.
-        dim: the transformer's width.
-        num_heads: attention heads per layer.
-        depth: transformer layers.
-        epochs: passes over the training graphs (AdamW, cosine decay).
-        batch_size: graphs per step.
-        lr: peak learning rate.
-        workers: runs in parallel (processes).
-        threads: torch intra-op threads per run (``None`` = leave as is).
+        folds: which of the 5 folds to run (each fold's test set is distinct); the graphs'
+            renumbered copies and the folds are drawn from ``data_seed``.
     """
 
-    encodings: tuple[str, ...] = GRAPH_ENCODINGS
-    seeds: tuple[int, ...] = (0, 1, 2)
-    folds: tuple[int, ...] = (0, 1, 2, 3, 4)
     attention: Literal["graph", "full"] = "graph"
-    data_seed: int = 0
-    k: int = 20
+    k: int = 20  # Benchmarking GNNs' pos_enc_dim for CSL
     steps: int = 16
-    dim: int = 64
-    num_heads: int = 4
-    depth: int = 3
     epochs: int = 200
     batch_size: int = 16
-    lr: float = 3e-3
-    workers: int = 1
-    threads: int | None = 1
+    folds: tuple[int, ...] = (0, 1, 2, 3, 4)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
-        for name in ("encodings", "folds"):
-            object.__setattr__(self, name, tuple(getattr(self, name)))
-        if not self.encodings or any(e not in GRAPH_ENCODINGS for e in self.encodings):
-            raise ValueError(
-                f"encodings must be a non-empty subset of {GRAPH_ENCODINGS}, got {self.encodings}"
-            )
+        super().__post_init__()
+        object.__setattr__(self, "folds", tuple(self.folds))
         if not self.folds or any(not isinstance(f, int) or not 0 <= f < 5 for f in self.folds):
             raise ValueError(f"folds must be fold numbers in [0, 4], got {self.folds}")
-        check_in_choices("attention", self.attention, ("graph", "full"))
-        for name in ("k", "steps", "dim", "num_heads", "depth", "epochs", "batch_size", "workers"):
-            check_positive_int(name, getattr(self, name))
-        check_positive_float("lr", self.lr)
 
 
 def _plan(config: CslConfig) -> list[Run]:
@@ -125,27 +90,8 @@ def _execute(config: CslConfig, run: Run, run_dir: Path) -> list[Row]:
     split = csl_folds(data.targets, config.data_seed)[fold]
     tensors = graph_tensors(data.graphs, data.targets, encoding, k=config.k, steps=config.steps)
     part = {name: tensors.take(torch.tensor(split[name])) for name in ("train", "val", "test")}
-    torch.manual_seed(seed)
-    model = GraphTransformer(
-        encoding,
-        dim=config.dim,
-        num_heads=config.num_heads,
-        depth=config.depth,
-        num_outputs=10,
-        k=config.k,
-        steps=config.steps,
-        max_distance=40,
-        attention=config.attention,
-    )
-    summary = fit_graph_model(
-        model,
-        part["train"],
-        task="classify",
-        epochs=config.epochs,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        generator=torch.Generator().manual_seed(seed),
-        validation=part["val"],
+    model, summary = config.train_model(
+        encoding, seed, part["train"], part["val"], task="classify", num_outputs=10, max_distance=40
     )
     return [
         {

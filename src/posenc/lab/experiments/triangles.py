@@ -23,26 +23,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from posenc._validate import (
-    check_in_choices,
-    check_non_negative_int,
-    check_positive_float,
-    check_positive_int,
-)
+from posenc._validate import check_positive_int
 from posenc.lab.data.graphs import triangle_dataset
 from posenc.lab.graph_models import (
-    GRAPH_ENCODINGS,
-    GraphTransformer,
+    GraphRunConfig,
     encoding_table,
     evaluate_graph_model,
-    fit_graph_model,
     graph_tensors,
 )
-from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.runner import Experiment, Run, run_experiment
 from posenc.lab.seed_claims import claims_of
 
 __all__ = ["EXPERIMENT", "TrianglesConfig", "format_triangles_table", "run_triangles"]
@@ -51,62 +44,24 @@ Row = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class TrianglesConfig:
-    """The triangle-counting experiment (defaults: about 5 min on 2 cores, ``workers=2``).
+class TrianglesConfig(GraphRunConfig):
+    """The triangle-counting experiment (defaults: about 5 min on 2 cores, ``workers=2``); the
+    fields it shares are :class:`~posenc.lab.graph_models.GraphRunConfig`'s.
 
     Args:
-        encodings: graph encodings (:data:`~posenc.lab.graph_models.GRAPH_ENCODINGS`).
-        seeds: model seeds (initialization, batch order, sign flips).
-        attention: ``"full"`` (every node attends to every node) or ``"graph"``
-            (neighbours and itself).
         train: training graphs.
         val: validation graphs (the best validation epoch's model is tested).
-        test: test graphs.
-        data_seed: seed of the graphs (shared by every run).
-        k: Laplacian eigenvectors per node.
-        steps: random-walk steps of ``rwse``.
-        dim: the transformer's width.
-        num_heads: attention heads per layer.
-        depth: transformer layers.
-        epochs: passes over the training graphs (AdamW, cosine decay).
-        batch_size: graphs per step.
-        lr: peak learning rate.
-        workers: runs in parallel (processes).
-        threads: torch intra-op threads per run (``None`` = leave as is).
+        test: test graphs; all drawn from ``data_seed``.
     """
 
-    encodings: tuple[str, ...] = GRAPH_ENCODINGS
-    seeds: tuple[int, ...] = (0, 1, 2)
-    attention: Literal["graph", "full"] = "full"
     train: int = 1000
     val: int = 200
     test: int = 200
-    data_seed: int = 0
-    k: int = 8
-    steps: int = 8
-    dim: int = 64
-    num_heads: int = 4
-    depth: int = 3
-    epochs: int = 60
-    batch_size: int = 32
-    lr: float = 3e-3
-    workers: int = 1
-    threads: int | None = 1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
-        object.__setattr__(self, "encodings", tuple(self.encodings))
-        if not self.encodings or any(e not in GRAPH_ENCODINGS for e in self.encodings):
-            raise ValueError(
-                f"encodings must be a non-empty subset of {GRAPH_ENCODINGS}, got {self.encodings}"
-            )
-        check_in_choices("attention", self.attention, ("graph", "full"))
-        check_non_negative_int("data_seed", self.data_seed)
-        for name in ("train", "val", "test", "k", "steps", "dim", "num_heads", "depth"):
+        super().__post_init__()
+        for name in ("train", "val", "test"):
             check_positive_int(name, getattr(self, name))
-        for name in ("epochs", "batch_size", "workers"):
-            check_positive_int(name, getattr(self, name))
-        check_positive_float("lr", self.lr)
 
 
 def _plan(config: TrianglesConfig) -> list[Run]:
@@ -126,27 +81,8 @@ def _execute(config: TrianglesConfig, run: Run, run_dir: Path) -> list[Row]:
     train = tensors.take(torch.arange(0, cut[0]))
     val = tensors.take(torch.arange(*cut))
     test = tensors.take(torch.arange(cut[1], total))
-    torch.manual_seed(seed)
-    model = GraphTransformer(
-        encoding,
-        dim=config.dim,
-        num_heads=config.num_heads,
-        depth=config.depth,
-        num_outputs=1,
-        k=config.k,
-        steps=config.steps,
-        max_distance=24,
-        attention=config.attention,
-    )
-    summary = fit_graph_model(
-        model,
-        train,
-        task="regress",
-        epochs=config.epochs,
-        batch_size=config.batch_size,
-        lr=config.lr,
-        generator=torch.Generator().manual_seed(seed),
-        validation=val,
+    model, summary = config.train_model(
+        encoding, seed, train, val, task="regress", num_outputs=1, max_distance=24
     )
     constant = train.targets.median()
     constant_mae = float((test.targets - constant).abs().mean())
