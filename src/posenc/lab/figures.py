@@ -216,7 +216,7 @@ def csl_accuracy(rows: Sequence[Row]) -> Figure:
 def triangles_error(rows: Sequence[Row]) -> Figure:
     """Triangle counting: test MAE over the constant predictor's, per graph encoding."""
     fig = encoding_bars(
-        rows, "triangles", "relative_mae", "test MAE / constant MAE",
+        rows, "triangles", "relative_mae", "MAE / constant MAE",
         "Triangles in 3-regular graphs (1 = no better than a constant)", unit=False,
     )  # fmt: skip
     fig.axes[0].axhline(1.0, color="tab:red", lw=1, ls="--")
