@@ -42,13 +42,16 @@ def test_metrics_of_perfect_and_reversed_scores() -> None:
         (torch.rand(3), torch.tensor([0, 0, 0]), "labels"),
         (torch.rand(3), torch.tensor([0, 2, 1]), "labels"),
         (torch.rand(3), torch.tensor([0, 1]), "scores"),
+        # a diverged model: NaN scores must not rank as a perfect one
+        (torch.full((4,), float("nan")), torch.tensor([1, 1, 0, 0]), "finite"),
+        (torch.tensor([0.5, float("inf"), 0.1, 0.2]), torch.tensor([1, 1, 0, 0]), "finite"),
     ],
 )
 def test_bad_metric_input(scores: torch.Tensor, labels: torch.Tensor, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         roc_auc(scores, labels)
     with pytest.raises(ValueError, match=name):
-        average_precision(scores, labels if name == "scores" else torch.zeros(3))
+        average_precision(scores, labels if name in ("scores", "finite") else torch.zeros(3))
 
 
 def events(seed: int = 0, num_events: int = 60, num_nodes: int = 9) -> tuple[torch.Tensor, ...]:

@@ -155,6 +155,10 @@ def _ranked(scores: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
     """True and false positives at each distinct score threshold, highest first."""
     if scores.shape != labels.shape or scores.dim() != 1:
         raise ValueError("scores and labels must be 1-D tensors of one length")
+    if not bool(torch.isfinite(scores).all()):
+        # NaN never equals itself: each would be its own threshold and rank as it came,
+        # positives first, giving a perfect score to a model that diverged
+        raise ValueError("scores must be finite (a NaN or inf score has no rank)")
     labels = labels.to(torch.float64)
     if not bool(((labels == 0) | (labels == 1)).all()):
         raise ValueError("labels must be 0 or 1")
