@@ -5,7 +5,8 @@
   ``get_all_edges``: ``path(i, via) + [via] + path(via, j)``);
 - :func:`collate`: ``preprocess_item`` (``wrapper.py``) and ``collator`` (``collator.py``):
   the ``+1`` offsets, padding with 0, ``attn_bias`` with the graph token and ``-inf`` for
-  padded keys and pairs at ``spd + 1 >= spatial_pos_max``;
+  padded keys and pairs at ``spd >= spatial_pos_max`` (the raw distance: the collator masks
+  before ``pad_spatial_pos_unsqueeze`` adds 1);
 - :func:`graph_attn_bias` and :func:`graph_node_feature`: ``GraphAttnBias`` and
   ``GraphNodeFeature`` (``graphormer/modules/graphormer_layers.py``) on the collated batch,
   with the padding rows of the embeddings zero (Hugging Face's initialization).
@@ -173,7 +174,7 @@ def collate(
                 for hop in range(min(len(nodes) - 1, max_hops)):
                     edge_input[b, i, j, hop] = edge_type[(nodes[hop], nodes[hop + 1])] + 1
         bias = torch.zeros(n + 1, n + 1, dtype=torch.float64)
-        bias[1:, 1:][spatial_pos[b, :n, :n] >= spatial_pos_max] = -math.inf
+        bias[1:, 1:][spatial_pos[b, :n, :n] - 1 >= spatial_pos_max] = -math.inf  # raw spd
         attn_bias[b, : n + 1, : n + 1] = bias
         attn_bias[b, n + 1 :, : n + 1] = 0.0
     return {"spatial_pos": spatial_pos, "edge_input": edge_input, "attn_bias": attn_bias}

@@ -150,7 +150,7 @@ def test_reach_mask_is_the_reference_collators(backend: str) -> None:
     tables = _reference_tables()
     collated = collate(graph, types, NUM_TYPES, MAX_HOPS, spatial_pos_max=3)
     paths = shortest_paths(graph)
-    allowed = graphormer_reach_mask(paths, max_reach=1)  # spatial_pos_max - 2
+    allowed = graphormer_reach_mask(paths, max_reach=2)  # spatial_pos_max - 1
     bias, features = _ours_from_reference(tables, types)
     positions, padding = bias.set_graphs(paths, features)
     real = _real_pairs(padding)[:, 0]

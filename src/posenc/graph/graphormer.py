@@ -26,8 +26,9 @@ What the reference (``microsoft/Graphormer``: ``GraphAttnBias`` in
   and divides by ``min(N, multi_hop_max_dist)``; ``i = j`` and unreachable pairs get 0.
   The reference embeds categorical edge features to ``x_e ∈ R^H`` and takes ``W_n`` of
   ``H × H``; here ``x_e`` is any ``(E, edge_dim)`` tensor and ``W_n`` is ``edge_dim × H``;
-- its collator masks pairs with ``spd + 1 ≥ spatial_pos_max`` out of attention
-  (``-inf``): :func:`graphormer_reach_mask` gives that mask, for ``attn_mask``.
+- its collator masks pairs with ``spd ≥ spatial_pos_max`` out of attention (``-inf``; the
+  raw distance, before the ``+1`` of ``pad_spatial_pos_unsqueeze``):
+  :func:`graphormer_reach_mask` gives that mask, for ``attn_mask``.
 
 Positions: the bias is a pointwise ``bias_at(head, q_pos, k_pos)`` whose positions are node
 ids into per-graph matrices set once per forward (:meth:`GraphormerBias.set_graphs`): with
@@ -75,9 +76,10 @@ def graphormer_reach_mask(
     ``i`` may attend to node ``j``: ``0 ≤ φ(i, j) ≤ max_reach``; the virtual node's row and
     column are always True.
 
-    The reference masks ``spd + 1 ≥ spatial_pos_max``, i.e. ``max_reach = spatial_pos_max −
-    2`` for reachable pairs (it lets unreachable pairs attend when ``spatial_pos_max > 511``,
-    its datasets' default 1024, where this mask would be all of ``reachable``).
+    The reference masks the raw distance ``spd ≥ spatial_pos_max`` (``collator.py``, before
+    its ``+1`` offset), i.e. ``max_reach = spatial_pos_max − 1`` for reachable pairs (it lets
+    unreachable pairs, at 510, attend when ``spatial_pos_max > 510``, its datasets' default
+    1024, where this mask would be all of ``reachable``).
     """
     if paths.weighted:
         raise ValueError("paths must hold hop counts (shortest_paths(graph, weighted=False))")
