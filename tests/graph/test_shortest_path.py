@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.graph import UNREACHABLE, Graph, hop_distances, shortest_paths
+from posenc.graph import UNREACHABLE, Graph, from_networkx, hop_distances, shortest_paths
 from tests.graph.graphormer_reference import (
     batch_graphs,
     dense_listed,
@@ -159,3 +159,18 @@ def test_bad_max_distance(kwargs: dict, name: str) -> None:
     if not kwargs.get("weighted"):
         with pytest.raises(ValueError, match=name):
             hop_distances(graph, **kwargs)
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_parallel_edges_cost_the_lightest_as_networkx(directed: bool) -> None:
+    edges = [(0, 1, 1.0), (0, 1, 5.0), (1, 2, 1.0), (2, 0, 4.0), (2, 0, 7.0)]
+    multigraph = nx.MultiDiGraph() if directed else nx.MultiGraph()
+    multigraph.add_weighted_edges_from(edges)
+    graph = from_networkx(multigraph, weight="weight")
+    expected = torch.full((3, 3), float("nan"), dtype=torch.float64)
+    for i, lengths in nx.all_pairs_dijkstra_path_length(multigraph):
+        for j, length in lengths.items():
+            expected[i, j] = length
+    got = shortest_paths(graph, weighted=True).distance[0]
+    torch.testing.assert_close(got, expected.nan_to_num(UNREACHABLE))
+    assert float(got[0, 2]) == 2.0

@@ -18,9 +18,10 @@ Conventions (every function):
   undirected edge is walked both ways; self-loops and ``i == j`` give 0;
 - pairs with no path, and pairs involving a padding node (``i`` or ``j`` at or beyond the
   graph's size), read :data:`UNREACHABLE` (``-1``): ``distance >= 0`` is "reachable";
-- weighted distances take each edge's weight under :class:`~posenc.graph.Graph`'s
-  conventions (parallel edges add up; an edge listed with weight 0 exists and costs 0) and
-  need non-negative weights (``ValueError`` naming ``edge_weight`` otherwise);
+- weighted distances take each edge's weight, the lightest of parallel edges (a path takes
+  the cheapest, as networkx's do; the adjacency's sum of parallel edges would lengthen it);
+  an edge listed with weight 0 exists and costs 0; weights must be non-negative
+  (``ValueError`` naming ``edge_weight`` otherwise);
 - ``max_distance`` clamps reachable distances to at most ``max_distance`` (the last entry of
   a finite table then serves every farther pair, the role of Graphormer's
   ``spatial_pos_max``); unreachable pairs stay :data:`UNREACHABLE`.
@@ -47,13 +48,14 @@ Example::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from posenc._validate import check_non_negative_int
-from posenc.graph.structure import Graph, dense_adjacency
+from posenc.graph.structure import Graph, check_graph
 
 __all__ = ["UNREACHABLE", "ShortestPaths", "dense_edges", "hop_distances", "shortest_paths"]
 
@@ -99,10 +101,11 @@ def dense_edges(graph: Graph) -> tuple[Tensor, Tensor, Tensor]:
     Returns:
         ``(edge, weight, node_mask)``: ``edge (B, N, N)`` bool, True where an edge goes
         from ``i`` to ``j`` (both ways for an undirected graph, self-loops included);
-        ``weight (B, N, N)`` float64 under :class:`~posenc.graph.Graph`'s conventions (0
-        where there is no edge); ``node_mask (B, N)`` bool.
+        ``weight (B, N, N)`` float64, the lightest of the edges listed from ``i`` to ``j``
+        (either way for an undirected graph; 0 where there is no edge): what a path pays;
+        ``node_mask (B, N)`` bool.
     """
-    sizes = graph.sizes
+    sizes = check_graph(graph).sizes
     size = max(sizes)
     batch = len(sizes)
     edge = torch.zeros(batch, size, size, dtype=torch.bool)
@@ -113,7 +116,17 @@ def dense_edges(graph: Graph) -> tuple[Tensor, Tensor, Tensor]:
         edge[index, src, dst] = True
         if not graph.directed:
             edge[index, dst, src] = True
-        weight[index, :n, :n] = dense_adjacency(sub, graph.directed, torch.float64)
+        cost = (
+            torch.ones(src.shape[0], dtype=torch.float64)
+            if sub.edge_weight is None
+            else sub.edge_weight.detach().to(torch.float64).cpu()
+        )
+        pairs, costs = (src * n + dst, cost)
+        if not graph.directed:
+            pairs, costs = torch.cat([pairs, dst * n + src]), torch.cat([cost, cost])
+        lightest = torch.full((n * n,), math.inf, dtype=torch.float64)
+        lightest.scatter_reduce_(0, pairs, costs, reduce="amin")
+        weight[index, :n, :n] = lightest.view(n, n).masked_fill(~edge[index, :n, :n], 0.0)
     node_mask = torch.arange(size) < torch.tensor(sizes)[:, None]
     return edge, weight, node_mask
 
@@ -216,6 +229,7 @@ def shortest_paths(
         tensor([0., 1., 2.], dtype=torch.float64)
     """
     _check_max_distance(max_distance, weighted)
+    check_graph(graph)
     if weighted and graph.edge_weight is not None and bool((graph.edge_weight < 0).any()):
         raise ValueError(
             "edge_weight must be non-negative for shortest paths (Floyd–Warshall / Dijkstra "
