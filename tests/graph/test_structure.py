@@ -122,3 +122,17 @@ def test_from_pyg_reads_batch_and_direction():
     torch.testing.assert_close(g.adjacency()[0], dense[0])
     torch.testing.assert_close(g.adjacency()[1], dense[1, :2, :2])
     assert from_pyg(Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2)).directed
+
+
+def test_functions_of_a_graph_name_it_when_given_something_else():
+    from posenc.graph import dense_degrees, dense_edges, hop_distances, shortest_paths
+
+    for call in (
+        lambda: hop_distances("x"),
+        lambda: shortest_paths(None),
+        lambda: dense_edges([[0, 1]]),
+        lambda: dense_degrees(torch.zeros(2, 2)),
+        lambda: to_dense_batch(torch.zeros(2, 1), "graph"),
+    ):
+        with pytest.raises(ValueError, match=r"graph must be a posenc\.graph\.Graph"):
+            call()

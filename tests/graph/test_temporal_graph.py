@@ -94,3 +94,33 @@ def test_bad_input(change: dict, name: str) -> None:
     }
     with pytest.raises(ValueError, match=name):
         TemporalGraph(**(args | change))
+
+
+@pytest.mark.parametrize(
+    ("nodes", "times", "k", "name"),
+    [
+        (torch.tensor([7]), torch.tensor([1.0]), 2, "nodes"),
+        (torch.tensor([-1]), torch.tensor([1.0]), 2, "nodes"),
+        (torch.tensor([0.0]), torch.tensor([1.0]), 2, "nodes"),
+        (torch.tensor([0]), torch.tensor([float("nan")]), 2, "times"),  # would read the future
+        (torch.tensor([0, 1]), torch.tensor([1.0]), 2, "times"),
+        (torch.tensor([0]), torch.tensor([1.0]), 0, "k"),
+        (torch.tensor([0]), torch.tensor([1.0]), -2, "k"),
+    ],
+)
+def test_bad_query_names_the_argument(nodes, times, k, name) -> None:
+    graph = random_graph(0)
+    with pytest.raises(ValueError, match=name):
+        graph.recent(nodes, times, k)
+    with pytest.raises(ValueError, match=name):
+        graph.neighbor_mean(nodes, times, k)
+
+
+def test_a_graph_without_events_has_no_neighbours() -> None:
+    empty = torch.zeros(0, dtype=torch.long)
+    graph = TemporalGraph(empty, empty, torch.zeros(0), torch.ones(3, 2), torch.zeros(0, 1))
+    recent = graph.recent(torch.tensor([0, 2]), torch.tensor([1.0, 5.0]), 3)
+    assert recent.mask.shape == (2, 3) and not bool(recent.mask.any())
+    assert_close(
+        graph.neighbor_mean(torch.tensor([0, 2]), torch.tensor([1.0, 5.0]), 3), torch.zeros(2, 2)
+    )

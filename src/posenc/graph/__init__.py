@@ -41,7 +41,14 @@ from posenc.graph.shortest_path import (
     hop_distances,
     shortest_paths,
 )
-from posenc.graph.structure import Graph, SubGraph, from_networkx, from_pyg, to_dense_batch
+from posenc.graph.structure import (
+    Graph,
+    SubGraph,
+    check_graph,
+    from_networkx,
+    from_pyg,
+    to_dense_batch,
+)
 
 __all__ = [
     "RRWP",
@@ -57,6 +64,7 @@ __all__ = [
     "ShortestPaths",
     "SignNet",
     "SubGraph",
+    "check_graph",
     "dense_degrees",
     "dense_edge_features",
     "dense_edges",

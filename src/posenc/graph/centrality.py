@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_positive_int
-from posenc.graph.structure import Graph, to_dense_batch
+from posenc.graph.structure import Graph, check_graph, to_dense_batch
 
 __all__ = ["CentralityEncoding", "dense_degrees"]
 
@@ -15,7 +15,7 @@ def dense_degrees(graph: Graph) -> tuple[Tensor, Tensor]:
     """``(in_degree, out_degree)`` of each graph padded to ``N`` nodes, ``(B, N)`` int64 each
     (0 on padding): :meth:`Graph.degrees <posenc.graph.Graph.degrees>` laid out as
     :func:`~posenc.graph.to_dense_batch` lays out node features."""
-    ins, outs = graph.degrees()
+    ins, outs = check_graph(graph).degrees()
     return to_dense_batch(ins, graph)[0], to_dense_batch(outs, graph)[0]
 
 

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from posenc._validate import check_positive_int
 
-__all__ = ["Graph", "SubGraph", "from_networkx", "from_pyg", "to_dense_batch"]
+__all__ = ["Graph", "SubGraph", "check_graph", "from_networkx", "from_pyg", "to_dense_batch"]
 
 
 @dataclass(frozen=True)
@@ -184,9 +184,17 @@ def _check_batch(batch: object, num_nodes: int, edge_index: Tensor) -> Tensor:
     return batch
 
 
+def check_graph(graph: object, name: str = "graph") -> Graph:
+    """``graph`` if it is a :class:`Graph`, else ``ValueError`` naming ``name``."""
+    if not isinstance(graph, Graph):
+        raise ValueError(f"{name} must be a posenc.graph.Graph, got {type(graph).__name__}")
+    return graph
+
+
 def to_dense_batch(x: Tensor, graph: Graph, fill: float = 0.0) -> tuple[Tensor, Tensor]:
     """Node rows ``(num_nodes, ...)`` as ``(num_graphs, max_nodes, ...)`` and a
     ``(num_graphs, max_nodes)`` mask (True = a real node); padded entries hold ``fill``."""
+    check_graph(graph)
     if not isinstance(x, Tensor) or x.shape[:1] != (graph.num_nodes,):
         raise ValueError(f"x must have {graph.num_nodes} rows, one per node")
     sizes = graph.sizes

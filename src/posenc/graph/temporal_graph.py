@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from posenc._validate import check_positive_int
 from posenc.graph.lstep import check_node_ids, check_times
 
 __all__ = ["RecentNeighbors", "TemporalGraph"]
@@ -92,8 +93,19 @@ class TemporalGraph:
     def num_nodes(self) -> int:
         return self.node_features.shape[0]
 
-    def _runs(self, nodes: Tensor, times: Tensor) -> tuple[Tensor, Tensor]:
-        """Where each queried node's interactions before its time start and end."""
+    def _runs(self, nodes: Tensor, times: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        """Where each queried node's interactions before its time start and end (queries
+        checked here: the public entry of both lookups)."""
+        check_positive_int("k", k)
+        nodes = check_node_ids("nodes", nodes, self.num_nodes)
+        if not isinstance(times, Tensor) or times.shape != nodes.shape or times.is_complex():
+            raise ValueError(
+                f"times must be a real tensor of shape {tuple(nodes.shape)}, one per node"
+            )
+        if not bool(torch.isfinite(times).all()):
+            raise ValueError(
+                "times must be finite: a NaN time would read every event, the future too"
+            )
         stride = len(self.src) + 1
         before = torch.searchsorted(self.times, times.to(torch.float64).contiguous())
         start = torch.searchsorted(self._keys, nodes * stride)
@@ -102,7 +114,10 @@ class TemporalGraph:
 
     def recent(self, nodes: Tensor, times: Tensor, k: int) -> RecentNeighbors:
         """The ``k`` most recent interactions of ``nodes[q]`` strictly before ``times[q]``."""
-        start, end = self._runs(nodes, times)
+        start, end = self._runs(nodes, times, k)
+        if not len(self.src):  # no events: no neighbours
+            zeros = torch.zeros(len(nodes), k, dtype=torch.long, device=nodes.device)
+            return RecentNeighbors(zeros, zeros, zeros.to(torch.float64), zeros.bool())
         slots = end.unsqueeze(-1) - k + torch.arange(k, device=nodes.device)  # (Q, k)
         mask = slots >= start.unsqueeze(-1)
         slots = slots.clamp(min=0)
@@ -117,7 +132,7 @@ class TemporalGraph:
     def neighbor_mean(self, nodes: Tensor, times: Tensor, k: int) -> Tensor:
         """Mean node features of the ``k`` most recent neighbours before ``times`` (zeros
         without any), as one ``embedding_bag`` (no ``(Q, k, d_N)`` tensor)."""
-        start, end = self._runs(nodes, times)
+        start, end = self._runs(nodes, times, k)
         count = torch.minimum(end - start, torch.full_like(end, k))
         offsets = torch.cumsum(count, 0) - count
         within = torch.arange(int(count.sum()), device=nodes.device)
