@@ -7,7 +7,7 @@ from __future__ import annotations
 import networkx as nx
 import pytest
 import torch
-from torch import nn
+from torch import Tensor, nn
 from torch.func import functional_call
 from torch.testing import assert_close
 
@@ -112,22 +112,37 @@ def test_signnet_equivariant_to_node_order() -> None:
     assert_close(out, net(positions, adjacency)[perm])
 
 
+def _gin(net: SignNet, x: Tensor, adjacency: Tensor) -> Tensor:
+    """φ written from the paper's GIN, one column ``(N, 2)`` at a time, from the weights:
+    ``h ← W₂ relu(W₁ ((1 + ε) h + A h) + b₁) + b₂`` per layer, ε = 0, ReLU between layers."""
+    h = x
+    for index, layer in enumerate(net.phi):
+        if index:
+            h = torch.relu(h)
+        first, second = layer[0], layer[2]
+        aggregated = h + adjacency @ h
+        h = torch.relu(aggregated @ first.weight.T + first.bias) @ second.weight.T + second.bias
+    return h
+
+
 def test_signnet_matches_an_explicit_loop_over_columns() -> None:
-    """ρ of the concatenated φ(v_j, λ_j) + φ(−v_j, λ_j), padded columns as 0."""
+    """ρ of the concatenated φ(v_j, λ_j) + φ(−v_j, λ_j), padded columns as 0, φ a GIN."""
     g = batch()
     net = SignNet(4, 8, dtype=torch.float64)
     positions = laplacian_pe(g, 4).positions()
     adjacency = block_adjacency(g)
     terms = []
     for j in range(4):
-        column = positions[:, j : j + 1]  # (12, 1, 2)
-        real = ~torch.isnan(column[..., 0])
+        column = positions[:, j]  # (12, 2)
+        real = ~torch.isnan(column[:, 0])
         x = column.nan_to_num()
         flipped = x * x.new_tensor([-1.0, 1.0])
-        term = net.phi_of(x, adjacency) + net.phi_of(flipped, adjacency)
-        terms.append(term * real[..., None])
-    expected = net.rho(torch.cat(terms, dim=-2).flatten(-2))
-    assert_close(net(positions, adjacency), expected, rtol=0, atol=1e-12)
+        term = _gin(net, x, adjacency) + _gin(net, flipped, adjacency)
+        terms.append(term * real[:, None])
+    first, second = net.rho[0], net.rho[2]
+    concatenated = torch.cat(terms, dim=-1)  # (12, k·hidden), column by column
+    expected = torch.relu(concatenated @ first.weight.T + first.bias) @ second.weight.T
+    assert_close(net(positions, adjacency), expected + second.bias, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("pooling", ["sum", "mean"])
