@@ -94,11 +94,43 @@ def test_end_to_end_rows_resume_and_claims(tmp_path):
     assert again == rows and not any("run(s) in" in line for line in said)
 
 
-def test_the_encodings_change_nothing_but_the_positional_part(tmp_path):
+def test_a_run_is_a_function_of_its_config_and_seed(tmp_path):
     config = replace(TINY, encodings=("none",), negatives=("random",))
     first = run_temporal_links(config, tmp_path / "a", echo=None)
     second = run_temporal_links(config, tmp_path / "b", echo=None)
     assert first[0]["ap"] == second[0]["ap"]  # a run is a function of its config and seed
+
+
+def test_nothing_after_the_training_cut_reaches_training(tmp_path):
+    # Scramble every validation and test event: the initial encodings (the training graph's
+    # Laplacian), the trained weights and the state at the end of training must not move.
+    events = drifting_communities(steps=40, period=10)
+    data = link_data(events, node_dim=8)
+    later = ~data.train
+    scramble = torch.Generator().manual_seed(5)
+    src, dst = events.src.clone(), events.dst.clone()
+    src[later] = events.src[later][torch.randperm(int(later.sum()), generator=scramble)]
+    dst[later] = events.dst[later][torch.randperm(int(later.sum()), generator=scramble)]
+    scrambled = link_data(replace(events, src=src, dst=dst), node_dim=8)
+    config = LSTEPConfig(
+        node_dim=8, edge_dim=1, position_dim=4, history_len=3, time_dim=4, num_neighbors=4,
+        time_gap=8,
+    )  # fmt: skip
+    results = []
+    for d in (data, scrambled):
+        generator = torch.Generator().manual_seed(0)
+        model = LSTEPLinkPredictor(config, generator=generator)
+        train = d.events.src[d.train], d.events.dst[d.train]
+        p0 = training_laplacian(*train, d.events.num_nodes, 4, generator)
+        folder = tmp_path / str(len(results))
+        best = train_links(model, p0, d, folder, epochs=1, batch_size=100, lr=1e-3, seed=0)
+        results.append((p0, best))
+    (p0, best), (p0_scrambled, best_scrambled) = results
+    assert torch.equal(p0, p0_scrambled)
+    for name, value in best["model"].items():
+        assert torch.equal(best_scrambled["model"][name], value), name
+    assert torch.equal(best["state"].history, best_scrambled["state"].history)
+    assert best["val_ap"] != best_scrambled["val_ap"]  # the scrambled events were read
 
 
 def test_training_resumes_where_it_stopped(tmp_path):
