@@ -11,16 +11,24 @@ import pytest
 from posenc.lab.claims import (
     Above,
     Claim,
+    Measurement,
     OneOf,
     aggregate,
+    cell_se,
+    count_verdicts,
     defined_value,
+    difference_at,
     format_mean_std,
+    format_verdicts,
     judge,
     judge_all,
+    noise_quantile,
     ratio_at,
     value_at,
+    verdict_record,
 )
 from posenc.lab.seed_claims import SEED_CLAIMS
+from tests.lab.claim_rows import replicate_seeds
 from tests.lab.experiments.test_csl import GRAPH_CASES
 from tests.lab.experiments.test_longctx import LONGCTX_CASES
 from tests.lab.experiments.test_temporal_links import TEMPORAL_CASES
@@ -635,10 +643,17 @@ def test_every_seed_claim_has_hand_made_cases() -> None:
 @pytest.mark.parametrize("status", ["holds", "fails"])
 def test_seed_claim_decides(name: str, status: str) -> None:
     rows, mean = CASES[name][status]
-    verdict = judge(CLAIMS[name], rows)
+    # the hand-made seeds as they are: the mean is on the expected side of the threshold, but
+    # one or two seeds may not clear the noise
+    raw = judge(CLAIMS[name], rows)
+    assert raw.status in (status, "undecided"), raw.summary
+    assert raw.margin is not None and (raw.margin >= 0) == (status == "holds"), raw.summary
+    # the same per-seed values in 8 times as many seeds: decided, with the same mean
+    verdict = judge(CLAIMS[name], replicate_seeds(rows))
     assert verdict.status == status, verdict.summary
     assert verdict.measurement is not None
     assert verdict.measurement.value == pytest.approx(mean, abs=1e-12)
+    assert verdict.margin == pytest.approx(raw.margin, abs=1e-12)
     assert verdict.summary.startswith(f"{name}: {status}: ")
 
 
@@ -666,6 +681,7 @@ def test_seed_claims_are_documented() -> None:
 
 def test_judge_all_keeps_order_and_reads_each_experiment() -> None:
     rows = CASES["alibi_flat_4x"]["holds"][0] + CASES["pi_fine_tune_improves"]["fails"][0]
+    rows = replicate_seeds(rows)  # enough seeds to decide
     claims = [CLAIMS["pi_fine_tune_improves"], CLAIMS["alibi_flat_4x"]]
     verdicts = judge_all(claims, rows)
     assert [(v.claim, v.status) for v in verdicts] == [
@@ -836,34 +852,59 @@ TWO_SEEDS = [
     lm("rope", 1.0, 3.0, seed=1),
     lm("rope", 2.0, 9.0, seed=1),
 ]
+# the same ratios in 16 seeds: mean 2.5, std sqrt(16 * 0.25 / 15) = 0.51640, se 0.12910;
+# noise t(0.95, 15) * se = 1.75305 * 0.12910 = 0.22632
+MANY_SEEDS = replicate_seeds(TWO_SEEDS, 8)
 
 
 @pytest.mark.parametrize(
     ("threshold", "direction", "margin", "status"),
     [
-        (1.0, ">=", 0.0, "holds"),  # 2.5 >= 1
-        (1.0, ">=", 2.0, "holds"),  # 2.5 >= 1 + 2 * 0.70711 = 2.41421
-        (1.0, ">=", 3.0, "fails"),  # 2.5 <  1 + 3 * 0.70711 = 3.12132
-        (3.0, "<=", 0.0, "holds"),  # 2.5 <= 3
-        (3.0, "<=", 0.5, "holds"),  # 2.5 <= 3 - 0.5 * 0.70711 = 2.64645
-        (3.0, "<=", 1.0, "fails"),  # 2.5 >  3 - 0.70711 = 2.29289
-        (2.5, ">=", 0.0, "holds"),  # on the threshold
-        (2.5, "<=", 0.0, "holds"),
+        (1.0, ">=", 0.0, "holds"),  # margin 2.5 - 1 = 1.5 >= 0.22632
+        (1.0, ">=", 2.0, "holds"),  # bound 1 + 2 * 0.51640 = 2.03280: margin 0.46720
+        (1.0, ">=", 2.5, "undecided"),  # bound 2.29099: margin 0.20901 < 0.22632
+        (1.0, ">=", 4.0, "fails"),  # bound 3.06559: margin -0.56559 < -0.22632
+        (3.0, "<=", 0.0, "holds"),  # margin 3 - 2.5 = 0.5
+        (3.0, "<=", 0.5, "holds"),  # bound 2.74180: margin 0.24180 >= 0.22632
+        (3.0, "<=", 1.0, "undecided"),  # bound 2.48360: margin -0.01640
+        (3.0, "<=", 2.0, "fails"),  # bound 1.96720: margin -0.53280
+        (2.5, ">=", 0.0, "undecided"),  # on the threshold, seeds spread: cannot tell
+        (2.5, "<=", 0.0, "undecided"),
     ],
 )
 def test_margin_in_std(threshold: float, direction: str, margin: float, status: str) -> None:
-    verdict = judge(_claim(threshold, direction, margin), TWO_SEEDS)
+    verdict = judge(_claim(threshold, direction, margin), MANY_SEEDS)
     assert verdict.status == status, verdict.summary
+    assert verdict.noise == pytest.approx(1.75305 * math.sqrt(4 / 15) / 4, abs=1e-5)
 
 
-def test_margin_in_std_summary_names_the_bound() -> None:
-    verdict = judge(_claim(1.0, ">=", 2.0), TWO_SEEDS)
-    assert verdict.summary == "test: holds: 2.5 ± 0.7071 (n=2) >= 1 + 2 std = 2.414"
+def test_two_seeds_wide_apart_are_undecided() -> None:
+    # 2.0 and 3.0: se 0.5, noise t(0.95, 1) * 0.5 = 3.157; margin 1.5 is within it
+    verdict = judge(_claim(1.0, ">=", 0.0), TWO_SEEDS)
+    assert (verdict.status, verdict.margin) == ("undecided", 1.5)
+    assert verdict.noise == pytest.approx(6.3138 * 0.5, abs=1e-4)
+
+
+def test_on_the_threshold_without_spread_holds() -> None:
+    # every seed exactly 2.0: no noise, the mean alone decides, on the bound holding
+    same = [lm("rope", 1.0, 2.0, seed=s) for s in range(3)]
+    same += [lm("rope", 2.0, 4.0, seed=s) for s in range(3)]
+    assert judge(_claim(2.0, ">=", 0.0), same).status == "holds"
+    assert judge(_claim(2.0, "<=", 0.0), same).status == "holds"
+    assert judge(_claim(2.0 + 1e-9, ">=", 0.0), same).status == "fails"
+
+
+def test_margin_in_std_summary_names_the_bound_margin_and_noise() -> None:
+    verdict = judge(_claim(1.0, ">=", 2.0), MANY_SEEDS)
+    assert verdict.summary == (
+        "test: holds: 2.5 ± 0.5164 (n=16) >= 1 + 2 std = 2.033; "
+        "margin +0.467 beyond noise 0.226 = 1.75 × se 0.129 over 16 seeds"
+    )
 
 
 def test_margin_needs_two_seeds() -> None:
     one_seed = TWO_SEEDS[:2]
-    assert judge(_claim(1.0, ">=", 0.0), one_seed).status == "holds"
+    assert judge(_claim(1.0, ">=", 0.0), one_seed).status == "undecided"
     verdict = judge(_claim(1.0, ">=", 1.0), one_seed)
     assert verdict.status == "undefined"
     assert verdict.measurement is not None and verdict.measurement.value == 2.0
@@ -901,3 +942,160 @@ def test_applicable_only_when_every_selected_value_has_rows() -> None:
     rope_alibi = CLAIMS["rope_degrades_more_than_alibi_4x"]
     assert not applicable(rope_alibi, [lm("rope", 1.0, 3.0), lm("rope", 4.0, 3.0)])
     assert applicable(rope_alibi, [lm("rope", 1.0, 3.0), lm("alibi", 4.0, 3.0)])
+
+
+# --- undecided: the margin against the noise (the issue's rope_degrades_more_than_alibi_4x) --
+
+
+def _at_t(threshold: float = 0.0, direction: str = ">=") -> Claim:
+    """A claim on one cell: rope's ppl column at T (here any number), ``>= threshold``."""
+    return Claim(
+        name="cell",
+        text="t",
+        paper="p",
+        published="q",
+        experiment="extrapolate",
+        statistic=value_at("extrapolate", {"encoding": "rope", "multiplier": 1.0}, "ppl"),
+        threshold=threshold,
+        direction=direction,  # type: ignore[arg-type]
+    )
+
+
+def _seeds(*values: float) -> list[Row]:
+    return [lm("rope", 1.0, v, seed=s) for s, v in enumerate(values)]
+
+
+def test_a_tiny_margin_within_the_seeds_spread_is_undecided() -> None:
+    # mean 0.0007 over 3 seeds with std 0.05: se 0.02887, noise 2.92 * se = 0.0843
+    verdict = judge(_at_t(), _seeds(0.0507, -0.0493, 0.0007))
+    assert verdict.status == "undecided", verdict.summary
+    assert verdict.margin == pytest.approx(0.0007, abs=1e-12)
+    assert verdict.noise == pytest.approx(2.92 * 0.05 / math.sqrt(3), rel=1e-4)
+    assert "margin +0.0007 within noise 0.0843 = 2.92 × se 0.0289 over 3 seeds" in verdict.summary
+
+
+@pytest.mark.parametrize(("sign", "status"), [(1.0, "holds"), (-1.0, "fails")])
+def test_the_same_margin_with_tight_seeds_decides(sign: float, status: str) -> None:
+    # std 1e-5: noise 2.92 * 1e-5 / sqrt(3) = 1.7e-5, far below the margin
+    verdict = judge(_at_t(), _seeds(*(sign * 0.0007 + d for d in (1e-5, -1e-5, 0.0))))
+    assert verdict.status == status, verdict.summary
+    assert verdict.margin == pytest.approx(sign * 0.0007, abs=1e-12)
+
+
+def test_one_seed_without_spread_is_undecided() -> None:
+    verdict = judge(_at_t(), _seeds(0.0007368))
+    assert (verdict.status, verdict.noise) == ("undecided", None)
+    assert verdict.margin == pytest.approx(0.0007368)
+    assert verdict.summary == (
+        "cell: undecided: 0.0007368 (n=1) >= 0; margin +0.000737 noise unknown "
+        "(one seed, no spread)"
+    )
+    # however far from the threshold: one seed says nothing about the next
+    assert judge(_at_t(), _seeds(100.0)).status == "undecided"
+
+
+@pytest.mark.parametrize(
+    ("value", "se", "status"),
+    [
+        (0.5, 0.1, "holds"),  # noise 1.645 * 0.1 = 0.1645 <= 0.5
+        (0.5, 0.5, "undecided"),  # noise 0.822
+        (-0.5, 0.1, "fails"),
+        (0.0, 0.0, "holds"),  # exact: on the threshold holds
+    ],
+)
+def test_one_seed_with_spread_over_windows_decides(value: float, se: float, status: str) -> None:
+    verdict = judge(_at_t(), [_seeds(value)[0] | {"ppl_se": se}])
+    assert verdict.status == status, verdict.summary
+    m = verdict.measurement
+    assert m is not None and (m.n, m.se, m.spread) == (1, se, "windows")
+    assert verdict.noise == pytest.approx(1.6448536 * se)
+    assert "over windows" in verdict.summary and "over evaluation windows" in m.detail
+
+
+def test_window_spread_through_ratio_difference_and_mean() -> None:
+    # ratio 4 / 2 with se 0.2 and 0.1: delta method sqrt((0.2/2)^2 + (4 * 0.1 / 4)^2)
+    rows = [TWO_SEEDS[0] | {"ppl_se": 0.1}, TWO_SEEDS[1] | {"ppl_se": 0.2}]
+    m = _claim(1.0, ">=", 0.0).statistic(rows)
+    assert m is not None and m.spread == "windows"
+    assert m.se == pytest.approx(math.hypot(0.1, 0.1), abs=1e-15)
+    # difference: sqrt(0.2^2 + 0.1^2)
+    diff = difference_at(
+        "extrapolate", {"encoding": "rope"}, "ppl", {"multiplier": 2.0}, {"multiplier": 1.0}
+    )(rows)
+    assert diff is not None and diff.se == pytest.approx(math.hypot(0.2, 0.1), abs=1e-15)
+    # mean over two rows of one seed: sqrt(0.1^2 + 0.2^2) / 2
+    mean = value_at("extrapolate", {"encoding": "rope"}, "ppl", mean_over=("multiplier",))(rows)
+    assert mean is not None and mean.se == pytest.approx(math.hypot(0.1, 0.2) / 2, abs=1e-15)
+    # one row without a standard error: unknown, so undecided
+    partial = [rows[0], TWO_SEEDS[1]]
+    assert _claim(1.0, ">=", 0.0).statistic(partial).se is None  # type: ignore[union-attr]
+    assert judge(_claim(1.0, ">=", 0.0), partial).status == "undecided"
+    # several seeds: the spread over seeds, not the windows'
+    many = [r | {"ppl_se": 1e-9} for r in TWO_SEEDS]
+    assert _claim(1.0, ">=", 0.0).statistic(many).spread == "seeds"  # type: ignore[union-attr]
+
+
+def test_a_fraction_of_rows_is_exact_within_a_seed() -> None:
+    # one seed, both rows past T undefined: fraction 1.0, standard error 0 -> decided
+    verdict = judge(CLAIMS["learned_undefined_past_t"], CASES["learned_undefined_past_t"]
+                    ["holds"][0][:3])  # fmt: skip
+    assert verdict.status == "holds", verdict.summary
+    assert verdict.noise == 0.0
+
+
+def test_cell_se_refuses_bad_cells() -> None:
+    assert cell_se({"ppl_se": 0.25}, "ppl") == 0.25
+    assert cell_se({"ppl_se": None}, "ppl") is None and cell_se({}, "ppl") is None
+    assert cell_se({"ppl_se": math.nan}, "ppl") is None
+    for bad in (-0.1, "0.1", True):
+        with pytest.raises(ValueError, match="ppl_se"):
+            cell_se({"ppl_se": bad}, "ppl")
+
+
+@pytest.mark.parametrize("df", [1, 2, 5, 14, 30, 31, 60, 200, 10_000])
+def test_noise_quantile_is_students_t(df: int) -> None:
+    stats = pytest.importorskip("scipy.stats")
+    assert noise_quantile(df) == pytest.approx(stats.t.ppf(0.95, df), abs=1e-4)
+    assert noise_quantile(None) == pytest.approx(stats.norm.ppf(0.95), abs=1e-12)
+
+
+@pytest.mark.parametrize("df", [0, -1, 1.5, True])
+def test_noise_quantile_refuses_bad_df(df: Any) -> None:
+    with pytest.raises(ValueError, match="df"):
+        noise_quantile(df)
+
+
+def test_measurement_validates_its_spread() -> None:
+    with pytest.raises(ValueError, match="se and spread"):
+        Measurement(1.0, None, 1, "d", se=0.1)
+    with pytest.raises(ValueError, match="n >= 2"):
+        Measurement(1.0, None, 1, "d", se=0.1, spread="seeds")
+
+
+def test_records_and_terminal_show_n_margin_and_noise() -> None:
+    claims = [_at_t(), _at_t(), _at_t(1.0)]
+    rows = [
+        _seeds(0.0507, -0.0493, 0.0007),  # undecided, 3 seeds
+        [_seeds(0.5)[0] | {"ppl_se": 0.1}],  # holds on the windows' spread
+        _seeds(0.5),  # undecided: one seed, no spread
+    ]
+    verdicts = [judge(c, r) for c, r in zip(claims, rows, strict=True)]
+    records = [verdict_record(c, v) for c, v in zip(claims, verdicts, strict=True)]
+    json.dumps(records)  # plain data
+    first = records[0]
+    assert (first["status"], first["seeds"], first["spread"]) == ("undecided", 3, "seeds")
+    assert first["margin"] == pytest.approx(0.0007)
+    assert first["noise"] == pytest.approx(0.0843, rel=1e-3)
+    assert first["se"] == pytest.approx(0.05 / math.sqrt(3))
+    second = records[1]
+    assert (second["status"], second["spread"], second["seeds"]) == ("holds", "windows", 1)
+    assert (records[2]["noise"], records[2]["spread"]) == (None, None)
+    text = format_verdicts(records)
+    lines = text.splitlines()
+    assert lines[0] == "claims (3: 1 hold, 0 fail, 2 undecided, 0 undefined):"
+    assert lines[1].startswith(
+        "  UNDECIDED cell: undecided: 0.0007 ± 0.05 (n=3) >= 0; margin +0.0007 within noise"
+    )
+    assert lines[3].startswith("  HOLDS     cell: holds: 0.5 (n=1) >= 0; margin +0.5 beyond noise")
+    assert "(one seed, no spread)" in lines[5]
+    assert count_verdicts([{"status": "undefined"}]) == "0 hold, 0 fail, 0 undecided, 1 undefined"

@@ -511,3 +511,34 @@ def test_a_run_folder_in_use_by_another_process_is_refused(tmp_path: Path) -> No
         holder.kill()
         holder.wait()
     prepare_out_dir(tmp_path, "extrapolate", config)  # the dead holder's lock is gone
+
+
+def test_claims_show_undecided_with_n_margin_and_noise(tmp_path: Path) -> None:
+    from posenc.lab.claims import Claim, judge, value_at, verdict_record
+
+    claim = Claim(
+        name="tiny_margin",
+        text="rope degrades more than alibi",
+        paper="p",
+        published="q",
+        experiment="toy",
+        statistic=value_at("toy", {"encoding": "rope"}, "ppl"),
+        threshold=0.0,
+        direction=">=",
+    )
+    rows = [  # mean 0.0007, std 0.05 over 3 seeds: the margin is within the noise 0.0843
+        {"experiment": "toy", "encoding": "rope", "ppl": v, "seed": s}
+        for s, v in enumerate((0.0507, -0.0493, 0.0007))
+    ]
+    write_results_csv(rows, tmp_path / "results.csv")
+    record = verdict_record(claim, judge(claim, rows))
+    (tmp_path / "claims.json").write_text(json.dumps([record]))
+    page = write_report(tmp_path).read_text()
+    found = re.search(r"<table class='claims'>.*?</table>", page)
+    assert found is not None
+    assert "<td class='verdict undecided'>? undecided</td>" in found.group(0)
+    claims = text_of(found.group(0))
+    assert "0.0007 ± 0.05 (3 seeds)" in claims
+    assert "margin +0.0007 within noise 0.0843 over seeds" in claims
+    assert "Claims: 0 of 1 hold" in page and "0 fail, 1 undecided, 0 undefined" in page
+    assert "td.undecided {" in page

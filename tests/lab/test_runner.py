@@ -54,7 +54,9 @@ def execute(config: ToyConfig, run: Run, folder: Path) -> list[dict]:
     if run.name == "total":  # the later stage reads the earlier runs' folders
         parts = [json.loads((folder.parent / f"v{v}" / "eval.json").read_text())[0]
                  for v in config.values]
-        return [{"experiment": "toy", "value": -1, "result": sum(p["result"] for p in parts)}]
+        # an exact sum: no evaluation noise (result_se 0), so one seed decides its claim
+        return [{"experiment": "toy", "value": -1, "result": sum(p["result"] for p in parts),
+                 "result_se": 0.0}]
     return [{"experiment": "toy", "value": run.params["value"],
              "result": run.params["value"] * config.scale}]
 

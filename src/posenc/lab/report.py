@@ -63,6 +63,7 @@ table.config td:first-child { white-space: nowrap; }
 table.claims small { color: #555; }
 td.holds { background: #e3f4e1; } td.fails { background: #fbe2e0; }
 td.undefined { background: #f1f1f1; } td.verdict { white-space: nowrap; font-weight: 600; }
+td.undecided { background: #fdf3d0; }
 figure { margin: 1em 0; } figcaption { color: #555; font-size: 0.85em; }
 img { max-width: 100%; height: auto; }
 code { background: #f4f4f4; padding: 1px 4px; }
@@ -72,7 +73,12 @@ details { margin: 0.4em 0; } summary { cursor: pointer; }
 table.raw { font-size: 0.75em; } table.raw td, table.raw th { white-space: nowrap; }
 """
 
-_MARKS = {"holds": "✔ holds", "fails": "✘ fails", "undefined": "– undefined"}
+_MARKS = {
+    "holds": "✔ holds",
+    "fails": "✘ fails",
+    "undecided": "? undecided",
+    "undefined": "– undefined",
+}
 _URL = re.compile(r"https?://[^\s<>\"]+[^\s<>\".,;:)]")
 
 
@@ -315,8 +321,25 @@ _SECTIONS: dict[
 # --- sections --------------------------------------------------------------------------------
 
 
+def _weighed(r: Row) -> str:
+    """``margin +0.0007 within noise 0.0843 over seeds``: what the verdict weighed; empty for
+    records written before verdicts had a margin."""
+    margin, noise = r.get("margin"), r.get("noise")
+    if margin is None:
+        return ""
+    text = f"margin {margin:+.3g}"
+    if noise is None:
+        return f"{text}, noise unknown (one seed, no spread)"
+    side = "within" if -noise <= margin < noise else "beyond"
+    over = {"seeds": "over seeds", "windows": "over evaluation windows"}.get(
+        str(r.get("spread")), ""
+    )
+    return f"{text} {side} noise {noise:.3g} {over}".rstrip()
+
+
 def _claims_section(records: Sequence[Row]) -> list[str]:
-    """Verdict, claim and paper, measured (mean ± std over seeds), threshold, published."""
+    """Verdict, claim and paper, measured (mean ± std over seeds, n, the margin and the noise
+    it was weighed against), threshold, published."""
     if not records:
         return []
     body = []
@@ -326,6 +349,8 @@ def _claims_section(records: Sequence[Row]) -> list[str]:
             measured += f" ± {html.escape(_number(r['std'], '.2g'))}"
         if r.get("seeds"):
             measured += f" ({r['seeds']} seed{'s' if r['seeds'] > 1 else ''})"
+        if _weighed(r):
+            measured += f"<br>{html.escape(_weighed(r))}"
         if r.get("detail"):
             measured += f"<br><small>{_text(r['detail'])}</small>"
         status = str(r.get("status"))
@@ -344,9 +369,13 @@ def _claims_section(records: Sequence[Row]) -> list[str]:
     counts = {s: sum(r.get("status") == s for r in records) for s in _MARKS}
     return [
         f"<h2 id='claims'>Claims: {counts['holds']} of {len(records)} hold</h2>",
-        f"<p>{counts['fails']} fail, {counts['undefined']} undefined. A claim holds when the "
-        "mean over seeds meets the threshold (by the claim's margin in std, if any); undefined "
-        "when the rows cannot decide. The paper's number is on the right.</p>",
+        f"<p>{counts['fails']} fail, {counts['undecided']} undecided, {counts['undefined']} "
+        "undefined. The margin is how far the mean clears the threshold (positive: the claim's "
+        "side); the noise is a one-sided 95 % bound on the mean's error, Student's t times "
+        "the standard error over seeds, or with one seed 1.645 times that over evaluation "
+        "windows. A claim holds when the margin is at least the noise, fails when it is below "
+        "minus the noise, and is undecided in between or when one seed gives no spread; "
+        "undefined when the rows cannot decide. The paper's number is on the right.</p>",
         f"<table class='claims'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
         "</table>",
     ]

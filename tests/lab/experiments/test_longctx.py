@@ -27,6 +27,7 @@ from posenc.lab.experiments.longctx import (
 from posenc.lab.results import read_results_csv
 from posenc.lab.seed_claims import SEED_CLAIMS
 from posenc.model import DecoderLM
+from tests.lab.claim_rows import replicate_seeds
 
 Row = dict[str, Any]
 
@@ -219,7 +220,8 @@ def test_files_written(finished) -> None:
     assert [defined(r) for r in read_results_csv(out / "results.csv")] == [defined(r) for r in rows]
     claims = {c["name"]: c for c in json.loads((out / "claims.json").read_text())}
     assert {"rerope_flat_8x", "sinks_passkey_lost_outside_window"} <= set(claims)
-    assert claims["sinks_passkey_lost_outside_window"]["status"] in ("holds", "fails")
+    # one seed and no spread over trials in the rows: judged, but undecided
+    assert claims["sinks_passkey_lost_outside_window"]["status"] == "undecided"
     report = (out / "report.html").read_text()
     assert "long context without retraining" in report and "Claims:" in report
     for figure in ("extension.png", "passkey.png"):  # ppl vs length; heatmaps per method
@@ -463,7 +465,8 @@ _CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}
 def test_longctx_claims_decide_on_hand_made_rows(name: str, status: str) -> None:
     case = LONGCTX_CASES[name]
     rows, mean = case[status] if status != "undefined" else (case[status], None)
-    verdict = judge(_CLAIMS[name], rows)
+    # each seed's rows repeated in 8 seeds: the hand-made means clear their noise
+    verdict = judge(_CLAIMS[name], replicate_seeds(rows))
     assert verdict.status == status, verdict.summary
     if mean is not None:
         assert verdict.measurement is not None
