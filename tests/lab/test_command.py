@@ -37,3 +37,77 @@ def test_experiment_main_reports_option_errors(tmp_path: Path, capsys) -> None:
         experiment_main(lm.EXPERIMENT, ["--out", str(tmp_path / "x"), "--stepz", "3"])
     assert exit_info.value.code == 2
     assert "stepz" in capsys.readouterr().err
+
+
+# ---- options validated before any work starts (issue 25) ---------------------------------
+
+TINY_EXTRAPOLATE = [
+    "--encodings", "nope", "rope", "--train-len", "16", "--multipliers", "1", "2",
+    "--dim", "16", "--depth", "1", "--num-heads", "2", "--batch-size", "2",
+    "--eval-tokens", "64", "--corpus-bytes", "20000", "--no-isolate", "--no-progress",
+]  # fmt: skip
+
+
+def _said(capsys: pytest.CaptureFixture[str]) -> str:
+    """stderr without tyro's box: one space between words."""
+    return " ".join(capsys.readouterr().err.replace("│", " ").split())
+
+
+def test_a_pos_kwargs_typo_fails_before_any_work_and_the_folder_stays_usable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's command: a typo in RoPE's keyword arguments used to train three other
+    encodings first and then lock the folder to the typo. Now the config is refused while
+    it is parsed, naming the field and the keyword: no corpus is read, nothing is trained,
+    no folder is written, and the corrected command then runs in the same folder."""
+    from posenc.lab import command
+    from posenc.lab.experiments import extrapolate
+
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a run or the corpus was reached with an invalid config")
+
+    out = tmp_path / "z"
+    typo = ["--out", str(out), "--pos-kwargs", '{"rope": {"bas": 5}}', "--steps", "1"]
+    with monkeypatch.context() as patch:
+        for module, name in ((command, "run_experiment"), (extrapolate, "_load")):
+            patch.setattr(module, name, forbidden)
+        with pytest.raises(SystemExit) as exit_info:
+            experiment_main(extrapolate.EXPERIMENT, [*typo, *TINY_EXTRAPOLATE])
+    assert exit_info.value.code == 2
+    said = _said(capsys)
+    assert "pos_kwargs['rope']" in said and "unknown argument(s) bas" in said
+    assert "allowed: base," in said  # the keywords the user may have meant
+    assert not out.exists()
+
+    fixed = ["--out", str(out), "--pos-kwargs", '{"rope": {"base": 5}}', "--steps", "1"]
+    assert experiment_main(extrapolate.EXPERIMENT, [*fixed, *TINY_EXTRAPOLATE]) == 0
+    assert json.loads((out / "config.json").read_text())["pos_kwargs"] == {"rope": {"base": 5}}
+    assert (out / "results.csv").is_file()
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        (
+            ["--pos-kwargs", '{"rope": {"base": -1}}'],
+            "pos_kwargs['rope']: 'rope' cannot be built: base",
+        ),
+        (["--pos-kwargs", '{"ropee": {"base": 5}}'], "pos_kwargs names 'ropee', which are not in"),
+        (["--pos-kwargs", '{"rope": 5}'], "pos_kwargs must map encoding names to objects"),
+        (
+            ["--pos-kwargs", '{"rope": {"scaling": {"type": "yarnn"}}}'],
+            "pos_kwargs['rope']: 'rope' cannot be built: unknown scaling type 'yarnn'",
+        ),
+    ],
+)
+def test_bad_pos_kwargs_are_refused_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str], named: str
+) -> None:
+    from posenc.lab.experiments import extrapolate
+
+    out = tmp_path / "x"
+    with pytest.raises(SystemExit) as exit_info:
+        experiment_main(extrapolate.EXPERIMENT, ["--out", str(out), *options, *TINY_EXTRAPOLATE])
+    assert exit_info.value.code == 2
+    assert named in _said(capsys)
+    assert not out.exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -217,3 +217,98 @@ def test_sigkill_at_any_point_then_the_same_command_reproduces_the_results(tmp_p
         child.wait()
     subprocess.run([*command, *KILL_ARGS, "--out", str(killed)], env=env, check=True)
     assert _measured(killed) == _measured(tmp_path / "whole")
+
+
+# ---- a failed start leaves the folder as it was (issue 25) --------------------------------
+
+
+def _failing_prepare(config: object) -> None:
+    raise ValueError("corpus: no such folder")
+
+
+def test_a_failed_prepare_writes_no_config_and_the_folder_stays_usable(toy: Path) -> None:
+    from dataclasses import replace
+
+    import posenc_toy_experiment as module
+
+    from posenc.lab.runner import run_experiment
+
+    out, log = toy / "out", str(toy / "log.txt")
+    failing = replace(module.EXPERIMENT, prepare=_failing_prepare)
+    with pytest.raises(ValueError, match="corpus"):
+        run_experiment(failing, module.ToyConfig(scale=2.0, log=log), out, echo=None)
+    assert not (out / "config.json").exists() and not (out / "runs").exists()
+    assert _executions(toy / "log.txt") == []
+    # the corrected command (another configuration) runs in the same folder
+    run_experiment(module.EXPERIMENT, module.ToyConfig(scale=3.0, log=log), out, echo=None)
+    assert json.loads((out / "config.json").read_text())["scale"] == 3.0
+
+
+def test_a_config_without_run_output_does_not_lock_the_folder(
+    toy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``config.json`` whose runs wrote nothing (a start that failed before the first run,
+    e.g. under an older posenc that wrote it first) computed nothing: another configuration
+    takes the folder over. Once a run has written a file, the folder is bound to it."""
+    out, log = toy / "out", str(toy / "log.txt")
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"experiment": "toy", "scale": 9.0}))
+    (out / "runs" / "v1").mkdir(parents=True)  # a run folder created, nothing written in it
+    assert main(["lab", "toy", "--out", str(out), "--log", log, "--values", "1"]) == 0
+    assert json.loads((out / "config.json").read_text())["scale"] == 1.0
+    again = ["lab", "toy", "--out", str(out), "--log", log, "--values", "1", "--scale", "2"]
+    assert main(again) == 2
+    assert "different 'scale' (1.0 != 2.0)" in capsys.readouterr().err
+
+
+# ---- every encoding's keyword arguments checked when the config is built --------------------
+
+
+def _configs() -> list[tuple[str, Callable[[dict], object]]]:
+    from posenc.lab.experiments.extrapolate import ExtrapolateConfig
+    from posenc.lab.experiments.generalize import TasksConfig
+    from posenc.lab.experiments.vit import VitConfig
+
+    return [
+        ("extrapolate", lambda kw: ExtrapolateConfig(encodings=("nope", "rope"), pos_kwargs=kw)),
+        ("tasks", lambda kw: TasksConfig(tasks=("copy",), encodings=("rope",), pos_kwargs=kw)),
+        ("vit", lambda kw: VitConfig(encodings=("none", "rope"), pos_kwargs=kw)),
+    ]
+
+
+@pytest.mark.parametrize(("name", "make"), _configs(), ids=[name for name, _ in _configs()])
+def test_each_encodings_keyword_arguments_are_judged_when_the_config_is_built(
+    name: str, make: Callable[[dict], object]
+) -> None:
+    make({"rope": {"base": 500.0}})  # a valid one is accepted
+    with pytest.raises(ValueError, match=r"^pos_kwargs\['rope'\]: .*unknown argument\(s\) bas"):
+        make({"rope": {"bas": 5}})
+    with pytest.raises(ValueError, match=r"^pos_kwargs\['rope'\]: .*base must be"):
+        make({"rope": {"base": -1.0}})
+    with pytest.raises(ValueError, match=r"pos_kwargs"):
+        make({"ropee": {"base": 5}})  # a misspelt encoding name is not ignored
+
+
+def test_check_pos_kwargs_builds_on_the_meta_device_and_keeps_the_random_state() -> None:
+    import torch
+
+    from posenc.lab.runner import check_pos_kwargs
+    from posenc.model import DecoderLM, ModelConfig
+
+    built: list[torch.nn.Module] = []
+
+    def build(encoding: str) -> None:
+        model = DecoderLM(ModelConfig(vocab_size=256, dim=16, depth=1, num_heads=2, pos=encoding))
+        built.append(model)
+        torch.randn(3)  # a draw inside the trial build does not move the caller's generator
+
+    state = torch.random.get_rng_state()
+    check_pos_kwargs({}, ("rope", "t5"), build)
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(p.is_meta for model in built for p in model.parameters())
+    with pytest.raises(
+        ValueError, match=r"^encodings: 'fourier' cannot be built: dim must be even"
+    ):
+        check_pos_kwargs(
+            {}, ("fourier",), lambda e: DecoderLM(ModelConfig(dim=9, num_heads=3, pos=e))
+        )

@@ -18,7 +18,13 @@ from typing import Any
 
 from posenc.lab.run import atomic_write_text
 
-__all__ = ["merge_rows", "prepare_out_dir", "read_results_csv", "write_results_csv"]
+__all__ = [
+    "check_out_dir",
+    "merge_rows",
+    "prepare_out_dir",
+    "read_results_csv",
+    "write_results_csv",
+]
 
 #: Config fields that only change how a run executes, not what it computes.
 EXECUTION_FIELDS = ("progress", "threads", "isolate", "workers")
@@ -55,31 +61,64 @@ def _lock(folder: Path) -> None:
     _HELD_LOCKS[key] = handle
 
 
-def prepare_out_dir(out: str | Path, experiment: str, config: Any) -> Path:
-    """Create ``out`` and write ``out/config.json``; refuse a folder holding another run.
+def check_out_dir(out: str | Path, experiment: str, config: Any) -> None:
+    """Refuse ``out`` when it holds runs of another configuration; read-only.
 
-    ``config`` is the experiment's dataclass. The folder is locked for the life of this
-    process (a second process gets a ``ValueError``). If ``out/config.json`` exists and differs in a
-    field other than :data:`EXECUTION_FIELDS`, raise ``ValueError`` naming the folder and the
-    field, so that a resumed command never mixes two experiments' results.
+    ``config`` is the experiment's dataclass. A folder is bound to its ``config.json`` once a
+    run has written a file under ``out/runs/``: then a ``config.json`` differing in a field
+    other than :data:`EXECUTION_FIELDS` raises ``ValueError`` naming the folder and the field,
+    so that a resumed command never mixes two experiments' results. A folder whose runs hold
+    no file computed nothing with its ``config.json`` (a start that failed before the first
+    run wrote anything), so another configuration may take it over.
+    """
+    folder = Path(out)
+    saved = folder / "config.json"
+    if not saved.is_file() or not _holds_runs(folder):
+        return
+    current = _config_record(experiment, config)
+    previous = json.loads(saved.read_text())
+    for key in sorted(set(previous) | set(current)):
+        if key in EXECUTION_FIELDS:
+            continue
+        if previous.get(key) != current.get(key):
+            raise ValueError(
+                f"out folder {folder} holds a run with a different {key!r} "
+                f"({previous.get(key)!r} != {current.get(key)!r}); choose another folder"
+            )
+
+
+def prepare_out_dir(out: str | Path, experiment: str, config: Any) -> Path:
+    """Create ``out``, lock it and write ``out/config.json``; refuse a folder holding runs of
+    another configuration (:func:`check_out_dir`).
+
+    The folder is locked for the life of this process (a second process gets a
+    ``ValueError``). :func:`~posenc.lab.runner.run_experiment` calls this only after the
+    config and the experiment's ``prepare`` passed, so a start that fails leaves no
+    ``config.json`` behind.
     """
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     _lock(folder)
-    current = json.loads(json.dumps({"experiment": experiment, **dataclasses.asdict(config)}))
-    saved = folder / "config.json"
-    if saved.is_file():
-        previous = json.loads(saved.read_text())
-        for key in sorted(set(previous) | set(current)):
-            if key in EXECUTION_FIELDS:
-                continue
-            if previous.get(key) != current.get(key):
-                raise ValueError(
-                    f"out folder {folder} holds a run with a different {key!r} "
-                    f"({previous.get(key)!r} != {current.get(key)!r}); choose another folder"
-                )
-    atomic_write_text(saved, json.dumps(current, indent=2))
+    check_out_dir(folder, experiment, config)
+    atomic_write_text(
+        folder / "config.json", json.dumps(_config_record(experiment, config), indent=2)
+    )
     return folder
+
+
+def _config_record(experiment: str, config: Any) -> dict[str, Any]:
+    """What ``config.json`` holds: the experiment's name and the config's fields, as JSON
+    reads them back (tuples become lists)."""
+    record: dict[str, Any] = json.loads(
+        json.dumps({"experiment": experiment, **dataclasses.asdict(config)})
+    )
+    return record
+
+
+def _holds_runs(folder: Path) -> bool:
+    """Whether a run wrote any file under ``folder/runs`` (stops at the first one)."""
+    runs = folder / "runs"
+    return runs.is_dir() and any(path.is_file() for path in runs.rglob("*"))
 
 
 def write_results_csv(rows: Sequence[Mapping[str, Any]], path: str | Path) -> Path:

@@ -5,8 +5,13 @@ its runs (:class:`Run`: a folder name and what the run varies), how it trains an
 one run in its folder, and how its rows print as a table. :func:`run_experiment` does what
 every experiment shares:
 
-1. the out folder: created, locked against a second writer, its ``config.json`` written or
-   compared (a folder holding another configuration is refused, naming the field);
+1. the start, before anything is written: the config was validated when it was built (its
+   ``__post_init__``: every field, each encoding built once on the meta device with its
+   ``pos_kwargs``, :func:`check_pos_kwargs`), the out folder is compared (one whose runs hold
+   results of another configuration is refused, naming the field), and the experiment's
+   ``prepare`` checks what needs files (the corpus, a base run); only then is the folder
+   created, locked against a second writer and its ``config.json`` written, so a failed start
+   leaves the folder as it was;
 2. skipping finished runs: a run is finished when ``runs/<name>/eval.json`` exists (written
    atomically after its evaluation), so the same command resumes a killed experiment and
    reproduces the uninterrupted one (training itself resumes from its checkpoint);
@@ -18,7 +23,7 @@ every experiment shares:
    seed claims on those rows), ``report.html`` and the printed table and verdicts.
 
 Under ``torchrun`` (an initialized process group) every rank runs the same command: rank 0
-alone prepares and writes the folder, every rank executes every pending run together
+alone creates and writes the folder, every rank executes every pending run together
 (serially; the trainer shares the batch across ranks), and rank 0 writes the results.
 
 Config fields the runner reads when present: ``workers`` (default 1), ``isolate`` (False),
@@ -32,6 +37,7 @@ Adding an experiment is one module defining ``EXPERIMENT = Experiment(...)`` plu
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import multiprocessing
 import sys
@@ -42,16 +48,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+import torch
 import torch.distributed
 
 from posenc.lab.claims import Claim, applicable, format_verdicts, judge_all, verdict_record
 from posenc.lab.distributed import rank_and_world
-from posenc.lab.results import Row, prepare_out_dir, write_results_csv
+from posenc.lab.results import Row, check_out_dir, prepare_out_dir, write_results_csv
 from posenc.lab.run import atomic_write_text, torch_threads
 
 __all__ = [
     "Experiment",
     "Run",
+    "check_pos_kwargs",
     "check_seeds",
     "execute_run",
     "record_claims",
@@ -91,7 +99,7 @@ class Experiment(Generic[C]):
             called with ``threads`` torch threads.
         table: the rows as the table the terminal prints.
         prepare: optional early check of a config in the parent (e.g. load the corpus), so a
-            bad config fails before any worker starts.
+            bad config fails before the out folder is written and any run starts.
         claims: the seed claims its rows test (:mod:`posenc.lab.seed_claims`), judged after
             every run into ``claims.json``, printed after the table and leading the report.
     """
@@ -118,6 +126,53 @@ def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
     ):
         raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
     return seeds
+
+
+def check_pos_kwargs(
+    pos_kwargs: Mapping[str, Any], encodings: Sequence[str], build: Callable[[str], object]
+) -> None:
+    """Check every encoding's constructor arguments when the config is built, not in its run.
+
+    ``pos_kwargs`` maps encoding names to keyword arguments (one JSON object on the command
+    line). Each of its names must be one of ``encodings`` (a misspelt name would otherwise be
+    ignored) and map to an object; then ``build(encoding)``, the experiment's model of each
+    encoding, runs once on the meta device (:func:`trial_build`), so the registry and every
+    constructor judge the arguments in milliseconds rather than after the other encodings
+    have trained.
+
+    Raises:
+        ValueError: naming ``pos_kwargs`` for a malformed mapping or a name not in
+            ``encodings``; naming ``pos_kwargs[<encoding>]`` and the reason when the
+            encoding's constructor refuses its arguments (the registry names an unknown
+            keyword and lists the allowed ones), or ``encodings`` when it refuses this model
+            without any.
+    """
+    if not isinstance(pos_kwargs, Mapping) or not all(
+        isinstance(kwargs, Mapping) for kwargs in pos_kwargs.values()
+    ):
+        raise ValueError(
+            "pos_kwargs must map encoding names to objects of keyword arguments, e.g. "
+            f'{{"rope": {{"base": 500}}}}; got {pos_kwargs!r}'
+        )
+    unused = sorted(set(pos_kwargs) - set(encodings))
+    if unused:
+        raise ValueError(
+            f"pos_kwargs names {', '.join(map(repr, unused))}, which are not in encodings "
+            f"({', '.join(encodings)})"
+        )
+    for encoding in encodings:
+        try:
+            trial_build(functools.partial(build, encoding))
+        except (ValueError, TypeError) as error:
+            where = f"pos_kwargs[{encoding!r}]" if encoding in pos_kwargs else "encodings"
+            raise ValueError(f"{where}: {encoding!r} cannot be built: {error}") from None
+
+
+def trial_build(build: Callable[[], object]) -> None:
+    """Run ``build()`` on the meta device: every constructor checks its arguments, yet no
+    memory is allocated and the global random state is left as it was."""
+    with torch.device("meta"), torch.random.fork_rng(devices=[]):
+        build()
 
 
 def record_claims(folder: Path, claims: Sequence[Claim], rows: Sequence[Row]) -> list[Row]:
@@ -153,10 +208,12 @@ def run_experiment(
 
     Writes ``out/config.json``, one folder per run under ``out/runs/``, ``out/results.csv``
     and ``out/report.html``, and echoes progress and the table (``echo=None``: silent).
+    ``config.json`` is written only once the plan, the folder and the experiment's
+    ``prepare`` passed: a start that fails leaves ``out`` as it was.
 
     Raises:
         ValueError: naming the field when ``out`` holds a run of another configuration, or
-            when another process is running in ``out``.
+            when another process is running in ``out``; whatever ``prepare`` raises.
     """
     from posenc.lab.report import write_report
 
@@ -166,6 +223,9 @@ def run_experiment(
         raise ValueError(f"{experiment.name}: plan gives two runs one folder: {names}")
     rank, world_size = rank_and_world()
     say = (echo or (lambda text: None)) if rank == 0 else (lambda text: None)
+    check_out_dir(out, experiment.name, config)  # the cheap refusal first, writing nothing
+    if experiment.prepare is not None:
+        experiment.prepare(config)
     if world_size > 1:  # torchrun: rank 0 owns the folder; the others wait until it is ready
         if rank == 0:
             prepare_out_dir(out, experiment.name, config)
@@ -173,8 +233,6 @@ def run_experiment(
         folder = Path(out)
     else:
         folder = prepare_out_dir(out, experiment.name, config)
-    if experiment.prepare is not None:
-        experiment.prepare(config)
     done: dict[str, list[Row]] = {}
     pending = []
     for run in runs:

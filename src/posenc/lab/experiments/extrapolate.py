@@ -31,7 +31,7 @@ from torch import Tensor
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows, load_corpus
 from posenc.lab.results import Row
-from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.runner import Experiment, Run, check_pos_kwargs, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import length_label, pivot, seed_note, text_table
 from posenc.lab.train import TrainConfig, peak_memory_bytes, train
@@ -71,7 +71,9 @@ class ExtrapolateConfig:
             1 is fastest for these small models on a shared 2-core machine).
         progress: progress bars.
         pos_kwargs: per encoding, keyword arguments of its constructor (a JSON object on
-            the command line, e.g. ``{"rope": {"base": 500}}``).
+            the command line, e.g. ``{"rope": {"base": 500}}``); each encoding's model is
+            built once on the meta device when the config is, so an unknown keyword or a bad
+            value is refused naming ``pos_kwargs[<encoding>]`` before anything trains.
     """
 
     encodings: tuple[str, ...] = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5")
@@ -112,6 +114,11 @@ class ExtrapolateConfig:
                 f"eval_tokens ({self.eval_tokens}) must be >= the longest evaluation length "
                 f"({longest}) so that every length scores at least one window"
             )
+        check_pos_kwargs(self.pos_kwargs, self.encodings, self._model)
+
+    def _model(self, encoding: str) -> DecoderLM:
+        """``encoding``'s model (the trial build of :func:`check_pos_kwargs`)."""
+        return DecoderLM(self.model_config(encoding))
 
     @property
     def eval_lengths(self) -> tuple[int, ...]:

@@ -42,7 +42,7 @@ from torch import nn
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.data.tasks import TASKS, TaskSource, accuracy, make_task
-from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.runner import Experiment, Run, check_pos_kwargs, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, seed_note, text_table, with_variant
 from posenc.lab.train import TrainConfig, train
@@ -79,7 +79,10 @@ class TasksConfig:
             4 × the task's longest sequence (train and test lengths), per task.
         task_params: per task, keyword arguments of :func:`~posenc.lab.data.tasks.make_task` (task
             parameters, and ``train_lengths`` / ``test_lengths`` to override the defaults).
-        pos_kwargs: per encoding, keyword arguments of its constructor.
+        pos_kwargs: per encoding, keyword arguments of its constructor; each encoding's
+            model is built once per task and variant on the meta device when the config is,
+            so a bad keyword or value is refused naming ``pos_kwargs[<encoding>]`` before
+            anything trains.
         seeds: one run per seed and (task, encoding, variant): model init, training data,
             randomized positions and the scored examples; tables give mean ± std over seeds.
         device: torch device of training and evaluation.
@@ -153,6 +156,15 @@ class TasksConfig:
                     f"random_max_length ({self.random_max_length}) must be >= the longest "
                     f"{task} sequence ({longest} tokens)"
                 )
+        check_pos_kwargs(self.pos_kwargs, self.encodings, self._models)
+
+    def _models(self, encoding: str) -> list[DecoderLM]:
+        """``encoding``'s model of every task and variant (their tables differ in length)."""
+        return [
+            DecoderLM(self.model_config(task, encoding, randomized))
+            for task in self.tasks
+            for randomized in self.randomized
+        ]
 
     def source(self, task: str, seed: int = 0) -> TaskSource:
         """The task's source for ``seed``, with ``task_params`` applied."""

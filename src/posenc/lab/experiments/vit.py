@@ -415,7 +415,8 @@ class VitConfig:
             try:
                 self.model_config(encoding)
             except ValueError as error:  # the shape is valid: the encoding is refused
-                raise ValueError(f"encodings: {error}") from None
+                where = f"pos_kwargs[{encoding!r}]" if encoding in self.pos_kwargs else "encodings"
+                raise ValueError(f"{where}: {error}") from None
         self.train_config(0)  # validates lr, weight_decay, device
 
     @property
