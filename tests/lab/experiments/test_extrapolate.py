@@ -14,6 +14,7 @@ from posenc.lab.data.corpus import load_corpus
 from posenc.lab.experiments.extrapolate import (
     ExtrapolateConfig,
     evaluate_lm,
+    evaluate_lm_windows,
     format_ppl_table,
     run_extrapolate,
 )
@@ -55,10 +56,14 @@ def test_rows_cover_every_encoding_and_length(tmp_path: Path) -> None:
     for row in rows:
         if row["encoding"] == "learned" and row["eval_len"] > 16:
             assert row["defined"] is False and row["loss"] is None
+            assert row["loss_se"] is None and row["ppl_se"] is None
             assert "learned table" in row["note"]
         else:
             assert row["defined"] is True and 0 < row["loss"] < 10
             assert math.isclose(row["ppl"], math.exp(row["loss"]))
+            # the spread over the 128 // eval_len windows, ppl's by the delta method
+            assert row["loss_se"] > 0
+            assert math.isclose(row["ppl_se"], row["ppl"] * row["loss_se"])
         assert row["tokens_per_s"] > 0 and row["peak_memory_mb"] > 0
     for name in ("config.json", "results.csv", "report.html"):
         assert (tmp_path / name).is_file()
@@ -116,6 +121,27 @@ def test_evaluate_lm_is_the_mean_cross_entropy_of_the_windows() -> None:
         logits = model(windows[:, :-1])
     want = F.cross_entropy(logits.reshape(-1, 256), windows[:, 1:].reshape(-1))
     assert_close(torch.tensor(got, dtype=torch.float64), want.double(), rtol=1e-6, atol=1e-6)
+
+
+def test_evaluate_lm_windows_gives_the_standard_error_over_windows() -> None:
+    torch.manual_seed(0)
+    model = DecoderLM(ModelConfig(dim=16, depth=1, num_heads=2, pos="alibi")).eval()
+    stream = torch.randint(0, 256, (200,), dtype=torch.uint8)
+    got = evaluate_lm_windows(model, stream, 10, eval_tokens=50, max_tokens_per_batch=20)
+    windows = torch.stack([stream[i * 10 : i * 10 + 11] for i in range(5)]).long()
+    with torch.no_grad():
+        logits = model(windows[:, :-1]).double()
+    per_window = F.cross_entropy(
+        logits.reshape(-1, 256), windows[:, 1:].reshape(-1), reduction="none"
+    ).reshape(5, 10)
+    means = per_window.mean(dim=1)  # each window's mean loss
+    assert got.windows == 5
+    assert got.loss == pytest.approx(float(means.mean()), rel=1e-6)
+    assert got.se == pytest.approx(float(means.std()) / math.sqrt(5), rel=1e-5)
+    assert got.loss == evaluate_lm(model, stream, 10, eval_tokens=50, max_tokens_per_batch=20)
+    # one window: no spread to estimate
+    one = evaluate_lm_windows(model, stream, 50, eval_tokens=50)
+    assert one.windows == 1 and one.se is None
 
 
 @pytest.mark.parametrize(

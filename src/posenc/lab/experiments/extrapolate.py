@@ -5,7 +5,9 @@ Figure 1) at CPU scale: a small byte-level decoder LM is trained with each encod
 ``T`` on the embedded corpus, then evaluated on non-overlapping windows of the test split at
 ``1×, 1.25×, 2×, 4×, 8×, 16× T``. Every evaluation length scores the same bytes (the first
 ``eval_tokens`` of the test split), so the numbers compare across lengths. Training tokens/s
-and peak memory are recorded per encoding, as ALiBi's Table 1 does.
+and peak memory are recorded per encoding, as ALiBi's Table 1 does. Each length's row also
+carries ``loss_se`` and ``ppl_se``, the standard errors over its evaluation windows: the noise a
+claim on one seed is judged against (:mod:`posenc.lab.claims`).
 
 A learned absolute table is only defined up to ``T``: longer lengths are reported as
 undefined (``defined = False``, no loss), never crashed or clamped.
@@ -22,7 +24,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +40,15 @@ from posenc.lab.train import TrainConfig, peak_memory_bytes, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import sequence_encoding_spec
 
-__all__ = ["EXPERIMENT", "ExtrapolateConfig", "evaluate_lm", "format_ppl_table", "run_extrapolate"]
+__all__ = [
+    "EXPERIMENT",
+    "ExtrapolateConfig",
+    "WindowLoss",
+    "evaluate_lm",
+    "evaluate_lm_windows",
+    "format_ppl_table",
+    "run_extrapolate",
+]
 
 
 @dataclass(frozen=True)
@@ -146,7 +156,17 @@ class ExtrapolateConfig:
         )
 
 
-def evaluate_lm(
+class WindowLoss(NamedTuple):
+    """The mean next-byte cross-entropy of an evaluation, ``loss``, and ``se``, its standard
+    error over the ``windows`` scored (sample std of the windows' mean losses / √windows;
+    ``None`` for one window): what :mod:`posenc.lab.claims` weighs a one-seed claim against."""
+
+    loss: float
+    se: float | None
+    windows: int
+
+
+def evaluate_lm_windows(
     model: DecoderLM,
     stream: Tensor,
     eval_len: int,
@@ -154,16 +174,19 @@ def evaluate_lm(
     eval_tokens: int,
     max_tokens_per_batch: int = 16384,
     positions: Callable[[int], Tensor] | None = None,
-) -> float:
-    """Mean next-byte cross-entropy over non-overlapping windows of ``eval_len`` tokens.
+) -> WindowLoss:
+    """Mean next-byte cross-entropy over non-overlapping windows of ``eval_len`` tokens, and
+    its standard error over those windows.
 
     Scores the first ``eval_tokens`` targets of ``stream`` (``eval_tokens // eval_len``
     windows), in batches of at most ``max_tokens_per_batch`` tokens.
-    ``positions(eval_len)`` overrides the default ``arange(eval_len)``.
+    ``positions(eval_len)`` overrides the default ``arange(eval_len)``. Neighbouring windows
+    of one text are not independent, so ``se`` is a guide to evaluation noise, not an exact
+    error; it says nothing of the spread over training seeds.
     """
     windows = eval_windows(stream[: eval_tokens + 1], eval_len)
     rows_per_batch = max(1, max_tokens_per_batch // eval_len)
-    total, count = 0.0, 0
+    sums: list[Tensor] = []  # per window, the summed cross-entropy of its targets
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
@@ -175,12 +198,35 @@ def evaluate_lm(
             loss = F.cross_entropy(
                 logits.float().reshape(-1, logits.shape[-1]),
                 chunk[:, 1:].reshape(-1),
-                reduction="sum",
+                reduction="none",
             )
-            total += float(loss)
-            count += chunk[:, 1:].numel()
+            sums.append(loss.reshape(chunk.shape[0], -1).double().sum(dim=1).cpu())
     model.train(was_training)
-    return total / count
+    means = torch.cat(sums) / eval_len  # (windows,) each window's mean loss
+    n = means.numel()
+    se = float(means.std(correction=1)) / math.sqrt(n) if n > 1 else None
+    return WindowLoss(float(means.mean()), se, n)
+
+
+def evaluate_lm(
+    model: DecoderLM,
+    stream: Tensor,
+    eval_len: int,
+    *,
+    eval_tokens: int,
+    max_tokens_per_batch: int = 16384,
+    positions: Callable[[int], Tensor] | None = None,
+) -> float:
+    """Mean next-byte cross-entropy over non-overlapping windows of ``eval_len`` tokens
+    (:func:`evaluate_lm_windows`'s ``loss``)."""
+    return evaluate_lm_windows(
+        model,
+        stream,
+        eval_len,
+        eval_tokens=eval_tokens,
+        max_tokens_per_batch=max_tokens_per_batch,
+        positions=positions,
+    ).loss
 
 
 def _plan(config: ExtrapolateConfig) -> list[Run]:
@@ -215,16 +261,25 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
         if encoding == "learned" and eval_len > config.train_len:
             row.update(
                 loss=None,
+                loss_se=None,
                 ppl=None,
+                ppl_se=None,
                 bits_per_byte=None,
                 defined=False,
                 note=f"undefined: learned table has {config.train_len} positions",
             )
         else:
-            loss = evaluate_lm(model, corpus.test, eval_len, eval_tokens=config.eval_tokens)
+            scored = evaluate_lm_windows(
+                model, corpus.test, eval_len, eval_tokens=config.eval_tokens
+            )
+            loss, ppl = scored.loss, math.exp(scored.loss)
             row.update(
                 loss=loss,
-                ppl=math.exp(loss),
+                # the standard errors over the evaluation windows (ppl's by the delta method):
+                # the noise a one-seed claim is judged against (posenc.lab.claims)
+                loss_se=scored.se,
+                ppl=ppl,
+                ppl_se=None if scored.se is None else ppl * scored.se,
                 bits_per_byte=loss / math.log(2),
                 defined=True,
                 note="",
