@@ -312,3 +312,15 @@ def test_check_pos_kwargs_builds_on_the_meta_device_and_keeps_the_random_state()
         check_pos_kwargs(
             {}, ("fourier",), lambda e: DecoderLM(ModelConfig(dim=9, num_heads=3, pos=e))
         )
+
+
+def test_an_encoding_that_cannot_be_built_on_meta_is_judged_on_the_cpu() -> None:
+    """YaRN mixes a CPU constant into its meta frequencies; its arguments still decide."""
+    from posenc.lab.experiments.extrapolate import ExtrapolateConfig
+
+    yarn = {"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64}
+    ExtrapolateConfig(encodings=("rope",), pos_kwargs={"rope": {"scaling": yarn}})
+    with pytest.raises(ValueError, match=r"^pos_kwargs\['rope'\]: .*factor must be"):
+        ExtrapolateConfig(
+            encodings=("rope",), pos_kwargs={"rope": {"scaling": {**yarn, "factor": 0.5}}}
+        )

@@ -42,7 +42,7 @@ import json
 import multiprocessing
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,11 +59,13 @@ from posenc.lab.run import atomic_write_text, torch_threads
 __all__ = [
     "Experiment",
     "Run",
+    "check_builds",
     "check_pos_kwargs",
     "check_seeds",
     "execute_run",
     "record_claims",
     "run_experiment",
+    "trial_build",
 ]
 
 C = TypeVar("C")
@@ -160,19 +162,48 @@ def check_pos_kwargs(
             f"pos_kwargs names {', '.join(map(repr, unused))}, which are not in encodings "
             f"({', '.join(encodings)})"
         )
-    for encoding in encodings:
+    check_builds(
+        (
+            f"{f'pos_kwargs[{encoding!r}]' if encoding in pos_kwargs else 'encodings'}: "
+            f"{encoding!r} cannot be built",
+            functools.partial(build, encoding),
+        )
+        for encoding in encodings
+    )
+
+
+def check_builds(builds: Iterable[tuple[str, Callable[[], object]]]) -> None:
+    """:func:`trial_build` each ``(where, build)``: what an experiment's runs will construct
+    (each method's model at each length), judged at the start rather than mid-experiment.
+
+    Raises:
+        ValueError: ``"<where>: <reason>"`` for the first build whose constructors raise
+            ``ValueError`` or ``TypeError``; ``where`` names the field (``methods: 'yarn' at
+            s = 4``).
+    """
+    for where, build in builds:
         try:
-            trial_build(functools.partial(build, encoding))
+            trial_build(build)
         except (ValueError, TypeError) as error:
-            where = f"pos_kwargs[{encoding!r}]" if encoding in pos_kwargs else "encodings"
-            raise ValueError(f"{where}: {encoding!r} cannot be built: {error}") from None
+            raise ValueError(f"{where}: {error}") from None
 
 
 def trial_build(build: Callable[[], object]) -> None:
     """Run ``build()`` on the meta device: every constructor checks its arguments, yet no
-    memory is allocated and the global random state is left as it was."""
-    with torch.device("meta"), torch.random.fork_rng(devices=[]):
-        build()
+    memory is allocated and the global random state is left as it was.
+
+    A constructor that cannot run on the meta device (one mixing a CPU constant into a meta
+    tensor: YaRN's frequency ramp) is built again on the CPU, so that only the arguments
+    decide: a ``ValueError`` or ``TypeError`` of the meta build is the verdict.
+    """
+    with torch.random.fork_rng(devices=[]):
+        try:
+            with torch.device("meta"):
+                build()
+        except (ValueError, TypeError):
+            raise
+        except Exception:  # not the arguments: the meta device itself; judge on the CPU
+            build()
 
 
 def record_claims(folder: Path, claims: Sequence[Claim], rows: Sequence[Row]) -> list[Row]:

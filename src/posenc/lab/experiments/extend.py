@@ -46,6 +46,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, fields
@@ -59,7 +60,7 @@ from posenc._validate import check_non_negative_int, check_positive_float, check
 from posenc.lab.data.corpus import CorpusSplits, LMSource, load_corpus
 from posenc.lab.data.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
 from posenc.lab.experiments.extrapolate import evaluate_lm
-from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.runner import Experiment, Run, check_builds, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import depth_means, length_label, pivot, seed_note, text_table
 from posenc.lab.train import TrainConfig, train
@@ -361,6 +362,29 @@ def _load(config: ExtendConfig) -> CorpusSplits:
     return load_corpus(config.corpus or None, seed=config.split_seed, max_bytes=config.corpus_bytes)
 
 
+def _prepare(config: ExtendConfig) -> CorpusSplits:
+    """The start's checks, before the out folder is written: the model of every method at
+    every factor ``s`` its runs evaluate (``methods``) or fine-tune at (``ft_methods``), built
+    once (:func:`~posenc.lab.runner.check_builds`), so a scaling refused at some ``s`` fails
+    naming the field rather than after the base has trained; then the corpus."""
+    lengths = (*config.eval_lengths, *config.passkey_lengths_tokens)
+    at = {
+        "methods": sorted({config.factor(n) for n in lengths}),
+        "ft_methods": [config.factor(config.ft_len)],
+    }
+    check_builds(
+        (f"{name}: {method!r} at s = {s:g}", functools.partial(_trial_model, config, method, s))
+        for name in ("methods", "ft_methods")
+        for method in getattr(config, name)
+        for s in at[name]
+    )
+    return _load(config)
+
+
+def _trial_model(config: ExtendConfig, method: str, factor: float) -> DecoderLM:
+    return DecoderLM(config.model_config(method, factor))
+
+
 def _model(config: ExtendConfig, method: str, factor: float, state: dict[str, Tensor]) -> DecoderLM:
     """A fresh model (length-dependent RoPE state starts anew) holding ``state``."""
     model = DecoderLM(config.model_config(method, factor))
@@ -572,6 +596,6 @@ EXPERIMENT = Experiment(
     plan=_plan,
     execute=_execute,
     table=format_extend_tables,
-    prepare=_load,
+    prepare=_prepare,
     claims=claims_of("extend", "passkey"),
 )

@@ -40,7 +40,7 @@ from posenc._validate import check_positive_float, check_positive_int
 from posenc.lab.data.corpus import CorpusSplits, load_corpus
 from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
 from posenc.lab.experiments import extend
-from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.runner import Experiment, Run, check_builds, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, text_table
 from posenc.model import DecoderLM, ModelConfig
@@ -348,6 +348,23 @@ def key_layout(context_len: int, depth: float) -> tuple[int, int]:
     return query - start, start
 
 
+def _prepare(config: LongCtxConfig) -> CorpusSplits:
+    """The start's checks, before the out folder is written: the model of every method at
+    every length it is evaluated at, built once (:func:`~posenc.lab.runner.check_builds`;
+    the scalings at ``s = L/T``), then the corpus and ``base_run``."""
+    lengths = sorted({*config.eval_lengths, *config.passkey_lengths_tokens})
+    check_builds(
+        (f"methods: {method!r} at length {n}", functools.partial(_trial_model, config, method, n))
+        for method in config.methods
+        for n in lengths
+    )
+    return _load(config)
+
+
+def _trial_model(config: LongCtxConfig, method: str, length: int) -> DecoderLM:
+    return DecoderLM(config.model_config(method, length))
+
+
 def _load(config: LongCtxConfig) -> CorpusSplits:
     corpus = load_corpus(
         config.corpus or None, seed=config.split_seed, max_bytes=config.corpus_bytes
@@ -499,6 +516,6 @@ EXPERIMENT = Experiment(
     plan=_plan,
     execute=_execute,
     table=format_longctx_tables,
-    prepare=_load,
+    prepare=_prepare,
     claims=claims_of("extend", "passkey"),
 )
