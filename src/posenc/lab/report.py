@@ -12,6 +12,12 @@ The page, top to bottom:
 4. the configuration (``config.json``) and the environment the page was written in;
 5. the raw rows of ``results.csv``, collapsed.
 
+A page may gather several runs (:mod:`posenc.lab.gather`): by default ``RUN_DIR`` itself and
+each sub-folder holding a ``results.csv`` (``posenc demo``'s ``OUT`` and ``OUT/extension``),
+or the run folders given as ``runs``. Their rows are pooled into the tables and figures,
+their claims listed together, and a table of the runs says which folder holds each claim's
+numbers; each run's configuration is shown under its folder's name.
+
 Images are embedded as base64 PNG so the file stands alone; the result figures are also
 written to ``RUN_DIR/figures/``. Tables wrap to the page width; only the raw rows scroll.
 """
@@ -35,7 +41,7 @@ import torch
 
 from posenc.lab import figures
 from posenc.lab.claims import aggregate, format_mean_std
-from posenc.lab.results import read_results_csv
+from posenc.lab.gather import RunFolder, gather
 from posenc.lab.run import atomic_write_text, read_metrics
 from posenc.lab.tables import depth_means, length_label, pivot, seed_note, with_variant
 
@@ -468,17 +474,57 @@ def _raw_rows(experiment: str, rows: Sequence[Row]) -> str:
     )
 
 
-def write_report(run_dir: str | Path, *, title: str | None = None) -> Path:
-    """Write ``RUN_DIR/report.html`` (and ``RUN_DIR/figures/*.png``) from ``results.csv``.
+def _runs_section(runs: Sequence[RunFolder]) -> list[str]:
+    """Which folder holds which claims and rows: the page's sources, when it gathers several."""
+    if len(runs) < 2:
+        return []
+    body = []
+    for run in runs:
+        verdicts = ", ".join(f"{c.get('name')}: {c.get('status')}" for c in run.claims)
+        files = [
+            f for f in ("results.csv", "claims.json", "config.json") if (run.path / f).is_file()
+        ]
+        body.append(
+            [
+                f"{run.label}/",
+                ", ".join(run.experiments),
+                str(len(run.rows)),
+                f"{len(run.claims)}" + (f" ({verdicts})" if verdicts else ""),
+                ", ".join(f"{run.label}/{f}" for f in files),
+            ]
+        )
+    caption = (
+        f"This page gathers {len(runs)} runs; each claim's numbers are in the results.csv of "
+        "the run that judged it."
+    )
+    header = ["run", "experiments", "rows", "claims", "files"]
+    return ["<h2 id='runs'>Runs</h2>", _html_table((caption, header, body), "config")]
+
+
+def write_report(
+    run_dir: str | Path,
+    *,
+    title: str | None = None,
+    runs: Sequence[str | Path] | None = None,
+) -> Path:
+    """Write ``RUN_DIR/report.html`` (and ``RUN_DIR/figures/*.png``) from the runs' rows.
+
+    ``runs``: the run folders the page gathers (:func:`posenc.lab.gather.gather`); ``None``
+    = ``run_dir`` when it holds a ``results.csv`` and each sub-folder of it that holds one.
 
     Raises:
-        ValueError: naming ``run_dir`` when it holds no ``results.csv``.
+        ValueError: naming ``run_dir`` when it holds no run (no ``results.csv`` in it or its
+            sub-folders), or naming ``runs`` when one of them holds no ``results.csv``.
     """
     folder = Path(run_dir)
-    csv_path = folder / "results.csv"
-    if not csv_path.is_file():
-        raise ValueError(f"run_dir {folder} has no results.csv; run an experiment into it first")
-    rows = read_results_csv(csv_path)
+    gathered = gather(folder, runs)
+    if not gathered:
+        raise ValueError(
+            f"run_dir {folder} has no results.csv (nor a sub-folder holding one); run an "
+            "experiment into it first"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [row for run in gathered for row in run.rows]
     # Known experiments first, in a fixed order, then any other experiment's rows.
     names = dict.fromkeys(str(row["experiment"]) for row in rows if row.get("experiment"))
     experiments = [name for name in _SECTIONS if name in names]
@@ -488,19 +534,17 @@ def write_report(run_dir: str | Path, *, title: str | None = None) -> Path:
     def heading(name: str) -> str:
         return html.escape(_SECTIONS[name][0] if name in _SECTIONS else name)
 
-    claims_path = folder / "claims.json"
-    claims = (
-        _claims_section(json.loads(claims_path.read_text(encoding="utf-8")))
-        if claims_path.is_file()
-        else []
-    )
+    records = [record for run in gathered for record in run.claims]
+    claims = _claims_section(records)
+    sources = _runs_section(gathered)
     links = ["tables", "figures", "configuration", "environment", "raw"]
     nav = "".join(
         f"<a href='#{link}'>{'raw rows' if link == 'raw' else link}</a>"
-        for link in (["claims"] if claims else []) + links
+        for link in (["claims"] if claims else []) + (["runs"] if sources else []) + links
     )
     page = [f"<h1>{html.escape(title or f'posenc run: {folder.name}')}</h1><nav>{nav}</nav>"]
     page += claims
+    page += sources
 
     page.append("<h2 id='tables'>Tables</h2>")
     for name in experiments:
@@ -519,7 +563,11 @@ def write_report(run_dir: str | Path, *, title: str | None = None) -> Path:
             png = _png(make(selected[name]))
             (figure_dir / filename).write_bytes(png)
             page.append(_image(png, filename, f"{heading(name)} (figures/{filename})"))
-    curves = _training_curves(folder)
+    curves = {
+        name if run.label == "." else f"{run.label}/{name}": records
+        for run in gathered
+        for name, records in _training_curves(run.path).items()
+    }
     if curves:
         png = _png(figures.training_curves(curves))
         (figure_dir / "training_curves.png").write_bytes(png)
@@ -529,19 +577,22 @@ def write_report(run_dir: str | Path, *, title: str | None = None) -> Path:
     page += _checks_section(folder)
 
     page.append("<h2 id='configuration'>Configuration</h2>")
-    config_path = folder / "config.json"
-    if config_path.is_file():
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-        page.append(
-            _html_table(("config.json", ["field", "value"], _config_rows(config)), "config")
-        )
-    else:
-        page.append("<p>No config.json in this folder.</p>")
+    for run in gathered:
+        where = "config.json" if run.label == "." else f"{run.label}/config.json"
+        if run.config is not None:
+            table = (where, ["field", "value"], _config_rows(run.config))
+            page.append(_html_table(table, "config"))
+        else:
+            page.append(f"<p>No {html.escape(where)}.</p>")
     page.append("<h2 id='environment'>Environment</h2>")
     environment = ("Where this page was written.", ["package", "version"], _environment())
     page.append(_html_table(environment, "config"))
 
-    page.append(f"<h2 id='raw'>Raw rows</h2><p>{len(rows)} rows of <code>results.csv</code>.</p>")
+    files = ", ".join(
+        f"<code>{html.escape('' if run.label == '.' else run.label + '/')}results.csv</code>"
+        for run in gathered
+    )
+    page.append(f"<h2 id='raw'>Raw rows</h2><p>{len(rows)} rows of {files}.</p>")
     page += [_raw_rows(name, selected[name]) for name in experiments]
     document = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"

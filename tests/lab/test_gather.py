@@ -1,0 +1,136 @@
+"""Reports over several run folders: which runs are found, and one page holding them all."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from posenc.lab.gather import find_runs, gather
+from posenc.lab.report import write_report
+from posenc.lab.results import write_results_csv
+from tests.lab.test_report import CLAIMS, make_run_folder, text_of
+
+EXTENSION_ROWS = [
+    {
+        "experiment": "extend",
+        "method": method,
+        "stage": "no_ft",
+        "seed": 0,
+        "train_len": 64,
+        "eval_len": eval_len,
+        "loss": loss,
+        "ppl": 2.0**loss,
+    }
+    for method, loss in (("rope", 3.0), ("yarn", 2.0))
+    for eval_len in (64, 128)
+]
+EXTENSION_CLAIM = {
+    "name": "rerope_flat_8x",
+    "text": "ReRoPE's perplexity stays flat to 8×T.",
+    "paper": "Su 2023, ReRoPE",
+    "published": "README",
+    "status": "undecided",
+    "value": 1.01,
+    "std": 0.05,
+    "seeds": 2,
+    "direction": "<=",
+    "threshold": 1.1,
+    "detail": None,
+    "summary": "undecided",
+}
+
+
+def make_extension(folder: Path) -> Path:
+    """A sub-run as ``posenc demo`` leaves ``OUT/extension``: rows, claims, config, no runs/."""
+    folder.mkdir(parents=True)
+    write_results_csv(EXTENSION_ROWS, folder / "results.csv")
+    (folder / "claims.json").write_text(json.dumps([EXTENSION_CLAIM]))
+    (folder / "config.json").write_text(json.dumps({"experiment": "extend", "steps": 600}))
+    (folder / "runs" / "yarn" / "seed0").mkdir(parents=True)
+    (folder / "runs" / "yarn" / "seed0" / "metrics.jsonl").write_text(
+        '{"kind": "train", "step": 1, "loss": 2.0}\n{"kind": "train", "step": 2, "loss": 1.0}\n'
+    )
+    return folder
+
+
+def test_find_runs_takes_the_folder_then_each_sub_folder_holding_results(tmp_path: Path) -> None:
+    make_run_folder(tmp_path)
+    make_extension(tmp_path / "extension")
+    (tmp_path / "notes").mkdir()  # no results.csv: not a run
+    assert find_runs(tmp_path) == [tmp_path, tmp_path / "extension"]
+    assert find_runs(tmp_path / "runs") == []  # runs/ holds training folders, not runs
+    runs = gather(tmp_path)
+    assert [run.label for run in runs] == [".", "extension"]
+    assert [run.experiments for run in runs] == [
+        ["extrapolate", "extend", "passkey", "tasks", "vit"],
+        ["extend"],
+    ]
+    assert runs[0].claims == CLAIMS and runs[1].claims == [EXTENSION_CLAIM]
+    assert runs[1].config == {"experiment": "extend", "steps": 600}
+
+
+def test_gather_takes_run_folders_from_anywhere(tmp_path: Path) -> None:
+    first = make_extension(tmp_path / "a")
+    second = make_extension(tmp_path / "elsewhere" / "b")
+    runs = gather(tmp_path / "report", [first, second])
+    assert [run.label for run in runs] == [str(first), str(second)]
+    assert [len(run.rows) for run in runs] == [4, 4]
+
+
+@pytest.mark.parametrize(
+    ("runs", "match"),
+    [
+        ([], "runs must name at least one"),
+        (["missing"], "runs: .*missing hold no results.csv"),
+        (["a", "a"], "runs names one folder twice"),
+    ],
+)
+def test_gather_refuses_bad_runs_naming_them(tmp_path: Path, runs: list[str], match: str) -> None:
+    make_extension(tmp_path / "a")
+    with pytest.raises(ValueError, match=match):
+        gather(tmp_path, [tmp_path / run for run in runs])
+
+
+def test_one_report_gathers_claims_tables_curves_and_configs_of_every_run(tmp_path: Path) -> None:
+    make_run_folder(tmp_path)
+    make_extension(tmp_path / "extension")
+    page = write_report(tmp_path, title="demo").read_text()
+    # every claim of both runs, counted together
+    claims = text_of(re.search(r"<table class='claims'>.*?</table>", page).group(0))
+    for record in [*CLAIMS, EXTENSION_CLAIM]:
+        assert record["text"] in claims
+    assert "of 4 hold" in page
+    # the runs table says which folder holds which claims and numbers
+    runs = text_of(page[page.find("<h2 id='runs'>") : page.find("<h2 id='tables'>")])
+    assert "This page gathers 2 runs" in runs
+    row = "<td>extension/</td><td>extend</td><td>4</td><td>1 (rerope_flat_8x: undecided)</td>"
+    assert row in page
+    assert "extension/results.csv" in runs and "./claims.json" in runs
+    # the extension rows joined the extend table: its methods sit beside the first run's
+    extend_table = next(
+        text_of(t)
+        for t in re.findall(r"<table class='pivot'>.*?</table>", page)
+        if t.find("per scaling and stage") > 0
+    )
+    assert "rope" in extend_table and "pi" in extend_table
+    # curves of both runs, the sub-run's under its folder's name
+    assert "4 runs from runs/**/metrics.jsonl" in page
+    # each run's config under its own name
+    configuration = text_of(page[page.find("id='configuration'") : page.find("id='environment'")])
+    assert "config.json" in configuration and "extension/config.json" in configuration
+    assert "results.csv, extension/results.csv" in text_of(page[page.find("id='raw'") :])
+
+
+def test_a_report_of_given_runs_is_written_where_asked(tmp_path: Path) -> None:
+    first = make_extension(tmp_path / "seed0")
+    second = make_extension(tmp_path / "seed1")
+    page = write_report(tmp_path / "both", runs=[first, second]).read_text()
+    assert text_of(page).count(EXTENSION_CLAIM["text"]) == 2
+    assert (tmp_path / "both" / "figures" / "extension.png").is_file()
+    with pytest.raises(ValueError, match=r"run_dir .* has no results\.csv"):
+        write_report(tmp_path / "empty")
