@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import get_args
 
@@ -11,10 +10,8 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from posenc.checks import run_checks
-from posenc.cli import main
-from posenc.demo import DEMO_CONFIG, EXTENSION_METHODS, SEGMENT_METHOD, run_demo
+from posenc.cli import BENCH_SUITES, FIGURE_NAMES, main, plain_help
 from posenc.graph.catalogue import list_graph_methods
-from posenc.lab.results import read_results_csv
 from posenc.registry import Family, list_encodings
 
 
@@ -76,53 +73,6 @@ def test_check_command_prints_table(capsys) -> None:
     assert all(row["passed"] for row in rows)
 
 
-def test_demo_writes_checks_results_and_report(tmp_path: Path) -> None:
-    tiny = replace(
-        DEMO_CONFIG,
-        steps=4,
-        dim=16,
-        depth=1,
-        num_heads=2,
-        train_len=16,
-        eval_tokens=256,
-        corpus_bytes=20_000,
-        workers=1,
-        isolate=False,
-        encodings=("nope", "learned", "rope", "alibi"),
-    )
-    printed: list[str] = []
-    summary = run_demo(tmp_path, config=tiny, echo=printed.append)
-    assert not summary["failed"]
-    checks = json.loads((tmp_path / "checks" / "checks.json").read_text())
-    for name in checks["figures"]:
-        assert (tmp_path / "checks" / name).read_bytes()[:4] == b"\x89PNG"
-    assert checks["equivariance_gaps"]["nope"] < 1e-10
-    assert min(v for k, v in checks["equivariance_gaps"].items() if k != "nope") > 1e-3
-    bound = checks["rope_decay_bound"]
-    assert bound["0"] == 1.0 and bound["1024"] < bound["16"] < bound["0"]
-    with open(tmp_path / "results.csv") as handle:
-        header = handle.readline().strip().split(",")
-    assert {"encoding", "train_len", "eval_len", "loss", "ppl"} <= set(header)
-    assert "<table" in (tmp_path / "report.html").read_text()
-    lengths = len(tiny.multipliers)
-    assert len(summary["rows"]) == 4 * lengths + (len(EXTENSION_METHODS) + 1) * lengths
-    # step 3: the extension methods on the RoPE model, zero-shot, with their claims' verdicts
-    extension = read_results_csv(tmp_path / "extension" / "results.csv")
-    assert [r["method"] for r in extension[::lengths]] == [*EXTENSION_METHODS, SEGMENT_METHOD]
-    plain = [r for r in extension if r["method"] == "rope"]
-    rope = [r for r in summary["rows"] if r.get("encoding") == "rope"]
-    assert [r["loss"] for r in plain] == [r["loss"] for r in rope]  # the same model and bytes
-    verdicts = json.loads((tmp_path / "extension" / "claims.json").read_text())
-    assert {v["name"] for v in verdicts} == {
-        *(f"{m}_beats_pi_zero_shot" for m in EXTENSION_METHODS[2:]),
-        f"{SEGMENT_METHOD}_flat_8x",
-    }
-    text = "\n".join(printed)
-    assert all(f"{v['name']}: {v['status']}" in text for v in verdicts)
-    assert "alibi_flat_4x" in text  # step 2's claims too
-    assert "Claims:" in (tmp_path / "extension" / "report.html").read_text()
-
-
 def test_lab_command_takes_config_fields_as_options(tmp_path: Path, capsys) -> None:
     out = tmp_path / "run"
     options = "--steps 2 --dim 16 --depth 1 --num-heads 2 --train-len 8 --eval-tokens 64"
@@ -152,10 +102,10 @@ def test_lab_help_lists_every_config_field(capsys) -> None:
     from posenc.lab.experiments import EXPERIMENTS
 
     for name, experiment in EXPERIMENTS.items():
-        with pytest.raises(SystemExit) as exit_info:
-            main(["lab", name, "--help"])
-        assert exit_info.value.code == 0
+        assert main(["lab", name, "--help"]) == 0
         text = " ".join(capsys.readouterr().out.split())
+        # the field docs come from docstrings; their Sphinx markup is gone
+        assert "``" not in text and not re.search(r":[a-z]+:`", text), name
         for field in dataclasses.fields(experiment.config):
             flag = "--" + field.name.replace("_", "-")
             found = re.search(re.escape(flag) + "[ ,]", text)
@@ -168,3 +118,125 @@ def test_lab_help_lists_every_config_field(capsys) -> None:
                 if not re.fullmatch(r"[A-Z{}\[\].|,-]+|--no-\S+|JSON", w)
             ]
             assert words, (name, flag, entry)
+
+
+def test_lab_help_lists_the_experiments_and_a_missing_one_is_an_error(capsys) -> None:
+    from posenc.lab.experiments import EXPERIMENTS
+
+    assert main(["lab", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: posenc lab EXPERIMENT")
+    for name in EXPERIMENTS:
+        assert re.search(rf"^  {name} +\S", out, re.M), name
+    assert main(["lab"]) == 2
+    err = capsys.readouterr().err
+    assert "EXPERIMENT is required" in err and "extrapolate" in err
+    assert main(["lab", "nonesuch"]) == 2
+    assert "unknown experiment 'nonesuch'" in capsys.readouterr().err
+
+
+def test_top_level_help_names_every_subcommand(capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("list", "plot", "check", "demo", "lab", "report", "bench"):
+        assert command in out.split("\n\n")[1], command  # the description names it
+    assert "``" not in out and "`posenc" not in out
+
+
+def test_plot_unknown_name_lists_figures_and_encodings(tmp_path: Path, capsys) -> None:
+    assert main(["plot", "nonesuch", "--out", str(tmp_path / "x.png")]) == 2
+    err = capsys.readouterr().err
+    assert "METHOD: unknown name 'nonesuch'" in err
+    for name in (*FIGURE_NAMES, "rope", "mrope", "alibi", "laplacian_rw"):
+        assert name in err, name
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize(
+    "name", [*FIGURE_NAMES, *(s.name for s in list_encodings()), "laplacian_rw"]
+)
+def test_plot_refuses_an_unknown_setting_by_name(name: str, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "x.png"
+    assert main(["plot", name, "--out", str(out), "--set", "bogus_key=500000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("posenc: error:") and "bogus_key" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_plot_rope_base_is_an_error_naming_the_allowed_settings(tmp_path: Path, capsys) -> None:
+    # the issue's case: plot rope draws plot_rope_decay, which takes bases, not base
+    assert main(["plot", "rope", "--out", str(tmp_path / "r.png"), "--set", "base=500000"]) == 2
+    assert "allowed: bases" in capsys.readouterr().err
+    assert main(["plot", "rope", "--out", str(tmp_path / "r.png"), "--set", "base"]) == 2
+    assert "--set takes KEY=VALUE" in capsys.readouterr().err
+
+
+def test_figure_names_and_bench_suites_match_their_modules() -> None:
+    from posenc.bench import attention, rope
+    from posenc.viz import FIGURES
+
+    assert tuple(FIGURES) == FIGURE_NAMES
+    assert {"attention": tuple(attention.SUITES), "rope": tuple(rope.SUITES)} == BENCH_SUITES
+
+
+def test_bench_refuses_an_unknown_suite(capsys) -> None:
+    assert main(["bench", "rope", "--only", "sideways"]) == 2
+    assert "--only: unknown suite(s) sideways for rope" in capsys.readouterr().err
+
+
+def test_plain_help_strips_sphinx_roles_and_keeps_box_width() -> None:
+    text = "see ``posenc list``, :data:`posenc.X`, :class:`~posenc.rotary.YaRN` and :func:`f`"
+    assert plain_help(text) == "see posenc list, posenc.X, YaRN and f"
+    boxed = "│ a ``b`` c │"
+    assert plain_help(boxed) == "│ a b c     │"
+    assert plain_help("no markup\n") == "no markup\n"
+
+
+def test_check_reports_each_result_as_it_is_measured(monkeypatch) -> None:
+    import posenc.checks as checks
+
+    measured: list[str] = []
+    monkeypatch.setattr(checks, "_kv_cache", lambda name: measured.append(name))
+
+    class Stop(Exception):
+        pass
+
+    def progress(line: str) -> None:
+        raise Stop(line)
+
+    with pytest.raises(Stop, match="rope"):
+        run_checks(progress=progress)
+    assert measured == []  # the first row came out before the later checks ran
+
+
+def test_help_imports_neither_the_lab_nor_the_benchmarks_nor_matplotlib() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from posenc.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(' '.join(sorted(sys.modules)))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = set(run.stdout.split())
+    heavy = {"posenc.lab", "posenc.bench", "posenc.viz", "matplotlib", "tyro", "transformers"}
+    assert not heavy & loaded, heavy & loaded
+
+
+def test_startup_benchmark_runs_each_command_and_takes_medians() -> None:
+    import importlib.util
+
+    path = Path(__file__).parents[1] / "benchmarks" / "cli_startup.py"
+    spec = importlib.util.spec_from_file_location("cli_startup", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    medians = bench.measure(2, {"python": ["-c", "pass"], "help": bench.COMMANDS["posenc --help"]})
+    assert set(medians) == {"python", "help"} and 0 < medians["python"] < medians["help"]
+    assert "posenc --help" in bench.format_result({"posenc --help": 0.5}, 2)
+    with pytest.raises(ValueError, match="rounds"):
+        bench.measure(0)

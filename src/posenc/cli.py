@@ -1,15 +1,79 @@
-"""``posenc`` command line: list, plot, check, demo. Each subcommand calls a public function."""
+"""``posenc`` command line: list, plot, check, demo, lab, report, bench.
+
+Each subcommand calls a public function. Start-up stays cheap: this module imports only the
+standard library at the top, and each subcommand imports what it needs when it runs (``posenc
+--help`` loads neither the lab nor the benchmarks nor matplotlib).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import inspect
+import io
 import json
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main", "plain_help"]
+
+#: The figures of ``posenc plot`` besides the encodings (keys of ``posenc.viz.FIGURES``; a
+#: test checks the two agree), named here so that ``--help`` needs no plotting import.
+FIGURE_NAMES = (
+    "wavelengths",
+    "rope-decay",
+    "rope-scaling",
+    "mrope-ids",
+    "graph-laplacian",
+    "graph-spd-bias",
+    "lstep",
+)
+
+#: The suites of ``posenc bench`` (a test checks them against ``posenc.bench``).
+BENCH_SUITES = {
+    "attention": (
+        "forward",
+        "module",
+        "memory",
+        "train-memory",
+        "lm",
+        "decode",
+        "relative",
+        "longctx",
+        "longctx-memory",
+        "longctx-decode",
+    ),
+    "rope": ("forward", "backward"),
+}
+
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)(?:\s*<[^>]*>)?`")
+_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_help(text: str) -> str:
+    """``text`` without Sphinx markup: ``:class:`~a.b.C``` becomes ``C``, ``:data:`x``` becomes
+    ``x``, a double-backquoted literal its content; lines of a boxed help table keep their
+    width (the removed characters are padded back before the closing border)."""
+
+    def strip(line: str) -> str:
+        line = _ROLE.sub(
+            lambda m: m.group(1).rsplit(".", 1)[-1] if "~" in m.group(0) else m.group(1), line
+        )
+        # a literal that the help's line wrapping split keeps no stray delimiters either
+        return _LITERAL.sub(r"\1", line).replace("``", "")
+
+    lines = []
+    for line in text.splitlines():
+        if len(line) >= 2 and line[0] == "│" and line[-1] == "│":
+            inner = line[1:-1]
+            line = "│" + strip(inner).ljust(len(inner)) + "│"
+        else:
+            line = strip(line)
+        lines.append(line)
+    return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
 
 
 def _parse_value(text: str) -> Any:
@@ -24,7 +88,7 @@ def _parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(f"posenc: --set takes KEY=VALUE, got {pair!r}")
+            raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
         kwargs[key] = _parse_value(value)
     return kwargs
 
@@ -69,11 +133,55 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_plot(args: argparse.Namespace) -> int:
-    from posenc.viz import FIGURES, plot_encoding, plot_figure
+def _plot_function(name: str) -> Callable[..., Any] | None:
+    """The plotting function ``plot_encoding(name, **kwargs)`` hands its keyword arguments to,
+    for the encodings drawn by a dedicated function; None where ``build_encoding`` (or a
+    figure) receives them and checks them itself."""
+    from posenc import viz
 
+    functions: dict[str, Callable[..., Any]] = {
+        "sinusoidal": viz.plot_sinusoidal,
+        "rope": viz.plot_rope_decay,
+        "xpos": viz.plot_xpos,
+    }
+    return functions.get(name)
+
+
+def check_plot_arguments(name: str, kwargs: dict[str, Any]) -> None:
+    """Refuse an unknown ``posenc plot`` name or keyword argument before drawing anything.
+
+    Raises:
+        ValueError: naming ``METHOD`` and listing the figures and the encodings, or naming the
+            unknown ``--set`` keys and listing the allowed ones.
+    """
+    from posenc.graph.catalogue import list_graph_methods
+    from posenc.registry import list_encodings
+
+    encodings = [spec.name for spec in list_encodings()]
+    graph = [method.name for method in list_graph_methods()]
+    if name not in (*FIGURE_NAMES, *encodings, *graph):
+        raise ValueError(
+            f"METHOD: unknown name {name!r}; figures: {', '.join(FIGURE_NAMES)}; encodings: "
+            f"{', '.join(encodings)}; graph methods: {', '.join(graph)} (see `posenc list`)"
+        )
+    function = _plot_function(name)
+    if function is None:
+        return
+    allowed = set(inspect.signature(function).parameters)
+    unknown = sorted(set(kwargs) - allowed)
+    if unknown:
+        raise ValueError(
+            f"--set: unknown argument(s) {', '.join(unknown)} for plot {name!r}; "
+            f"allowed: {', '.join(sorted(allowed)) or 'none'}"
+        )
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
     kwargs = _parse_kwargs(args.set)
-    if args.method in FIGURES:
+    check_plot_arguments(args.method, kwargs)
+    from posenc.viz import plot_encoding, plot_figure
+
+    if args.method in FIGURE_NAMES:
         figure = plot_figure(args.method, **kwargs)
     else:
         figure = plot_encoding(args.method, **kwargs)
@@ -85,14 +193,15 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from posenc.checks import format_result, run_checks
+    from posenc.checks import run_checks
 
-    results = run_checks()
+    def show(line: str) -> None:
+        print(line, file=sys.stderr if args.json else sys.stdout, flush=True)
+
+    # each row as it is measured (the whole run takes a while); --json keeps stdout for JSON
+    results = run_checks(progress=show)
     if args.json:
         print(json.dumps([r.as_dict() for r in results], indent=2))
-    else:
-        for result in results:
-            print(format_result(result))
     return 0 if all(r.passed for r in results) else 1
 
 
@@ -103,11 +212,49 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0 if not summary["failed"] else 1
 
 
+def lab_overview() -> str:
+    """``posenc lab --help``: the usage and every registered experiment with its summary."""
+    from posenc.lab.experiments import EXPERIMENTS
+
+    width = max(len(name) for name in EXPERIMENTS) + 2
+    rows = "\n".join(
+        f"  {name:<{width}}{plain_help(experiment.summary)}"
+        for name, experiment in sorted(EXPERIMENTS.items())
+    )
+    return (
+        "usage: posenc lab EXPERIMENT [--out DIR] [--FIELD VALUE ...]\n\n"
+        "Run a lab experiment into a run folder (default runs/EXPERIMENT); a second call "
+        "resumes it.\n`posenc lab EXPERIMENT --help` lists the experiment's config fields.\n\n"
+        f"experiments:\n{rows}\n"
+    )
+
+
 def _cmd_lab(args: argparse.Namespace) -> int:
+    options = list(args.options)
+    asks_help = any(option in ("-h", "--help") for option in options)
+    if args.experiment is None or args.experiment in ("-h", "--help"):
+        if asks_help or args.experiment is not None:
+            print(lab_overview(), end="")
+            return 0
+        raise ValueError(f"EXPERIMENT is required\n{lab_overview()}")
     from posenc.lab.command import run_with_options
     from posenc.lab.experiments import get_experiment
 
-    run_with_options(get_experiment(args.experiment), args.options, args.out)
+    experiment = get_experiment(args.experiment)
+    if not asks_help:
+        run_with_options(experiment, options, args.out)
+        return 0
+    # tyro renders the config's field docstrings; print them without their Sphinx markup
+    text = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(text):
+            run_with_options(experiment, options, args.out)
+    except SystemExit as done:
+        print(plain_help(text.getvalue()), end="")
+        if done.code not in (0, None):
+            raise
+        return 0
+    print(plain_help(text.getvalue()), end="")
     return 0
 
 
@@ -119,6 +266,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    suites = BENCH_SUITES[args.target]
+    unknown = sorted(set(args.only or ()) - set(suites))
+    if unknown:
+        raise ValueError(
+            f"--only: unknown suite(s) {', '.join(unknown)} for {args.target}; "
+            f"choose from {', '.join(suites)}"
+        )
     if args.target == "rope":
         from posenc.bench import rope
 
@@ -133,17 +287,13 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_pairs(pairs: Sequence[str]) -> list[str]:
-    for pair in pairs:
-        key, sep, _ = pair.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set takes KEY=VALUE, got {pair!r}")
-    return list(pairs)
-
-
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``posenc`` (standard library only: building it imports nothing
+    heavy)."""
     parser = argparse.ArgumentParser(
-        prog="posenc", description="Positional encodings for transformers: list, plot, check."
+        prog="posenc",
+        description="Positional encodings for transformers: list the methods, plot them, run "
+        "their property checks, the demo, lab experiments, reports and benchmarks.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("list", help="every method with its family, paper and parameters")
@@ -152,8 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plot", help="write a PNG that shows an encoding or a figure")
     p.add_argument(
         "method",
-        help="a name from `posenc list`, or a figure: wavelengths, rope-decay, rope-scaling, "
-        "mrope-ids, graph-laplacian, graph-spd-bias, lstep",
+        metavar="METHOD",
+        help="an encoding or graph method (the names of 'posenc list'), or a figure: "
+        f"{', '.join(FIGURE_NAMES)}",
     )
     p.add_argument("--out", help="output file (default METHOD.png)")
     p.add_argument(
@@ -165,37 +316,37 @@ def build_parser() -> argparse.ArgumentParser:
         '--set factor=16 --set \'scalings={"yarn": {"type": "yarn", ...}}\'',
     )
     p.set_defaults(func=_cmd_plot)
-    p = sub.add_parser("check", help="run the property checks and print measured numbers")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p = sub.add_parser(
+        "check", help="run the property checks, printing each measured number as it comes"
+    )
+    p.add_argument(
+        "--json", action="store_true", help="machine-readable output (progress on stderr)"
+    )
     p.set_defaults(func=_cmd_check)
     p = sub.add_parser(
         "demo", help="the main job: property checks, then train short / test long (~2 min)"
     )
     p.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
     p.set_defaults(func=_cmd_demo)
-    from posenc.lab.experiments import EXPERIMENTS
-
     p = sub.add_parser(
         "lab",
-        help="run a lab experiment into a run folder (resumable); "
-        "`posenc lab EXPERIMENT --help` lists its options",
-        add_help=False,
+        help="run a lab experiment into a run folder (resumable); 'posenc lab --help' lists "
+        "the experiments, 'posenc lab EXPERIMENT --help' an experiment's options",
+        add_help=False,  # --help goes to the experiment's options (tyro), or lists experiments
     )
-    p.add_argument("experiment", choices=sorted(EXPERIMENTS), help="which experiment")
+    p.add_argument("experiment", nargs="?", metavar="EXPERIMENT", help="which experiment")
     p.add_argument("--out", help="run folder (default runs/EXPERIMENT)")
     p.set_defaults(func=_cmd_lab)
-    from posenc.bench import attention, rope
-
     p = sub.add_parser(
         "bench", help="side-by-side benchmarks: one thread, interleaved rounds, median ratios"
     )
-    p.add_argument("target", choices=["attention", "rope"], help="what to measure")
+    p.add_argument("target", choices=sorted(BENCH_SUITES), help="what to measure")
     p.add_argument(
         "--only",
         action="append",
-        choices=sorted({*attention.SUITES, *rope.SUITES}),
-        help="run only this suite (repeatable); attention: "
-        f"{', '.join(attention.SUITES)}; rope: {', '.join(rope.SUITES)}",
+        metavar="SUITE",
+        help="run only this suite (repeatable); "
+        + "; ".join(f"{target}: {', '.join(s)}" for target, s in BENCH_SUITES.items()),
     )
     p.add_argument(
         "--threads",
@@ -212,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``posenc`` with ``argv`` (default ``sys.argv[1:]``); the exit status (2 with the
+    message on stderr for bad input)."""
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if args.command == "lab":

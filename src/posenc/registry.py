@@ -249,6 +249,16 @@ def _dape(
     return DapeBias(dims.num_heads, built, hidden=hidden)
 
 
+def _mrope_sections(d: ModelDims) -> tuple[int, int, int]:
+    """Qwen2-VL's split of the ``head_dim / 2`` pairs between (time, row, column) at any
+    width: a quarter for time, the rest shared by row and column ([16, 24, 24] at 128)."""
+    pairs = d.resolved_head_dim // 2
+    if pairs < 3:
+        raise ValueError(f"mrope needs head_dim >= 6 (three axes), got {d.resolved_head_dim}")
+    spatial = (pairs - pairs // 4) // 2
+    return pairs - 2 * spatial, spatial, spatial
+
+
 def _vocab_size(name: str, d: ModelDims) -> int:
     """``dims.vocab_size`` of an encoding that embeds token ids."""
     if d.vocab_size is None:
@@ -544,6 +554,17 @@ _SPECS: tuple[EncodingSpec, ...] = (
         lambda: _rotary().MultiAxisRotary.mixed,
         lambda d: {"head_dim": d.resolved_head_dim, "num_heads": d.num_heads},
         needs_grid=True,
+    ),
+    EncodingSpec(
+        "mrope",
+        "rotary",
+        "Wang et al. 2024 (Qwen2-VL), https://arxiv.org/abs/2409.12191",
+        "M-RoPE: pairs rotate by a token's time, row or column (positions (3, batch, seq) "
+        "from posenc.multimodal.mrope_position_ids; text-only: three equal axes); "
+        "interleaved=True is Qwen3-VL's layout (MultiAxisRotary.mrope)",
+        lambda: _rotary().MultiAxisRotary.mrope,
+        lambda d: {"head_dim": d.resolved_head_dim, "sections": _mrope_sections(d)},
+        convert=_rope_kwargs,
     ),
     EncodingSpec(
         "rope_2d",

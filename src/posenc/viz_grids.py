@@ -43,13 +43,18 @@ __all__ = [
 
 def grid_inputs(encoding: PositionalEncoding, height: int, width: int) -> Tensor:
     """Positions of every cell of a ``height × width`` grid as ``encoding`` reads them:
-    ``(2, h·w)`` (row, column) for a two-axis encoding, token indices ``(h·w,)`` otherwise."""
+    ``(2, h·w)`` (row, column) for a two-axis encoding, ``(3, h·w)`` (time 0, row, column:
+    one image, as M-RoPE numbers it) for a three-axis one, token indices ``(h·w,)`` otherwise."""
     grid = grid_positions(height, width)
     if encoding.num_axes == 2:
         return grid
+    if encoding.num_axes == 3:
+        return torch.cat([torch.zeros_like(grid[:1]), grid])
     if encoding.num_axes == 1:
         return torch.arange(height * width)
-    raise ValueError(f"a {height}×{width} grid gives 1 or 2 position axes, not {encoding.num_axes}")
+    raise ValueError(
+        f"a {height}×{width} grid gives 1, 2 or 3 position axes, not {encoding.num_axes}"
+    )
 
 
 def patch_similarity(table: Tensor, height: int, width: int) -> Tensor:

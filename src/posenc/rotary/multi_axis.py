@@ -91,7 +91,10 @@ def _place(inv_freq: Tensor, pair_axes: Tensor, num_axes: int) -> Tensor:
     """The ``(pairs, axes)`` frequency matrix whose row ``i`` holds ``inv_freq[i]`` at column
     ``pair_axes[i]`` (M-RoPE: each pair reads one axis), float64 on ``inv_freq``'s device."""
     freqs = torch.zeros(len(pair_axes), num_axes, dtype=torch.float64, device=inv_freq.device)
-    freqs[torch.arange(len(pair_axes)), pair_axes.to(inv_freq.device)] = inv_freq.double()
+    # rows on inv_freq's device too: under a meta default device (a meta build) an index
+    # made there wrote nothing, and M-RoPE's constant frequencies were all zero
+    rows = torch.arange(len(pair_axes), device=inv_freq.device)
+    freqs[rows, pair_axes.to(inv_freq.device)] = inv_freq.double()
     return freqs
 
 
