@@ -14,6 +14,14 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from posenc.viz_base import (
+    encoding_color,
+    label_line_ends,
+    log_ticks,
+    new_figure,
+    set_log_ticks,
+)
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
@@ -33,9 +41,7 @@ Row = dict[str, Any]
 
 
 def _figure(**kwargs: Any) -> Figure:
-    from posenc.viz_base import new_figure as make
-
-    return make(**kwargs)
+    return new_figure(**kwargs)
 
 
 def _finite(value: Any) -> bool:
@@ -44,17 +50,22 @@ def _finite(value: Any) -> bool:
 
 def _mean_line(ax: Axes, points: Sequence[tuple[float, float]], **style: Any) -> None:
     """Plot the mean of ``y`` at each ``x`` (the seeds of one cell), with ± one sample std as
-    error bars where a cell has more than one seed."""
+    error bars where a cell has more than one seed. The mean is one labelled ``Line2D`` (so
+    its colour and label can be read back); the error bars are drawn apart, unlabelled."""
     by_x: dict[float, list[float]] = defaultdict(list)
     for x, y in points:
         by_x[x].append(y)
     xs = sorted(by_x)
     means = [statistics.fmean(by_x[x]) for x in xs]
     stds = [statistics.stdev(by_x[x]) if len(by_x[x]) > 1 else 0.0 for x in xs]
+    (line,) = ax.plot(xs, means, **style)
     if any(stds):
-        ax.errorbar(xs, means, yerr=stds, capsize=2, **style)
-    else:
-        ax.plot(xs, means, **style)
+        ax.errorbar(xs, means, yerr=stds, fmt="none", capsize=2, color=line.get_color())
+
+
+def _times(value: float) -> str:
+    """A length multiplier as a tick label: ``1×``, ``1.25×``, ``8×``."""
+    return f"{value:g}×"
 
 
 def loss_vs_length(rows: Sequence[Row]) -> Figure:
@@ -67,19 +78,21 @@ def loss_vs_length(rows: Sequence[Row]) -> Figure:
     for row in rows:
         if row.get("experiment") == "extrapolate" and _finite(row.get("ppl")):
             series[row["encoding"]].append((row["eval_len"] / row["train_len"], row["ppl"]))
-    fig = _figure(figsize=(7, 4.2), layout="constrained")
+    fig = _figure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for name, points in series.items():
-        _mean_line(ax, points, marker="o", label=name)
+        _mean_line(ax, points, marker="o", label=name, color=encoding_color(name))
     ax.axvline(1.0, color="gray", lw=0.8, ls=":")
     ax.set(
-        xscale="log",
-        yscale="log",
         xlabel="evaluation length / training length",
         ylabel="perplexity (bytes)",
         title="train short, test long",
     )
-    ax.legend()
+    multipliers = sorted({x for points in series.values() for x, _ in points})
+    if multipliers:
+        set_log_ticks(ax, "x", multipliers, _times)
+        set_log_ticks(ax, "y")
+        label_line_ends(ax)
     return fig
 
 
@@ -94,25 +107,19 @@ def extension_curves(rows: Sequence[Row]) -> Figure:
         if row.get("experiment") == "extend" and _finite(row.get("ppl")):
             series[(row["method"], row["stage"])].append((row["eval_len"], row["ppl"]))
     stages = list(dict.fromkeys(stage for _, stage in series)) or ["no_ft"]
-    # one colour per method on both panels; more than ten methods (the long-context
-    # experiment's eleven) would repeat the default cycle's colours
-    methods = sorted({method for method, _ in series})
-    from matplotlib import colormaps  # deferred like every matplotlib import here
-
-    palette = colormaps["tab10" if len(methods) <= 10 else "tab20"]
-    colour = {method: palette(index) for index, method in enumerate(methods)}
     fig = _figure(figsize=(4 * max(len(stages), 2), 4.2), layout="constrained")
     axes = fig.subplots(1, len(stages), sharey=True, squeeze=False)[0]
+    lengths = sorted({x for points in series.values() for x, _ in points})
+    ppl = [y for points in series.values() for _, y in points]
     for ax, stage in zip(axes, stages, strict=True):
         for (method, s), points in sorted(series.items()):
-            if s == stage:
-                _mean_line(ax, points, marker="o", label=method, color=colour[method])
-        ax.set(
-            xscale="log",
-            yscale="log",
-            xlabel="evaluation length",
-            title=_STAGE_TITLES.get(stage, stage),
-        )
+            if s == stage:  # one colour per method on every panel and page
+                _mean_line(ax, points, marker="o", label=method, color=encoding_color(method))
+        ax.set(xlabel="evaluation length", title=_STAGE_TITLES.get(stage, stage))
+        if lengths:
+            set_log_ticks(ax, "x", lengths)
+            ax.tick_params(axis="x", labelrotation=45 if len(lengths) > 5 else 0)
+            set_log_ticks(ax, "y", log_ticks(min(ppl), max(ppl)))
         if ax.has_data():
             ax.legend(fontsize=8)
     axes[0].set_ylabel("perplexity (bytes)")
@@ -145,7 +152,7 @@ def passkey_heatmaps(rows: Sequence[Row]) -> Figure:
         ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=7)
         ax.set_yticks(range(len(depths)), [f"{d:.2f}" for d in depths], fontsize=7)
         ax.set(title=f"{method} ({stage})", xlabel="context length", ylabel="depth")
-        fig.colorbar(image, ax=ax, shrink=0.8)
+        fig.colorbar(image, ax=ax, shrink=0.8, label="passkey accuracy")
     return fig
 
 
@@ -170,6 +177,7 @@ def accuracy_vs_length(rows: Sequence[Row]) -> Figure:
                 points,
                 marker=".",
                 ls="--" if randomized else "-",
+                color=encoding_color(encoding),
                 label=f"{encoding}{' (rand)' if randomized else ''}",
             )
         ax.set(title=task, xlabel="test length", ylabel="exact-match accuracy", ylim=(-0.02, 1.02))
@@ -271,7 +279,7 @@ def separation_over_time(traces: Mapping[str, Sequence[Mapping[str, Any]]]) -> F
     fig = _figure(figsize=(7, 3.6), layout="constrained")
     ax = fig.add_subplot()
     for encoding, points in sorted(by_encoding.items()):
-        _mean_line(ax, points, marker=".", label=encoding)
+        _mean_line(ax, points, marker=".", label=encoding, color=encoding_color(encoding))
     if math.isfinite(test_start):
         ax.axvspan(test_start, max(t for p in by_encoding.values() for t, _ in p), alpha=0.1)
     ax.set(
@@ -289,6 +297,20 @@ def _without_seed(name: str) -> str:
     return "/".join(parts) or name
 
 
+def _run_styles(keys: Sequence[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """Colour and line style per run configuration: the colour of its encoding (the last part
+    of ``"dataset/encoding"``), and a different line style for each configuration that shares
+    an encoding with an earlier one."""
+    colour = {key: encoding_color(key.rsplit("/", 1)[-1]) for key in keys}
+    styles = ("-", "--", ":", "-.")
+    seen: dict[str, int] = defaultdict(int)
+    style = {}
+    for key in keys:
+        style[key] = styles[seen[colour[key]] % len(styles)]
+        seen[colour[key]] += 1
+    return colour, style
+
+
 def training_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
     """Training loss against step for each run, and the first evaluation metric the runs
     logged (validation loss, test accuracy) against step in a second panel.
@@ -298,8 +320,6 @@ def training_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure
             ``metrics.jsonl`` records (:func:`posenc.lab.run.read_metrics`). The seeds of
             one configuration (``.../seed<n>``) share a colour and one legend entry.
     """
-    from matplotlib import colormaps
-
     train: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
     evaluated: dict[str, list[list[tuple[float, float]]]] = defaultdict(list)
     metric = next(
@@ -330,8 +350,7 @@ def training_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure
         if values:
             evaluated[key].append(values)
     keys = list(dict.fromkeys([*train, *evaluated]))
-    palette = colormaps["tab10" if len(keys) <= 10 else "tab20"]
-    colour = {key: palette(index % palette.N) for index, key in enumerate(keys)}
+    colour, style = _run_styles(keys)
     panels = [("training loss", train)] + ([(metric, evaluated)] if evaluated else [])
     fig = _figure(figsize=(10, 4.2), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
@@ -340,7 +359,7 @@ def training_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure
         for key, runs in series.items():
             for points in runs:
                 xs, ys = zip(*sorted(points), strict=True)
-                (handles[key],) = ax.plot(xs, ys, color=colour[key], lw=1)
+                (handles[key],) = ax.plot(xs, ys, color=colour[key], ls=style[key], lw=1)
         ax.set(xlabel="step", ylabel=label, title=label)
     if handles:
         fig.legend(
