@@ -13,9 +13,12 @@ pytest.importorskip("matplotlib")
 
 from posenc import viz
 from posenc.cli import main
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import Linear, YaRN
 from posenc.rotary.xpos import XPos
+from posenc.viz_base import encoding_color
+from tests.test_viz_base import colorbar_labels, overlaps, tick_label_overlaps
 
 SMALL = {"head_dim": 32, "original_length": 64, "factor": 4.0}  # fast: distances up to 256
 
@@ -185,3 +188,63 @@ def test_cli_plots_xpos_and_reports_bad_figure_settings(tmp_path: Path, capsys) 
     args = ["plot", "wavelengths", "--out", str(out), "--set", f"scalings={scalings}"]
     assert main(args) == 2
     assert "original_max_position_embeddings" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- bias heatmaps, bars
+
+
+def test_causal_bias_is_blank_above_the_diagonal_and_every_head_is_shown() -> None:
+    alibi = build_encoding("alibi", ModelDims(dim=64, num_heads=8))
+    fig = viz.plot_bias(alibi, length=16)
+    heads = [ax for ax in fig.axes if ax.images]
+    assert [ax.get_title() for ax in heads] == [f"head {h}" for h in range(8)]
+    assert "all 8 heads" in fig.get_suptitle() and "causal" in fig.get_suptitle()
+    expected = alibi.bias(torch.arange(16), torch.arange(16)).float()
+    above = torch.ones(16, 16, dtype=torch.bool).triu(1)
+    for head, ax in enumerate(heads):
+        shown = ax.images[0].get_array()
+        blank = torch.as_tensor(shown.mask) | torch.isnan(torch.as_tensor(shown.filled(math.nan)))
+        assert torch.equal(blank, above)  # every cell above the diagonal, and only those
+        values = torch.as_tensor(shown.filled(0.0))
+        assert_close(values[~above], expected[head][~above])
+        assert float(values[~above].max()) <= 0.0  # no positive bias is drawn
+    assert colorbar_labels(fig) == ["bias"] * 8
+
+
+def test_a_subset_of_heads_and_a_symmetric_bias_say_so() -> None:
+    alibi = build_encoding("alibi", ModelDims(dim=64, num_heads=8))
+    fig = viz.plot_bias(alibi, length=8, heads=3, causal=False)
+    assert "heads 0–2 of 8" in fig.get_suptitle() and "causal" not in fig.get_suptitle()
+    shown = [ax.images[0].get_array() for ax in fig.axes if ax.images]
+    assert len(shown) == 3 and not any(bool(a.mask.any()) for a in shown)
+    kerple = build_encoding("kerple", ModelDims(dim=64, num_heads=4))
+    assert "causal" not in viz.plot_bias(kerple, length=8).get_suptitle()
+    with pytest.raises(ValueError, match="heads"):
+        viz.plot_bias(alibi, heads=0)
+
+
+def test_equivariance_bars_take_each_encodings_colour_and_labels_never_overlap() -> None:
+    names = ["nope", "sinusoidal", "scaled_sinusoidal", "learned", "complex_order", "rope",
+             "alibi", "t5", "kerple", "sandwich", "learnable_fourier"]  # fmt: skip
+    fig = viz.plot_equivariance({name: 0.1 * index for index, name in enumerate(names)})
+    (ax,) = fig.axes
+    from matplotlib.colors import to_hex
+
+    assert [to_hex(bar.get_facecolor()) for bar in ax.patches] == [encoding_color(n) for n in names]
+    assert [t.get_text() for t in ax.get_yticklabels()] == names
+    assert tick_label_overlaps(fig) == []
+    fig.canvas.draw()
+    assert overlaps([ax.title]) == [] and ax.title.get_window_extent().x0 >= 0  # title fits
+
+
+def test_rope_scaling_panels_tick_at_the_original_and_target_lengths_without_collisions() -> None:
+    fig = viz.plot_rope_scaling_scores()  # the CLI's defaults: d=128, L0=4096, s=8
+    panels = [ax for ax in fig.axes if ax.lines]
+    fig.canvas.draw()
+    labelled = [ax for ax in panels if ax.xaxis.get_tick_params()["labelbottom"]]
+    assert len(labelled) == 3  # the bottom panel of each column (shared x)
+    for ax in panels:
+        assert list(ax.get_xticks()) == [4096, 16384, 32768]
+    for ax in labelled:
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["4096", "16384", "32768"]
+    assert tick_label_overlaps(fig) == []

@@ -19,6 +19,7 @@ from posenc.viz_grids import (
     rotary_score_map,
     similarity_mosaic,
 )
+from tests.test_viz_base import colorbar_labels, tick_label_overlaps
 
 
 def test_patch_similarity_is_cosine_similarity():
@@ -57,6 +58,8 @@ def test_every_registered_encoding_draws(spec):
         return
     figure = viz.plot_encoding(spec.name)
     assert figure.axes and any(ax.images or ax.lines for ax in figure.axes)
+    assert all(colorbar_labels(figure)), colorbar_labels(figure)  # every colour bar says what
+    assert tick_label_overlaps(figure) == []
 
 
 def test_mrope_ids_figure():

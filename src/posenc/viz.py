@@ -27,7 +27,7 @@ from posenc.base import (
     RotaryEncoding,
 )
 from posenc.registry import ModelDims, build_encoding, encoding_spec
-from posenc.viz_base import new_figure
+from posenc.viz_base import encoding_color, new_figure
 from posenc.viz_graph import (
     graph_method_figure,
     plot_graph_laplacian,
@@ -68,7 +68,7 @@ def plot_sinusoidal(dim: int = 64, length: int = 128, base: float = 10000.0) -> 
     ax = fig.add_subplot()
     image = ax.imshow(table.numpy(), aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1)
     ax.set(xlabel="channel", ylabel="position", title=f"sinusoidal PE (d={dim}, base={base:g})")
-    fig.colorbar(image, ax=ax)
+    fig.colorbar(image, ax=ax, label="encoding value")
     return fig
 
 
@@ -299,6 +299,11 @@ def plot_rope_scaling_scores(
         ax.set(xlabel="relative distance m − n")
     for ax in axes[len(resolved) :]:
         ax.set_axis_off()
+    # ticks at L0 (the dashed line), s·L0 / 2 and s·L0 only: the default's five 5-digit
+    # labels collided on panels 3.6 in wide
+    ticks = sorted({original_length, max_distance // 2, max_distance})
+    for ax in axes[: len(resolved)]:
+        ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
     axes[0].set(ylabel="q·k / d  (q = k = 1)")
     fig.suptitle(f"RoPE score before (gray) and after scaling (d={head_dim}, s={factor:g})")
     return fig
@@ -329,34 +334,71 @@ def plot_xpos(
     return fig
 
 
-def plot_bias(encoding: PositionalEncoding, length: int = 64, heads: int = 4) -> Figure:
-    """Heatmaps of a bias encoding's ``bias(i, j)`` for the first ``heads`` heads."""
+def _is_causal(encoding: BiasEncoding) -> bool:
+    """Whether ``encoding``'s bias is defined for keys at or before the query only: ALiBi's
+    causal form ``m (j − i)`` (its values above the diagonal are never used, and grow
+    positive) and T5's unidirectional buckets."""
+    return (
+        getattr(encoding, "mode", None) == "causal"
+        or getattr(encoding, "bidirectional", True) is False
+    )
+
+
+def plot_bias(
+    encoding: PositionalEncoding,
+    length: int = 64,
+    heads: int | None = None,
+    *,
+    causal: bool | None = None,
+) -> Figure:
+    """Heatmaps of a bias encoding's ``bias(i, j)``, one per head, four to a row.
+
+    Args:
+        heads: how many heads, from head 0; ``None``: all of them. The title says which.
+        causal: blank the pairs above the diagonal (key after query), which causal
+            attention never reads; ``None``: when the encoding is causal (ALiBi's causal
+            mode, T5 unidirectional).
+    """
     if not isinstance(encoding, BiasEncoding):
         raise ValueError(f"encoding must be a BiasEncoding, got {type(encoding).__name__}")
+    if heads is not None and heads < 1:
+        raise ValueError(f"heads must be at least 1 or None, got {heads}")
     positions = torch.arange(length)
     with torch.no_grad():
         bias = encoding.bias(positions, positions).float()
-    shown = min(heads, bias.shape[0])
-    fig = new_figure(figsize=(3.2 * shown, 3.2), layout="constrained")
-    axes = fig.subplots(1, shown, squeeze=False)[0]
-    for head, ax in enumerate(axes):
+    causal = _is_causal(encoding) if causal is None else causal
+    if causal:  # NaN is drawn blank
+        above = torch.ones(length, length, dtype=torch.bool).triu(1)
+        bias = bias.masked_fill(above, float("nan"))
+    total = bias.shape[0]
+    shown = total if heads is None else min(heads, total)
+    columns = min(shown, 4)
+    rows = math.ceil(shown / columns)
+    fig = new_figure(figsize=(3.3 * columns, 3.1 * rows + 0.4), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False).flatten()
+    for head, ax in enumerate(axes[:shown]):
         image = ax.imshow(bias[head].numpy(), cmap="viridis")
         ax.set(title=f"head {head}", xlabel="key j", ylabel="query i")
-        fig.colorbar(image, ax=ax, shrink=0.8)
-    fig.suptitle(f"{type(encoding).__name__}: bias(i, j)")
+        fig.colorbar(image, ax=ax, shrink=0.8, label="bias")
+    for ax in axes[shown:]:
+        ax.set_axis_off()
+    which = f"all {total} heads" if shown == total else f"heads 0–{shown - 1} of {total}"
+    where = ", key after query blank (causal)" if causal else ""
+    fig.suptitle(f"{type(encoding).__name__}: bias(i, j), {which}{where}")
     return fig
 
 
 def plot_equivariance(gaps: Mapping[str, float]) -> Figure:
-    """Bar chart of ``max |f(Px) − P f(x)|`` per encoding (log scale)."""
-    fig = new_figure(figsize=(7, 3.6), layout="constrained")
-    ax = fig.add_subplot()
+    """Horizontal bars of ``max |f(Px) − P f(x)|`` per encoding (log scale), each bar in the
+    encoding's colour; names on the y axis, so none overlaps another."""
     names = list(gaps)
+    fig = new_figure(figsize=(7, 1.2 + 0.28 * max(len(names), 1)), layout="constrained")
+    ax = fig.add_subplot()
     values = [max(gaps[n], 1e-18) for n in names]
-    ax.bar(names, values, color=["tab:gray" if n == "nope" else "tab:blue" for n in names])
-    ax.set(yscale="log", ylabel="max |f(Px) − P f(x)|")
-    ax.set_title("bidirectional encoder: permutation equivariance broken by each encoding")
-    ax.tick_params(axis="x", rotation=30)
+    ax.barh(names, values, color=[encoding_color(n) for n in names])
+    ax.invert_yaxis()  # the first encoding on top
+    ax.set(xscale="log", xlabel="max |f(Px) − P f(x)|")
+    ax.set_title("permutation equivariance broken by each encoding\n(bidirectional encoder)")
     return fig
 
 
@@ -369,7 +411,7 @@ def _plot_token_embedding(name: str, encoding: Any, length: int) -> Figure:
     ax = fig.add_subplot()
     image = ax.imshow(table.numpy(), aspect="auto", cmap="RdBu_r")
     ax.set(xlabel="channel ([Re | Im])", ylabel="position", title=f"{name}: token 3 (init)")
-    fig.colorbar(image, ax=ax)
+    fig.colorbar(image, ax=ax, label="embedding value")
     return fig
 
 
@@ -388,7 +430,8 @@ def _plot_scores_reader(name: str, encoding: Any, dims: ModelDims) -> Figure:
                 scores, q=q, k=k, q_pos=positions, k_pos=positions, allowed=allowed
             )
             shown, what = out - scores, "added to the scores"
-    return _pair_heatmap(shown[0, 0].masked_fill(~allowed, float("nan")), f"{name}: {what}")
+    masked = shown[0, 0].masked_fill(~allowed, float("nan"))  # causal: key after query blank
+    return _pair_heatmap(masked, f"{name}: {what}", what)
 
 
 def _random_qk(dims: ModelDims, length: int = 48) -> tuple[Tensor, Tensor, Tensor]:
@@ -401,13 +444,13 @@ def _random_qk(dims: ModelDims, length: int = 48) -> tuple[Tensor, Tensor, Tenso
     return q, k, torch.arange(length)
 
 
-def _pair_heatmap(values: Tensor, title: str) -> Figure:
-    """One head's ``(query, key)`` matrix as a heatmap."""
+def _pair_heatmap(values: Tensor, title: str, label: str) -> Figure:
+    """One head's ``(query, key)`` matrix as a heatmap; ``label`` names its colour bar."""
     fig = new_figure(figsize=(4.5, 4), layout="constrained")
     ax = fig.add_subplot()
     image = ax.imshow(values.float().numpy(), cmap="viridis")
     ax.set(xlabel="key j", ylabel="query i", title=f"{title}, head 0")
-    fig.colorbar(image, ax=ax)
+    fig.colorbar(image, ax=ax, label=label)
     return fig
 
 
@@ -449,6 +492,8 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         return _plot_token_embedding(name, encoding, dims.max_seq_len)
     if callable(getattr(encoding, "transform_scores", None)):
         return _plot_scores_reader(name, encoding, dims)
+    if encoding.num_axes == 3:  # M-RoPE: (time, row, column) ids of a text, image, video run
+        return plot_mrope_ids()
     if grid is not None or encoding.num_axes > 1:  # positions on a grid: viz_grids' figures
         height, width = grid or (8, 16)
         if isinstance(encoding, AdditiveEncoding):
@@ -464,13 +509,13 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         ax = fig.add_subplot()
         image = ax.imshow(table.numpy(), aspect="auto", cmap="RdBu_r")
         ax.set(xlabel="channel", ylabel="position", title=f"{name} (untrained init)")
-        fig.colorbar(image, ax=ax)
+        fig.colorbar(image, ax=ax, label="encoding value")
         return fig
     if isinstance(encoding, ContextualEncoding):
         q, k, positions = _random_qk(dims)
         with torch.no_grad():
             term = encoding.logit_term(q, k, positions, positions, dims.resolved_head_dim**-0.5)
-        return _pair_heatmap(term[0, 0], f"{name}: positional logit term")
+        return _pair_heatmap(term[0, 0], f"{name}: positional logit term", "logit term")
     raise ValueError(f"there is nothing to plot for {name!r} (family {spec.family!r})")
 
 

@@ -142,7 +142,7 @@ def plot_rotary_scores(
         image = ax.imshow(scores[head].numpy(), cmap="RdBu_r")
         ax.plot([width // 2], [height // 2], marker="x", color="black")
         ax.set(title=f"head {head}" if shown > 1 else "", xlabel="key column", ylabel="key row")
-        fig.colorbar(image, ax=ax, shrink=0.8)
+        fig.colorbar(image, ax=ax, shrink=0.8, label="q·k (q = k = 1)")
     fig.suptitle(title or f"{type(encoding).__name__}: q·k, query at the centre (x)")
     return fig
 
