@@ -111,3 +111,15 @@ def test_bad_pos_kwargs_are_refused_naming_the_field(
     assert exit_info.value.code == 2
     assert named in _said(capsys)
     assert not out.exists()
+
+
+def test_an_unusable_device_is_refused_before_the_folder_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The trainer writes its run folder before it moves the model: a device found missing
+    there would bind the out folder to it. No machine has 99 GPUs."""
+    out = tmp_path / "lm"
+    argv = ["--out", str(out), *TINY_LM.split(), "--device", "cuda:99"]
+    assert experiment_main(lm.EXPERIMENT, argv) == 2
+    assert "device 'cuda:99' is not usable on this machine" in capsys.readouterr().err
+    assert not out.exists()

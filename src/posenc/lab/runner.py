@@ -8,8 +8,9 @@ every experiment shares:
 1. the start, before anything is written: the config was validated when it was built (its
    ``__post_init__``: every field, each encoding built once on the meta device with its
    ``pos_kwargs``, :func:`check_pos_kwargs`), the out folder is compared (one whose runs hold
-   results of another configuration is refused, naming the field), and the experiment's
-   ``prepare`` checks what needs files (the corpus, a base run); only then is the folder
+   results of another configuration is refused, naming the field), the config's ``device``
+   is tried, and the experiment's ``prepare`` checks what needs files or time (the corpus, a
+   base run, every method's model at every length); only then is the folder
    created, locked against a second writer and its ``config.json`` written, so a failed start
    leaves the folder as it was;
 2. skipping finished runs: a run is finished when ``runs/<name>/eval.json`` exists (written
@@ -28,7 +29,8 @@ alone creates and writes the folder, every rank executes every pending run toget
 
 Config fields the runner reads when present: ``workers`` (default 1), ``isolate`` (False),
 ``threads`` (None: unchanged), ``progress`` (turned off in parallel workers, whose progress
-bars would overwrite each other).
+bars would overwrite each other), ``device`` (checked usable at the start,
+:func:`check_device`).
 
 Adding an experiment is one module defining ``EXPERIMENT = Experiment(...)`` plus its line in
 :mod:`posenc.lab.experiments` (see docs/lab.md).
@@ -60,6 +62,7 @@ __all__ = [
     "Experiment",
     "Run",
     "check_builds",
+    "check_device",
     "check_pos_kwargs",
     "check_seeds",
     "execute_run",
@@ -188,6 +191,20 @@ def check_builds(builds: Iterable[tuple[str, Callable[[], object]]]) -> None:
             raise ValueError(f"{where}: {error}") from None
 
 
+def check_device(config: object) -> None:
+    """``ValueError`` naming ``device`` when the config has one that cannot hold a tensor on
+    this machine (``cuda`` without a GPU, a missing ordinal): found at the start rather than
+    by the first run, after it has written its folder."""
+    device = getattr(config, "device", None)
+    if device is None:
+        return
+    try:
+        torch.empty(0, device=device)
+    except Exception as error:  # torch raises AssertionError, RuntimeError, ... by backend
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"device {device!r} is not usable on this machine: {reason}") from None
+
+
 def trial_build(build: Callable[[], object]) -> None:
     """Run ``build()`` on the meta device: every constructor checks its arguments, yet no
     memory is allocated and the global random state is left as it was.
@@ -254,7 +271,8 @@ def run_experiment(
         raise ValueError(f"{experiment.name}: plan gives two runs one folder: {names}")
     rank, world_size = rank_and_world()
     say = (echo or (lambda text: None)) if rank == 0 else (lambda text: None)
-    check_out_dir(out, experiment.name, config)  # the cheap refusal first, writing nothing
+    check_out_dir(out, experiment.name, config)  # the cheap refusals first, writing nothing
+    check_device(config)
     if experiment.prepare is not None:
         experiment.prepare(config)
     if world_size > 1:  # torchrun: rank 0 owns the folder; the others wait until it is ready
