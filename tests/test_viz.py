@@ -55,6 +55,15 @@ def test_wavelength_figure_plots_plain_every_scaling_and_the_context_lines() -> 
     assert ((ramp > 1) & (ramp < 8)).all() and (ramp.diff() > 0).all()
 
 
+def test_log_axes_of_the_rope_figures_read_plainly() -> None:
+    (ax,) = viz.plot_wavelengths().axes
+    assert [t.get_text() for t in ax.get_yticklabels()] == [
+        "10", "100", "1000", "10000", "100000", "1000000",
+    ]  # fmt: skip
+    bound_ax = viz.plot_rope_decay().axes[1]
+    assert [t.get_text() for t in bound_ax.get_xticklabels()] == ["1", "10", "100", "1000"]
+
+
 def test_wavelength_data_follow_each_scalings_frequencies() -> None:
     waves = viz.rope_wavelengths(**SMALL)
     for label, scaling in viz.default_scalings(32, 64, 4.0).items():

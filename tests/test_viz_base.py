@@ -145,6 +145,8 @@ def test_set_log_ticks_puts_plain_labels_at_the_given_values() -> None:
         "20",
     ]
     assert ax.get_xscale() == ax.get_yscale() == "log"
+    set_log_ticks(ax, "y", [0.5, 1e6])
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0.5", "1000000"]
     assert not any(t.get_text() for t in ax.get_yticklabels(minor=True))
     with pytest.raises(ValueError, match="axis"):
         set_log_ticks(ax, "z")

@@ -27,7 +27,7 @@ from posenc.base import (
     RotaryEncoding,
 )
 from posenc.registry import ModelDims, build_encoding, encoding_spec
-from posenc.viz_base import encoding_color, new_figure
+from posenc.viz_base import encoding_color, log_ticks, new_figure, set_log_ticks
 from posenc.viz_graph import (
     graph_method_figure,
     plot_graph_laplacian,
@@ -189,7 +189,8 @@ def plot_rope_decay(
         bound_ax.plot(data["distance"], data["bound"], lw=1.0, label=label)
     score_ax.set(xlabel="relative distance m − n", ylabel="q·k / d  (q = k = 1)")
     score_ax.set_title("RoPE score against distance")
-    bound_ax.set(xlabel="relative distance m − n", ylabel="bound / bound(0)", xscale="log")
+    bound_ax.set(xlabel="relative distance m − n", ylabel="bound / bound(0)")
+    set_log_ticks(bound_ax, "x", log_ticks(1, max_distance))  # 1, 10, 100 (not 10⁰, 10¹)
     bound_ax.set_title("RoFormer long-term decay bound")
     if scalings:  # one legend beside both panels
         fig.legend(*bound_ax.get_legend_handles_labels(), loc="outside right upper")
@@ -260,8 +261,9 @@ def plot_wavelengths(
     ax.axhline(original_length, color="gray", ls="--", lw=1.0, label=f"L0 = {original_length}")
     target = factor * original_length
     ax.axhline(target, color="gray", ls=":", lw=1.0, label=f"s·L0 = {target:g}")
+    finite = [float(w) for wave in waves.values() for w in wave if math.isfinite(w)]
+    set_log_ticks(ax, "y", log_ticks(min(finite), max([*finite, target])))
     ax.set(
-        yscale="log",
         xlabel="pair index i (channels 2i, 2i+1 interleaved; i, i+d/2 half)",
         ylabel="wavelength 2π/θ_i (positions)",
         title=f"RoPE wavelengths (d={head_dim}, base={base:g}, s={factor:g})",

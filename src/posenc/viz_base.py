@@ -145,7 +145,9 @@ def log_ticks(low: float, high: float, most: int = 9) -> list[float]:
 
 
 def _plain(value: float) -> str:
-    """``0.5``, ``8``, ``20``, ``1000`` (no ``2×10⁰``)."""
+    """``0.5``, ``8``, ``20``, ``1000000`` (no ``2×10⁰``, no ``1e+06`` below 10⁹)."""
+    if float(value).is_integer() and abs(value) < 1e9:
+        return str(int(value))
     return f"{value:g}" if 1e-4 <= abs(value) < 1e6 else f"{value:.0e}"
 
 
