@@ -24,15 +24,16 @@ from posenc.viz_base import (
 # ------------------------------------------------------------ helpers for figure tests
 
 
-def overlaps(texts: list[Any]) -> list[tuple[str, str]]:
-    """Pairs of the visible, non-empty texts whose drawn boxes intersect (after a draw)."""
+def overlaps(texts: list[Any], gap: float = 3.0) -> list[tuple[str, str]]:
+    """Pairs of the visible, non-empty texts whose drawn boxes come closer than ``gap``
+    pixels (after a draw): labels that touch read as one ("1000015000")."""
     shown = [t for t in texts if t.get_visible() and t.get_text()]
     if not shown:
         return []
     figure = shown[0].get_figure()
     figure.canvas.draw()
     renderer = figure.canvas.get_renderer()
-    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in shown]
+    boxes = [(t.get_text(), t.get_window_extent(renderer).padded(gap / 2)) for t in shown]
     return [(a, b) for (a, box_a), (b, box_b) in combinations(boxes, 2) if box_a.overlaps(box_b)]
 
 
