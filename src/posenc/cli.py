@@ -323,9 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="machine-readable output (progress on stderr)"
     )
     p.set_defaults(func=_cmd_check)
-    p = sub.add_parser(
-        "demo", help="the main job: property checks, then train short / test long (~2 min)"
-    )
+    p = sub.add_parser("demo", help="the main job: property checks, then train short / test long")
     p.add_argument("--out", default="out/demo", help="output folder (default out/demo)")
     p.set_defaults(func=_cmd_demo)
     p = sub.add_parser(
