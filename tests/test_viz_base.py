@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from posenc.lab.experiments import extend, longctx
+from posenc.lab.experiments import extend, longctx, temporal_links, vit
+from posenc.lab.graph_models import GRAPH_ENCODINGS
 from posenc.registry import list_encodings
 from posenc.viz_base import (
     ENCODING_COLORS,
@@ -91,8 +92,11 @@ def test_every_registered_encoding_has_its_own_colour() -> None:
         extend.DEFAULT_METHODS,
         longctx.DEFAULT_METHODS,
         ("rope", "pi", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope", "proportional"),
+        vit.DEFAULT_ENCODINGS,
+        GRAPH_ENCODINGS,
+        temporal_links.ENCODINGS,
     ],
-    ids=["extrapolate", "extend", "longctx", "scalings"],
+    ids=["extrapolate", "extend", "longctx", "scalings", "vit", "graph", "temporal"],
 )
 def test_names_drawn_together_have_different_colours(names: tuple[str, ...]) -> None:
     colours = [encoding_color(name) for name in names]

@@ -81,6 +81,17 @@ ENCODING_COLORS: dict[str, str] = {
     "llama3": "#8c564b",
     "longrope": "#bcbd22",
     "proportional": "#7f7f7f",
+    # the lab's ViT, graph and temporal-link encodings (posenc.lab.experiments.vit,
+    # graph_models.GRAPH_ENCODINGS, temporal_links.ENCODINGS): no encoding is nope's grey
+    "none": "#7f7f7f",
+    "learned_1d": "#2ca02c",
+    "lap": "#1f77b4",
+    "lap_flip": "#aec7e8",
+    "signnet": "#2ca02c",
+    "rwse": "#ff7f0e",
+    "spd": "#9467bd",
+    "static_laplacian": "#1f77b4",
+    "lstep": "#d62728",
 }
 
 #: Colours for names without one in :data:`ENCODING_COLORS`, picked by a stable hash.

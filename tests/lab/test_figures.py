@@ -140,3 +140,20 @@ def test_task_and_separation_lines_take_their_encodings_colours() -> None:
     }
     (ax,) = figures.separation_over_time(traces).axes
     assert line_colors(ax) == {name: encoding_color(name) for name in ("lstep", "none")}
+
+
+def test_bars_per_encoding_take_the_encodings_colours_and_labels_fit() -> None:
+    from matplotlib.colors import to_hex
+
+    names = ("none", "learned_1d", "sinusoidal_2d", "rope_2d")
+    rows = [
+        {"experiment": "vit", "encoding": name, "seed": seed, "accuracy": 0.9 + 0.01 * seed}
+        for name in names
+        for seed in (0, 1)
+    ]
+    fig = figures.vit_accuracy(rows)
+    (ax,) = fig.axes
+    assert [to_hex(bar.get_facecolor()[:3]) for bar in ax.patches] == [
+        encoding_color(name) for name in names
+    ]
+    assert tick_label_overlaps(fig) == []

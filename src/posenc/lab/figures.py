@@ -199,7 +199,7 @@ def encoding_bars(
     ax = fig.add_subplot()
     names = list(by_encoding)
     means = [sum(v) / len(v) for v in by_encoding.values()]
-    ax.bar(names, means, color="tab:blue", alpha=0.6)
+    ax.bar(names, means, color=[encoding_color(name) for name in names], alpha=0.6)
     for index, values in enumerate(by_encoding.values()):
         ax.plot([index] * len(values), values, "k.", ms=6)
     if means and unit:
