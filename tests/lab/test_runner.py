@@ -314,7 +314,24 @@ def test_check_pos_kwargs_builds_on_the_meta_device_and_keeps_the_random_state()
 
 
 def test_an_encoding_that_cannot_be_built_on_meta_is_judged_on_the_cpu() -> None:
-    """YaRN mixes a CPU constant into its meta frequencies; its arguments still decide."""
+    """A constructor mixing a CPU constant into a tensor of the default (meta) device fails
+    for the device, not its arguments: trial_build builds it again on the CPU."""
+    import torch
+
+    from posenc.lab.runner import trial_build
+
+    def mixes_devices() -> None:
+        torch.zeros(2) + torch.zeros(2, device="cpu")  # meta + cpu: RuntimeError on meta
+
+    trial_build(mixes_devices)  # judged on the CPU, where it builds
+
+    def bad_arguments() -> None:
+        mixes_devices()
+        raise ValueError("factor must be ≥ 1")
+
+    with pytest.raises(ValueError, match="factor"):
+        trial_build(bad_arguments)
+    # YaRN itself builds on the meta device now; its arguments decide there
     from posenc.lab.experiments.extrapolate import ExtrapolateConfig
 
     yarn = {"type": "yarn", "factor": 2.0, "original_max_position_embeddings": 64}

@@ -527,3 +527,15 @@ def test_scaling_types_is_the_table_the_conversion_reads() -> None:
         assert issubclass(cls, Scaling) and cls.type_name == name
     types.clear()  # a copy: the conversion's table is untouched
     assert isinstance(scaling_from_dict({"type": "linear", "factor": 2.0}), Scaling)
+
+
+def test_yarn_frequencies_ignore_a_default_meta_device() -> None:
+    # The frequencies are constants built in float64 on the CPU: a model built under
+    # `with torch.device("meta")` must get the same ones (the ramp once took the default
+    # device and mixed a meta index into CPU frequencies).
+    scaling = YaRN(factor=4.0, original_max_position_embeddings=64)
+    expected = scaling.inv_freq(32, 10000.0)
+    with torch.device("meta"):
+        got = scaling.inv_freq(32, 10000.0)
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)

@@ -377,7 +377,7 @@ class YaRN(Scaling):
         if low == high:
             high += 0.001  # HF's guard against the singular ramp
         theta = rope_inv_freq(rotary_dim, base)
-        index = torch.arange(rotary_dim // 2, dtype=torch.float64)
+        index = torch.arange(rotary_dim // 2, dtype=torch.float64, device=theta.device)
         ramp = ((index - low) / (high - low)).clamp(0.0, 1.0)  # 0: keep θ, 1: θ / s
         return theta / factor * ramp + theta * (1.0 - ramp)
 
