@@ -25,6 +25,8 @@ import ast
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+import pytest
+
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "posenc"
 
@@ -265,3 +267,24 @@ def test_layers_import_downward_only() -> None:
         if layer_of(target) > layer_of(module)
     ]
     assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
+
+
+def test_the_package_loads_its_names_on_first_use() -> None:
+    """``import posenc`` (what the ``posenc`` command runs first) imports no torch; every
+    public name still resolves, to the object its module defines."""
+    import importlib
+    import subprocess
+    import sys
+
+    import posenc
+
+    assert set(posenc.__all__) == set(posenc._EXPORTS)
+    for name, module in posenc._EXPORTS.items():
+        assert getattr(posenc, name) is getattr(importlib.import_module(module), name)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        posenc.Nope  # noqa: B018
+    probe = (
+        "import sys, posenc, posenc.cli; posenc.cli.build_parser(); print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

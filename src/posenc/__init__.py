@@ -12,35 +12,78 @@ The public API, by where an encoding enters attention:
 
 Attention and models: :class:`Attention`, :class:`KVCache`, :class:`DecoderLM`,
 :class:`EncoderClassifier`, :class:`ModelConfig`, :func:`build_encoding`.
+
+The names load on first use (PEP 562): ``import posenc`` does not import torch, so that the
+``posenc`` command starts in a fraction of a second; ``from posenc import X`` is unchanged.
 """
 
-from posenc.additive import (
-    LearnedPositionalEmbedding,
-    ScaledSinusoidalEncoding,
-    SinusoidalEncoding,
-    sinusoidal_encoding,
-)
-from posenc.attention import Attention, KVCache, attend
-from posenc.base import (
-    AdditiveEncoding,
-    BiasEncoding,
-    ContextualEncoding,
-    NoPE,
-    PositionalEncoding,
-    RotaryEncoding,
-)
-from posenc.bias import AlibiBias, ShawRelative, T5RelativeBias, TransformerXLRelative
-from posenc.model import DecoderLM, EncoderClassifier, ModelConfig
-from posenc.positions import (
-    document_mask,
-    packed_positions,
-    positions_from_length,
-    positions_from_padding_mask,
-)
-from posenc.registry import ModelDims, build_encoding, list_encodings
-from posenc.rotary import RotaryEmbedding, apply_rotary, permute_rotary_weight
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from posenc.additive import (
+        LearnedPositionalEmbedding,
+        ScaledSinusoidalEncoding,
+        SinusoidalEncoding,
+        sinusoidal_encoding,
+    )
+    from posenc.attention import Attention, KVCache, attend
+    from posenc.base import (
+        AdditiveEncoding,
+        BiasEncoding,
+        ContextualEncoding,
+        NoPE,
+        PositionalEncoding,
+        RotaryEncoding,
+    )
+    from posenc.bias import AlibiBias, ShawRelative, T5RelativeBias, TransformerXLRelative
+    from posenc.model import DecoderLM, EncoderClassifier, ModelConfig
+    from posenc.positions import (
+        document_mask,
+        packed_positions,
+        positions_from_length,
+        positions_from_padding_mask,
+    )
+    from posenc.registry import ModelDims, build_encoding, list_encodings
+    from posenc.rotary import RotaryEmbedding, apply_rotary, permute_rotary_weight
 
 __version__ = "0.1.0"
+
+#: public name -> the module that defines it
+_EXPORTS = {
+    "LearnedPositionalEmbedding": "posenc.additive",
+    "ScaledSinusoidalEncoding": "posenc.additive",
+    "SinusoidalEncoding": "posenc.additive",
+    "sinusoidal_encoding": "posenc.additive",
+    "Attention": "posenc.attention",
+    "KVCache": "posenc.attention",
+    "attend": "posenc.attention",
+    "AdditiveEncoding": "posenc.base",
+    "BiasEncoding": "posenc.base",
+    "ContextualEncoding": "posenc.base",
+    "NoPE": "posenc.base",
+    "PositionalEncoding": "posenc.base",
+    "RotaryEncoding": "posenc.base",
+    "AlibiBias": "posenc.bias",
+    "ShawRelative": "posenc.bias",
+    "T5RelativeBias": "posenc.bias",
+    "TransformerXLRelative": "posenc.bias",
+    "DecoderLM": "posenc.model",
+    "EncoderClassifier": "posenc.model",
+    "ModelConfig": "posenc.model",
+    "document_mask": "posenc.positions",
+    "packed_positions": "posenc.positions",
+    "positions_from_length": "posenc.positions",
+    "positions_from_padding_mask": "posenc.positions",
+    "ModelDims": "posenc.registry",
+    "build_encoding": "posenc.registry",
+    "list_encodings": "posenc.registry",
+    "RotaryEmbedding": "posenc.rotary",
+    "apply_rotary": "posenc.rotary",
+    "permute_rotary_weight": "posenc.rotary",
+}
 
 __all__ = [
     "AdditiveEncoding",
@@ -73,4 +116,17 @@ __all__ = [
     "positions_from_length",
     "positions_from_padding_mask",
     "sinusoidal_encoding",
-]
+]  # the keys of _EXPORTS (tests/test_imports.py checks)
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module on first access (then cache the name here)."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'posenc' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
