@@ -76,6 +76,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "posenc.viz_grids",
             "posenc.viz_segments",
             "posenc.viz_graph",
+            "posenc.viz_rope",
             "posenc.viz_base",
             "posenc.checks",
             "posenc.checks_graph",
