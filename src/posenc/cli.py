@@ -354,7 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_bench)
-    p = sub.add_parser("report", help="write RUN_DIR/report.html from RUN_DIR/results.csv")
+    p = sub.add_parser(
+        "report",
+        help="write RUN_DIR/report.html from the runs it holds (RUN_DIR and each sub-folder "
+        "with a results.csv)",
+    )
     p.add_argument("run_dir", help="a run folder")
     p.set_defaults(func=_cmd_report)
     return parser
