@@ -13,7 +13,10 @@ experiments (:mod:`posenc.lab.experiments`).
 * :mod:`~posenc.lab.data.graphs`: the CSL graphs (circular skip links) with Benchmarking
   GNNs' folds, and random 3-regular graphs labelled with their triangle counts;
 * :mod:`~posenc.lab.data.temporal`: timed edge streams: uploader → package events of the
-  Debian changelogs on the machine, and a synthetic stream of drifting communities.
+  Debian changelogs on the machine, and a synthetic stream of drifting communities;
+* :mod:`~posenc.lab.data.scenes`: rendered grid scenes with an instruction naming an object
+  and the action chunk reaching it (a small VLA task), and the position ids of its token
+  layout under each numbering (flat, Qwen2-VL M-RoPE, max + 1, a separate action axis).
 
 Every sequence source yields :class:`~posenc.lab.batch.Batch` rows that are a pure function
 of ``(seed, step)``; the graph sources are whole datasets, a pure function of their
