@@ -10,6 +10,8 @@ experiments (:mod:`posenc.lab.experiments`).
 * :mod:`~posenc.lab.data.passkey`: passkey retrieval on the byte-level corpus, its scoring
   and the passkey mix a base trains on;
 * :mod:`~posenc.lab.data.digits`: sklearn's 8×8 handwritten digits for the ViT experiments;
+* :mod:`~posenc.lab.data.moving_digits`: those digits moving (bouncing) over a canvas,
+  videos labelled digit × direction, and their tubelet tokens with (t, h, w) positions;
 * :mod:`~posenc.lab.data.audio`: synthetic keyword spotting, tone and chirp words in noise
   as log-magnitude spectrograms, viewed as 1D frames or 2D time × frequency patches;
 * :mod:`~posenc.lab.data.graphs`: the CSL graphs (circular skip links) with Benchmarking
