@@ -159,3 +159,17 @@ def test_bad_encoding_and_attention_are_named():
         _model("none", attention="sparse")
     with pytest.raises(ValueError, match="encoding"):
         graph_tensors(_mixed_graphs(), torch.zeros(6), "laplace", k=4, steps=4)
+
+
+def test_seed_means_average_each_seeds_folds_and_mark_a_missing_cell():
+    from posenc.lab.tables import seed_means
+
+    rows = [
+        {"encoding": "lap", "seed": 0, "fold": 0, "acc": 0.5, "val": 1.0},
+        {"encoding": "lap", "seed": 0, "fold": 1, "acc": 1.0, "val": None},
+        {"encoding": "rwse", "seed": 0, "fold": 0, "acc": 0.25, "val": 0.5},
+    ]
+    assert seed_means(rows, ("acc", "val")) == [
+        {"encoding": "lap", "seed": 0, "acc": 0.75, "val": None},
+        {"encoding": "rwse", "seed": 0, "acc": 0.25, "val": 0.5},
+    ]

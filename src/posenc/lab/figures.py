@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from posenc.lab.tables import seed_means
 from posenc.viz_base import (
     encoding_color,
     label_line_ends,
@@ -190,11 +191,10 @@ def encoding_bars(
 ) -> Figure:
     """``value`` per encoding: a bar at the mean over seeds, a dot per seed (a seed's rows,
     e.g. its folds, averaged first). ``unit``: the value lies in [0, 1] (accuracy)."""
-    per_seed: dict[str, dict[Any, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for row in rows:
-        if row.get("experiment") == experiment and _finite(row.get(value)):
-            per_seed[row["encoding"]][row.get("seed")].append(float(row[value]))
-    by_encoding = {e: [sum(v) / len(v) for v in seeds.values()] for e, seeds in per_seed.items()}
+    finite = [r for r in rows if r.get("experiment") == experiment and _finite(r.get(value))]
+    by_encoding: dict[str, list[float]] = defaultdict(list)
+    for mean in seed_means(finite, (value,)):
+        by_encoding[mean["encoding"]].append(mean[value])
     fig = _figure(figsize=(6, 3.4), layout="constrained")
     ax = fig.add_subplot()
     names = list(by_encoding)

@@ -54,7 +54,7 @@ from posenc.graph import (
 )
 from posenc.lab.claims import aggregate, format_mean_std
 from posenc.lab.runner import check_seeds
-from posenc.lab.tables import text_table
+from posenc.lab.tables import seed_means, text_table
 
 __all__ = [
     "GRAPH_ENCODINGS",
@@ -345,13 +345,7 @@ def encoding_table(
 ) -> str:
     """One line per encoding: ``value`` × ``scale`` as mean ± std over seeds of each seed's
     mean over its folds (rows without a ``fold`` are one fold)."""
-    per_seed: dict[tuple[object, object], list[float]] = {}
-    for row in rows:
-        per_seed.setdefault((row["encoding"], row.get("seed")), []).append(float(row[value]))  # type: ignore[arg-type]
-    means = [
-        {"encoding": encoding, "seed": seed, value: scale * sum(v) / len(v)}
-        for (encoding, seed), v in per_seed.items()
-    ]
+    means = [{**mean, value: scale * mean[value]} for mean in seed_means(rows, (value,))]
     body = [
         [str(group["encoding"]), format_mean_std(group["mean"], group["std"], digits=2)]
         for group in aggregate(means, ("encoding",), value)

@@ -43,7 +43,7 @@ from posenc.lab import figures
 from posenc.lab.claims import aggregate, format_mean_std
 from posenc.lab.gather import RunFolder, gather
 from posenc.lab.run import atomic_write_text, read_metrics
-from posenc.lab.tables import depth_means, length_label, pivot, seed_note, with_variant
+from posenc.lab.tables import depth_means, length_label, pivot, seed_means, seed_note, with_variant
 
 __all__ = ["write_report"]
 
@@ -241,26 +241,11 @@ def _lm_tables(rows: Sequence[Row]) -> list[Table]:
     return _per_encoding(rows, "Validation loss per positional encoding", values)
 
 
-def _seed_means(rows: Sequence[Row], values: Sequence[str]) -> list[Row]:
-    """One row per (encoding, seed): ``values`` averaged over the seed's rows (its folds)."""
-    groups: dict[tuple[Any, Any], list[Row]] = {}
-    for row in rows:
-        groups.setdefault((row.get("encoding"), row.get("seed")), []).append(row)
-    means = []
-    for (encoding, seed), group in groups.items():
-        mean: Row = {"encoding": encoding, "seed": seed}
-        for value in values:
-            cells = [float(r[value]) for r in group if _has([r], value)]
-            mean[value] = sum(cells) / len(cells) if len(cells) == len(group) else None
-        means.append(mean)
-    return means
-
-
 def _csl_tables(rows: Sequence[Row]) -> list[Table]:
     values = [("test accuracy", "test_accuracy", 4), ("val accuracy", "val_accuracy", 4)]
     folds = len({row.get("fold") for row in rows})
     caption = f"Test accuracy per graph encoding (each seed: the mean of {folds} fold(s))"
-    return _per_encoding(_seed_means(rows, [v for _, v, _ in values]), caption, values)
+    return _per_encoding(seed_means(rows, [v for _, v, _ in values]), caption, values)
 
 
 def _triangles_tables(rows: Sequence[Row]) -> list[Table]:

@@ -17,6 +17,7 @@ __all__ = [
     "depth_means",
     "length_label",
     "pivot",
+    "seed_means",
     "seed_note",
     "text_table",
     "with_variant",
@@ -72,6 +73,22 @@ def text_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
         )
 
     return "\n".join(fmt(line) for line in [header, *body])
+
+
+def seed_means(rows: Sequence[Row], values: Sequence[str]) -> list[Row]:
+    """One row per (encoding, seed), in order of first appearance: each of ``values``
+    averaged over that seed's rows (its folds); ``None`` when a row's cell is missing."""
+    groups: dict[tuple[Any, Any], list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row.get("encoding"), row.get("seed")), []).append(row)
+    means = []
+    for (encoding, seed), group in groups.items():
+        mean: Row = {"encoding": encoding, "seed": seed}
+        for value in values:
+            cells = [float(r[value]) for r in group if r.get(value) not in (None, "")]
+            mean[value] = sum(cells) / len(cells) if len(cells) == len(group) else None
+        means.append(mean)
+    return means
 
 
 def seed_note(rows: Sequence[Row]) -> str:
