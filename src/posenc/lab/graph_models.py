@@ -108,11 +108,19 @@ class GraphTensors:
 
 
 def _pad(rows: Sequence[Tensor], width: int, fill: float = 0.0) -> Tensor:
-    """Stack per-graph ``(n, ...)`` (or ``(n, n, ...)`` when ``square``) tensors padded to
-    ``width`` nodes."""
+    """Stack per-graph ``(n, ...)`` tensors padded to ``width`` nodes with ``fill``."""
     out = rows[0].new_full((len(rows), width, *rows[0].shape[1:]), fill)
     for index, row in enumerate(rows):
         out[index, : row.shape[0]] = row
+    return out
+
+
+def _pad_square(matrices: Sequence[Tensor], width: int, fill: float) -> Tensor:
+    """Stack per-graph ``(n, n)`` matrices padded to ``(width, width)`` with ``fill``."""
+    out = matrices[0].new_full((len(matrices), width, width), fill)
+    for index, matrix in enumerate(matrices):
+        n = matrix.shape[0]
+        out[index, :n, :n] = matrix
     return out
 
 
@@ -125,27 +133,18 @@ def graph_tensors(
         raise ValueError(f"encoding must be one of {GRAPH_ENCODINGS}, got {encoding!r}")
     width = max(g.num_nodes for g in graphs)
     mask = _pad([torch.ones(g.num_nodes, dtype=torch.bool) for g in graphs], width, False)
-    neighbours = torch.zeros(len(graphs), width, width, dtype=torch.bool)
-    for index, g in enumerate(graphs):
-        a = g.adjacency()[0] != 0
-        neighbours[index, : g.num_nodes, : g.num_nodes] = a | torch.eye(
-            g.num_nodes, dtype=torch.bool
-        )
-    data = GraphTensors(mask, targets, neighbours=neighbours)
+    adjacency = [g.adjacency()[0] for g in graphs]  # dense float64, once per graph
+    neighbours = [(a != 0) | torch.eye(len(a), dtype=torch.bool) for a in adjacency]
+    data = GraphTensors(mask, targets, neighbours=_pad_square(neighbours, width, False))
     if encoding in ("lap", "lap_flip", "signnet"):
         eigen = _pad([laplacian_pe(g, k).positions().float() for g in graphs], width)
         data = replace(data, eigen=eigen)
     if encoding == "signnet":
-        adjacency = torch.zeros(len(graphs), width, width)
-        for index, g in enumerate(graphs):
-            adjacency[index, : g.num_nodes, : g.num_nodes] = g.adjacency(torch.float32)[0]
-        data = replace(data, adjacency=adjacency)
+        data = replace(data, adjacency=_pad_square([a.float() for a in adjacency], width, 0.0))
     if encoding == "rwse":
         data = replace(data, walks=_pad([random_walk_pe(g, steps).float() for g in graphs], width))
     if encoding == "spd":
-        distance = torch.full((len(graphs), width, width), -1, dtype=torch.long)
-        for index, g in enumerate(graphs):
-            distance[index, : g.num_nodes, : g.num_nodes] = hop_distances(g)[0]
+        distance = _pad_square([hop_distances(g)[0] for g in graphs], width, -1)
         data = replace(data, distance=distance)
     return data
 
