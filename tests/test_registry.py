@@ -104,7 +104,7 @@ def test_sequence_encodings_ignore_the_grid() -> None:
             build_encoding(spec.name, IMAGE)  # a grid is never required by a 1D encoding
 
 
-@pytest.mark.parametrize("grid", [(4,), (0, 4), (4, 2.5), "44", 4])
+@pytest.mark.parametrize("grid", [(), (0, 4), (4, 2.5), "44", 4, (1, 2, 3, 4)])
 def test_bad_grid_raises_naming_grid(grid: object) -> None:
     with pytest.raises(ValueError, match="grid"):
         ModelDims(dim=32, num_heads=4, grid=grid)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
+from posenc.attention import hooks_of
 from posenc.model import DecoderLM, ModelConfig
 from posenc.multimodal import IMAGE, TEXT, mrope_position_ids
 from posenc.registry import ModelDims, build_encoding, list_encodings
@@ -67,3 +68,18 @@ def test_mrope_model_reads_image_positions_and_decodes_after_them() -> None:
         step = model(tokens[:, 8:], cache=cache)  # continues at max + 1 on every axis
     assert not torch.allclose(full[:, :8], text_only)  # the image's grid positions count
     assert_close(step, full[:, 8:], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["sinusoidal_grid", "rope_axial", "learned_factorized"])
+def test_grid_encodings_read_one_axis_per_entry_of_a_video_grid(name: str) -> None:
+    """A (time, height, width) grid gives the N-axis grid encodings three position axes."""
+    encoding = build_encoding(name, ModelDims(dim=48, num_heads=4, grid=(2, 3, 4), causal=False))
+    assert hooks_of(encoding).num_axes == 3
+
+
+@pytest.mark.parametrize("name", ["sinusoidal_2d", "rope_2d", "rope_mixed", "learned_2d"])
+def test_two_dimensional_encodings_refuse_a_video_grid_naming_it(name: str) -> None:
+    dims = ModelDims(dim=48, num_heads=4, grid=(2, 3, 4), causal=False)
+    with pytest.raises(ValueError, match=r"grid must be \(height, width\) for this 2D encoding"):
+        build_encoding(name, dims)
+

@@ -52,8 +52,12 @@ class ModelDims:
             biases.
         grid: the patch grid ``(height, width)`` of an image model, whose tokens are the
             patches in row-major order (token ``t`` at row ``t // width``, column
-            ``t % width``); None for a sequence model. 2D encodings
-            (:attr:`EncodingSpec.needs_grid`) take their height and width from it.
+            ``t % width``), ``(time, height, width)`` of a video model, or one axis (the
+            frames of a signal); None for a sequence model. Grid encodings
+            (:attr:`EncodingSpec.needs_grid`) take their sizes from it: those defined on
+            any number of axes (``sinusoidal_grid``, ``rope_axial``, ``learned_factorized``)
+            read one axis per entry, the 2D ones (``sinusoidal_2d``, ``rope_2d``,
+            ``rope_mixed``, ``learned_2d``) refuse a grid of other than two axes.
         vocab_size: the model's token vocabulary, for encodings that read token ids
             (complex-order embeddings replace the token embedding); None when unknown.
 
@@ -67,7 +71,7 @@ class ModelDims:
     head_dim: int | None = None
     max_seq_len: int = 1024
     causal: bool = True
-    grid: tuple[int, int] | None = None
+    grid: tuple[int, ...] | None = None
     vocab_size: int | None = None
 
     def __post_init__(self) -> None:
@@ -76,11 +80,14 @@ class ModelDims:
         if self.grid is None:
             return
         if isinstance(self.grid, (str, bytes)) or not isinstance(self.grid, (tuple, list)):
-            raise ValueError(f"grid must be None or (height, width), got {self.grid!r}")
-        if len(self.grid) != 2:
-            raise ValueError(f"grid must be None or (height, width), got {self.grid!r}")
-        height, width = (check_positive_int(f"grid[{i}]", n) for i, n in enumerate(self.grid))
-        object.__setattr__(self, "grid", (height, width))  # JSON gives a list
+            raise ValueError(f"grid must be None or 1 to 3 axis sizes, got {self.grid!r}")
+        if not 1 <= len(self.grid) <= 3:
+            raise ValueError(
+                f"grid must be None or 1 to 3 axis sizes ((height, width); (time, height, "
+                f"width)), got {self.grid!r}"
+            )
+        sizes = tuple(check_positive_int(f"grid[{i}]", n) for i, n in enumerate(self.grid))
+        object.__setattr__(self, "grid", sizes)  # JSON gives a list
 
     @property
     def resolved_head_dim(self) -> int:
@@ -207,15 +214,22 @@ def _segmented(name: str) -> Callable[..., PositionalEncoding]:
 
 
 def _grid(d: ModelDims) -> dict[str, int]:
-    """``height`` and ``width`` of a grid encoding, from ``dims.grid``."""
+    """``height`` and ``width`` of a 2D grid encoding, from ``dims.grid``; ``ValueError``
+    naming ``grid`` for a grid of other than two axes."""
+    grid = _grid_size(d)
+    if len(grid) != 2:
+        raise ValueError(
+            f"grid must be (height, width) for this 2D encoding, got {grid}; encodings on "
+            "any number of axes: sinusoidal_grid, rope_axial, learned_factorized"
+        )
+    return {"height": grid[0], "width": grid[1]}
+
+
+def _grid_size(d: ModelDims) -> tuple[int, ...]:
+    """``dims.grid`` (every axis)."""
     if d.grid is None:  # build_encoding checks first; this guards a direct from_dims call
         raise ValueError("grid is required: set ModelDims.grid = (height, width)")
-    return {"height": d.grid[0], "width": d.grid[1]}
-
-
-def _grid_size(d: ModelDims) -> tuple[int, int]:
-    grid = _grid(d)
-    return (grid["height"], grid["width"])
+    return d.grid
 
 
 def _coordinate_axes(d: ModelDims) -> int:
@@ -505,7 +519,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "a learned table over the patch grid (row-major), resampled to a new grid bicubically "
         "as timm's resample_abs_pos_embed (needs a grid)",
         lambda: _additive().LearnedGrid,
-        lambda d: {"size": _grid_size(d), "dim": d.dim},
+        lambda d: {"size": tuple(_grid(d).values()), "dim": d.dim},
         needs_grid=True,
     ),
     EncodingSpec(
@@ -552,7 +566,11 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "learnable per-head frequencies over row and column, one set per layer "
         "(MultiAxisRotary.mixed) (needs a grid)",
         lambda: _rotary().MultiAxisRotary.mixed,
-        lambda d: {"head_dim": d.resolved_head_dim, "num_heads": d.num_heads},
+        lambda d: (
+            {"head_dim": d.resolved_head_dim, "num_heads": d.num_heads}
+            if _grid(d)  # (row, column) only: refuses another grid naming it
+            else {}
+        ),
         needs_grid=True,
     ),
     EncodingSpec(
