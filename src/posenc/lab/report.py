@@ -25,6 +25,7 @@ written to ``RUN_DIR/figures/``. Tables wrap to the page width; only the raw row
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import json
@@ -40,6 +41,7 @@ from typing import Any
 import torch
 
 from posenc.lab import figures
+from posenc.lab.atlas import atlas_figure, atlas_pivot
 from posenc.lab.claims import aggregate, format_mean_std
 from posenc.lab.gather import RunFolder, gather
 from posenc.lab.run import atomic_write_text, read_metrics
@@ -241,6 +243,23 @@ def _lm_tables(rows: Sequence[Row]) -> list[Table]:
     return _per_encoding(rows, "Validation loss per positional encoding", values)
 
 
+#: The signal domains of the atlas (:mod:`posenc.lab.atlas`) and their headings.
+_ATLAS = {
+    "audio": "Audio: keyword spotting on spectrograms",
+    "video": "Video: moving digits",
+    "vla": "Vision-language-action: grid scenes",
+}
+
+
+def _atlas_tables(name: str, heading: str, rows: Sequence[Row]) -> list[Table]:
+    header, body = atlas_pivot(rows, name)
+    return [(f"{heading}; accuracy, {seed_note(rows)}", header, body)] if header else []
+
+
+def _atlas_figure(name: str, heading: str, rows: Sequence[Row]) -> Any:
+    return atlas_figure(rows, name, heading)
+
+
 def _csl_tables(rows: Sequence[Row]) -> list[Table]:
     values = [("test accuracy", "test_accuracy", 4), ("val accuracy", "val_accuracy", 4)]
     folds = len({row.get("fold") for row in rows})
@@ -306,6 +325,14 @@ _SECTIONS: dict[
         _temporal_links_tables,
         [("temporal_links.png", figures.temporal_link_precision)],
     ),
+    **{
+        name: (
+            heading,
+            functools.partial(_atlas_tables, name, heading),
+            [(f"{name}.png", functools.partial(_atlas_figure, name, heading))],
+        )
+        for name, heading in _ATLAS.items()
+    },
 }
 
 

@@ -1,0 +1,99 @@
+"""The atlas: one table and one figure per signal domain, from rows of one shape.
+
+The audio, video and VLA experiments write rows with
+
+* ``experiment`` (the domain), ``encoding`` (the name the table shows; an experiment that
+  compares token layouts too adds ``layout``), ``seed``;
+* ``condition`` (an integer, the test condition's order: 0 = as trained, then further from
+  the training data) and ``condition_label`` (what the column says, e.g. ``"2 s"``);
+* ``in_distribution`` (True for the trained condition) and ``accuracy``.
+
+:func:`atlas_table` pivots them (encoding × condition, mean ± std over seeds) and
+:func:`atlas_figure` draws accuracy against the condition, one line per encoding, the
+seeds' spread shaded; the report (:mod:`posenc.lab.report`) shows both for each domain.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from posenc.lab.tables import pivot, seed_note, text_table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["atlas_figure", "atlas_pivot", "atlas_table", "condition_labels"]
+
+Row = dict[str, Any]
+
+
+def _index(rows: Sequence[Row]) -> list[str]:
+    return ["layout", "encoding"] if any("layout" in row for row in rows) else ["encoding"]
+
+
+def condition_labels(rows: Sequence[Row]) -> dict[int, str]:
+    """Condition order → its label (the trained one marked)."""
+    labels: dict[int, str] = {}
+    for row in rows:
+        label = str(row["condition_label"])
+        labels[int(row["condition"])] = label + (" (trained)" if row["in_distribution"] else "")
+    return labels
+
+
+def atlas_pivot(rows: Sequence[Row], experiment: str) -> tuple[list[str], list[list[str]]]:
+    """``(header, body)`` of ``experiment``'s rows: accuracy per encoding (and layout) and
+    test condition, mean ± std over seeds."""
+    selected = [row for row in rows if row.get("experiment") == experiment]
+    if not selected:
+        return [], []
+    labels = condition_labels(selected)
+    return pivot(
+        selected, _index(selected), "condition", "accuracy", digits=3, label=lambda c: labels[c]
+    )
+
+
+def atlas_table(rows: Sequence[Row], experiment: str, title: str) -> str:
+    """The pivot as text, titled, with how many seeds each cell summarizes."""
+    header, body = atlas_pivot(rows, experiment)
+    if not header:
+        return ""
+    selected = [row for row in rows if row.get("experiment") == experiment]
+    return f"{title}; accuracy, {seed_note(selected)}\n" + text_table(header, body)
+
+
+def atlas_figure(rows: Sequence[Row], experiment: str, title: str) -> Figure:
+    """Accuracy against the test condition, one line per encoding (and layout): the mean over
+    seeds, the range of the seeds shaded; the trained condition is the first column."""
+    from posenc.lab.figures import _figure
+    from posenc.viz_base import encoding_color
+
+    selected = [row for row in rows if row.get("experiment") == experiment]
+    labels = condition_labels(selected)
+    index = _index(selected)
+    series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in selected:
+        name = " / ".join(str(row[k]) for k in index)
+        series[name][int(row["condition"])].append(float(row["accuracy"]))
+    fig = _figure(figsize=(7, 3.8), layout="constrained")
+    ax = fig.add_subplot()
+    conditions = sorted(labels)
+    for name, by_condition in series.items():
+        xs = [c for c in conditions if by_condition.get(c)]
+        means = [sum(by_condition[c]) / len(by_condition[c]) for c in xs]
+        color = encoding_color(name.split(" / ")[-1])
+        style = "--" if index == ["layout", "encoding"] and name.startswith(_first(series)) else "-"
+        ax.plot(xs, means, style, marker="o", ms=4, color=color, label=name)
+        low = [min(by_condition[c]) for c in xs]
+        high = [max(by_condition[c]) for c in xs]
+        ax.fill_between(xs, low, high, color=color, alpha=0.12, lw=0)
+    ax.set_xticks(conditions, [labels[c] for c in conditions], fontsize=8)
+    ax.set(ylabel="accuracy (line: mean, band: seeds)", title=title)
+    ax.legend(fontsize=7, ncols=2)
+    return fig
+
+
+def _first(series: dict[str, Any]) -> str:
+    """The first layout's name (drawn dashed when an experiment compares layouts)."""
+    return next(iter(series)).split(" / ")[0]
