@@ -24,6 +24,7 @@ from posenc.lab.claims import (
     ratio_at,
     value_at,
 )
+from posenc.lab.signal_claims import SIGNAL_CLAIMS
 from posenc.lab.temporal_claims import TEMPORAL_LINK_CLAIMS
 
 __all__ = ["SEED_CLAIMS", "ZERO_SHOT", "claims_of"]
@@ -683,6 +684,7 @@ SEED_CLAIMS: tuple[Claim, ...] = (
     *_LONGCTX_CLAIMS,
     *TEMPORAL_LINK_CLAIMS,
     *_GRAPH_CLAIMS,
+    *SIGNAL_CLAIMS,
 )
 
 

@@ -62,6 +62,7 @@ from posenc.lab.data.digits import (
     load_digits_splits,
 )
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.seed_claims import claims_of
 from posenc.lab.train import TrainConfig, TrainResult, train
 from posenc.model import Block, ModelConfig, layer_encodings
 from posenc.positions import grid_coordinates
@@ -564,4 +565,5 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_vit_table,
     prepare=prepare_digits,
+    claims=claims_of("vit"),
 )
