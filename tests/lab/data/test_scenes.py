@@ -13,6 +13,7 @@ from posenc.lab.data.scenes import (
     MOVES,
     SHAPES,
     WORDS,
+    camera_views,
     image_patches,
     layout_position_ids,
     make_scenes,
@@ -110,6 +111,49 @@ def test_history_of_frames_separates_qwen2_vl_from_max_plus_one() -> None:
     assert qwen.kinds.tolist() == [3] * 12 + [0, 1]  # video, text, action
     later = layout_position_ids(2, 1, 1, "max_plus_one", frames=3).position_ids
     assert_close(later, torch.tensor([[*frames, 3, 4], [*rows, 3, 4], [*cols, 3, 4]]))
+
+
+def test_camera_views_move_whole_cells() -> None:
+    grid = 4
+    scenes = make_scenes(5, grid, seed=2)
+    views = camera_views(scenes.images, 4)
+    assert views.shape == (5, 4, 3, grid * CELL, grid * CELL)
+    assert_close(views[:, 0], scenes.images)
+    patches = image_patches(scenes.images).reshape(5, grid, grid, 3, CELL, CELL)
+    for view, (turn_cells, turn_pattern) in enumerate(
+        [
+            (lambda x: x, lambda x: x),
+            (lambda x: x.transpose(1, 2), lambda x: x.transpose(-1, -2)),
+            (lambda x: x.flip(1, 2), lambda x: x.flip(-1, -2)),
+            (lambda x: x.flip(1, 2).transpose(1, 2), lambda x: x.flip(-1, -2).transpose(-1, -2)),
+        ]
+    ):
+        seen = image_patches(views[:, view]).reshape(5, grid, grid, 3, CELL, CELL)
+        assert_close(seen, turn_pattern(turn_cells(patches)))
+    # the agent's dot is at the transposed cell in view 1
+    r, c = scenes.agent_cells[0].tolist()
+    assert views[0, 1, :, c * CELL + 1, r * CELL + 1].tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(ValueError, match="views"):
+        camera_views(scenes.images, 5)
+    with pytest.raises(ValueError, match="images"):
+        camera_views(scenes.images[:, :, :, :6], 2)
+
+
+def test_views_are_separate_images_numbered_as_qwen2_vl() -> None:
+    # two 2×2 views, a marker between them, 2 words, 1 action slot
+    view = [[0, 0, 0, 0], [0, 0, 1, 1], [0, 1, 0, 1]]
+    second = [[p + 3 for p in axis] for axis in view]  # after view 0 (2) and the marker (1)
+    expected = torch.tensor([[*a, 2, *b, 5, 6, 7] for a, b in zip(view, second, strict=True)])
+    laid = layout_position_ids(2, 2, 1, "qwen2_vl", views=2)
+    assert_close(laid.position_ids, expected)
+    assert laid.kinds.tolist() == [2] * 4 + [0] + [2] * 4 + [0, 0, 1]
+    assert_close(layout_position_ids(2, 2, 1, "flat", views=2).position_ids, torch.arange(12)[None])
+    action = layout_position_ids(2, 2, 2, "action_axis", views=2).position_ids
+    assert action[:3, -2:].tolist() == [[7, 7]] * 3 and action[3].tolist() == [0] * 11 + [1, 2]
+    with pytest.raises(ValueError, match="views"):
+        layout_position_ids(2, 2, 1, "max_plus_one", views=2)
+    with pytest.raises(ValueError, match="views"):
+        layout_position_ids(2, 2, 1, "flat", views=0)
 
 
 @pytest.mark.parametrize(

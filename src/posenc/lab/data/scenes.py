@@ -11,7 +11,10 @@ task of issue 26 point 4, where numberings of image patches, instruction and act
 are compared (:func:`layout_position_ids`) at the trained grid and instruction length and
 beyond them (a larger ``grid`` or ``instruction_length`` from the same :func:`make_scenes`).
 
-Image patch = one cell (:func:`image_patches`), so the image is ``G²`` tokens.
+Image patch = one cell (:func:`image_patches`), so the image is ``G²`` tokens. Several
+camera views of one scene (:func:`camera_views`: the grid as drawn, transposed, turned
+half a turn, ...) are several image blocks, numbered as separate images
+(``layout_position_ids(..., views=V)``).
 
 Example::
 
@@ -42,10 +45,12 @@ __all__ = [
     "FILLERS",
     "MOVES",
     "SHAPES",
+    "VIEWS",
     "WORDS",
     "Numbering",
     "SceneLayout",
     "Scenes",
+    "camera_views",
     "image_patches",
     "layout_position_ids",
     "make_scenes",
@@ -223,6 +228,35 @@ class SceneLayout:
     kinds: Tensor
 
 
+#: What each camera view does to the drawn grid (a symmetry of the square, so every view
+#: shows every cell): view ``v`` of :func:`camera_views` is ``VIEWS[v]``.
+VIEWS = ("front", "transposed", "half_turn", "anti_transposed")
+
+
+def camera_views(images: Tensor, views: int) -> Tensor:
+    """``views`` cameras on each scene: ``(count, 3, S, S)`` → ``(count, views, 3, S, S)``.
+
+    View 0 is the image as drawn; view 1 its transpose (rows ↔ columns); view 2 the image
+    turned half a turn; view 3 the transpose across the other diagonal (:data:`VIEWS`).
+    Each moves whole cells, so :func:`image_patches` of a view holds the same patches in
+    another order (a transposed view also transposes each cell's pattern).
+
+    Raises:
+        ValueError: naming ``views`` (1 to 4) or ``images`` (not square ``(count, 3, S, S)``).
+    """
+    if isinstance(views, bool) or not isinstance(views, int) or not 1 <= views <= len(VIEWS):
+        raise ValueError(f"views must be an integer in [1, {len(VIEWS)}], got {views!r}")
+    if images.dim() != 4 or images.shape[2] != images.shape[3]:
+        raise ValueError(f"images must be (count, channels, S, S), got {tuple(images.shape)}")
+    turned = [
+        images,
+        images.transpose(2, 3),
+        images.flip(2, 3),
+        images.flip(2, 3).transpose(2, 3),
+    ]
+    return torch.stack(turned[:views], dim=1)
+
+
 def layout_position_ids(
     grid: int,
     instruction_length: int,
@@ -230,11 +264,16 @@ def layout_position_ids(
     numbering: Numbering,
     *,
     frames: int = 1,
+    views: int = 1,
 ) -> SceneLayout:
     """Position ids of ``[image patches | instruction | action slots]`` under one numbering.
 
     The image is ``frames`` grids of ``G × G`` patches (one image, or a short history of
-    frames as a video run), frame-major then row-major. Numberings:
+    frames as a video run), frame-major then row-major. With ``views > 1`` camera views the
+    image part is ``[view 0 | marker | view 1 | marker | … | view V−1]``: one image block
+    per view, a text token (the vision-end marker Qwen-VL processors put between two images)
+    between two of them, so Qwen2-VL numbers each view from where the previous run ended
+    (view ``v`` at ``(v·(G + 1) + i, v·(G + 1) + r, v·(G + 1) + c)``). Numberings:
 
     * ``"flat"``: ``(1, seq)``, ``0, 1, …, seq − 1`` over everything;
     * ``"qwen2_vl"``: ``(3, seq)`` M-RoPE as Qwen2-VL numbers it
@@ -258,12 +297,18 @@ def layout_position_ids(
         ("instruction_length", instruction_length),
         ("action_length", action_length),
         ("frames", frames),
+        ("views", views),
     ):
         check_positive_int(name, value)
+    if views > 1 and numbering == "max_plus_one":
+        raise ValueError("views must be 1 for numbering 'max_plus_one' (a single vision block)")
     vision = ("image", (1, grid, grid)) if frames == 1 else ("video", (frames, grid, grid))
-    runs = [vision, ("text", instruction_length), ("action", action_length)]
+    runs: list[tuple[str, object]] = [vision]
+    for _ in range(views - 1):
+        runs += [("text", 1), vision]
+    runs += [("text", instruction_length), ("action", action_length)]
     ids, kinds = sequence_position_ids(runs, spatial_merge_size=1, version="qwen2_vl")
-    patches = frames * grid * grid
+    patches = views * frames * grid * grid + views - 1  # every token before the instruction
     if numbering == "flat":
         ids = torch.arange(ids.shape[1])[None]
     elif numbering == "max_plus_one":
