@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from posenc.lab.experiments import (
+    audio,
     bases,
     csl,
     extend,
@@ -58,5 +59,6 @@ for _module in (
     csl,
     triangles,
     temporal_links,
+    audio,
 ):
     register_experiment(_module.EXPERIMENT)
