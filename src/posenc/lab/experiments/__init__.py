@@ -24,6 +24,7 @@ from posenc.lab.experiments import (
     temporal_links,
     triangles,
     vit,
+    vla,
 )
 from posenc.lab.runner import Experiment
 
@@ -60,5 +61,6 @@ for _module in (
     triangles,
     temporal_links,
     audio,
+    vla,
 ):
     register_experiment(_module.EXPERIMENT)
