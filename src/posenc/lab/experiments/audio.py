@@ -146,7 +146,11 @@ class AudioConfig(SignalRunConfig):
         distractors: distractor tones per clip of ``durations_s[0]``; a clip ``r`` times longer
             holds ``round(r · distractors)`` (the same density).
         frames_per_token: spectrogram frames per token of the frames layout.
-        patch_frames, patch_bins: the patch of the patches layout (time × frequency).
+        patch_frames: frames (time) per patch of the patches layout.
+        patch_bins: frequency bins per patch of the patches layout.
+        dim: the transformer's width.
+        depth: transformer blocks.
+        num_heads: attention heads.
     """
 
     encodings: tuple[str, ...] = DEFAULT_ENCODINGS
