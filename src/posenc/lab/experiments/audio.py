@@ -263,7 +263,9 @@ def token_positions(num_axes: int, grid: tuple[int, ...]) -> Tensor:
     if num_axes == 1:
         return torch.arange(math.prod(grid))
     if num_axes != len(grid):
-        raise ValueError(f"num_axes must be 1 or the grid's {len(grid)} axes, got {num_axes}")
+        raise ValueError(
+            f"num_axes must be 1 (token index) or {len(grid)} (the grid axes), got {num_axes}"
+        )
     return grid_positions(*grid)
 
 
