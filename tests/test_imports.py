@@ -35,7 +35,7 @@ PACKAGE = "posenc"
 # * ``positions`` and ``base`` are one layer: ``base.py`` validates positions with
 #   ``positions.check_positions`` (DESIGN lists positions above base; the code has them the
 #   other way round, and neither may import anything higher). ``multimodal`` builds M-RoPE
-#   position ids: positions.
+#   position ids, ``multimodal_layouts`` VideoRoPE's and V2PE's: positions.
 # * ``attention.hooks`` is the duck-typed hook contract the encodings implement (DESIGN,
 #   "Hooks"): the segment methods and randomized positions read it, so it sits with ``base``
 #   although it lives in ``attention/``.
@@ -51,6 +51,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "posenc._validate",
             "posenc.positions",
             "posenc.multimodal",
+            "posenc.multimodal_layouts",
             "posenc.base",
             "posenc.attention.hooks",
         ),

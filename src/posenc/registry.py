@@ -263,12 +263,13 @@ def _dape(
     return DapeBias(dims.num_heads, built, hidden=hidden)
 
 
-def _mrope_sections(d: ModelDims) -> tuple[int, int, int]:
+def _mrope_sections(d: ModelDims, name: str = "mrope") -> tuple[int, int, int]:
     """Qwen2-VL's split of the ``head_dim / 2`` pairs between (time, row, column) at any
-    width: a quarter for time, the rest shared by row and column ([16, 24, 24] at 128)."""
+    width: a quarter for time, the rest shared by row and column ([16, 24, 24] at 128;
+    VideoRoPE's too)."""
     pairs = d.resolved_head_dim // 2
     if pairs < 3:
-        raise ValueError(f"mrope needs head_dim >= 6 (three axes), got {d.resolved_head_dim}")
+        raise ValueError(f"{name} needs head_dim >= 6 (three axes), got {d.resolved_head_dim}")
     spatial = (pairs - pairs // 4) // 2
     return pairs - 2 * spatial, spatial, spatial
 
@@ -582,6 +583,17 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "interleaved=True is Qwen3-VL's layout (MultiAxisRotary.mrope)",
         lambda: _rotary().MultiAxisRotary.mrope,
         lambda d: {"head_dim": d.resolved_head_dim, "sections": _mrope_sections(d)},
+        convert=_rope_kwargs,
+    ),
+    EncodingSpec(
+        "videorope",
+        "rotary",
+        "Wei et al. 2025 (VideoRoPE), https://arxiv.org/abs/2502.05173",
+        "M-RoPE's frequencies with time on the lowest and row/column interleaved on the "
+        "highest (positions (3, batch, seq), diagonal layout and temporal spacing from "
+        "posenc.multimodal_layouts.videorope_position_ids) (MultiAxisRotary.videorope)",
+        lambda: _rotary().MultiAxisRotary.videorope,
+        lambda d: {"head_dim": d.resolved_head_dim, "sections": _mrope_sections(d, "videorope")},
         convert=_rope_kwargs,
     ),
     EncodingSpec(

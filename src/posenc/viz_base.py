@@ -71,6 +71,7 @@ ENCODING_COLORS: dict[str, str] = {
     "rope_mixed": "#e377c2",
     "rope_2d": "#9467bd",
     "mrope": "#843c39",
+    "videorope": "#d6616b",
     # context extension (posenc.lab.experiments.extend / longctx), beside "rope" and the
     # segment methods
     "linear": "#1f77b4",

@@ -222,8 +222,8 @@ def test_patch_rejects_incompatible_ropes(rope: Any, match: str) -> None:
     assert not isinstance(model.model.rotary_emb, HFRotaryAdapter)
 
 
-def test_patch_rejects_models_without_one_rotary_emb() -> None:
-    with pytest.raises(ValueError, match="rotary_emb"):
+def test_patch_rejects_models_without_a_rotary_module() -> None:
+    with pytest.raises(ValueError, match="no rotary module"):
         patch_rotary(torch.nn.Linear(4, 4))
     with pytest.raises(ValueError, match="not patched"):
         unpatch_rotary(tiny_model("LlamaForCausalLM", None))

@@ -26,9 +26,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from posenc.integrations.hf_conventions import DEFAULT_IGNORES_PARTIAL
 from posenc.rotary.frequencies import rope_inv_freq
+from posenc.rotary.multi_axis import MultiAxisRotary
 from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import (
     DynamicNTK,
@@ -41,10 +43,14 @@ from posenc.rotary.scaling import (
 )
 
 __all__ = [
+    "DEFAULT_IGNORES_PARTIAL",
     "HFRotaryAdapter",
+    "attention_scale_from_config",
     "frequencies_from_config",
+    "mrope_from_config",
     "patch_rotary",
     "rope_from_config",
+    "rotary_modules",
     "to_rope_parameters",
     "unpatch_rotary",
 ]
@@ -74,14 +80,6 @@ _HF_KEY = {field: key for key, field in _FIELD.items()}
 _NOT_IN_ROPE_PARAMETERS = frozenset({"max_position_embeddings", "mode", "target_length", "dynamic"})
 # GPT-NeoX's legacy names; their defaults are model-specific (rotary_pct defaults to 0.25).
 _MODEL_ALIASES = frozenset({"rotary_pct", "rotary_emb_base"})
-#: Model types whose ``compute_default_rope_parameters`` ignores ``partial_rotary_factor``
-#: (checked in transformers 5.23.0). Every other model type, and every scaled rope type,
-#: rotates ``int(head_dim · partial_rotary_factor)`` channels (GPT-NeoX, Phi, GLM, ...).
-DEFAULT_IGNORES_PARTIAL = frozenset(
-    {"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma"}
-    | {"gemma2", "olmo", "olmo2", "granite", "starcoder2"}
-)
-
 
 # ------------------------------------------------------------------------- reading a config
 
@@ -95,6 +93,12 @@ class _HFRope:
     head_dim: int
     rotary_dim: int
     scaling: Scaling | None
+    #: PhiMoE's LongRoPE ``(short_mscale, long_mscale, L0)``: the attention factor by length.
+    mscales: tuple[float, float, int] | None = None
+    #: Ministral 3 / Mistral 4's query scale β (an attention temperature, not a RoPE key).
+    llama_4_scaling_beta: float | None = None
+    #: M-RoPE ``(mrope_section, interleaved)`` (Qwen2/2.5/3-VL, GLM-4V, ...).
+    mrope: tuple[tuple[int, ...], bool] | None = None
 
 
 def _get(config: Any, key: str) -> Any:
@@ -117,18 +121,49 @@ def _integer(key: str, value: Any) -> int:
     return value
 
 
-def _rope_dict(config: Any) -> dict[str, Any]:
-    """The flat rope dict, legacy ``rope_scaling`` or current ``rope_parameters``, with type."""
+def _raw_rope_dict(config: Any) -> dict[str, Any]:
     legacy, current = _get(config, "rope_scaling"), _get(config, "rope_parameters")
     for key, value in (("rope_scaling", legacy), ("rope_parameters", current)):
         if value is not None and not isinstance(value, Mapping):
             raise ValueError(f"{key} must be a dict or None, got {type(value).__name__}")
     if legacy and current and dict(legacy) != dict(current):
         raise ValueError("rope_scaling and rope_parameters are both set and differ; keep one")
-    params = dict(legacy or current or {})  # HF: rope_scaling wins over rope_parameters
-    nested = [k for k, v in params.items() if isinstance(v, Mapping)]
-    if nested:
-        raise ValueError(f"per-layer rope_parameters (keys {nested}) are not supported")
+    return dict(legacy or current or {})  # HF: rope_scaling wins over rope_parameters
+
+
+def _layer_types(config: Any) -> list[str]:
+    """The layer types of a nested per-layer-type ``rope_parameters`` (``{"full_attention":
+    {...}, "sliding_attention": {...}}``, Gemma 3, ModernBERT, OLMo 3, ...) that have a RoPE
+    (HF skips a ``None`` entry: that layer type has none); ``[]`` for a flat dict.
+
+    Nested means every value is a dict or ``None`` (HF: the keys are the config's
+    ``layer_types`` or ``_rope_type_labels``)."""
+    params = _raw_rope_dict(config)
+    values = list(params.values())
+    if not values or not any(isinstance(v, Mapping) for v in values):
+        return []
+    flat = [k for k, v in params.items() if not (v is None or isinstance(v, Mapping))]
+    if flat:
+        raise ValueError(
+            f"rope_parameters mixes per-layer-type dicts and flat keys {flat}; HF nests the "
+            "whole dict under the layer types"
+        )
+    return [k for k, v in params.items() if v is not None]
+
+
+def _rope_dict(config: Any, layer_type: str | None = None) -> dict[str, Any]:
+    """The flat rope dict (legacy ``rope_scaling`` or current ``rope_parameters``, the
+    ``layer_type`` entry of a nested one), with its type."""
+    types = _layer_types(config)
+    params = _raw_rope_dict(config)
+    if types or layer_type is not None:
+        if layer_type not in types:
+            raise ValueError(
+                f"layer_type must be one of the per-layer-type rope_parameters {types} "
+                f"(the config's rope_parameters are {'nested' if types else 'flat'}), got "
+                f"{layer_type!r}"
+            )
+        params = dict(params[layer_type])
     if "type" in params and "rope_type" in params and params["type"] != params["rope_type"]:
         raise ValueError(
             f"rope_parameters['type'] ({params['type']!r}) and ['rope_type'] "
@@ -167,8 +202,9 @@ def _original_max_position(config: Any, params: Mapping[str, Any]) -> int:
     return _max_positions(config, f"rope_type {params['rope_type']!r} without {_L0}")
 
 
-def _read(config: Any) -> _HFRope:
-    """Validate a config's RoPE and map it onto posenc's scaling dataclasses."""
+def _read(config: Any, layer_type: str | None = None) -> _HFRope:
+    """Validate a config's RoPE (the ``layer_type`` entry of a nested one) and map it onto
+    posenc's scaling dataclasses."""
     if not isinstance(config, Mapping) and not hasattr(config, "to_dict"):
         raise ValueError(
             f"config must be a transformers PretrainedConfig or a dict, got {config!r}"
@@ -180,11 +216,12 @@ def _read(config: Any) -> _HFRope:
                 f"model-specific key(s) {aliases}: load the dict with transformers.AutoConfig "
                 "(which converts them with the model's defaults) and pass the config object"
             )
-    params = _rope_dict(config)
+    params = _rope_dict(config, layer_type)
     rope_type = params["rope_type"]
     if rope_type not in _KEYS:
         raise ValueError(f"rope_type must be one of {sorted(_KEYS)}, got {rope_type!r}")
     required, optional = _KEYS[rope_type]
+    extras = {k: params.pop(k) for k in _EXTRA_KEYS if k in params}
     unknown = sorted(set(params) - _COMMON_KEYS - set(required) - set(optional))
     if unknown:
         raise ValueError(f"unknown key(s) {unknown} in rope_parameters for rope_type {rope_type!r}")
@@ -224,6 +261,9 @@ def _read(config: Any) -> _HFRope:
             f"dim int({head_dim}·{partial}) = {rotary_dim}; it must be even and >= 2"
         )
 
+    mscales, beta, mrope = _read_extras(config, extras, rope_type, rotary_dim, params)
+    if mscales is not None:  # HF's PhiMoE recomputes the init (short) frequencies every call
+        params["long_factor"] = params["short_factor"]
     scaling: Scaling | None = None
     if rope_type != "default":
         kwargs = {
@@ -242,13 +282,90 @@ def _read(config: Any) -> _HFRope:
             scaling.inv_freq(rotary_dim, base)  # e.g. LongRoPE factor lists of the wrong length
         except (ValueError, TypeError) as err:
             raise ValueError(f"rope_parameters for rope_type {rope_type!r}: {err}") from None
-    return _HFRope(rope_type, base, head_dim, rotary_dim, scaling)
+    return _HFRope(rope_type, base, head_dim, rotary_dim, scaling, mscales, beta, mrope)
+
+
+# Keys HF models read from rope_parameters beyond the rope type's own (validated below).
+_EXTRA_KEYS = (
+    "short_mscale",
+    "long_mscale",
+    "llama_4_scaling_beta",
+    "max_position_embeddings",
+    "mrope_section",
+    "mrope_interleaved",
+)
+
+
+def _read_extras(
+    config: Any, extras: dict[str, Any], rope_type: str, rotary_dim: int, params: dict[str, Any]
+) -> tuple[tuple[float, float, int] | None, float | None, tuple[tuple[int, ...], bool] | None]:
+    """Validate the model-specific rope keys: PhiMoE's ``short_mscale``/``long_mscale``
+    (LongRoPE only, both or neither), Ministral 3's ``llama_4_scaling_beta`` (≥ 0) and its
+    copy of ``max_position_embeddings`` (must equal the config's), M-RoPE's
+    ``mrope_section`` (3 positive pair counts summing to ``rotary_dim / 2``) and
+    ``mrope_interleaved`` (bool)."""
+    mscales = None
+    if "short_mscale" in extras or "long_mscale" in extras:
+        if rope_type != "longrope" or None in (
+            extras.get("short_mscale"),
+            extras.get("long_mscale"),
+        ):
+            raise ValueError(
+                "rope_parameters['short_mscale'] and ['long_mscale'] go together, with rope_type "
+                f"'longrope' (PhiMoE); got rope_type {rope_type!r} and {sorted(extras)}"
+            )
+        short = _number("short_mscale", extras["short_mscale"])
+        long = _number("long_mscale", extras["long_mscale"])
+        mscales = (short, long, _original_max_position(config, params))
+    beta = extras.get("llama_4_scaling_beta")
+    if beta is not None:
+        number = not isinstance(beta, bool) and isinstance(beta, (int, float))
+        if not number or not math.isfinite(beta) or beta < 0:
+            raise ValueError(
+                "rope_parameters['llama_4_scaling_beta'] must be a finite number >= 0, got "
+                f"{beta!r}"
+            )
+        beta = float(beta)
+    if extras.get("max_position_embeddings") is not None:
+        inner = _integer(
+            "rope_parameters['max_position_embeddings']", extras["max_position_embeddings"]
+        )
+        outer = _get(config, "max_position_embeddings")
+        if outer is not None and inner != outer:
+            raise ValueError(
+                f"rope_parameters['max_position_embeddings'] ({inner}) != the config's "
+                f"max_position_embeddings ({outer})"
+            )
+    mrope = None
+    if extras.get("mrope_section") is not None:
+        section = extras["mrope_section"]
+        if (
+            not isinstance(section, (list, tuple))
+            or len(section) != 3
+            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in section)
+            or 2 * sum(section) != rotary_dim
+        ):
+            raise ValueError(
+                "rope_parameters['mrope_section'] must be 3 positive (t, h, w) pair counts summing "
+                f"to rotary_dim / 2 = {rotary_dim // 2}, got {section!r}"
+            )
+        interleaved = extras.get("mrope_interleaved", False)
+        if not isinstance(interleaved, bool):
+            raise ValueError(
+                f"rope_parameters['mrope_interleaved'] must be a bool, got {interleaved!r}"
+            )
+        mrope = (tuple(section), interleaved)
+    elif extras.get("mrope_interleaved") is not None:
+        raise ValueError("rope_parameters['mrope_interleaved'] without ['mrope_section']")
+    return mscales, beta, mrope
 
 
 # ------------------------------------------------------------------------- public conversions
 
 
-def frequencies_from_config(config: Any, seq_len: int | None = None) -> tuple[Tensor, float]:
+def frequencies_from_config(
+    config: Any, seq_len: int | None = None, *, layer_type: str | None = None
+) -> tuple[Tensor, float]:
     """Inverse frequencies and attention factor of an HF config, as ``transformers`` computes them.
 
     .. math:: (θ', A) = \\mathrm{ROPE\\_INIT\\_FUNCTIONS[rope\\_type]}(config, seq\\_len)
@@ -281,16 +398,49 @@ def frequencies_from_config(config: Any, seq_len: int | None = None) -> tuple[Te
     """
     if seq_len is not None:
         _integer("seq_len", seq_len)
-    rope = _read(config)
+    rope = _read(config, layer_type)
     if rope.scaling is None:
         inv_freq = rope_inv_freq(rope.rotary_dim, rope.base)
         return inv_freq.to(torch.float32), 1.0
     inv_freq = rope.scaling.inv_freq(rope.rotary_dim, rope.base, seq_len=seq_len)
+    if rope.mscales is not None:  # PhiMoE: the factor follows the length, not the scaling
+        short, long, original_max = rope.mscales
+        return inv_freq.to(torch.float32), long if (seq_len or 0) > original_max else short
     return inv_freq.to(torch.float32), float(rope.scaling.attention_factor)
 
 
+def attention_scale_from_config(config: Any, positions: Tensor) -> Tensor:
+    """The query scale of ``llama_4_scaling_beta`` (Ministral 3, Mistral 4) at ``positions``.
+
+    .. math:: s(m) = 1 + β \\log(1 + \\lfloor m / L_0 \\rfloor)
+
+    HF multiplies the rotated queries by it in attention (``get_llama_4_attn_scale``), so it is
+    no part of the RoPE tables: :func:`patch_rotary` leaves it to HF's attention, and a posenc
+    model built with :func:`rope_from_config` multiplies its queries by this. All ones when the
+    config has no β.
+
+    Args:
+        config: as :func:`frequencies_from_config`.
+        positions: ``(batch, seq)`` or ``(seq,)`` positions.
+
+    Returns:
+        float32 tensor of the positions' shape.
+    """
+    rope = _read(config)
+    if rope.llama_4_scaling_beta is None:
+        return torch.ones(positions.shape, dtype=torch.float32, device=positions.device)
+    params = _rope_dict(config)
+    original_max = _original_max_position(config, params)
+    steps = torch.floor(positions.float() / original_max)
+    return 1 + rope.llama_4_scaling_beta * torch.log(1 + steps)
+
+
 def rope_from_config(
-    config: Any, *, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+    config: Any,
+    *,
+    layer_type: str | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
 ) -> RotaryEmbedding:
     """The :class:`RotaryEmbedding` (half layout) an HF config describes.
 
@@ -311,7 +461,52 @@ def rope_from_config(
         >>> rope.base, rope.rotary_dim
         (500000.0, 64)
     """
-    rope = _read(config)
+    rope = _read(config, layer_type)
+    if rope.mscales is not None:
+        raise ValueError(
+            "rope_parameters['short_mscale'] / ['long_mscale'] (PhiMoE) switch the attention "
+            "factor with the length, which a RotaryEmbedding cannot: use patch_rotary (which "
+            "applies them) or frequencies_from_config(config, seq_len)"
+        )
+    if rope.mrope is not None:
+        raise ValueError(
+            "rope_parameters['mrope_section'] describes M-RoPE over (t, h, w) positions: build it "
+            "with posenc.integrations.hf.mrope_from_config, or patch_rotary the model"
+        )
+    return _rope_module(rope, device, dtype)
+
+
+def mrope_from_config(
+    config: Any, *, layer_type: str | None = None, interleaved: bool | None = None
+) -> MultiAxisRotary:
+    """The M-RoPE an HF config describes (``rope_parameters['mrope_section']``), as posenc's
+    :meth:`MultiAxisRotary.mrope <posenc.rotary.MultiAxisRotary.mrope>`: pair ``i`` reads the
+    t, h or w position of HF's ``(3, batch, seq)`` ``position_ids``, consecutive sections
+    (Qwen2/2.5-VL) or interleaved ones (``mrope_interleaved``, Qwen3-VL); ``rotary_dim``,
+    base and scaling as :func:`rope_from_config`. ``interleaved`` overrides the config's
+    ``mrope_interleaved`` (Qwen3-VL's code interleaves without the key; :func:`patch_rotary`
+    reads it off HF's module).
+
+    Example::
+
+        >>> mrope = mrope_from_config({"head_dim": 16, "rope_parameters": {
+        ...     "rope_type": "default", "rope_theta": 1e6, "mrope_section": [2, 3, 3]}})
+        >>> mrope.head_dim
+        16
+    """
+    rope = _read(config, layer_type)
+    if rope.mrope is None:
+        raise ValueError("config has no rope_parameters['mrope_section']: use rope_from_config")
+    sections, configured = rope.mrope
+    interleaved = configured if interleaved is None else interleaved
+    return MultiAxisRotary.mrope(
+        rope.rotary_dim, sections, base=rope.base, interleaved=interleaved, scaling=rope.scaling
+    )
+
+
+def _rope_module(
+    rope: _HFRope, device: torch.device | str | None = None, dtype: torch.dtype | None = None
+) -> RotaryEmbedding:
     return RotaryEmbedding(
         rope.head_dim,
         rotary_dim=rope.rotary_dim,
@@ -373,111 +568,10 @@ def to_rope_parameters(rope: RotaryEmbedding) -> dict[str, Any]:
     return out
 
 
-# ------------------------------------------------------------------------- patching a model
-
-
-class HFRotaryAdapter(nn.Module):
-    """HF-style rotary module backed by posenc: ``forward(x, position_ids) -> (cos, sin)``.
-
-    .. math:: \\cos = A·\\cos(m θ'), \\quad \\sin = A·\\sin(m θ') \\quad \\text{(half layout)}
-
-    Drop-in for a Llama-family model's ``rotary_emb`` (``LlamaRotaryEmbedding``, reference):
-    the attention layers consume the tables with HF's ``apply_rotary_pos_emb``. Phases are
-    float64 (posenc), then rounded once to ``x.dtype``. Length-dependent scalings (dynamic
-    NTK, LongRoPE) see the positions and follow HF's runtime rules inside ``rope``.
-
-    Args:
-        rope: a half-layout :class:`RotaryEmbedding`.
-        original: the HF module it replaces, kept (unregistered) for :func:`unpatch_rotary`.
-
-    Shape:
-        - x: any tensor; only its dtype is read.
-        - position_ids: ``(batch, seq)``.
-        - Output: cos and sin ``(batch, seq, rotary_dim)`` in ``x.dtype``.
-    """
-
-    original: nn.Module | None
-
-    def __init__(self, rope: RotaryEmbedding, original: nn.Module | None = None) -> None:
-        super().__init__()
-        self.rope = rope
-        # Kept out of the module tree so that state_dict, .to() and named_modules ignore it.
-        self.__dict__["original"] = original
-
-    @torch.no_grad()
-    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
-        cos, sin = self.rope.cos_sin(position_ids, x.dtype)
-        return cos.to(x.dtype), sin.to(x.dtype)
-
-
-def _find_rotary(model: nn.Module) -> tuple[nn.Module, str, nn.Module]:
-    """(parent, attribute name, module) of the model's single ``rotary_emb``."""
-    found = [(n, m) for n, m in model.named_modules() if n.split(".")[-1] == "rotary_emb"]
-    if len(found) != 1:
-        raise ValueError(
-            "patch_rotary needs a model whose decoder owns exactly one `rotary_emb` module "
-            f"(Llama, Mistral, Qwen2, ...); found {[n for n, _ in found]}"
-        )
-    name, module = found[0]
-    parent_name, _, attr = name.rpartition(".")
-    return model.get_submodule(parent_name), attr, module
-
-
-def patch_rotary(model: nn.Module, rope: RotaryEmbedding | None = None) -> nn.Module:
-    """Make an HF Llama-family model use posenc's RoPE in every layer (in place).
-
-    Replaces the decoder's shared ``rotary_emb`` with an :class:`HFRotaryAdapter`, so every
-    attention layer rotates q and k with posenc's cos/sin (float64 phases, attention factor
-    applied, ``x.dtype``). With ``rope=None`` the rope comes from
-    :func:`rope_from_config(model.config) <rope_from_config>`: logits then equal the
-    unpatched model's to ≤ 1e-5 in float32 for every rope type (tested on Llama, Mistral,
-    Qwen2). Undo with :func:`unpatch_rotary`.
-
-    Args:
-        model: e.g. ``LlamaForCausalLM``; its decoder must own one ``rotary_emb`` module.
-        rope: a half-layout :class:`RotaryEmbedding` whose ``head_dim`` and ``rotary_dim``
-            match the model's. Interleaved ropes raise: HF rotates with ``rotate_half``;
-            convert the checkpoint with :func:`posenc.rotary.permute_rotary_weight`.
-
-    Returns:
-        ``model``, patched.
-
-    Example::
-
-        >>> model = patch_rotary(LlamaForCausalLM(config))  # doctest: +SKIP
-    """
-    parent, attr, module = _find_rotary(model)
-    original = module.original if isinstance(module, HFRotaryAdapter) else module
-    config = getattr(model, "config", None)
-    if rope is None:
-        if config is None:
-            raise ValueError("model has no config: pass rope explicitly")
-        rope = rope_from_config(config)
-    if not isinstance(rope, RotaryEmbedding):
-        raise ValueError(f"rope must be a posenc RotaryEmbedding, got {type(rope).__name__}")
-    if rope.layout != "half":
-        raise ValueError(
-            "rope.layout must be 'half': HF attention applies rotate_half; convert an interleaved "
-            "checkpoint's q/k weights with posenc.rotary.permute_rotary_weight instead"
-        )
-    if config is not None and rope.head_dim != _head_dim(config):
-        raise ValueError(
-            f"rope.head_dim {rope.head_dim} != the model's head_dim {_head_dim(config)}"
-        )
-    hf_inv_freq = getattr(original, "inv_freq", None)
-    if isinstance(hf_inv_freq, Tensor) and 2 * hf_inv_freq.numel() != rope.rotary_dim:
-        raise ValueError(
-            f"rope.rotary_dim {rope.rotary_dim} != the {2 * hf_inv_freq.numel()} channels the "
-            "model's attention rotates"
-        )
-    setattr(parent, attr, HFRotaryAdapter(rope, original))
-    return model
-
-
-def unpatch_rotary(model: nn.Module) -> nn.Module:
-    """Undo :func:`patch_rotary`: put the model's original HF rotary module back (in place)."""
-    parent, attr, module = _find_rotary(model)
-    if not isinstance(module, HFRotaryAdapter) or module.original is None:
-        raise ValueError("model is not patched by posenc (its rotary_emb is HF's own)")
-    setattr(parent, attr, module.original)
-    return model
+# Patching lives in hf_patch (it imports the readers above); re-exported here.
+from posenc.integrations.hf_patch import (  # noqa: E402
+    HFRotaryAdapter,
+    patch_rotary,
+    rotary_modules,
+    unpatch_rotary,
+)

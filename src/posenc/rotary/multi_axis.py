@@ -16,6 +16,9 @@ head has its own. The methods are presets of ``F`` (:class:`MultiAxisRotary` con
   https://arxiv.org/abs/2409.12191): plain 1D frequencies ``θ_i = base^(-2i/head_dim)``, pair
   ``i`` reading the axis of its ``mrope_section`` chunk (t, h, w); Qwen3-VL's interleaved
   variant reads h at ``i ≡ 1 (mod 3)``, w at ``i ≡ 2``, t elsewhere, within the sections;
+* :meth:`~MultiAxisRotary.videorope` (VideoRoPE, Wei et al. 2025,
+  https://arxiv.org/abs/2502.05173): M-RoPE's frequencies with h and w interleaved over the
+  highest and time on the lowest (:func:`videorope_axes`);
 * :meth:`~MultiAxisRotary.mixed` (RoPE-Mixed, Heo et al. 2024): learnable per-head
   frequencies over both axes, initialized at a random direction per head.
 
@@ -57,7 +60,7 @@ from posenc.rotary.kernels import rotate_pair
 from posenc.rotary.rope import LAYOUTS, Layout, RotaryEmbedding
 from posenc.rotary.scaling import Scaling, scaling_from_dict
 
-__all__ = ["MultiAxisRotary", "mrope_axes", "rescaled_grid_positions"]
+__all__ = ["MultiAxisRotary", "mrope_axes", "rescaled_grid_positions", "videorope_axes"]
 
 
 def mrope_axes(sections: Sequence[int], *, interleaved: bool = False) -> list[int]:
@@ -85,6 +88,33 @@ def mrope_axes(sections: Sequence[int], *, interleaved: bool = False) -> list[in
         for index in range(axis, min(3 * counts[axis], pairs), 3):
             axes[index] = axis
     return axes
+
+
+def videorope_axes(sections: Sequence[int]) -> list[int]:
+    """The axis (0 = t, 1 = h, 2 = w) each frequency pair reads under VideoRoPE's LTA.
+
+    Low-frequency temporal allocation (Wei et al. 2025, https://arxiv.org/abs/2502.05173,
+    §3.2; reference ``apply_m_modify_multimodal_rotary_pos_emb`` in
+    Wiselnn570/VideoRoPE ``videorope-transformer/modeling_videorope.py``): of the pairs
+    ``i = 0 … t+h+w−1`` (frequency ``θ_i = base^(−2i/head_dim)``, highest first), the first
+    ``h + w`` alternate h, w, h, w, … (h at even ``i``) and the last ``t`` — the lowest
+    frequencies — read time. The reference merges ``mrope_section`` ``[t, h, w]`` into
+    ``[t, h + w]``, so h gets ``⌈(h+w)/2⌉`` pairs: ``h`` must equal ``w`` or ``w + 1``.
+
+    Example::
+
+        >>> videorope_axes([2, 2, 2])
+        [1, 2, 1, 2, 0, 0]
+    """
+    if len(sections) != 3:
+        raise ValueError(f"sections must give (t, h, w) pair counts, got {list(sections)}")
+    t, h, w = (check_positive_int(f"sections[{i}]", n) for i, n in enumerate(sections))
+    if h - w not in (0, 1):
+        raise ValueError(
+            f"sections must give h = w or h = w + 1 (VideoRoPE alternates h and w over the "
+            f"h + w highest-frequency pairs, h first), got {list(sections)}"
+        )
+    return [1 + i % 2 for i in range(h + w)] + [0] * t
 
 
 def _place(inv_freq: Tensor, pair_axes: Tensor, num_axes: int) -> Tensor:
@@ -146,8 +176,8 @@ def _mixed_frequencies(
 class MultiAxisRotary(RotaryEncoding):
     """Rotary encoding whose pair ``p`` rotates by ``Σ_a pos_a · F[p, a]`` (see the module).
 
-    Build it with a preset (:meth:`axial`, :meth:`mrope`, :meth:`mixed`) or from any
-    frequency matrix.
+    Build it with a preset (:meth:`axial`, :meth:`mrope`, :meth:`videorope`, :meth:`mixed`)
+    or from any frequency matrix.
 
     Args:
         head_dim: channels per head (even).
@@ -307,6 +337,40 @@ class MultiAxisRotary(RotaryEncoding):
         resets below ``max_position_embeddings``, LongRoPE takes its long factors iff
         ``seq_len > original_max_position_embeddings``. See :meth:`update`."""
         axes = mrope_axes(sections, interleaved=interleaved)
+        return cls._one_axis_per_pair(head_dim, sections, axes, base, layout, scaling)
+
+    @classmethod
+    def videorope(
+        cls,
+        head_dim: int,
+        sections: Sequence[int] = (16, 24, 24),
+        *,
+        base: float = 1_000_000.0,
+        layout: Layout = "half",
+        scaling: Scaling | Mapping[str, Any] | None = None,
+    ) -> MultiAxisRotary:
+        """VideoRoPE (Wei et al. 2025, https://arxiv.org/abs/2502.05173) on ``(t, h, w)``
+        positions: Qwen2-VL's 1D frequencies, pair ``i`` reading :func:`videorope_axes`
+        ``(sections)[i]`` — h and w interleaved over the highest frequencies, time on the
+        ``sections[0]`` lowest (LTA). Pair it with
+        :func:`posenc.multimodal_layouts.videorope_position_ids` (the diagonal layout and
+        temporal spacing δ). Defaults as the reference (Qwen2-VL: [16, 24, 24] at head_dim
+        128, base 1e6, half layout); ``scaling`` as :meth:`mrope`."""
+        axes = videorope_axes(sections)
+        return cls._one_axis_per_pair(head_dim, sections, axes, base, layout, scaling)
+
+    @classmethod
+    def _one_axis_per_pair(
+        cls,
+        head_dim: int,
+        sections: Sequence[int],
+        axes: Sequence[int],
+        base: float,
+        layout: Layout,
+        scaling: Scaling | Mapping[str, Any] | None,
+    ) -> MultiAxisRotary:
+        """1D frequencies (scaled by ``scaling``), pair ``i`` reading axis ``axes[i]`` of
+        three (M-RoPE, VideoRoPE)."""
         if 2 * len(axes) != head_dim:
             raise ValueError(
                 f"sections must sum to head_dim / 2 = {head_dim // 2} (one frequency per pair), "

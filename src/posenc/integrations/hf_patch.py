@@ -1,0 +1,346 @@
+"""posenc's RoPE inside an HF ``transformers`` model: :func:`patch_rotary`, :func:`unpatch_rotary`.
+
+Every text rotary module of the model (any submodule whose class is an HF
+``…RotaryEmbedding`` with the ``forward(x, position_ids[, layer_type])`` contract, at any depth
+and under any attribute name: one per decoder, per stack, per layer, per theta) is replaced by
+an :class:`HFRotaryAdapter` that returns posenc's tables in the format HF's module returned
+(read off HF's module once: half-split or interleaved cos/sin, half-width cos/sin, or complex
+``freqs_cis``). Rotary modules without that contract (vision and audio towers' 2D rotaries)
+are refused unless ``keep_non_text=True`` says to leave them to HF: nothing is skipped silently.
+Reference: ``transformers`` 5.23.0 (``LlamaRotaryEmbedding``, ``Gemma3RotaryEmbedding``,
+``CohereRotaryEmbedding``, ``GptOssRotaryEmbedding``, ``Llama4TextRotaryEmbedding``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import torch
+from torch import Tensor, nn
+
+from posenc.rotary.multi_axis import MultiAxisRotary
+from posenc.rotary.rope import RotaryEmbedding
+
+__all__ = ["HFRotaryAdapter", "TableFormat", "patch_rotary", "rotary_modules", "unpatch_rotary"]
+
+#: How an HF rotary module hands its tables to attention: ``"half"`` cos/sin
+#: ``(…, seq, rotary_dim)`` as ``cat(c, c)`` (Llama), ``"interleaved"`` as
+#: ``repeat_interleave(c, 2)`` (Cohere), ``"half_width"`` one value per pair (gpt-oss),
+#: ``"complex"`` ``freqs_cis = A·e^{iφ}`` (Llama 4, DeepSeek-V2).
+TableFormat = Literal["half", "interleaved", "half_width", "complex"]
+
+
+_PASSTHROUGH = frozenset({"config", "layer_types", "mrope_section"})
+
+
+class HFRotaryAdapter(nn.Module):
+    """HF-style rotary module backed by posenc: ``forward(x, position_ids[, layer_type])``.
+
+    .. math:: \\cos = A·\\cos(m θ'), \\quad \\sin = A·\\sin(m θ')
+
+    in HF's ``table_format`` (see :data:`TableFormat`). Phases are float64 (posenc), then
+    rounded once to ``x.dtype``. Length-dependent scalings (dynamic NTK, LongRoPE) follow HF's
+    runtime rules inside each rope. ``mscales`` (PhiMoE's LongRoPE): the attention factor is
+    ``long`` when ``max(position_ids) + 1 > L0`` else ``short``, replacing the rope's.
+
+    Args:
+        rope: a half-layout :class:`RotaryEmbedding` (the one used without a layer type).
+        original: the HF module it replaces, kept (unregistered) for :func:`unpatch_rotary`.
+        layer_ropes: per layer type ropes (``rotary_emb(x, positions, layer_type)``).
+        table_format: the format HF's module returns.
+        mscales: ``(short, long, L0)`` or ``None``.
+
+    Shape:
+        - x: any tensor; only its dtype is read.
+        - position_ids: ``(batch, seq)``.
+        - Output: cos and sin ``(batch, seq, rotary_dim)`` (``rotary_dim // 2`` half-width) in
+          ``x.dtype``, or one complex ``(batch, seq, rotary_dim // 2)`` tensor.
+    """
+
+    original: nn.Module | None
+
+    def __init__(
+        self,
+        rope: RotaryEmbedding,
+        original: nn.Module | None = None,
+        *,
+        layer_ropes: Mapping[str, RotaryEmbedding] | None = None,
+        table_format: TableFormat = "half",
+        mscales: tuple[float, float, int] | None = None,
+        mrope: MultiAxisRotary | None = None,
+    ) -> None:
+        super().__init__()
+        self.rope = rope
+        self.layer_ropes = nn.ModuleDict(dict(layer_ropes or {}))
+        self.table_format = table_format
+        self.mscales = mscales
+        self.mrope = mrope
+        # Kept out of the module tree so that state_dict, .to() and named_modules ignore it.
+        self.__dict__["original"] = original
+
+    def __getattr__(self, name: str) -> Any:
+        # Model code reads a few data attributes of its rotary module (granite_swa keys its
+        # tables by rotary_emb.config's theta); those come from HF's module, nothing computed.
+        original = self.__dict__.get("original")
+        if name in _PASSTHROUGH and original is not None:
+            return getattr(original, name)
+        return super().__getattr__(name)
+
+    @torch.no_grad()
+    def forward(
+        self, x: Tensor, position_ids: Tensor, layer_type: str | None = None
+    ) -> tuple[Tensor, Tensor] | Tensor:
+        rope = self.rope
+        if layer_type is not None and len(self.layer_ropes):
+            if layer_type not in self.layer_ropes:
+                raise ValueError(
+                    f"layer_type {layer_type!r} has no RoPE; the config's rope_parameters give "
+                    f"{sorted(self.layer_ropes)}"
+                )
+            rope = self.layer_ropes[layer_type]  # type: ignore[assignment]
+        if self.mrope is not None:  # (3, batch, seq) t/h/w positions; text: all three equal
+            positions = position_ids.expand(3, *position_ids.shape[-2:])
+            cos, sin = self.mrope.rotary_tables(positions, torch.float64)
+            cos, sin = cos[:, 0], sin[:, 0]  # (batch, seq, pairs), A included
+        elif self.table_format == "half" and self.mscales is None:
+            cos, sin = rope.cos_sin(position_ids, x.dtype)
+            return cos.to(x.dtype), sin.to(x.dtype)
+        else:
+            cos, sin = rope.cos_sin(position_ids, torch.float64)
+            pairs = rope.rotary_dim // 2
+            cos, sin = cos[..., :pairs], sin[..., :pairs]  # (batch, seq, pairs), A included
+        if self.mscales is not None:
+            short, long, original_max = self.mscales
+            seq_len = int(position_ids.max()) + 1
+            factor = (long if seq_len > original_max else short) / rope.attention_factor
+            cos, sin = cos * factor, sin * factor
+        if self.table_format == "complex":
+            return torch.complex(cos.float(), sin.float())
+        if self.table_format == "interleaved":
+            cos, sin = cos.repeat_interleave(2, dim=-1), sin.repeat_interleave(2, dim=-1)
+        elif self.table_format == "half":
+            cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+        return cos.to(x.dtype), sin.to(x.dtype)
+
+
+def _hf() -> Any:
+    """:mod:`posenc.integrations.hf`, imported when first needed (it re-exports this module)."""
+    from posenc.integrations import hf
+
+    return hf
+
+
+def _is_text_rotary(module: nn.Module) -> bool:
+    """HF's text rotary contract: ``forward(x, position_ids[, layer_type])``, and not a
+    vision tower's ``axial`` rope type (Qwen2-VL's vision rotary shares the signature)."""
+    if isinstance(module, HFRotaryAdapter):
+        return True
+    params_of = getattr(module.__dict__.get("config"), "rope_parameters", None)
+    if isinstance(params_of, Mapping) and params_of.get("rope_type") == "axial":
+        return False
+    params = list(inspect.signature(module.forward).parameters)
+    return len(params) >= 2 and params[1] in ("position_ids", "position_ids_or_positions")
+
+
+def rotary_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every rotary module of ``model`` (name, module): :class:`HFRotaryAdapter`\\ s and every
+    submodule whose class name ends with ``RotaryEmbedding`` (HF's naming), posenc's own
+    modules (an adapter's rope) excluded."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if isinstance(module, HFRotaryAdapter)
+        or (
+            type(module).__name__.endswith("RotaryEmbedding")
+            and not type(module).__module__.startswith("posenc")
+        )
+    ]
+
+
+def _table_format(original: nn.Module, config: Any) -> TableFormat:
+    """The format of HF's module's tables, read off one call at positions 0…2."""
+    buffers = [b for b in original.buffers() if b.is_floating_point()]
+    device = buffers[0].device if buffers else torch.device("cpu")
+    x = torch.zeros(1, device=device)
+    positions = torch.arange(3, device=device)[None]
+    kwargs = {}
+    if "layer_type" in inspect.signature(original.forward).parameters:
+        kwargs["layer_type"] = _hf()._layer_types(config)[0]
+    out = original(x, positions, **kwargs)
+    if isinstance(out, Tensor) and out.is_complex():
+        return "complex"
+    cos = out[0].reshape(-1, out[0].shape[-1])[1].double()  # position 1
+    width = cos.shape[-1]
+    pairs = 2 * _inv_freq_numel(original, config)
+    if width == pairs // 2:
+        return "half_width"
+    if width >= 4 and torch.isclose(cos[0], cos[1]) and not torch.isclose(cos[0], cos[2]):
+        return "interleaved"
+    return "half"
+
+
+def _mrope_interleaved(original: nn.Module, rope: Any, table_format: TableFormat) -> bool:
+    """Whether HF's M-RoPE module interleaves its sections (Qwen3-VL's code does, whatever
+    ``mrope_interleaved`` says): read off one call at t, h, w = 1, 2, 3, each pair's sine
+    matched to the axis it rotates by."""
+    from posenc.rotary.multi_axis import mrope_axes
+
+    sections, _ = rope.mrope
+    inv_freq = _hf()._rope_module(rope).inv_freq("cpu")  # (pairs,) float64
+    buffers = [b for b in original.buffers() if b.is_floating_point()]
+    device = buffers[0].device if buffers else torch.device("cpu")
+    positions = torch.tensor([1, 2, 3], device=device).view(3, 1, 1)
+    _, sin = original(torch.zeros(1, device=device), positions)
+    pairs = inv_freq.numel()
+    sin = sin.reshape(-1).double().cpu()
+    got = sin[::2] if table_format == "interleaved" else sin[:pairs]  # (pairs,)
+    candidates = torch.sin(torch.tensor([1.0, 2.0, 3.0])[:, None] * inv_freq)  # (3, pairs)
+    factor = 1.0 if rope.scaling is None else float(rope.scaling.attention_factor)
+    axes = (candidates * factor - got).abs().argmin(dim=0).tolist()
+    for interleaved in (False, True):
+        if axes == mrope_axes(sections, interleaved=interleaved):
+            return interleaved
+    raise ValueError(
+        f"{type(original).__name__} assigns its frequency pairs to the axes {axes}, neither "
+        f"consecutive nor interleaved sections of mrope_section {list(sections)}: not patched"
+    )
+
+
+def _inv_freq_numel(original: nn.Module, config: Any) -> int:
+    for name, buffer in original.named_buffers(recurse=False):
+        if name.endswith("inv_freq") and not name.endswith("original_inv_freq"):
+            return buffer.numel()
+    return _hf()._head_dim(config) // 2
+
+
+def _module_config(module: nn.Module, model: nn.Module) -> Any:
+    """The config an HF rotary module was built from: its own ``config`` (per-theta copies,
+    sub-models' configs), else the model's text config."""
+    own = module.__dict__.get("config")
+    if own is not None and hasattr(own, "to_dict"):
+        return own
+    config = getattr(model, "config", None)
+    if config is None:
+        raise ValueError("model has no config: pass rope explicitly")
+    text = getattr(config, "get_text_config", None)
+    return text() if callable(text) else config
+
+
+def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) -> HFRotaryAdapter:
+    """The adapter replacing one HF rotary module (validated; nothing replaced yet)."""
+    original = module.original if isinstance(module, HFRotaryAdapter) else module
+    if original is None:
+        raise ValueError(f"{type(module).__name__} holds no HF rotary module to patch")
+    config = _module_config(original, model) if rope is None or hasattr(model, "config") else None
+    layer_ropes: dict[str, RotaryEmbedding] = {}
+    types = _hf()._layer_types(config) if config is not None else []
+    reads = (
+        [_hf()._read(config, t) for t in types]
+        if types
+        else [_hf()._read(config)]
+        if config
+        else []
+    )
+    mrope = None
+    if reads and reads[0].mrope is not None:
+        interleaved = _mrope_interleaved(original, reads[0], _table_format(original, config))
+        mrope = _hf().mrope_from_config(config, interleaved=interleaved)
+    if rope is None:
+        layer_ropes = {
+            t: _hf()._rope_module(r) for t, r in zip(types, reads, strict=False) if types
+        }
+        rope = layer_ropes[types[0]] if types else _hf()._rope_module(reads[0])
+    elif mrope is not None:
+        raise ValueError("the model's config is M-RoPE (mrope_section): patch it with rope=None")
+    if not isinstance(rope, RotaryEmbedding):
+        raise ValueError(f"rope must be a posenc RotaryEmbedding, got {type(rope).__name__}")
+    if rope.layout != "half":
+        raise ValueError(
+            "rope.layout must be 'half': HF attention applies rotate_half; convert an interleaved "
+            "checkpoint's q/k weights with posenc.rotary.permute_rotary_weight instead"
+        )
+    if config is not None and rope.head_dim != _hf()._head_dim(config):
+        raise ValueError(
+            f"rope.head_dim {rope.head_dim} != the model's head_dim {_hf()._head_dim(config)}"
+        )
+    hf_pairs = _inv_freq_numel(original, config) if config is not None else None
+    for r in (rope, *layer_ropes.values()):
+        if hf_pairs is not None and 2 * hf_pairs != r.rotary_dim:
+            raise ValueError(
+                f"rope.rotary_dim {r.rotary_dim} != the {2 * hf_pairs} channels the model's "
+                "attention rotates"
+            )
+    table_format = _table_format(original, config) if config is not None else "half"
+    return HFRotaryAdapter(
+        rope,
+        original,
+        layer_ropes=layer_ropes,
+        table_format=table_format,
+        mscales=reads[0].mscales if reads else None,
+        mrope=mrope,
+    )
+
+
+def patch_rotary(
+    model: nn.Module, rope: RotaryEmbedding | None = None, *, keep_non_text: bool = False
+) -> nn.Module:
+    """Make an HF model use posenc's RoPE in every layer (in place).
+
+    Replaces every text rotary module (see the module docstring: any depth, any attribute
+    name) by an :class:`HFRotaryAdapter`, so every attention layer rotates q and k with
+    posenc's tables (float64 phases, attention factor applied, ``x.dtype``, HF's format).
+    With ``rope=None`` each module's rope comes from the config it was built from
+    (:func:`rope_from_config`; one rope per layer type for nested per-layer-type
+    ``rope_parameters``): logits then equal the unpatched model's to ≤ 5e-6 in float32 for
+    the families listed as equal in ``docs/hf.md``. Undo with :func:`unpatch_rotary`.
+
+    Args:
+        model: an HF model with at least one text rotary module.
+        rope: one half-layout :class:`RotaryEmbedding` for every text rotary module; its
+            ``head_dim`` and ``rotary_dim`` must match the model's. Interleaved ropes raise:
+            convert the checkpoint with :func:`posenc.rotary.permute_rotary_weight`.
+        keep_non_text: leave rotary modules without the text contract (vision / audio towers)
+            to HF instead of refusing the model.
+
+    Returns:
+        ``model``, patched. Every module is validated before any is replaced.
+
+    Example::
+
+        >>> model = patch_rotary(LlamaForCausalLM(config))  # doctest: +SKIP
+    """
+    if rope is not None and not isinstance(rope, RotaryEmbedding):
+        raise ValueError(f"rope must be a posenc RotaryEmbedding, got {type(rope).__name__}")
+    found = rotary_modules(model)
+    if not found:
+        raise ValueError(
+            "model has no rotary module (a submodule whose class name ends with "
+            "'RotaryEmbedding', HF's naming): nothing to patch"
+        )
+    other = [name for name, module in found if not _is_text_rotary(module)]
+    if other and not keep_non_text:
+        raise ValueError(
+            f"rotary modules {other} do not take (x, position_ids) (vision / audio 2D rotaries, "
+            "not a text RoPE); pass keep_non_text=True to leave them to HF"
+        )
+    text = [(name, module) for name, module in found if _is_text_rotary(module)]
+    if not text:
+        raise ValueError(f"model has no text rotary module (found only {other})")
+    adapters = {name: _adapter(module, model, rope) for name, module in text}
+    for name, adapter in adapters.items():
+        parent_name, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), attr, adapter)
+    return model
+
+
+def unpatch_rotary(model: nn.Module) -> nn.Module:
+    """Undo :func:`patch_rotary`: put every original HF rotary module back (in place)."""
+    patched = [(n, m) for n, m in model.named_modules() if isinstance(m, HFRotaryAdapter)]
+    if not patched or any(m.original is None for _, m in patched):
+        raise ValueError("model is not patched by posenc (its rotary modules are HF's own)")
+    for name, module in patched:
+        parent_name, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), attr, module.original)
+    return model

@@ -1,0 +1,211 @@
+"""Conformance sweep: posenc's :func:`~posenc.integrations.hf.patch_rotary` on every RoPE family.
+
+For each model family of the installed ``transformers`` whose modeling file defines a rotary
+embedding, build a tiny random-weight model (no downloads: 2 layers, hidden 64, 4 heads), run
+it on a fixed batch of token ids, patch it with posenc's RoPE (``rope=None``: the rope comes from
+the config) and compare the outputs (logits, else the last hidden state). Each family gets one
+status:
+
+* ``equal``: max |diff| ≤ ``tolerance`` (5e-6) and every rotary module of the model was
+  replaced and called;
+* ``mismatch``: the patch ran but the outputs differ (the max diff is recorded), or it left a
+  rotary module unpatched or never called (a silent no-op);
+* ``refused``: ``patch_rotary`` raised ``ValueError`` (the message is recorded);
+* ``not text RoPE``: the family's rotary is not a text RoPE (no ``input_ids``, or its rotaries
+  live only in vision / audio towers), with the reason;
+* ``could not build``: no tiny model could be built or run unpatched here (the error).
+
+Run ``python -m posenc.integrations.hf_sweep [family ...] [--markdown FILE] [--json FILE]``;
+the table printed is the one in ``docs/hf.md``. Needs ``transformers`` (and only this module
+does: :mod:`posenc.integrations.hf` itself does not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import re
+import time
+import warnings
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from posenc.integrations.hf_tiny import (
+    SEQ_LEN,
+    build_tiny,
+    family_model_types,
+    rope_families,
+    rotary_modules,
+)
+
+__all__ = ["FamilyResult", "check_family", "main", "sweep", "table_markdown"]
+
+TOLERANCE = 5e-6
+STATUSES = ("equal", "mismatch", "refused", "not text RoPE", "could not build")
+#: Families whose rotary is not a text RoPE, with the reason (read from their modeling files).
+NOT_TEXT_ROPE: dict[str, str] = {}
+
+
+@dataclass(frozen=True)
+class FamilyResult:
+    """One family's outcome: ``status`` (one of :data:`STATUSES`), a detail, the max diff."""
+
+    family: str
+    status: str
+    detail: str = ""
+    max_diff: float | None = None
+    model: str = ""
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """HF logs and warns a lot while building random tiny models; none of it matters here."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        finally:
+            hf_logging.set_verbosity(level)
+
+
+def _output(model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
+    with torch.no_grad():
+        out = model(**inputs)
+    for key in ("logits", "last_hidden_state", "prediction_logits"):
+        value = getattr(out, key, None)
+        if isinstance(value, torch.Tensor):
+            return value.float()
+    if isinstance(out, tuple) and isinstance(out[0], torch.Tensor):
+        return out[0].float()
+    raise TypeError(f"no logits or hidden state in {type(out).__name__}")
+
+
+def _first_line(err: BaseException) -> str:
+    text = f"{type(err).__name__}: {err}".strip().splitlines()[0]
+    return re.sub(r"\s+", " ", text)[:300]
+
+
+def check_family(family: str, tolerance: float = TOLERANCE) -> FamilyResult:
+    """Build ``family`` tiny, patch it with posenc's RoPE and compare outputs (see module doc)."""
+    from posenc.integrations.hf import HFRotaryAdapter, patch_rotary
+    from posenc.integrations.hf_patch import _is_text_rotary
+
+    if family in NOT_TEXT_ROPE:
+        return FamilyResult(family, "not text RoPE", NOT_TEXT_ROPE[family])
+    with _quiet():
+        try:
+            built = build_tiny(family)
+        except Exception as err:
+            return FamilyResult(family, "could not build", _first_line(err))
+        if isinstance(built, str):
+            return FamilyResult(family, "not text RoPE", built)
+        model, inputs, name = built
+        try:
+            expected = _output(model, inputs)
+        except Exception as err:
+            return FamilyResult(
+                family, "could not build", "HF forward: " + _first_line(err), None, name
+            )
+        try:
+            patch_rotary(model, keep_non_text=True)
+        except ValueError as err:
+            return FamilyResult(family, "refused", _first_line(err), None, name)
+        except Exception as err:
+            return FamilyResult(
+                family, "mismatch", "patch crashed: " + _first_line(err), None, name
+            )
+        calls = Counter[str]()
+        hooks = [
+            module.register_forward_hook(lambda m, i, o, key=key: calls.update([key]))
+            for key, module in model.named_modules()
+            if isinstance(module, HFRotaryAdapter)
+        ]
+        try:
+            got = _output(model, inputs)
+        except Exception as err:
+            return FamilyResult(
+                family, "mismatch", "patched forward: " + _first_line(err), None, name
+            )
+        finally:
+            for hook in hooks:
+                hook.remove()
+    left = [key for key, module in rotary_modules(model) if _is_text_rotary(module)]
+    kept = [key for key, module in rotary_modules(model) if not _is_text_rotary(module)]
+    if left:
+        return FamilyResult(family, "mismatch", f"silent no-op: {left} left unpatched", None, name)
+    if not calls:
+        return FamilyResult(family, "mismatch", "silent no-op: no adapter was called", None, name)
+    if got.shape != expected.shape:
+        return FamilyResult(family, "mismatch", f"shape {tuple(got.shape)}", None, name)
+    diff = (got - expected).abs().max().item()
+    status = "equal" if diff <= tolerance else "mismatch"
+    detail = "" if status == "equal" else f"max diff {diff:.1e}"
+    if kept:
+        detail = f"{detail}; HF's non-text rotaries kept: {kept}".lstrip("; ")
+    return FamilyResult(family, status, detail, diff, name)
+
+
+def sweep(families: Sequence[str] | None = None, *, progress: bool = False) -> list[FamilyResult]:
+    """:func:`check_family` for ``families`` (default: every RoPE family installed)."""
+    results = []
+    for family in families or rope_families():
+        torch.manual_seed(0)
+        start = time.perf_counter()
+        result = check_family(family)
+        if progress:
+            seconds = time.perf_counter() - start
+            print(f"{family:28s} {seconds:5.1f}s {result.status:16s} {result.detail}", flush=True)
+        results.append(result)
+    return results
+
+
+def table_markdown(results: Sequence[FamilyResult]) -> str:
+    """The sweep as a markdown table (family, status, detail) with the counts on top."""
+    counts = Counter(r.status for r in results)
+    lines = [
+        ", ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES) + f" (of {len(results)})",
+        "",
+        "| family | model | status | detail |",
+        "|---|---|---|---|",
+    ]
+    for r in results:
+        detail = r.detail.replace("|", "\\|")
+        lines.append(f"| {r.family} | {r.model} | {r.status} | {detail} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> list[FamilyResult]:
+    """Command line: run the sweep, print each family, write markdown / JSON if asked."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("families", nargs="*", help="families (default: all RoPE families)")
+    parser.add_argument("--markdown", type=Path, help="write the table here")
+    parser.add_argument("--json", type=Path, help="write the results here")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    results = sweep(args.families or None, progress=True)
+    table = table_markdown(results)
+    print(table.splitlines()[0])
+    if args.markdown:
+        args.markdown.write_text(table)
+    if args.json:
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    return results
+
+
+_ = (importlib, family_model_types, SEQ_LEN)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""Tiny random-weight models of every RoPE family of the installed ``transformers``.
+
+:func:`rope_families` lists the model folders whose modeling file defines a rotary embedding;
+:func:`build_tiny` builds one family's model with a shrunk default config (2 layers, hidden 64,
+4 heads, small experts; per-layer lists cut to the layers kept) and its inputs. Used by
+:mod:`posenc.integrations.hf_sweep` and the conformance test; needs ``transformers``.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+SEQ_LEN = 12
+_ROTARY = re.compile(r"RotaryEmbedding|rotary_emb")
+BATCH = 2
+LAYERS = 2
+# Config keys set (when the default config has them) to make every model tiny.
+SIZES: dict[str, int] = {
+    "hidden_size": 64,
+    "d_model": 64,
+    "n_embd": 64,
+    "intermediate_size": 128,
+    "ffn_hidden_size": 128,
+    "num_attention_heads": 4,
+    "n_head": 4,
+    "n_heads": 4,
+    "encoder_attention_heads": 4,
+    "decoder_attention_heads": 4,
+    "encoder_ffn_dim": 128,
+    "decoder_ffn_dim": 128,
+    "num_key_value_heads": 2,
+    "head_dim": 16,
+    "moe_intermediate_size": 32,
+    "expert_intermediate_size": 32,
+    "shared_expert_intermediate_size": 32,
+    "num_experts": 4,
+    "num_local_experts": 4,
+    "n_routed_experts": 4,
+    "moe_num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_topk": 2,
+    "n_group": 1,
+    "topk_group": 1,
+    "kv_lora_rank": 16,
+    "q_lora_rank": 32,
+    "qk_rope_head_dim": 8,
+    "qk_nope_head_dim": 8,
+    "v_head_dim": 16,
+    "sliding_window": 6,
+    "linear_num_value_heads": 4,
+    "linear_num_key_heads": 2,
+    "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16,
+    "kv_channels": 16,
+    "first_k_dense_replace": 1,
+    "depth": 2,
+    "embed_dim": 64,
+    "num_heads": 4,
+    "out_hidden_size": 64,
+    "projection_dim": 64,
+}
+LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layers", "n_layer", "decoder_layers")
+LAYER_LIST_KEYS = ("layer_types", "layers_block_type", "attention_layer_types")
+# Sub-configs that hold the text model (shrunk like the top level).
+_SUB = ("text_config", "decoder_config", "encoder_config", "language_config", "llm_config")
+
+
+def _models_dir() -> Path:
+    import transformers
+
+    return Path(transformers.__file__).parent / "models"
+
+
+def rope_families() -> list[str]:
+    """Model folders of the installed transformers whose modeling file defines a rotary."""
+    out = []
+    for folder in sorted(_models_dir().iterdir()):
+        files = sorted(folder.glob("modeling_*.py"))
+        if any(_ROTARY.search(f.read_text(errors="ignore")) for f in files):
+            out.append(folder.name)
+    return out
+
+
+def family_model_types(family: str) -> list[str]:
+    """The model types whose config class lives in the ``family`` folder (the folder's own
+    type first)."""
+    from transformers.models.auto.configuration_auto import (
+        CONFIG_MAPPING_NAMES,
+        model_type_to_module_name,
+    )
+
+    types = [t for t in CONFIG_MAPPING_NAMES if model_type_to_module_name(t) == family]
+    return sorted(types, key=lambda t: (t != family, not t.endswith("_text"), t))
+
+
+def default_ignores_partial() -> frozenset[str]:
+    """Model types whose default RoPE ignores ``partial_rotary_factor``, read from HF's code:
+    the model types of every RoPE folder with a rotary class whose
+    ``compute_default_rope_parameters`` does not read the factor (the source of
+    :data:`posenc.integrations.hf_conventions.DEFAULT_IGNORES_PARTIAL`)."""
+    import inspect
+
+    out: set[str] = set()
+    for family in rope_families():
+        for path in sorted((_models_dir() / family).glob("modeling_*.py")):
+            module = importlib.import_module(f"transformers.models.{family}.{path.stem}")
+            for name, cls in vars(module).items():
+                default = getattr(cls, "compute_default_rope_parameters", None)
+                if (
+                    isinstance(cls, type)
+                    and name.endswith("RotaryEmbedding")
+                    and cls.__module__ == module.__name__
+                    and default is not None
+                    and "partial_rotary_factor" not in inspect.getsource(default)
+                ):
+                    out.update(family_model_types(family))
+    return frozenset(out)
+
+
+def rotary_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """HF's rotary modules in ``model``: every submodule whose class name ends with
+    ``RotaryEmbedding`` (posenc's own modules excluded)."""
+    return [
+        (name, module)
+        for name, module in model.named_modules()
+        if type(module).__name__.endswith("RotaryEmbedding")
+        and not type(module).__module__.startswith("posenc")
+    ]
+
+
+def _shrink(config: dict[str, Any], mrope: bool = False) -> dict[str, Any]:
+    """The overrides that make a default config dict tiny: the sizes of :data:`SIZES`,
+    :data:`LAYERS` layers (one of each layer type), per-layer lists and dicts cut to them.
+    Only changed keys are returned, so that the config recomputes its derived fields."""
+    out = copy.deepcopy(config)
+    for key, value in SIZES.items():
+        if isinstance(out.get(key), int) and not isinstance(out.get(key), bool):
+            out[key] = value
+    for key in ("num_experts_per_tok", "head_dim", "num_key_value_heads"):  # None: unset
+        if key in out and out[key] is None and "num_attention_heads" in out:
+            out[key] = SIZES["num_attention_heads" if key == "num_key_value_heads" else key]
+    if isinstance(out.get("qk_rope_head_dim"), int):  # MLA: HF's head_dim is the rotary part
+        out.update(
+            head_dim=out["qk_rope_head_dim"], num_key_value_heads=out.get("num_attention_heads")
+        )
+    old = next((out[k] for k in LAYER_KEYS if isinstance(out.get(k), int)), None)
+    if old:
+        keep = list(range(min(old, LAYERS)))
+        types = next((out[k] for k in LAYER_LIST_KEYS if isinstance(out.get(k), list)), None)
+        if types and len(types) == old:  # one layer of each type, in order of first use
+            first = {t: i for i, t in reversed(list(enumerate(types)))}
+            keep = sorted(first.values())
+            keep += [i for i in range(old) if i not in keep][: max(0, LAYERS - len(keep))]
+            keep.sort()
+        for key in LAYER_KEYS:
+            if isinstance(out.get(key), int):
+                out[key] = len(keep)
+        for key, value in list(out.items()):
+            if isinstance(value, list) and len(value) == old and old > len(keep):
+                out[key] = [value[i] for i in keep]
+            if isinstance(value, dict) and value and all(str(k).isdigit() for k in value):
+                out[key] = {
+                    type(next(iter(value)))(new): value.get(str(i), value.get(i))
+                    for new, i in enumerate(keep)
+                    if str(i) in value or i in value
+                }
+    for key in ("rope_parameters", "rope_scaling"):
+        params: dict[str, Any] = out[key] if isinstance(out.get(key), dict) else {}
+        partial = params.get("partial_rotary_factor") or out.get("partial_rotary_factor") or 1.0
+        _shrink_rope(params, int((out.get("head_dim") or SIZES["head_dim"]) * partial))
+    if mrope and isinstance(out.get("rope_parameters"), dict):
+        out["rope_parameters"].setdefault("mrope_section", [2, 3, 3])
+    for key, value in out.items():
+        if isinstance(value, dict) and ("model_type" in value or key in _SUB):
+            sub_mrope = mrope and (key in _SUB or "text" in key)
+            kind = {"model_type": value["model_type"]} if "model_type" in value else {}
+            out[key] = {**kind, **_shrink(value, sub_mrope)}
+    changed = {k: v for k, v in out.items() if k not in config or config[k] != v}
+    if isinstance(out.get("rope_parameters"), dict):  # some configs need it given
+        changed["rope_parameters"] = out["rope_parameters"]
+    return changed
+
+
+def _shrink_rope(params: Any, head_dim: int) -> None:
+    """Rescale M-RoPE sections (and nested per-layer-type dicts) to the tiny head_dim."""
+    if not isinstance(params, dict):
+        return
+    for value in params.values():
+        _shrink_rope(value, head_dim)
+    section = params.get("mrope_section")
+    if isinstance(section, list) and section and sum(section) != head_dim // 2:
+        total, half = sum(section), head_dim // 2
+        new = [max(1, s * half // total) for s in section]
+        new[0] += half - sum(new)
+        params["mrope_section"] = new
+
+
+_TOKEN_ID = re.compile(r".*_(token_id|token_index|id)$")
+
+
+def _vocab(overrides: dict[str, Any], config: dict[str, Any]) -> None:
+    """Set a small vocab that still holds every special token id of the config."""
+    for key, value in config.items():
+        if isinstance(value, dict) and "model_type" in value:
+            overrides.setdefault(key, {"model_type": value["model_type"]})
+            _vocab(overrides[key], value)
+    if "vocab_size" not in config or isinstance(config["vocab_size"], bool):
+        return
+    ids = [
+        v
+        for k, v in config.items()
+        if _TOKEN_ID.match(k) and isinstance(v, int) and not isinstance(v, bool)
+    ]
+    ids += [
+        x
+        for k, v in config.items()
+        if _TOKEN_ID.match(k) and isinstance(v, list)
+        for x in v
+        if isinstance(x, int)
+    ]
+    overrides["vocab_size"] = max([128, *[i + 1 for i in ids]])
+
+
+def _modeling_source(family: str) -> str:
+    return "".join(f.read_text() for f in sorted((_models_dir() / family).glob("modeling_*.py")))
+
+
+def _model_class(model_type: str) -> type[nn.Module] | None:
+    import transformers
+    from transformers.models.auto import modeling_auto as auto
+
+    for mapping in (
+        "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
+        "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
+        "MODEL_FOR_MULTIMODAL_LM_MAPPING_NAMES",
+        "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
+        "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+        "MODEL_MAPPING_NAMES",
+    ):
+        name = getattr(auto, mapping).get(model_type)
+        if isinstance(name, (list, tuple)):
+            name = name[0]
+        if name and hasattr(transformers, name):
+            cls: type[nn.Module] = getattr(transformers, name)
+            return cls
+    return None
+
+
+def _forward_inputs(model: nn.Module, vocab: int) -> dict[str, Any] | str:
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    if "input_ids" not in params:
+        return f"{type(model).__name__}.forward takes no input_ids"
+    gen = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, min(vocab, 128), (BATCH, SEQ_LEN), generator=gen)
+    inputs: dict[str, Any] = {"input_ids": ids}
+    if "decoder_input_ids" in params:
+        inputs["decoder_input_ids"] = ids[:, : SEQ_LEN // 2]
+    if "use_cache" in params:
+        inputs["use_cache"] = False
+    rope = getattr(getattr(model, "config", None), "get_text_config", lambda: None)()
+    if "position_ids" in params and "mrope_section" in (
+        getattr(rope, "rope_parameters", None) or {}
+    ):
+        inputs["position_ids"] = mrope_positions()  # t, h, w differ: M-RoPE is exercised
+    return inputs
+
+
+def mrope_positions(batch: int = BATCH, seq: int = SEQ_LEN) -> torch.Tensor:
+    """``(3, batch, seq)`` t/h/w positions of a 2×3 image grid after two text tokens, then
+    text: three different rows, so that M-RoPE's sections are told apart."""
+    t = torch.arange(seq)
+    h, w = t.clone(), t.clone()
+    grid = torch.arange(6)
+    h[2:8], w[2:8], t[2:8] = 2 + grid // 3, 2 + grid % 3, 2
+    t[8:] = h[8:] = w[8:] = torch.arange(5, 5 + seq - 8)
+    return torch.stack([t, h, w])[:, None].expand(3, batch, seq).clone()
+
+
+def build_tiny(family: str) -> tuple[nn.Module, dict[str, Any], str] | str:
+    """``(model, inputs, class name)`` of a tiny random ``family`` model in float32, or the
+    reason (a string) why the family has no text model with token inputs. Raises whatever HF
+    raises when the tiny config is invalid."""
+    from transformers import AutoConfig
+
+    types = family_model_types(family)
+    if not types:
+        raise ValueError(f"no config class in transformers/models/{family}")
+    errors, reasons = [], []
+    for model_type in types:
+        cls = _model_class(model_type)
+        if cls is None:
+            continue
+        try:
+            config_cls = type(AutoConfig.for_model(model_type))
+            default = config_cls().to_dict()
+            mrope = "mrope_section" in _modeling_source(family)
+            raw = _shrink(default, mrope)
+            _vocab(raw, default)
+            for key in ("model_type", "transformers_version", "architectures"):
+                raw.pop(key, None)
+            config = config_cls(**raw)
+            config._attn_implementation = "eager"
+            torch.manual_seed(0)
+            model = cls(config).float().eval()
+        except Exception as err:
+            errors.append(f"{model_type}: {type(err).__name__}: {err}")
+            continue
+        vocab = int(getattr(config.get_text_config(), "vocab_size", 128) or 128)
+        inputs = _forward_inputs(model, vocab)
+        if isinstance(inputs, dict):
+            return model, inputs, cls.__name__
+        reasons.append(inputs)
+    if not errors:
+        return "; ".join(reasons) or f"no model class among model types {types}"
+    raise RuntimeError(errors[0])
