@@ -130,8 +130,8 @@ def test_meta_built_encoder_equals_a_normal_build(name: str) -> None:
 def test_dtype_casts_leave_constants_exact(name: str, kwargs: dict) -> None:
     """No encoding keeps a constant in a floating buffer; after ``.to(bfloat16)`` or
     ``.to(float16)`` rotary tables equal the float32 module's (phases from float64),
-    learnable frequencies (RoPE-Mixed) being the one thing rounded, as every weight; a
-    parameter-free encoding comes back from the cast unchanged."""
+    learned parameters (RoPE-Mixed's frequencies, LieRE's generators) being the one thing
+    rounded, as every weight; a parameter-free encoding comes back from the cast unchanged."""
     encoding = build_case(name, kwargs)
     assert not [b for b in encoding.buffers() if b.is_floating_point()]
     hooks = hooks_of(encoding)
@@ -142,9 +142,9 @@ def test_dtype_casts_leave_constants_exact(name: str, kwargs: dict) -> None:
         cast = build_case(name, kwargs)
         cast.load_state_dict(encoding.state_dict())
         cast = cast.to(dtype)
-        if getattr(fresh, "learnable", False):  # RoPE-Mixed: the parameter itself is rounded
-            with torch.no_grad():
-                fresh.frequencies.copy_(cast.frequencies.float())
+        with torch.no_grad():  # learned rotary parameters (RoPE-Mixed, LieRE) are rounded
+            for rounded, param in zip(cast.parameters(), fresh.parameters(), strict=True):
+                param.copy_(rounded.float())
         if hooks.rotary:
             for table_dtype in (torch.float32, dtype):
                 want = fresh.rotary_tables(positions, table_dtype)

@@ -232,6 +232,18 @@ def _grid_size(d: ModelDims) -> tuple[int, ...]:
     return d.grid
 
 
+def _learned_rotation(d: ModelDims) -> dict[str, Any]:
+    """LieRE / ComRoPE on ``dims.grid``: one axis per entry, per-head generators, positions
+    scaled by ``1 / size`` per axis (the references' unit-interval coordinates)."""
+    grid = _grid_size(d)
+    return {
+        "head_dim": d.resolved_head_dim,
+        "num_axes": len(grid),
+        "num_heads": d.num_heads,
+        "position_scale": tuple(1.0 / n for n in grid),
+    }
+
+
 def _coordinate_axes(d: ModelDims) -> int:
     """Coordinates per token of a Fourier encoding: (row, column) on a grid, else the position."""
     return 1 if d.grid is None else len(d.grid)
@@ -603,6 +615,36 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "axial RoPE: half the pairs rotate by a patch's column, half by its row (needs a grid)",
         lambda: _rotary().AxialRotary2D,
         lambda d: {"head_dim": d.resolved_head_dim, **_grid(d)},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "liere",
+        "rotary",
+        "Ostmeier et al. 2024 (LieRE), https://arxiv.org/abs/2406.10322",
+        "learned rotations exp(Σ p_a A_a) with free skew-symmetric block generators per axis "
+        "and head, one set per layer; not relative (LearnedRotation.liere) (needs a grid)",
+        lambda: _rotary().LearnedRotation.liere,
+        _learned_rotation,
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "comrope_ap",
+        "rotary",
+        "Yu et al. 2025 (ComRoPE-AP), https://arxiv.org/abs/2506.03737",
+        "learned rotations exp(Σ p_a A_a), block j rotating by axis j mod N (commuting: "
+        "relative), one set per layer (LearnedRotation.comrope_ap) (needs a grid)",
+        lambda: _rotary().LearnedRotation.comrope_ap,
+        _learned_rotation,
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "comrope_ld",
+        "rotary",
+        "Yu et al. 2025 (ComRoPE-LD), https://arxiv.org/abs/2506.03737",
+        "learned rotations exp(Σ p_a A_a), one generator per block scaled per axis "
+        "(commuting: relative), one set per layer (LearnedRotation.comrope_ld) (needs a grid)",
+        lambda: _rotary().LearnedRotation.comrope_ld,
+        _learned_rotation,
         needs_grid=True,
     ),
 )

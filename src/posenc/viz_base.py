@@ -72,6 +72,9 @@ ENCODING_COLORS: dict[str, str] = {
     "rope_2d": "#9467bd",
     "mrope": "#843c39",
     "videorope": "#d6616b",
+    "liere": "#e6550d",
+    "comrope_ap": "#31a354",
+    "comrope_ld": "#3182bd",
     # context extension (posenc.lab.experiments.extend / longctx), beside "rope" and the
     # segment methods
     "linear": "#1f77b4",

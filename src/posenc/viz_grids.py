@@ -117,7 +117,10 @@ def rotary_score_map(encoding: PositionalEncoding, height: int, width: int) -> T
     every cell: ``(heads, h, w)`` (heads = 1 unless the encoding rotates heads apart)."""
     rotary: Any = encoding  # a rotary encoding: head_dim, and frequencies when per head
     head_dim = int(rotary.head_dim)
-    heads = int(rotary.frequencies.shape[0]) if getattr(rotary, "per_head", False) else 1
+    if getattr(rotary, "per_head", False):  # MultiAxisRotary's per-head frequencies
+        heads = int(rotary.frequencies.shape[0])
+    else:  # generators per head (LearnedRotation), else one rotation for every head
+        heads = int(getattr(rotary, "num_heads", 1))
     keys = grid_inputs(encoding, height, width)
     centre = (height // 2) * width + width // 2
     query = keys[..., centre : centre + 1]

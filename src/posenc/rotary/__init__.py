@@ -5,6 +5,7 @@ from __future__ import annotations
 from posenc.rotary.axial import AxialRotary2D, axial_cos_sin
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.layouts import permute_rotary_weight, rotary_channel_permutation
+from posenc.rotary.learned_rotation import LearnedRotation
 from posenc.rotary.multi_axis import MultiAxisRotary, mrope_axes, rescaled_grid_positions
 from posenc.rotary.presets import (
     DEEPSEEK_V3,
@@ -47,6 +48,7 @@ __all__ = [
     "AxialRotary2D",
     "DynamicNTK",
     "Layout",
+    "LearnedRotation",
     "Linear",
     "Llama3",
     "LongRoPE",
