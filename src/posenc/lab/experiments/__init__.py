@@ -23,6 +23,7 @@ from posenc.lab.experiments import (
     resolution,
     temporal_links,
     triangles,
+    video,
     vit,
     vla,
 )
@@ -62,5 +63,6 @@ for _module in (
     temporal_links,
     audio,
     vla,
+    video,
 ):
     register_experiment(_module.EXPERIMENT)
