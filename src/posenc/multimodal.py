@@ -25,6 +25,8 @@ video's temporal extent exceeds its spatial one. Tested against transformers' ow
 on mixed batches with left and right padding (when installed).
 
 Kept out of :mod:`posenc.positions` (the one-axis builders) to keep both modules small.
+VideoRoPE's diagonal layout and V2PE's fractional visual steps (float ids) are in
+:mod:`posenc.multimodal_layouts`.
 """
 
 from __future__ import annotations

@@ -494,3 +494,11 @@ def test_registry_refuses_a_sequence_model_and_names_unknown_arguments() -> None
         build_encoding("liere", ModelDims(dim=32, num_heads=2))
     with pytest.raises(ValueError, match="unknown argument"):
         build_encoding("comrope_ld", ModelDims(dim=32, num_heads=2, grid=(4, 4)), base=10.0)
+
+
+def test_grouped_query_attention_needs_shared_generators() -> None:
+    """A query head and its key head must rotate alike: per-head generators refuse GQA."""
+    rot = LearnedRotation.comrope_ld(DIM // 4, 2, block_size=3, num_heads=4)
+    with pytest.raises(ValueError, match=r"num_kv_heads\): grouped-query attention needs"):
+        Attention(DIM, 4, num_kv_heads=2, pos=rot)
+    Attention(DIM, 4, pos=rot)  # one key head per query head: fine

@@ -228,3 +228,14 @@ def test_sections_that_do_not_fit_are_refused(head_dim, sections, match):
 def test_bad_base_is_refused():
     with pytest.raises(ValueError, match="base"):
         MultiAxisRotary.videorope(16, (2, 3, 3), base=-1.0)
+
+
+def test_a_scaling_scales_the_same_1d_frequencies_as_mrope():
+    yarn = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    video = MultiAxisRotary.videorope(16, (2, 3, 3), base=1e4, scaling=yarn)
+    mrope = MultiAxisRotary.mrope(16, (2, 3, 3), base=1e4, scaling=yarn)
+    assert_close(video.frequencies.sum(-1), mrope.frequencies.sum(-1))  # one per pair, placed
+    assert video.attention_factor == mrope.attention_factor != 1.0
+    plain = MultiAxisRotary.videorope(16, (2, 3, 3), base=1e4)
+    assert not torch.equal(video.frequencies, plain.frequencies)
+    assert torch.equal(video.frequencies != 0, plain.frequencies != 0)  # the same pair → axis map

@@ -6,7 +6,12 @@ from posenc.rotary.axial import AxialRotary2D, axial_cos_sin
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.layouts import permute_rotary_weight, rotary_channel_permutation
 from posenc.rotary.learned_rotation import LearnedRotation
-from posenc.rotary.multi_axis import MultiAxisRotary, mrope_axes, rescaled_grid_positions
+from posenc.rotary.multi_axis import (
+    MultiAxisRotary,
+    mrope_axes,
+    rescaled_grid_positions,
+    videorope_axes,
+)
 from posenc.rotary.presets import (
     DEEPSEEK_V3,
     GPT_OSS_20B,
@@ -76,6 +81,7 @@ __all__ = [
     "rotary_channel_permutation",
     "scaling_from_dict",
     "scaling_to_dict",
+    "videorope_axes",
     "xpos_scale",
     "xpos_zeta",
 ]

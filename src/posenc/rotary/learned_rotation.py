@@ -2,7 +2,8 @@
 
 LieRE and ComRoPE replace RoPE's fixed 2×2 rotations by the matrix exponential of learned
 skew-symmetric generators ``A_a``, one per position axis ``a`` (row and column; time, row
-and column). Every ``A_a`` is block-diagonal with ``head_dim / b`` blocks of ``b × b``, so
+and column); ``p_a`` is the position times ``position_scale``. Every ``A_a`` is
+block-diagonal with ``head_dim / b`` blocks of ``b × b``, so
 
 .. math::
 
@@ -14,7 +15,7 @@ R(p_k) = R(p_k − p_q)`` and a score depends on the positions only through thei
 (ComRoPE's Theorem: commuting is necessary and sufficient); general generators (LieRE) give
 scores that also read absolute positions. The three methods are presets of one class,
 :class:`LearnedRotation`, whose ``kind`` names how the blocks ``B_{a,j}`` are made from the
-parameter ``weight = W`` (``skew(W) = W − Wᵀ``):
+parameter ``weight = W`` (``skew(W) = W − Wᵀ``; see docs/rotary.md for choosing ``b``):
 
 * ``"liere"`` (Ostmeier et al. 2024, https://arxiv.org/abs/2406.10322; StanfordMIMI/LieRE):
   ``B_{a,j} = skew(W_{a,j})``, free per axis, per block and per head; not relative;
@@ -39,9 +40,8 @@ block size defaults to the largest of 8, 4, 2 that divides ``head_dim`` (LieRE's
 use one block of the whole head, ComRoPE's config 2; pass ``block_size``); axis-partition
 takes any block count of at least ``N`` (ComRoPE asks ``head_dim`` divisible by ``N·b``).
 
-Cost: per token and head one ``b × b`` matrix exponential per block (computed in float32, or
-float64 for float64 inputs) and a ``b × b`` matrix-vector product per block for q and k:
-``O(head_dim · b)`` multiply-adds where RoPE takes ``O(head_dim)``.
+Cost: a ``b × b`` matrix exponential (float32, float64 for float64 inputs) per token, head
+and block, then ``O(head_dim · b)`` multiply-adds per vector where RoPE takes ``O(head_dim)``.
 """
 
 from __future__ import annotations
@@ -120,8 +120,10 @@ class LearnedRotation(RotaryEncoding):
         kind: ``"liere"``, ``"comrope_ap"`` or ``"comrope_ld"``.
         block_size: ``b``, dividing ``head_dim``, at least 2 (default: the largest of 8, 4,
             2 dividing it, with at least ``N`` blocks for ``"comrope_ap"``).
-        num_heads: heads with their own generators (1: one set for all heads; a model
-            with grouped-query attention needs 1).
+        num_heads: heads with their own generators (1: one set for all heads). Per-head
+            generators need as many key heads as query heads: under grouped-query attention
+            a query head and its key head would rotate differently, and ComRoPE's scores
+            would no longer be relative (refused by :meth:`bind_projections`).
         init_scale: LieRE: the upper bound of ``U[0, init_scale)`` (default 2π); ComRoPE: the
             standard deviation of ``W`` (default 1).
         position_scale: multiplies the positions, one value or one per axis (``1 / n`` for
@@ -383,6 +385,17 @@ class LearnedRotation(RotaryEncoding):
         """``R(p_q) q`` and ``R(p_k) k`` blockwise (new tensors: ``inplace`` is accepted and
         not needed, the product needs a fresh output anyway)."""
         return rotate_blocks(q, q_tables.to(q.device)), rotate_blocks(k, k_tables.to(k.device))
+
+    def bind_projections(self, q_proj: nn.Linear, k_proj: nn.Linear) -> None:
+        """Attention's construction-time check (no reference is kept): per-head generators
+        need a key head per query head; ``ValueError`` naming ``num_kv_heads`` otherwise."""
+        kv_heads = k_proj.out_features // self.head_dim
+        if self.num_heads > 1 and kv_heads != self.num_heads:
+            raise ValueError(
+                f"pos: LearnedRotation has generators for {self.num_heads} heads but the "
+                f"attention has {kv_heads} key heads (num_kv_heads): grouped-query attention "
+                "needs num_heads=1 (one set of generators shared by every head)"
+            )
 
     def check_rotary_call(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> None:
         """The base checks, and per-head generators need q and k with ``num_heads`` heads."""
