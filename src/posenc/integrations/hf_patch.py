@@ -166,15 +166,15 @@ def _table_format(original: nn.Module, config: Any) -> TableFormat:
     x = torch.zeros(1, device=device)
     positions = torch.arange(3, device=device)[None]
     kwargs = {}
-    if "layer_type" in inspect.signature(original.forward).parameters:
-        kwargs["layer_type"] = _hf()._layer_types(config)[0]
+    types = _hf()._layer_types(config)
+    if types and "layer_type" in inspect.signature(original.forward).parameters:
+        kwargs["layer_type"] = types[0]
     out = original(x, positions, **kwargs)
     if isinstance(out, Tensor) and out.is_complex():
         return "complex"
     cos = out[0].reshape(-1, out[0].shape[-1])[1].double()  # position 1
     width = cos.shape[-1]
-    pairs = 2 * _inv_freq_numel(original, config)
-    if width == pairs // 2:
+    if width == _inv_freq_numel(original, config, types[0] if types else None):
         return "half_width"
     if width >= 4 and torch.isclose(cos[0], cos[1]) and not torch.isclose(cos[0], cos[2]):
         return "interleaved"
@@ -208,9 +208,12 @@ def _mrope_interleaved(original: nn.Module, rope: Any, table_format: TableFormat
     )
 
 
-def _inv_freq_numel(original: nn.Module, config: Any) -> int:
+def _inv_freq_numel(original: nn.Module, config: Any, layer_type: str | None = None) -> int:
+    """How many frequencies HF's module rotates (``{layer_type}_inv_freq`` per layer type)."""
+    wanted = "inv_freq" if layer_type is None else f"{layer_type}_inv_freq"
     for name, buffer in original.named_buffers(recurse=False):
-        if name.endswith("inv_freq") and not name.endswith("original_inv_freq"):
+        ours = name == wanted or (layer_type is None and name.endswith("_inv_freq"))
+        if ours and not name.endswith("original_inv_freq"):
             return buffer.numel()
     return _hf()._head_dim(config) // 2
 
@@ -265,8 +268,9 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
         raise ValueError(
             f"rope.head_dim {rope.head_dim} != the model's head_dim {_hf()._head_dim(config)}"
         )
-    hf_pairs = _inv_freq_numel(original, config) if config is not None else None
-    for r in (rope, *layer_ropes.values()):
+    checks = list(layer_ropes.items()) if layer_ropes else [(None, rope)]
+    for layer_type, r in checks:
+        hf_pairs = _inv_freq_numel(original, config, layer_type) if config is not None else None
         if hf_pairs is not None and 2 * hf_pairs != r.rotary_dim:
             raise ValueError(
                 f"rope.rotary_dim {r.rotary_dim} != the {2 * hf_pairs} channels the model's "

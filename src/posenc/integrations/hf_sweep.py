@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from posenc.integrations.hf_tiny import (
     SEQ_LEN,
@@ -47,7 +47,14 @@ from posenc.integrations.hf_tiny import (
     rotary_modules,
 )
 
-__all__ = ["FamilyResult", "check_family", "main", "sweep", "table_markdown"]
+__all__ = [
+    "FamilyResult",
+    "check_family",
+    "main",
+    "output_and_rotary_calls",
+    "sweep",
+    "table_markdown",
+]
 
 TOLERANCE = 5e-6
 STATUSES = ("equal", "mismatch", "refused", "not text RoPE", "could not build")
@@ -100,7 +107,7 @@ def _first_line(err: BaseException) -> str:
 
 def check_family(family: str, tolerance: float = TOLERANCE) -> FamilyResult:
     """Build ``family`` tiny, patch it with posenc's RoPE and compare outputs (see module doc)."""
-    from posenc.integrations.hf import HFRotaryAdapter, patch_rotary
+    from posenc.integrations.hf import patch_rotary
     from posenc.integrations.hf_patch import _is_text_rotary
 
     if family in NOT_TEXT_ROPE:
@@ -113,8 +120,15 @@ def check_family(family: str, tolerance: float = TOLERANCE) -> FamilyResult:
         if isinstance(built, str):
             return FamilyResult(family, "not text RoPE", built)
         model, inputs, name = built
+        rotaries = [(n, m) for n, m in model.named_modules() if "Rotary" in type(m).__name__]
+        if not rotaries:
+            why = f"the tiny {name} holds no rotary module (its rotary is in parts not built)"
+            return FamilyResult(family, "could not build", why, None, name)
+        if not any(_is_text_rotary(m) for _, m in rotary_modules(model)):
+            where = sorted({f"{type(m).__name__}" for _, m in rotaries})
+            return FamilyResult(family, "not text RoPE", f"rotaries only in {where}", None, name)
         try:
-            expected = _output(model, inputs)
+            expected, hf_called = output_and_rotary_calls(model, inputs)
         except Exception as err:
             return FamilyResult(
                 family, "could not build", "HF forward: " + _first_line(err), None, name
@@ -127,27 +141,19 @@ def check_family(family: str, tolerance: float = TOLERANCE) -> FamilyResult:
             return FamilyResult(
                 family, "mismatch", "patch crashed: " + _first_line(err), None, name
             )
-        calls = Counter[str]()
-        hooks = [
-            module.register_forward_hook(lambda m, i, o, key=key: calls.update([key]))
-            for key, module in model.named_modules()
-            if isinstance(module, HFRotaryAdapter)
-        ]
         try:
-            got = _output(model, inputs)
+            got, called = output_and_rotary_calls(model, inputs)
         except Exception as err:
             return FamilyResult(
                 family, "mismatch", "patched forward: " + _first_line(err), None, name
             )
-        finally:
-            for hook in hooks:
-                hook.remove()
     left = [key for key, module in rotary_modules(model) if _is_text_rotary(module)]
     kept = [key for key, module in rotary_modules(model) if not _is_text_rotary(module)]
     if left:
         return FamilyResult(family, "mismatch", f"silent no-op: {left} left unpatched", None, name)
-    if not calls:
-        return FamilyResult(family, "mismatch", "silent no-op: no adapter was called", None, name)
+    if called != hf_called:
+        why = f"silent no-op: HF ran rotaries {sorted(hf_called)}, posenc {sorted(called)}"
+        return FamilyResult(family, "mismatch", why, None, name)
     if got.shape != expected.shape:
         return FamilyResult(family, "mismatch", f"shape {tuple(got.shape)}", None, name)
     diff = (got - expected).abs().max().item()
@@ -156,6 +162,25 @@ def check_family(family: str, tolerance: float = TOLERANCE) -> FamilyResult:
     if kept:
         detail = f"{detail}; HF's non-text rotaries kept: {kept}".lstrip("; ")
     return FamilyResult(family, status, detail, diff, name)
+
+
+def output_and_rotary_calls(model: nn.Module, inputs: dict[str, Any]) -> tuple[Tensor, set[str]]:
+    """The model's output and the names of the text rotary modules (HF's or adapters) that
+    ran: after patching, the same names must run as before (else a patch is a no-op)."""
+    from posenc.integrations.hf_patch import HFRotaryAdapter, _is_text_rotary
+
+    called: set[str] = set()
+    hooks = [
+        module.register_forward_hook(lambda *_, key=key: called.add(key))
+        for key, module in model.named_modules()
+        if isinstance(module, HFRotaryAdapter)
+        or (type(module).__name__.endswith("RotaryEmbedding") and _is_text_rotary(module))
+    ]
+    try:
+        return _output(model, inputs), called
+    finally:
+        for hook in hooks:
+            hook.remove()
 
 
 def sweep(families: Sequence[str] | None = None, *, progress: bool = False) -> list[FamilyResult]:

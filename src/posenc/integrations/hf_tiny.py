@@ -173,10 +173,18 @@ def _shrink(config: dict[str, Any], mrope: bool = False) -> dict[str, Any]:
                 }
     for key in ("rope_parameters", "rope_scaling"):
         params: dict[str, Any] = out[key] if isinstance(out.get(key), dict) else {}
-        partial = params.get("partial_rotary_factor") or out.get("partial_rotary_factor") or 1.0
+        partial = _partial(params) or out.get("partial_rotary_factor") or 1.0
+        if isinstance(out.get("head_dim"), int) and partial < 1:  # an even, 3-section width
+            out["head_dim"] = next(h for h in (16, 32, 64, 128, 256) if int(h * partial) >= 6)
+            while int(out["head_dim"] * partial) % 2:
+                out["head_dim"] += 16
         _shrink_rope(params, int((out.get("head_dim") or SIZES["head_dim"]) * partial))
     if mrope and isinstance(out.get("rope_parameters"), dict):
-        out["rope_parameters"].setdefault("mrope_section", [2, 3, 3])
+        partial = _partial(out["rope_parameters"]) or out.get("partial_rotary_factor") or 1.0
+        pairs = int((out.get("head_dim") or SIZES["head_dim"]) * partial) // 2
+        out["rope_parameters"].setdefault(
+            "mrope_section", [pairs - 2 * (pairs // 3)] + [pairs // 3] * 2
+        )
     for key, value in out.items():
         if isinstance(value, dict) and ("model_type" in value or key in _SUB):
             sub_mrope = mrope and (key in _SUB or "text" in key)
@@ -186,6 +194,14 @@ def _shrink(config: dict[str, Any], mrope: bool = False) -> dict[str, Any]:
     if isinstance(out.get("rope_parameters"), dict):  # some configs need it given
         changed["rope_parameters"] = out["rope_parameters"]
     return changed
+
+
+def _partial(params: dict[str, Any]) -> float | None:
+    """The smallest ``partial_rotary_factor`` of a flat or per-layer-type rope dict."""
+    values = [params.get("partial_rotary_factor")]
+    values += [v.get("partial_rotary_factor") for v in params.values() if isinstance(v, dict)]
+    numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return min(numbers) if numbers else None
 
 
 def _shrink_rope(params: Any, head_dim: int) -> None:
@@ -201,6 +217,12 @@ def _shrink_rope(params: Any, head_dim: int) -> None:
         new[0] += half - sum(new)
         params["mrope_section"] = new
 
+
+#: Config values a family needs so that its tiny default model has a text RoPE at all.
+FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
+    "zamba2": {"use_mem_rope": True},  # off by default: no rotary module
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},  # 2 layers: one attention
+}
 
 _TOKEN_ID = re.compile(r".*_(token_id|token_index|id)$")
 
@@ -275,12 +297,13 @@ def _forward_inputs(model: nn.Module, vocab: int) -> dict[str, Any] | str:
 
 
 def mrope_positions(batch: int = BATCH, seq: int = SEQ_LEN) -> torch.Tensor:
-    """``(3, batch, seq)`` t/h/w positions of a 2×3 image grid after two text tokens, then
-    text: three different rows, so that M-RoPE's sections are told apart."""
+    """``(3, batch, seq)`` t/h/w positions of a 2×3 grid after two text tokens, then text:
+    three different rows, the grid's rows and columns far apart (h steps of 400, w of 700) so
+    that even the low frequencies that M-RoPE gives h and w tell the sections apart."""
     t = torch.arange(seq)
     h, w = t.clone(), t.clone()
     grid = torch.arange(6)
-    h[2:8], w[2:8], t[2:8] = 2 + grid // 3, 2 + grid % 3, 2
+    h[2:8], w[2:8], t[2:8] = 2 + 400 * (grid // 3), 2 + 700 * (grid % 3), 2
     t[8:] = h[8:] = w[8:] = torch.arange(5, 5 + seq - 8)
     return torch.stack([t, h, w])[:, None].expand(3, batch, seq).clone()
 
@@ -303,7 +326,7 @@ def build_tiny(family: str) -> tuple[nn.Module, dict[str, Any], str] | str:
             config_cls = type(AutoConfig.for_model(model_type))
             default = config_cls().to_dict()
             mrope = "mrope_section" in _modeling_source(family)
-            raw = _shrink(default, mrope)
+            raw = {**_shrink(default, mrope), **FAMILY_OVERRIDES.get(family, {})}
             _vocab(raw, default)
             for key in ("model_type", "transformers_version", "architectures"):
                 raw.pop(key, None)
