@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from posenc.lab.experiments import get_experiment
 from posenc.lab.signal_claims import SIGNAL_CLAIMS
 
@@ -78,6 +80,8 @@ def test_every_signal_claim_has_cases() -> None:
     assert {claim.name for claim in SIGNAL_CLAIMS} == set(SIGNAL_CASES)
 
 
-def test_the_vit_experiment_carries_its_claim() -> None:
-    claims = get_experiment("vit").claims
-    assert [c.name for c in claims] == ["vit_position_encoding_helps"]
+@pytest.mark.parametrize("experiment", ["vit", "video"])
+def test_each_experiment_carries_its_claims(experiment: str) -> None:
+    mine = [c.name for c in SIGNAL_CLAIMS if c.experiment == experiment]
+    assert mine
+    assert [c.name for c in get_experiment(experiment).claims] == mine

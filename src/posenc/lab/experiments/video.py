@@ -70,6 +70,7 @@ from posenc.lab.batch import derive_seed
 from posenc.lab.data.digits import IMAGE_SIZE, load_digits_splits
 from posenc.lab.data.moving_digits import NUM_CLASSES, make_moving_digits, tubelets
 from posenc.lab.runner import Experiment, Run, check_pos_kwargs, run_experiment
+from posenc.lab.seed_claims import claims_of
 from posenc.lab.signal_models import (
     NONE,
     SignalRunConfig,
@@ -459,5 +460,5 @@ EXPERIMENT = Experiment(
     plan=_plan,
     execute=_execute,
     table=format_video_table,
-    claims=(),
+    claims=claims_of("video"),
 )
