@@ -14,6 +14,7 @@ from torch.testing import assert_close
 
 from posenc.lab.experiments import get_experiment
 from posenc.lab.experiments.vla import VlaConfig, VlaModel, _split, format_vla_table, pairs, run_vla
+from posenc.registry import ModelDims, build_encoding
 
 TINY: dict[str, Any] = {
     "encodings": ("none", "rope", "mrope", "rope_axial"),
@@ -148,3 +149,22 @@ def test_views_add_image_blocks() -> None:
     assert seen.shape == (3, 2 * 16 + 1 + 4 + 10)
     assert seen[:, 17].tolist() == [5, 5, 5]  # view 1 starts after view 0 and the marker
     assert seen[:, 33].tolist() == [9, 9, 9]  # the instruction after view 1
+
+
+def _rotary(model: VlaModel) -> Any:
+    """The model's rotary encoding (the first module that rotates q and k)."""
+    return next(m for m in model.modules() if hasattr(m, "rotate_qk"))
+
+
+def test_rope_base_reaches_every_rotary_encoding_and_pos_kwargs_override_it() -> None:
+    config = VlaConfig(**{**TINY, "rope_base": 7.0, "pos_kwargs": {"mrope": {"base": 50.0}}})
+    assert float(_rotary(VlaModel(config, "rope", "flat")).base) == 7.0
+    dims = ModelDims(dim=24, num_heads=1, max_seq_len=config.max_seq_len(), grid=(1, 4, 4))
+    for layout, encoding, base in [("qwen2_vl", "rope_axial", 7.0), ("qwen2_vl", "mrope", 50.0)]:
+        built = _rotary(VlaModel(config, encoding, layout))
+        expected: Any = build_encoding(encoding, dims, {"base": base})
+        default: Any = build_encoding(encoding, dims)
+        assert_close(built.frequencies, expected.frequencies)
+        assert not torch.equal(expected.frequencies, default.frequencies)
+    with pytest.raises(ValueError, match="rope_base"):
+        VlaConfig(**{**TINY, "rope_base": 0.0})
