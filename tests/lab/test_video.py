@@ -35,6 +35,7 @@ TINY: dict[str, Any] = {
     "batch_size": 128,
     "warmup_steps": 2,
     "frames": 4,
+    "time_patch": 2,
     "canvas": 12,
     "test_canvas": 16,
     "train_repeats": 1,
@@ -196,3 +197,25 @@ def test_the_classifier_moves_to_a_new_grid_without_changing_itself() -> None:
     rope = VideoClassifier(config, "rope_axial")
     assert rope.at_grid((8, 3, 3)) is rope  # nothing finite to move
     assert math.prod(config.grid) == 18
+
+
+def test_rope_base_reaches_every_rotary_encoding_and_pos_kwargs_override_it() -> None:
+    from posenc.rotary import MultiAxisRotary, RotaryEmbedding
+
+    config = VideoConfig(
+        **{**TINY, "dim": 48, "num_heads": 2},
+        encodings=("mrope", "videorope", "v2pe", "rope_axial"),
+        rope_base=7.0,
+        pos_kwargs={"rope_axial": {"base": 50.0}},
+    )
+
+    def rotary(encoding: str) -> torch.nn.Module:
+        model = config.model(encoding, config.grid, 64)
+        return next(m for m in model.modules() if isinstance(m, (MultiAxisRotary, RotaryEmbedding)))
+
+    for encoding in ("mrope", "videorope"):
+        inv_freq = rotary(encoding).frequencies.abs().amax(1)  # type: ignore[operator]
+        assert_close(float(inv_freq.min()), 7.0 ** (-22 / 24))  # head_dim 24: 12 pairs
+    assert rotary("v2pe").base == 7.0
+    expected = MultiAxisRotary.axial(24, 3, base=50.0).frequencies
+    assert_close(rotary("rope_axial").frequencies, expected)
