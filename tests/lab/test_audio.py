@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from posenc.lab.data.audio import FREQ_BINS, make_audio_dataset
+from posenc.lab.data.audio import FREQ_BINS, AudioDataset, make_audio_dataset
 from posenc.lab.experiments.audio import (
     EXPERIMENT,
     AudioConfig,
@@ -16,6 +16,7 @@ from posenc.lab.experiments.audio import (
     layouts_of,
     prepare_audio,
     run_audio,
+    span_accuracies,
     token_positions,
     tokenize,
 )
@@ -58,6 +59,19 @@ def test_rows_schema_and_resume(tmp_path):
         assert 0.0 <= row["accuracy"] <= 1.0
         expected = {"frames": (12, 24), "patches": (24, 48)}[row["layout"]]
         assert row["tokens"] == expected[row["condition"]]  # 2 frames/token; 8×16 patches
+    for row in rows:  # the keyword within the trained frames or beyond them
+        if row["condition"] == 0:
+            assert "clips_beyond_span" not in row
+            assert row["accuracy_trained_span"] == row["accuracy"]
+            continue
+        # a 24-frame keyword fits the 24 trained frames only at onset 0 (1 of 25 onsets)
+        beyond = row["clips_beyond_span"]
+        assert 0 < beyond <= TINY.test_clips
+        inside = TINY.test_clips - beyond
+        assert ("accuracy_trained_span" in row) is (inside > 0)
+        mixed = row.get("accuracy_trained_span", 0.0) * inside
+        mixed += row["accuracy_beyond_span"] * beyond
+        assert row["accuracy"] == pytest.approx(mixed / TINY.test_clips)
     adaptations = {(r["encoding"], r["condition"]): r["adaptation"] for r in rows}
     assert adaptations[("learned", 1)] == "interpolated"
     assert adaptations[("learned_2d", 1)] == "resampled"
@@ -169,3 +183,26 @@ def test_tables_meet_the_longer_grid(encoding):
     else:
         assert how == ("resampled" if encoding == "learned_2d" else "interpolated")
         assert after[0].shape[0] == 2 * before[0].shape[0]
+
+
+class _ReadsLabel(torch.nn.Module):
+    """Predicts the class written in each clip's first token value."""
+
+    def forward(self, tokens, positions):
+        return torch.nn.functional.one_hot(tokens[:, 0, 0].long(), 8).float()
+
+
+def test_span_accuracies_split_seen_from_new_positions():
+    # trained clips: 24 frames, so only a keyword at onset 0 lies within the trained span
+    onsets = torch.tensor([0, 0, 0, 5, 10, 24])
+    labels = torch.tensor([1, 2, 3, 4, 5, 6])
+    predicted = torch.tensor([1, 2, 0, 4, 0, 0])  # 2 of 3 inside right, 1 of 3 beyond
+    test = AudioDataset(torch.zeros(6, 48, FREQ_BINS), labels, onsets)
+    tokens = predicted.float()[:, None, None]
+    spans = span_accuracies(_ReadsLabel(), tokens, torch.arange(1), test, TINY)
+    assert spans == {
+        "accuracy": 0.5,
+        "accuracy_trained_span": pytest.approx(2 / 3),
+        "accuracy_beyond_span": pytest.approx(1 / 3),
+        "clips_beyond_span": 3,
+    }

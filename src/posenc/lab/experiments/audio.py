@@ -44,7 +44,10 @@ for a condition an encoding cannot be evaluated on.
 
 Rows (:mod:`posenc.lab.atlas`'s schema): ``experiment="audio"``, ``layout``, ``encoding``,
 ``seed``, ``condition``, ``condition_label`` (``"2.048 s"``), ``in_distribution``,
-``accuracy``, plus ``duration_s``, ``tokens`` (per clip), ``adaptation`` and ``train_loss``.
+``accuracy``, plus ``accuracy_trained_span`` / ``accuracy_beyond_span`` (the clips whose keyword
+lies within the trained clip's frames / ends beyond them: seen positions or new ones, at the
+same clip length), ``clips_beyond_span``, ``duration_s``, ``tokens`` (per clip),
+``adaptation`` and ``train_loss``.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from posenc.lab.atlas import atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.audio import (
     FREQ_BINS,
+    KEYWORD_FRAMES,
     NUM_KEYWORDS,
     AudioDataset,
     clip_frames,
@@ -96,6 +100,7 @@ __all__ = [
     "evaluate",
     "layouts_of",
     "run_audio",
+    "span_accuracies",
     "token_positions",
     "tokenize",
 ]
@@ -350,6 +355,31 @@ def evaluate(model: AudioClassifier, tokens: Tensor, positions: Tensor, labels: 
     return accuracy_in_batches(predict, labels.to(tokens.device))
 
 
+def span_accuracies(
+    model: AudioClassifier,
+    tokens: Tensor,
+    positions: Tensor,
+    test: AudioDataset,
+    config: AudioConfig,
+) -> dict[str, float | int]:
+    """``accuracy`` over the clips, and apart for the clips whose keyword lies within the
+    trained clip's frames (``accuracy_trained_span``: positions seen in training) and those
+    whose keyword ends beyond them (``accuracy_beyond_span``, ``clips_beyond_span``; absent
+    when there are none, as in the trained condition)."""
+    inside = test.onsets + KEYWORD_FRAMES <= clip_frames(config.durations_s[0])
+    out: dict[str, float | int] = {}
+    correct = 0.0
+    for name, mask in (("trained_span", inside), ("beyond_span", ~inside)):
+        count = int(mask.sum())
+        if count:
+            accuracy = evaluate(model, tokens[mask.to(tokens.device)], positions, test.labels[mask])
+            out[f"accuracy_{name}"] = accuracy
+            correct += round(accuracy * count)
+            if name == "beyond_span":
+                out["clips_beyond_span"] = count
+    return {"accuracy": correct / len(inside), **out}
+
+
 def _plan(config: AudioConfig) -> list[Run]:
     return [
         Run(
@@ -390,7 +420,7 @@ def _execute(config: AudioConfig, run: Run, run_dir: Path) -> list[Row]:
             adapted = copy.deepcopy(model)
             adaptation = adapt_to_grid(adapted, grid)
         test_positions = token_positions(adapted.body.num_axes, grid).to(config.device)
-        accuracy = evaluate(adapted, tokens_of(test), test_positions, test.labels)
+        spans = span_accuracies(adapted, tokens_of(test), test_positions, test, config)
         rows.append(
             {
                 "experiment": "audio",
@@ -400,7 +430,8 @@ def _execute(config: AudioConfig, run: Run, run_dir: Path) -> list[Row]:
                 "condition": condition,
                 "condition_label": f"{duration:g} s",
                 "in_distribution": condition == 0,
-                "accuracy": accuracy,
+                "accuracy": spans.pop("accuracy"),
+                **spans,
                 "duration_s": duration,
                 "tokens": math.prod(grid),
                 "adaptation": adaptation,
