@@ -502,3 +502,13 @@ def test_grouped_query_attention_needs_shared_generators() -> None:
     with pytest.raises(ValueError, match=r"num_kv_heads\): grouped-query attention needs"):
         Attention(DIM, 4, num_kv_heads=2, pos=rot)
     Attention(DIM, 4, pos=rot)  # one key head per query head: fine
+
+
+def test_compiles_without_graph_breaks() -> None:
+    torch._dynamo.reset()
+    rot = LearnedRotation.comrope_ld(16, 2, num_heads=2)
+    q = torch.randn(1, 2, 12, 16)
+    pos = grid_positions(3, 4)
+    compiled = torch.compile(rot, fullgraph=True)
+    for got, want in zip(compiled(q, q, pos, pos), rot(q, q, pos, pos), strict=True):
+        assert_close(got, want, rtol=1e-5, atol=1e-5)
