@@ -407,10 +407,12 @@ def _predict(model: VideoClassifier, tokens: Tensor, positions: Tensor, index: T
 
 
 def _plan(config: VideoConfig) -> list[Run]:
+    """Seed by seed (every encoding's first seed first: a sweep stopped early still compares
+    them all)."""
     return [
         Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
-        for encoding in config.encodings
         for seed in config.seeds
+        for encoding in config.encodings
     ]
 
 
