@@ -159,7 +159,7 @@ def rotary_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     ]
 
 
-def _table_format(original: nn.Module, config: Any) -> TableFormat:
+def _table_format(original: nn.Module, config: Any, pairs: int) -> TableFormat:
     """The format of HF's module's tables, read off one call at positions 0…2."""
     buffers = [b for b in original.buffers() if b.is_floating_point()]
     device = buffers[0].device if buffers else torch.device("cpu")
@@ -168,13 +168,14 @@ def _table_format(original: nn.Module, config: Any) -> TableFormat:
     kwargs = {}
     types = _hf()._layer_types(config)
     if types and "layer_type" in inspect.signature(original.forward).parameters:
-        kwargs["layer_type"] = types[0]
+        held = [t for t in types if _inv_freq_numel(original, config, t) is not None]
+        kwargs["layer_type"] = (held or types)[0]
     out = original(x, positions, **kwargs)
     if isinstance(out, Tensor) and out.is_complex():
         return "complex"
     cos = out[0].reshape(-1, out[0].shape[-1])[1].double()  # position 1
     width = cos.shape[-1]
-    if width == _inv_freq_numel(original, config, types[0] if types else None):
+    if width == pairs:
         return "half_width"
     if width >= 4 and torch.isclose(cos[0], cos[1]) and not torch.isclose(cos[0], cos[2]):
         return "interleaved"
@@ -208,14 +209,15 @@ def _mrope_interleaved(original: nn.Module, rope: Any, table_format: TableFormat
     )
 
 
-def _inv_freq_numel(original: nn.Module, config: Any, layer_type: str | None = None) -> int:
-    """How many frequencies HF's module rotates (``{layer_type}_inv_freq`` per layer type)."""
+def _inv_freq_numel(original: nn.Module, config: Any, layer_type: str | None = None) -> int | None:
+    """How many frequencies HF's module rotates (``{layer_type}_inv_freq`` per layer type;
+    ``None`` for a layer type the module holds no table for: no layer of that type)."""
     wanted = "inv_freq" if layer_type is None else f"{layer_type}_inv_freq"
     for name, buffer in original.named_buffers(recurse=False):
         ours = name == wanted or (layer_type is None and name.endswith("_inv_freq"))
         if ours and not name.endswith("original_inv_freq"):
             return buffer.numel()
-    return _hf()._head_dim(config) // 2
+    return None if layer_type is not None else _hf()._head_dim(config) // 2
 
 
 def _module_config(module: nn.Module, model: nn.Module) -> Any:
@@ -248,7 +250,8 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
     )
     mrope = None
     if reads and reads[0].mrope is not None:
-        interleaved = _mrope_interleaved(original, reads[0], _table_format(original, config))
+        pairs = _hf()._rope_module(reads[0]).rotary_dim // 2
+        interleaved = _mrope_interleaved(original, reads[0], _table_format(original, config, pairs))
         mrope = _hf().mrope_from_config(config, interleaved=interleaved)
     if rope is None:
         layer_ropes = {
@@ -276,7 +279,9 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
                 f"rope.rotary_dim {r.rotary_dim} != the {2 * hf_pairs} channels the model's "
                 "attention rotates"
             )
-    table_format = _table_format(original, config) if config is not None else "half"
+    held = [r for t, r in checks if t is None or _inv_freq_numel(original, config, t) is not None]
+    pairs = (held or [rope])[0].rotary_dim // 2
+    table_format = _table_format(original, config, pairs) if config is not None else "half"
     return HFRotaryAdapter(
         rope,
         original,

@@ -179,7 +179,8 @@ def _shrink(config: dict[str, Any], mrope: bool = False) -> dict[str, Any]:
             while int(out["head_dim"] * partial) % 2:
                 out["head_dim"] += 16
         _shrink_rope(params, int((out.get("head_dim") or SIZES["head_dim"]) * partial))
-    if mrope and isinstance(out.get("rope_parameters"), dict):
+    rope_parameters = out.get("rope_parameters")
+    if mrope and isinstance(rope_parameters, dict) and rope_parameters.get("rope_type") != "axial":
         partial = _partial(out["rope_parameters"]) or out.get("partial_rotary_factor") or 1.0
         pairs = int((out.get("head_dim") or SIZES["head_dim"]) * partial) // 2
         out["rope_parameters"].setdefault(
@@ -222,6 +223,13 @@ def _shrink_rope(params: Any, head_dim: int) -> None:
 FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba2": {"use_mem_rope": True},  # off by default: no rotary module
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},  # 2 layers: one attention
+    "esmc": {"num_key_value_heads": 4},  # no grouped-query attention
+    "zaya": {"num_experts_per_tok": 1},
+    "dots3_note": {"head_dim": 16},  # its SWA layers: head_dim = nope + rope dims
+    "dbrx": {
+        "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+        "ffn_config": {"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2},
+    },
 }
 
 _TOKEN_ID = re.compile(r".*_(token_id|token_index|id)$")
