@@ -20,6 +20,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from posenc.integrations.hf_keys import _head_dim, _layer_types
 from posenc.rotary.multi_axis import MultiAxisRotary
 from posenc.rotary.rope import RotaryEmbedding
 
@@ -166,7 +167,7 @@ def _table_format(original: nn.Module, config: Any, pairs: int) -> TableFormat:
     x = torch.zeros(1, device=device)
     positions = torch.arange(3, device=device)[None]
     kwargs = {}
-    types = _hf()._layer_types(config)
+    types = _layer_types(config)
     if types and "layer_type" in inspect.signature(original.forward).parameters:
         held = [t for t in types if _inv_freq_numel(original, config, t) is not None]
         kwargs["layer_type"] = (held or types)[0]
@@ -217,7 +218,7 @@ def _inv_freq_numel(original: nn.Module, config: Any, layer_type: str | None = N
         ours = name == wanted or (layer_type is None and name.endswith("_inv_freq"))
         if ours and not name.endswith("original_inv_freq"):
             return buffer.numel()
-    return None if layer_type is not None else _hf()._head_dim(config) // 2
+    return None if layer_type is not None else _head_dim(config) // 2
 
 
 def _module_config(module: nn.Module, model: nn.Module) -> Any:
@@ -240,7 +241,7 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
         raise ValueError(f"{type(module).__name__} holds no HF rotary module to patch")
     config = _module_config(original, model) if rope is None or hasattr(model, "config") else None
     layer_ropes: dict[str, RotaryEmbedding] = {}
-    types = _hf()._layer_types(config) if config is not None else []
+    types = _layer_types(config) if config is not None else []
     reads = (
         [_hf()._read(config, t) for t in types]
         if types
@@ -267,9 +268,9 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
             "rope.layout must be 'half': HF attention applies rotate_half; convert an interleaved "
             "checkpoint's q/k weights with posenc.rotary.permute_rotary_weight instead"
         )
-    if config is not None and rope.head_dim != _hf()._head_dim(config):
+    if config is not None and rope.head_dim != _head_dim(config):
         raise ValueError(
-            f"rope.head_dim {rope.head_dim} != the model's head_dim {_hf()._head_dim(config)}"
+            f"rope.head_dim {rope.head_dim} != the model's head_dim {_head_dim(config)}"
         )
     checks = list(layer_ropes.items()) if layer_ropes else [(None, rope)]
     for layer_type, r in checks:
