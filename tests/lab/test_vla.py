@@ -13,7 +13,16 @@ from torch import Tensor
 from torch.testing import assert_close
 
 from posenc.lab.experiments import get_experiment
-from posenc.lab.experiments.vla import VlaConfig, VlaModel, _split, format_vla_table, pairs, run_vla
+from posenc.lab.experiments.vla import (
+    VlaConfig,
+    VlaModel,
+    _execute,
+    _split,
+    format_vla_table,
+    pairs,
+    run_vla,
+)
+from posenc.lab.runner import Run
 from posenc.registry import ModelDims, build_encoding
 
 TINY: dict[str, Any] = {
@@ -69,6 +78,15 @@ def test_tiny_sweep_writes_rows_and_resumes(tmp_path: Path) -> None:
     assert again == json.loads(json.dumps(rows))
     assert finished.stat().st_mtime_ns == stamp
     assert not any("done" in line for line in said)  # nothing ran again
+
+
+def test_a_run_is_a_function_of_config_and_seed(tmp_path: Path) -> None:
+    config = VlaConfig(**TINY)
+    run = Run("qwen2_vl/mrope/seed0", {"layout": "qwen2_vl", "encoding": "mrope", "seed": 0})
+    first = _execute(config, run, tmp_path)
+    assert _execute(config, run, tmp_path) == first
+    other = _execute(config, Run(run.name, {**run.params, "seed": 1}), tmp_path)
+    assert [r["train_loss"] for r in other] != [r["train_loss"] for r in first]
 
 
 @pytest.mark.parametrize(

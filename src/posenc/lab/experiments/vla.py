@@ -284,6 +284,8 @@ class VlaModel(nn.Module):
 
 @dataclass(frozen=True)
 class _Split:
+    """One condition's scenes as model inputs; positions and kinds are shared by every scene."""
+
     patches: Tensor  # (count, views, G², 3·CELL²)
     words: Tensor
     actions: Tensor
@@ -294,6 +296,8 @@ class _Split:
 def _split(
     config: VlaConfig, layout: str, axes: int, count: int, grid: int, length: int, seed: int
 ) -> _Split:
+    """``count`` scenes of ``grid`` and instruction ``length`` from ``seed``, laid out by
+    ``layout`` (one row of ids for a 1-axis encoding)."""
     scenes = make_scenes(
         count,
         grid,
