@@ -155,7 +155,6 @@ def test_a_token_sits_at_the_t_h_w_of_its_pixels() -> None:
 
 
 def test_videorope_reads_the_diagonal_layout_and_v2pe_fractional_steps() -> None:
-    pytest.importorskip("posenc.multimodal_layouts")  # VideoRoPE's and V2PE's id builders
     config = _tiny(encodings=("videorope", "v2pe"), videorope_spacing=2.0, v2pe_step=0.25)
     ids = encoding_positions("videorope", (2, 3, 3), config)
     t, h, w = grid_positions(2, 3, 3).double()

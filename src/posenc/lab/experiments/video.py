@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -71,6 +70,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc._validate import check_positive_float, check_positive_int
+from posenc.additive.learned import resize_table
 from posenc.additive.learned_grid import FactorizedLearned, resample_grid_table
 from posenc.lab.atlas import atlas_table
 from posenc.lab.batch import derive_seed
@@ -86,6 +86,7 @@ from posenc.lab.signal_models import (
     fit_signal_model,
 )
 from posenc.multimodal import VIDEO, mrope_position_ids
+from posenc.multimodal_layouts import v2pe_position_ids, videorope_position_ids
 from posenc.positions import grid_positions
 from posenc.registry import ModelDims, encoding_spec
 
@@ -123,8 +124,6 @@ DEFAULT_ENCODINGS: tuple[str, ...] = ENCODINGS
 _REGISTRY_NAME = {"v2pe": "rope"}
 #: This experiment's default constructor arguments (``pos_kwargs`` overrides them).
 _DEFAULT_KWARGS: dict[str, dict[str, Any]] = {"learned_factorized": {"groups": ((1, 2), (0,))}}
-#: Where the video position-id builders live (looked up when used: optional on older versions).
-_LAYOUTS_MODULE = "posenc.multimodal_layouts"
 
 
 class Condition(NamedTuple):
@@ -204,10 +203,6 @@ class VideoConfig(SignalRunConfig):
                 f"test_canvas must exceed canvas ({self.canvas}) and be a multiple of "
                 f"patch_size ({self.patch_size}), got {self.test_canvas}"
             )
-        for encoding in self.encodings:
-            missing = _missing_builder(encoding)
-            if missing:
-                raise ValueError(f"encodings: {encoding!r} needs {missing}, not in this posenc")
         check_pos_kwargs(
             self.pos_kwargs, self.encodings, lambda encoding: self.model(encoding, *self._shape)
         )
@@ -259,23 +254,6 @@ def conditions(config: VideoConfig) -> list[Condition]:
     ]
 
 
-def _layout_builder(name: str) -> Callable[..., Tensor] | None:
-    try:
-        module = importlib.import_module(_LAYOUTS_MODULE)
-    except ImportError:
-        return None
-    builder = getattr(module, name, None)
-    return builder if callable(builder) else None
-
-
-def _missing_builder(encoding: str) -> str | None:
-    """What ``encoding``'s position ids need that this posenc lacks, or None."""
-    name = {"videorope": "videorope_position_ids", "v2pe": "v2pe_position_ids"}.get(encoding)
-    if name is None or _layout_builder(name) is not None:
-        return None
-    return f"{_LAYOUTS_MODULE}.{name}"
-
-
 def encoding_positions(encoding: str, grid: Sequence[int], config: VideoConfig) -> Tensor:
     """The positions encoding label ``encoding`` reads for tubelets on ``grid`` ``(T, H, W)``
     (token order of :func:`~posenc.lab.data.moving_digits.tubelets`): ``(3, T·H·W)``
@@ -285,41 +263,29 @@ def encoding_positions(encoding: str, grid: Sequence[int], config: VideoConfig) 
     t, h, w = grid
     if encoding == NONE:
         return torch.arange(t * h * w)
-    if encoding in ("videorope", "v2pe"):
-        builder = _layout_builder(f"{encoding}_position_ids")
-        if builder is None:
-            raise ValueError(f"encodings: {encoding!r} needs {_missing_builder(encoding)}")
-        return _layout_positions(encoding, builder, (t, h, w), config)
-    if encoding == "mrope":  # Qwen2-VL's ids of a video run alone: its grid indices
-        types = torch.full((1, t * h * w), VIDEO)
-        ids, _ = mrope_position_ids(types, video_grid_thw=[(t, h, w)], spatial_merge_size=1)
-        return ids[:, 0]
-    return grid_positions(t, h, w)
-
-
-def _layout_positions(
-    encoding: str, builder: Callable[..., Any], grid: tuple[int, int, int], config: VideoConfig
-) -> Tensor:
-    """VideoRoPE's ``(3, seq)`` or V2PE's ``(seq,)`` ids of one clip of video tokens alone
-    (no text around it: the run starts at 0), as float32."""
-    types = torch.full((math.prod(grid),), VIDEO)
+    types = torch.full((t * h * w,), VIDEO)  # a video alone: its run starts at 0
     if encoding == "videorope":
-        ids, _ = builder(
+        ids, _ = videorope_position_ids(
             types,
             video_grid_thw=[grid],
             spatial_merge_size=1,
             temporal_spacing=config.videorope_spacing,
         )
-    else:
-        ids = builder(types, config.v2pe_step)
-    return ids.to(torch.float32)
+        return ids.float()
+    if encoding == "v2pe":
+        return v2pe_position_ids(types, config.v2pe_step).float()
+    if encoding == "mrope":  # Qwen2-VL's ids of a video run alone: its grid indices
+        ids, _ = mrope_position_ids(types[None], video_grid_thw=[grid], spatial_merge_size=1)
+        return ids[:, 0]
+    return grid_positions(t, h, w)
 
 
 @torch.no_grad()
 def resample_factorized(table: FactorizedLearned, size: Sequence[int]) -> FactorizedLearned:
     """A copy of ``table`` on the grid ``size``, each group's table interpolated as MAE-ST
     moves its embeddings to another clip length or resolution: a one-axis group (time)
-    linearly, a two-axis group (space) bicubically as timm's ``resample_abs_pos_embed``
+    linearly (:func:`~posenc.additive.learned.resize_table`), a two-axis group (space)
+    bicubically as timm's ``resample_abs_pos_embed``
     (:func:`~posenc.additive.learned_grid.resample_grid_table`), ``align_corners=False``.
 
     Raises:
@@ -335,9 +301,7 @@ def resample_factorized(table: FactorizedLearned, size: Sequence[int]) -> Factor
         new_sizes = tuple(new[a] for a in group)
         weight = table.tables[index].detach()
         if len(group) == 1:
-            line = weight.float().T[None]  # (1, dim, old)
-            resized = F.interpolate(line, size=new_sizes[0], mode="linear", align_corners=False)
-            weight = resized[0].T.to(weight.dtype)
+            weight = resize_table(weight, new_sizes[0])
         elif len(group) == 2:
             weight = resample_grid_table(weight, new_sizes, old_sizes)
         else:
