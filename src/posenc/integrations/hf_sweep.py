@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from posenc.integrations.hf_sweep_table import NOT_EQUAL
 from posenc.integrations.hf_tiny import (
     SEQ_LEN,
     build_tiny,
@@ -48,6 +49,7 @@ from posenc.integrations.hf_tiny import (
 )
 
 __all__ = [
+    "NOT_EQUAL",
     "FamilyResult",
     "check_family",
     "main",
@@ -59,7 +61,13 @@ __all__ = [
 TOLERANCE = 5e-6
 STATUSES = ("equal", "mismatch", "refused", "not text RoPE", "could not build")
 #: Families whose rotary is not a text RoPE, with the reason (read from their modeling files).
-NOT_TEXT_ROPE: dict[str, str] = {}
+NOT_TEXT_ROPE: dict[str, str] = {
+    "seamless_m4t": "rotary only in the speech encoder's conformer "
+    "(SeamlessM4TConformerRotaryPositionalEmbedding, forward(hidden_states))",
+    "inkling2": "its only rotary is the vision tower's 2D one (Inkling2VisionRotaryEmbedding)",
+    "mimi": "audio codec: the rotary is in the codec's encoder/decoder transformers, no tokens",
+    "pocket_tts_audio_tokenizer": "audio codec (tokenizer of audio), no token inputs",
+}
 
 
 @dataclass(frozen=True)

@@ -45,6 +45,7 @@ SIZES: dict[str, int] = {
     "n_routed_experts": 4,
     "moe_num_experts": 4,
     "num_experts_per_tok": 2,
+    "moe_k": 2,
     "moe_topk": 2,
     "n_group": 1,
     "topk_group": 1,
@@ -187,6 +188,8 @@ def _shrink(config: dict[str, Any], mrope: bool = False) -> dict[str, Any]:
             "mrope_section", [pairs - 2 * (pairs // 3)] + [pairs // 3] * 2
         )
     for key, value in out.items():
+        if key == "codec_config":  # an audio codec's convolutions: left at its default size
+            continue
         if isinstance(value, dict) and ("model_type" in value or key in _SUB):
             sub_mrope = mrope and (key in _SUB or "text" in key)
             kind = {"model_type": value["model_type"]} if "model_type" in value else {}
@@ -224,6 +227,8 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba2": {"use_mem_rope": True},  # off by default: no rotary module
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},  # 2 layers: one attention
     "esmc": {"num_key_value_heads": 4},  # no grouped-query attention
+    "esm": {"position_embedding_type": "rotary", "pad_token_id": 0},  # "absolute" by default
+    "granitemoehybrid": {"position_embedding_type": "rope", "layer_types": ["mamba", "attention"]},
     "zaya": {"num_experts_per_tok": 1},
     "dots3_note": {"head_dim": 16},  # its SWA layers: head_dim = nope + rope dims
     "dbrx": {

@@ -1,0 +1,140 @@
+# ruff: noqa: E501
+"""The conformance sweep's table (transformers 5.23.0): every RoPE family whose status is not
+``equal``, with the status and the reason. ``tests/integrations/test_hf_sweep.py`` asserts each
+family's status against it and ``docs/hf.md`` shows it. Generated from the JSON of
+``python -m posenc.integrations.hf_sweep --json FILE``; a family not listed must be ``equal``.
+"""
+
+from __future__ import annotations
+
+NOT_EQUAL: dict[str, tuple[str, str]] = {
+    "bailing_hybrid": (
+        "could not build",
+        "HF forward: RuntimeError: shape '[-1, 8, 0]' is invalid for input of size 96",
+    ),
+    "blt": (
+        "could not build",
+        "HF forward: RuntimeError: mat1 and mat2 shapes cannot be multiplied (26x64 and 2048x128)",
+    ),
+    "chameleon": ("could not build", "AttributeError: 'NoneType' object has no attribute 'get'"),
+    "clvp": ("not text RoPE", "rotaries only in ['ClvpRotaryPositionalEmbedding']"),
+    "cohere_compass": (
+        "could not build",
+        "StrictDataclassFieldValidationError: Validation error for field 'rope_parameters':",
+    ),
+    "deepseek_ocr2": ("could not build", "TypeError: 'NoneType' object is not subscriptable"),
+    "dia": (
+        "could not build",
+        "HF forward: RuntimeError: shape '[2, 9, -1]' is invalid for input of size 12",
+    ),
+    "diffusion_gemma": (
+        "could not build",
+        "TypeError: empty(): argument 'size' (position 1) must be tuple of ints, but found element of type NoneType at pos 0",
+    ),
+    "dots1": ("could not build", "TypeError: empty() takes 1 positional argument but 3 were given"),
+    "edgetam_video": ("not text RoPE", "EdgeTamVideoModel.forward takes no input_ids"),
+    "efficientloftr": ("could not build", "config validation failed for the tiny sizes"),
+    "emu3": (
+        "could not build",
+        "AttributeError: 'Emu3Config' object has no attribute 'pad_token_id'",
+    ),
+    "eomt_dinov3": ("not text RoPE", "no model class among model types ['eomt_dinov3']"),
+    "ernie4_5_vl_moe": (
+        "could not build",
+        "HF forward: RuntimeError: stack expects each tensor to be equal size, but got [2, 12, 4] at entry 0 and [2, 12, 2] at entry 1",
+    ),
+    "esmfold2": ("not text RoPE", "no model class among model types ['esmfold2']"),
+    "gemma3n": ("could not build", "ImportError:"),
+    "glm5_next": ("could not build", "config validation failed for the tiny sizes"),
+    "gradium_phonon_tts": ("could not build", "config validation failed for the tiny sizes"),
+    "granite4_vision": ("could not build", "TypeError: object of type 'NoneType' has no len()"),
+    "hunyuan_vl": (
+        "refused",
+        "ValueError: HunYuanVLRotaryEmbedding assigns its frequency pairs to the axes [0, 0, 0, 0, 0, 0, 0, 0], neither consecutive nor interleaved sections of mrope_sec",
+    ),
+    "idefics": (
+        "could not build",
+        "HF forward: ValueError: Exactly 1 of pixel_values, image_encoder_embeddings or perceiver_embeddings has to be not-None.",
+    ),
+    "inkling2": (
+        "not text RoPE",
+        "its only rotary is the vision tower's 2D one (Inkling2VisionRotaryEmbedding)",
+    ),
+    "kyutai_speech_to_text": (
+        "could not build",
+        "HF forward: RuntimeError: The size of tensor a (12) must match the size of tensor b (33) at non-singleton dimension 1",
+    ),
+    "lasr": (
+        "not text RoPE",
+        "LasrForCTC.forward takes no input_ids; LasrEncoder.forward takes no input_ids",
+    ),
+    "lfm2_moe": ("could not build", "TypeError: 'NoneType' object is not subscriptable"),
+    "mimi": (
+        "not text RoPE",
+        "audio codec: the rotary is in the codec's encoder/decoder transformers, no tokens",
+    ),
+    "mlcd": (
+        "not text RoPE",
+        "MLCDVisionModel.forward takes no input_ids; MLCDVisionModel.forward takes no input_ids",
+    ),
+    "moonshine": ("not text RoPE", "MoonshineModel.forward takes no input_ids"),
+    "moonshine_streaming": (
+        "could not build",
+        "AttributeError: 'MoonshineStreamingConfig' object has no attribute 'num_key_value_heads'",
+    ),
+    "muse_glimmer_assistant": (
+        "not text RoPE",
+        "MuseGlimmerAssistantModel.forward takes no input_ids",
+    ),
+    "nemotron3_5_transcribe": ("could not build", "config validation failed for the tiny sizes"),
+    "nemotron3_diarization": ("could not build", "config validation failed for the tiny sizes"),
+    "neomme": (
+        "could not build",
+        "StrictDataclassFieldValidationError: Validation error for field 'rope_parameters':",
+    ),
+    "neucodec": ("not text RoPE", "NeuCodecModel.forward takes no input_ids"),
+    "pe_audio": (
+        "could not build",
+        "HF forward: TypeError: PeAudioModel.forward() missing 1 required positional argument: 'input_values'",
+    ),
+    "pe_audio_video": ("could not build", "ImportError:"),
+    "pe_video": ("could not build", "ImportError:"),
+    "pixtral": ("not text RoPE", "PixtralVisionModel.forward takes no input_ids"),
+    "pocket_tts": ("could not build", "config validation failed for the tiny sizes"),
+    "pocket_tts_audio_tokenizer": (
+        "not text RoPE",
+        "audio codec (tokenizer of audio), no token inputs",
+    ),
+    "qwen4_exp": (
+        "could not build",
+        "AttributeError: 'Qwen4ExpConfig' object has no attribute 'vocab_size'",
+    ),
+    "sam2_video": ("not text RoPE", "Sam2VideoModel.forward takes no input_ids"),
+    "sam3": ("not text RoPE", "rotaries only in ['Sam3ViTRotaryEmbedding']"),
+    "sam3_tracker_video": ("not text RoPE", "Sam3TrackerVideoModel.forward takes no input_ids"),
+    "seamless_m4t": (
+        "not text RoPE",
+        "rotary only in the speech encoder's conformer (SeamlessM4TConformerRotaryPositionalEmbedding, forward(hidden_states))",
+    ),
+    "step3p7": (
+        "could not build",
+        "HF forward: ValueError: Could not find a `sliding_window` argument in the config, or it is not set",
+    ),
+    "timesfm2_5": ("not text RoPE", "TimesFm2_5Model.forward takes no input_ids"),
+    "unlimited_ocr": (
+        "could not build",
+        "HF forward: RuntimeError: The size of tensor a (4) must match the size of tensor b (2) at non-singleton dimension 1",
+    ),
+    "vjepa2": ("not text RoPE", "VJEPA2Model.forward takes no input_ids"),
+    "voxtral_realtime": (
+        "could not build",
+        "HF forward: ValueError: You must specify exactly one of input_features or encoder_inputs_embeds",
+    ),
+    "wav2vec2_bert": ("not text RoPE", "Wav2Vec2BertModel.forward takes no input_ids"),
+    "wav2vec2_conformer": ("not text RoPE", "Wav2Vec2ConformerModel.forward takes no input_ids"),
+    "xcodec2": ("not text RoPE", "Xcodec2Model.forward takes no input_ids"),
+    "youtu": (
+        "mismatch",
+        "max diff 5.2e-6 at logits of order 9: HF's own float32 logits differ from its float64 ones by 6.3e-6 here (posenc forms phases in float64, HF in float32); not a",
+    ),
+}

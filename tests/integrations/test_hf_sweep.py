@@ -1,0 +1,29 @@
+"""The conformance sweep (issue 27.2): every RoPE family of the installed transformers, built tiny
+with random weights, gives HF's logits after patch_rotary (≤ 5e-6) unless hf_sweep.NOT_EQUAL
+states why not; a family that changes status fails here so that the table in docs/hf.md stays
+true. Slow (about 5 minutes on one core for all 198 families); `make test-slow` runs it."""
+
+from __future__ import annotations
+
+import pytest
+
+transformers = pytest.importorskip("transformers")
+from posenc.integrations.hf_sweep import NOT_EQUAL, STATUSES, check_family  # noqa: E402
+from posenc.integrations.hf_tiny import rope_families  # noqa: E402
+
+FAMILIES = rope_families()
+
+
+def test_every_stated_family_is_installed_and_has_a_reason() -> None:
+    assert set(NOT_EQUAL) <= set(FAMILIES)
+    for family, (status, reason) in NOT_EQUAL.items():
+        assert status in STATUSES and status != "equal", family
+        assert reason.strip(), family
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_conformance(family: str) -> None:
+    result = check_family(family)
+    expected = NOT_EQUAL.get(family, ("equal", ""))[0]
+    assert result.status == expected, f"{family}: {result.status} ({result.detail})"
