@@ -36,7 +36,11 @@ __all__ = [
 ]
 
 #: Where a method acts, for listings and docs; attention dispatches on hooks, not on this.
-Family = Literal["none", "additive", "rotary", "bias", "contextual", "scores", "segments"]
+#: ``softmax``: a wrapper changing attention's softmax around an ``inner`` encoding (softcap,
+#: learned sinks).
+Family = Literal[
+    "none", "additive", "rotary", "bias", "contextual", "scores", "segments", "softmax"
+]
 
 
 @dataclass(frozen=True)
@@ -275,6 +279,52 @@ def _dape(
     return DapeBias(dims.num_heads, built, hidden=hidden)
 
 
+def _inner(
+    dims: ModelDims, inner: str | None, inner_kwargs: Mapping[str, Any] | None
+) -> PositionalEncoding | None:
+    """The registered encoding ``inner`` (built for the same model) that a softmax wrapper
+    holds; None for none. ``ValueError`` naming ``inner`` for an unknown name or a segment
+    method (its segments merge softmaxes of their own)."""
+    if inner is None:
+        return None
+    if not isinstance(inner, str) or inner not in _BY_NAME:
+        raise ValueError(f"inner must name a registered encoding or be None, got {inner!r}")
+    if _BY_NAME[inner].family in ("segments", "softmax"):
+        raise ValueError(
+            f"inner: {inner!r} cannot be wrapped (a segment method merges softmaxes of its own; "
+            "a softmax wrapper goes outside: wrap it in pos_kwargs' inner of the other)"
+        )
+    if inner_kwargs is not None and not isinstance(inner_kwargs, Mapping):
+        raise ValueError(f"inner_kwargs must be a dict or None, got {type(inner_kwargs).__name__}")
+    return build_encoding(inner, dims, inner_kwargs)
+
+
+def _softcap(
+    dims: ModelDims,
+    inner: str | None = "rope",
+    cap: float = 50.0,
+    inner_kwargs: dict[str, Any] | None = None,
+) -> PositionalEncoding:
+    """Gemma 2's tanh soft-capping around the registered encoding ``inner`` (RoPE)."""
+    from posenc.bias.softcap import SoftCap, check_cap
+
+    check_cap(cap)  # before building inner
+    return SoftCap(_inner(dims, inner, inner_kwargs), cap=cap)
+
+
+def _learned_sinks(
+    dims: ModelDims,
+    inner: str | None = "rope",
+    init_std: float = 0.02,
+    inner_kwargs: dict[str, Any] | None = None,
+) -> PositionalEncoding:
+    """gpt-oss's learned per-head sink logits around the registered encoding ``inner``
+    (RoPE), one set per layer."""
+    from posenc.bias.sinks import LearnedSinks
+
+    return LearnedSinks(dims.num_heads, _inner(dims, inner, inner_kwargs), init_std=init_std)
+
+
 def _mrope_sections(d: ModelDims, name: str = "mrope") -> tuple[int, int, int]:
     """Qwen2-VL's split of the ``head_dim / 2`` pairs between (time, row, column) at any
     width: a quarter for time, the rest shared by row and column ([16, 24, 24] at 128;
@@ -501,6 +551,24 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "MLP over every pair's logits and static bias across heads, around any bias "
         "(inner: alibi, kerple, fire, ...)",
         lambda: _dape,
+        lambda d: {"dims": d},
+    ),
+    EncodingSpec(
+        "softcap",
+        "softmax",
+        "Gemma Team 2024 (Gemma 2), https://arxiv.org/abs/2408.00118",
+        "tanh soft-capping of the logits, c·tanh(s/c) (c = 50), around any encoding "
+        "(inner: rope by default)",
+        lambda: _softcap,
+        lambda d: {"dims": d},
+    ),
+    EncodingSpec(
+        "learned_sinks",
+        "softmax",
+        "OpenAI 2025 (gpt-oss), https://arxiv.org/abs/2508.10925",
+        "a learned sink logit per head in every row's softmax, with no value, around any "
+        "encoding (inner: rope by default)",
+        lambda: _learned_sinks,
         lambda d: {"dims": d},
     ),
     *_SEGMENT_SPECS,

@@ -236,6 +236,12 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         bind(*(torch.nn.Linear(dims.dim, width, bias=False) for _ in range(2)))
     if callable(getattr(encoding, "embed_tokens", None)):
         return _plot_token_embedding(name, encoding, dims.max_seq_len)
+    if callable(getattr(encoding, "map_scores", None)) or callable(
+        getattr(encoding, "sink_logits", None)
+    ):  # soft-capping, learned sinks: their change to the softmax, not the inner encoding
+        from posenc.viz_softmax import plot_softmax_wrapper
+
+        return plot_softmax_wrapper(name, encoding)
     if callable(getattr(encoding, "transform_scores", None)):
         return _plot_scores_reader(name, encoding, dims)
     if encoding.num_axes == 3:  # M-RoPE: (time, row, column) ids of a text, image, video run

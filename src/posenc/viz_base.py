@@ -61,6 +61,8 @@ ENCODING_COLORS: dict[str, str] = {
     "leaky_rerope": "#b3b0e0",
     "lm_infinite": "#e7298a",
     "sinks": "#000000",
+    "softcap": "#b5cf6b",
+    "learned_sinks": "#ce6dbd",
     "sinusoidal_2d": "#1f77b4",
     "sinusoidal_grid": "#17becf",
     "learned_2d": "#2ca02c",

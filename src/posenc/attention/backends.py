@@ -5,8 +5,9 @@ backend    serves
 =========  ===============================================================================
 sdpa       everything; the reference (materializes a bias, a contextual term, a scores
            reader's rows). Without logit terms SDPA's own kernels, no L×L mask.
-flex       no logit terms, pointwise biases (``bias_at`` as ``score_mod``); forward only
-           on the CPU; no attention dropout.
+flex       no logit terms, pointwise biases (``bias_at`` as ``score_mod``), score maps
+           (soft-capping) and sink logits (an LSE correction); forward only on the CPU;
+           no attention dropout.
 chunked    everything, in O(block · keys) memory, with autograd (activation
            checkpointing); the CPU flash-parts plans for ALiBi and T5-like biases.
 auto       per call, see :func:`choose_backend`.

@@ -8,7 +8,9 @@ and key's positions by index and adds ``bias_at(head, q_pos, k_pos)``. The mask 
 causal-only block mask is cached per shape and device across forwards, any other one is
 built once per forward.
 
-Serves encodings without logit terms and pointwise biases. It cannot serve contextual
+Serves encodings without logit terms, pointwise biases, score maps (soft-capping, inside
+the ``score_mod``) and sink logits (the output rescaled by ``σ(LSE − s_h)``, FlexAttention
+returning each row's log-sum-exp). It cannot serve contextual
 terms (Shaw, Transformer-XL read q and k per pair, and Shaw's value term needs the
 probabilities) or scores readers (they need whole rows): those raise at construction.
 On the CPU (torch 2.13) FlexAttention runs forward only; a call that needs gradients raises.
@@ -30,6 +32,7 @@ from posenc.attention.context import AttentionContext
 from posenc.attention.flex_mask import block_mask_by_rows
 from posenc.attention.hooks import Hooks
 from posenc.attention.mask import AttentionMask
+from posenc.attention.rows import compute_dtype
 
 __all__ = ["flex_attention_backend", "flex_available", "score_mod_of"]
 
@@ -46,21 +49,25 @@ def flex_available() -> bool:
 
 
 def score_mod_of(hooks: Hooks, q_pos: Tensor, k_pos: Tensor) -> ScoreMod | None:
-    """The encoding's bias as a FlexAttention ``score_mod`` (None without a bias).
+    """The encoding's bias and score map as a FlexAttention ``score_mod`` (None without
+    either).
 
-    ``score + bias_at(head, q_pos[b, q_idx], k_pos[b, kv_idx], score.dtype)``; positions
-    shared by the batch are indexed without ``b``.
+    ``map_scores(score + bias_at(head, q_pos[b, q_idx], k_pos[b, kv_idx], score.dtype))``;
+    positions shared by the batch are indexed without ``b``.
     """
-    if not hooks.bias:
+    if not (hooks.bias or hooks.score_map):
         return None
-    bias_at = hooks.encoding.bias_at
+    bias_at = hooks.encoding.bias_at if hooks.bias else None
+    map_scores = hooks.encoding.map_scores if hooks.score_map else None
 
     def lookup(positions: Tensor, b: Tensor, index: Tensor) -> Tensor:
         return positions[b, index] if positions.dim() == 2 else positions[index]
 
     def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
-        bias = bias_at(h, lookup(q_pos, b, q_idx), lookup(k_pos, b, kv_idx), score.dtype)
-        return score + bias
+        if bias_at is not None:
+            q, k = lookup(q_pos, b, q_idx), lookup(k_pos, b, kv_idx)
+            score = score + bias_at(h, q, k, score.dtype)
+        return score if map_scores is None else map_scores(score)
 
     return score_mod
 
@@ -126,13 +133,14 @@ def flex_attention_backend(
     score_mod = score_mod_of(hooks, context.q_pos, context.k_pos)
     block_mask = block_mask_of(mask, context)
     run: Callable[..., Tensor] = _compiled_flex() if compile else flex_attention  # type: ignore[assignment]
+    sinks = hooks.encoding.sink_logits(compute_dtype(q.dtype), q.device) if hooks.sinks else None
     if not compile:
         import warnings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the eager reference warns that it is slow
-            return _call(run, q, k, v, score_mod, block_mask, scale)
-    return _call(run, q, k, v, score_mod, block_mask, scale)
+            return _call(run, q, k, v, score_mod, block_mask, scale, sinks)
+    return _call(run, q, k, v, score_mod, block_mask, scale, sinks)
 
 
 def _call(
@@ -143,7 +151,11 @@ def _call(
     score_mod: Any,
     block_mask: Any,
     scale: float,
+    sinks: Tensor | None = None,
 ) -> Tensor:
+    """FlexAttention; with ``sinks`` (``(heads,)`` logits) its output ``O`` over the
+    keys is rescaled by the share the sink leaves them, ``σ(LSE − s_h)`` (a log-sum-exp
+    correction: FlexAttention has no extra column, but returns each row's LSE)."""
     out = run(
         q,
         k,
@@ -152,8 +164,13 @@ def _call(
         block_mask=block_mask,
         scale=scale,
         enable_gqa=k.shape[1] != q.shape[1],
+        return_lse=sinks is not None,
     )
-    return out
+    if sinks is None:
+        return out
+    out, lse = out  # lse: (batch, heads, q) float32, -inf in a row that sees no key
+    keep = torch.sigmoid(lse - sinks.view(1, -1, 1))
+    return (out * keep.unsqueeze(-1).to(out.dtype)).to(q.dtype)
 
 
 def _has_grad(hooks: Hooks) -> bool:

@@ -61,7 +61,7 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
 def check_heads_match(hooks: Hooks, num_heads: int) -> None:
     """A bias encoding must have as many heads as the attention's queries."""
     heads = getattr(hooks.encoding, "num_heads", None)
-    if (hooks.bias or hooks.contextual) and heads is not None and heads != num_heads:
+    if (hooks.bias or hooks.contextual or hooks.sinks) and heads is not None and heads != num_heads:
         raise ValueError(
             f"pos: the encoding has num_heads={heads} but attention has num_heads={num_heads}; "
             "they must match"

@@ -9,6 +9,15 @@ Besides the hooks listed in :mod:`posenc.base`, an encoding that reads the token
 positions) -> (..., seq, dim)``: the model uses it in place of its own token embedding, with
 the validated positions of the new tokens; ``vocab_size`` and ``dim``, when the encoding has
 them, are checked against the model's at construction.
+
+Two hooks change the softmax rather than add a position term, for wrappers around any
+encoding (:mod:`posenc.bias.softcap`, :mod:`posenc.bias.sinks`):
+
+* **score map** ``map_scores(scores) -> scores``: an elementwise function of each scaled
+  (+ bias) score, applied before the mask (Gemma 2's tanh soft-capping); FlexAttention takes
+  it inside its ``score_mod``.
+* **sink logits** ``sink_logits(dtype, device) -> (heads,)``: one logit per head joins every
+  row's softmax with no value (gpt-oss's learned sinks); the sink's probability is dropped.
 """
 
 from __future__ import annotations
@@ -55,6 +64,8 @@ class Hooks:
     contextual: bool = False
     value_term: bool = False
     scores: bool = False
+    score_map: bool = False
+    sinks: bool = False
     transforms_positions: bool = False
     segments: bool = False
     length_dependent: bool = False
@@ -63,14 +74,16 @@ class Hooks:
 
     @property
     def logit_terms(self) -> bool:
-        """True when something is added to (or reads) the logits: a bias, a contextual term
-        or a scores reader; without one, attention is plain SDPA."""
-        return self.bias or self.contextual or self.scores
+        """True when something is added to (or reads) the logits: a bias, a contextual term,
+        a scores reader, a pointwise score map or sink logits; without one, attention is
+        plain SDPA."""
+        return self.bias or self.contextual or self.scores or self.score_map or self.sinks
 
     @property
     def needs_probabilities(self) -> bool:
-        """True when the softmax must be explicit (a value term or a scores reader)."""
-        return self.value_term or self.scores
+        """True when the softmax must be explicit (a value term, a scores reader, a score
+        map or sink logits)."""
+        return self.value_term or self.scores or self.score_map or self.sinks
 
     def scale(self, head_dim: int) -> float:
         """The logit scale: the encoding's ``logit_scale(head_dim)`` or ``head_dim ** -0.5``."""
@@ -154,6 +167,8 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
         contextual=contextual,
         value_term=contextual and bool(getattr(encoding, "has_value_term", False)),
         scores=_has(encoding, "transform_scores"),
+        score_map=_has(encoding, "map_scores"),
+        sinks=_has(encoding, "sink_logits"),
         transforms_positions=_has(encoding, "transform_positions"),
         num_axes=num_axes,
     )

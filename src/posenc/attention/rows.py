@@ -1,9 +1,10 @@
 """Attention over complete rows of queries with an encoding's logit terms.
 
 :func:`attend_rows` is the one place where a bias, a contextual term, a scores reader and a
-mask meet: ``softmax(scale·q kᵀ + bias + term → scores hook → mask) v (+ value term)``. The
-``sdpa`` backend calls it once on all queries (the reference), ``chunked`` once per block of
-queries with the keys those queries may see.
+mask meet: ``softmax(scale·q kᵀ + bias + term → scores hook → score map → mask [, sinks])
+v (+ value term)``. The ``sdpa`` backend calls it once on all queries (the reference),
+``chunked`` once per block of queries with the keys those queries may see. Sink logits join
+the softmax as one more column (a key of logit ``s_h`` and zero value), dropped after it.
 
 Numerics: half-precision inputs are computed in float32 (the bias, the scores, the softmax)
 and rounded once at the end; float64 stays float64 throughout.
@@ -17,7 +18,14 @@ from torch import Tensor
 
 from posenc.attention.hooks import Hooks
 
-__all__ = ["as_4d", "attend_rows", "compute_dtype", "expand_heads", "fill_masked"]
+__all__ = [
+    "as_4d",
+    "attend_rows",
+    "compute_dtype",
+    "expand_heads",
+    "fill_masked",
+    "softmax_with_sinks",
+]
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -106,6 +114,7 @@ def attend_rows(
     # A term that needs a gradient sends SDPA to its math path anyway (its kernels give no
     # gradient for the mask); writing the softmax out skips that path's masked-row checks.
     explicit = hooks.needs_probabilities or (extra is not None and extra.requires_grad)
+    low = torch.finfo(cdt).min
     if explicit:
         k, v = expand_heads(k, heads), expand_heads(v, heads)
         content = q @ k.transpose(-1, -2)
@@ -115,13 +124,21 @@ def attend_rows(
             scores = hooks.encoding.transform_scores(
                 scores, q=q, k=k, q_pos=q_pos, k_pos=k_pos, allowed=allowed
             )
+            if hooks.score_map:
+                scores = hooks.encoding.map_scores(scores)
             masked = fill_masked(scores, allowed, cdt)
+        elif hooks.score_map:  # a fresh tensor of full shape: the mask fills it in place
+            scores = hooks.encoding.map_scores(scores)
+            masked = scores if allowed is None else scores.masked_fill_(~allowed, low)
         elif allowed is not None:  # fresh scores of full shape: hide what the mask hides in place
-            masked = scores.masked_fill_(~allowed, torch.finfo(cdt).min)
+            masked = scores.masked_fill_(~allowed, low)
         else:
             masked = scores
         assert masked is not None
-        probs = torch.softmax(masked, dim=-1)
+        if hooks.sinks:
+            probs = softmax_with_sinks(masked, hooks.encoding.sink_logits(cdt, q.device))
+        else:
+            probs = torch.softmax(masked, dim=-1)
         if dropout_p > 0.0:
             probs = F.dropout(probs, p=dropout_p)
         out = probs @ v
@@ -142,3 +159,17 @@ def attend_rows(
     if allowed is not None:
         out = out.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)
     return out.to(out_dtype)
+
+
+def softmax_with_sinks(scores: Tensor, sinks: Tensor) -> Tensor:
+    """``softmax([scores, s_h])`` over each row with the sink column dropped (gpt-oss).
+
+    The sink is a key of logit ``s_h`` and no value: it takes its share of each row's
+    probability (all of it in a row that sees no key) and gives nothing back.
+
+    Args:
+        scores: ``(batch, heads, rows, keys)``, masked pairs at the dtype's lowest value.
+        sinks: ``(heads,)`` logits in ``scores``' dtype.
+    """
+    column = sinks.to(scores.dtype).view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)
+    return torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]

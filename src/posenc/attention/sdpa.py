@@ -114,7 +114,7 @@ def sdpa_attention(
 ) -> Tensor:
     """Attention with SDPA; see the module docstring for the form each mask takes."""
     mask = context.mask
-    if hooks.bias and not (hooks.contextual or hooks.scores):
+    if hooks.bias and not (hooks.contextual or hooks.scores or hooks.score_map or hooks.sinks):
         return _bias_only(q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p)
     if hooks.logit_terms:
         bias = shared_bias(hooks, context, compute_dtype(q.dtype)) if hooks.bias else None

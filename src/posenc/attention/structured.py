@@ -80,6 +80,8 @@ def structured_attention(
     mask = context.mask
     if not flash.available(q) or hooks.bias + hooks.contextual + hooks.scores != 1:
         return None  # exactly one of a bias, a contextual term or a scores reader
+    if hooks.score_map or hooks.sinks:  # they change the softmax the kernel computes
+        return None
     if dropout_p > 0.0 or mask.has_pairwise or torch.compiler.is_compiling():
         return None
     plan = _plan(hooks, context, q, k, v)

@@ -7,6 +7,8 @@
   :class:`ShawRelative`, :class:`TransformerXLRelative`, :class:`DebertaRelative`.
 * Scores readers (``transform_scores``: complete rows of all heads' scores): :class:`CoPE`,
   :class:`DapeBias`.
+* Wrappers around any encoding that change the softmax: :class:`SoftCap` (Gemma 2's tanh
+  soft-capping, a score map) and :class:`LearnedSinks` (gpt-oss's per-head sink logits).
 """
 
 from __future__ import annotations
@@ -31,10 +33,13 @@ from posenc.bias.sandwich import (
     sandwich_head_scales,
 )
 from posenc.bias.shaw import ShawRelative, shaw_index, shaw_logits, shaw_values
+from posenc.bias.sinks import LearnedSinks
+from posenc.bias.softcap import GEMMA2_ATTN_SOFTCAP, SoftCap, tanh_softcap
 from posenc.bias.t5 import T5RelativeBias, check_t5_buckets, t5_bucket
 from posenc.bias.xl import TransformerXLRelative, relative_shift, xl_sinusoid
 
 __all__ = [
+    "GEMMA2_ATTN_SOFTCAP",
     "AlibiBias",
     "AlibiMode",
     "CoPE",
@@ -47,8 +52,10 @@ __all__ = [
     "FireBias",
     "KerpleBias",
     "KerpleKernel",
+    "LearnedSinks",
     "SandwichBias",
     "ShawRelative",
+    "SoftCap",
     "T5RelativeBias",
     "TransformerXLRelative",
     "alibi_bias",
@@ -73,5 +80,6 @@ __all__ = [
     "shaw_logits",
     "shaw_values",
     "t5_bucket",
+    "tanh_softcap",
     "xl_sinusoid",
 ]
