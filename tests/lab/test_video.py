@@ -114,6 +114,12 @@ def test_bad_fields_are_named(field: str, value: Any) -> None:
         _tiny(**{field: value})
 
 
+@pytest.mark.parametrize("encoding", ["rope", "sinusoidal", "learned"])
+def test_an_encoding_reading_other_axes_is_refused_naming_encodings(encoding: str) -> None:
+    with pytest.raises(ValueError, match=rf"encodings: '{encoding}'.*reads 1 position axes"):
+        _tiny(encodings=(encoding,))
+
+
 def test_a_bad_constructor_argument_is_refused_when_the_config_is_built() -> None:
     with pytest.raises(ValueError, match=r"pos_kwargs\['learned_factorized'\]"):
         _tiny(pos_kwargs={"learned_factorized": {"groups": [[0, 1]]}})

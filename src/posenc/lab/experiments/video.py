@@ -203,9 +203,18 @@ class VideoConfig(SignalRunConfig):
                 f"test_canvas must exceed canvas ({self.canvas}) and be a multiple of "
                 f"patch_size ({self.patch_size}), got {self.test_canvas}"
             )
-        check_pos_kwargs(
-            self.pos_kwargs, self.encodings, lambda encoding: self.model(encoding, *self._shape)
-        )
+        check_pos_kwargs(self.pos_kwargs, self.encodings, self._checked_model)
+
+    def _checked_model(self, encoding: str) -> SignalTransformer:
+        """The model of ``encoding``, refused unless it reads the positions it will get."""
+        model = self.model(encoding, *self._shape)
+        wanted = 1 if encoding in (NONE, "v2pe") else 3
+        if model.num_axes != wanted:
+            raise ValueError(
+                f"it reads {model.num_axes} position axes, the video gives {wanted} "
+                "((t, h, w); a 1D numbering of the tokens is 'v2pe')"
+            )
+        return model
 
     @property
     def grid(self) -> tuple[int, int, int]:
