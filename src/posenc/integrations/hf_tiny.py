@@ -48,6 +48,7 @@ SIZES: dict[str, int] = {
     "moe_k": 2,
     "moe_topk": 2,
     "n_group": 1,
+    "num_expert_group": 1,
     "topk_group": 1,
     "kv_lora_rank": 16,
     "q_lora_rank": 32,
@@ -144,6 +145,8 @@ def _shrink(config: dict[str, Any], mrope: bool = False) -> dict[str, Any]:
     for key, value in SIZES.items():
         if isinstance(out.get(key), int) and not isinstance(out.get(key), bool):
             out[key] = value
+    if config.get("num_key_value_heads") == config.get("num_attention_heads") is not None:
+        out["num_key_value_heads"] = out["num_attention_heads"]  # multi-head stays multi-head
     for key in ("num_experts_per_tok", "head_dim", "num_key_value_heads"):  # None: unset
         if key in out and out[key] is None and "num_attention_heads" in out:
             out[key] = SIZES["num_attention_heads" if key == "num_key_value_heads" else key]
@@ -230,6 +233,8 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     "esm": {"position_embedding_type": "rotary", "pad_token_id": 0},  # "absolute" by default
     "granitemoehybrid": {"position_embedding_type": "rope", "layer_types": ["mamba", "attention"]},
     "zaya": {"num_experts_per_tok": 1},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    "diffusion_gemma": {"num_experts": 4, "top_k_experts": 2},
     "dots3_note": {"head_dim": 16},  # its SWA layers: head_dim = nope + rope dims
     "dbrx": {
         "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
