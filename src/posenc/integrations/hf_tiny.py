@@ -234,7 +234,6 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     "granitemoehybrid": {"position_embedding_type": "rope", "layer_types": ["mamba", "attention"]},
     "zaya": {"num_experts_per_tok": 1},
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
-    "diffusion_gemma": {"num_experts": 4, "top_k_experts": 2},
     "dots3_note": {"head_dim": 16},  # its SWA layers: head_dim = nope + rope dims
     "dbrx": {
         "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
