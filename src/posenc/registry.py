@@ -173,6 +173,12 @@ def _bias():
     return bias
 
 
+def _hope():
+    from posenc.rotary.hope import hope_rotary
+
+    return hope_rotary
+
+
 def _rope_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """``scaling`` in posenc's dict form ``{"type": "yarn", ...}`` becomes a ``Scaling``."""
     scaling = kwargs.get("scaling")
@@ -453,6 +459,15 @@ _SPECS: tuple[EncodingSpec, ...] = (
         lambda: _rotary().XPos,
         lambda d: {"head_dim": d.resolved_head_dim},
         causal_only=True,
+    ),
+    EncodingSpec(
+        "hope",
+        "rotary",
+        "Chen et al. 2025 (HoPE, ACL), https://arxiv.org/abs/2410.21216",
+        "RoPE whose low-frequency pairs (period 2π/θ_i > the training length, max_seq_len) "
+        "do not rotate: only high-frequency pairs carry position",
+        _hope,
+        lambda d: {"head_dim": d.resolved_head_dim, "train_length": d.max_seq_len},
     ),
     EncodingSpec(
         "alibi",

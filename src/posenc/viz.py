@@ -223,6 +223,14 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         return plot_rope_decay(**kwargs)
     if name == "xpos":
         return plot_xpos(**kwargs)
+    if name == "hope":  # RoPE's score against distance beside HoPE's, trained at L
+        from posenc.rotary.hope import HighFrequencyOnly
+
+        length = int(kwargs.pop("train_length", 2048))
+        hope = {f"HoPE, L = {length}": HighFrequencyOnly(length)}
+        return plot_rope_decay(
+            **{"bases": (10000.0,), "max_distance": 4 * length, **kwargs}, scalings=hope
+        )
     if spec.family == "segments":  # where each pair lies (viz_segments)
         from posenc.segments import ILLUSTRATIVE
         from posenc.viz_segments import plot_segments

@@ -63,6 +63,7 @@ ENCODING_COLORS: dict[str, str] = {
     "sinks": "#000000",
     "softcap": "#b5cf6b",
     "learned_sinks": "#ce6dbd",
+    "hope": "#e7969c",
     "sinusoidal_2d": "#1f77b4",
     "sinusoidal_grid": "#17becf",
     "learned_2d": "#2ca02c",
