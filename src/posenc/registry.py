@@ -426,6 +426,16 @@ _SPECS: tuple[EncodingSpec, ...] = (
         lambda d: {"dim": d.dim},
     ),
     EncodingSpec(
+        "cape",
+        "additive",
+        "Likhomanenko et al. 2021 (CAPE), https://arxiv.org/abs/2106.03143",
+        "sinusoidal of continuous positions, in training shifted globally and per token and "
+        "scaled per sequence (max_global_shift, max_local_shift, max_global_scaling: 0, 0, 1 "
+        "by default, the reference's)",
+        lambda: _additive().CAPE,
+        lambda d: {"dim": d.dim},
+    ),
+    EncodingSpec(
         "learned",
         "additive",
         "Gehring et al. 2017, https://arxiv.org/abs/1705.03122; Devlin et al. 2019",

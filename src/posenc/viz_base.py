@@ -64,6 +64,7 @@ ENCODING_COLORS: dict[str, str] = {
     "softcap": "#b5cf6b",
     "learned_sinks": "#ce6dbd",
     "hope": "#e7969c",
+    "cape": "#6baed6",
     "sinusoidal_2d": "#1f77b4",
     "sinusoidal_grid": "#17becf",
     "learned_2d": "#2ca02c",

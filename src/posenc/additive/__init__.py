@@ -6,6 +6,7 @@ Every module here is an :class:`posenc.base.AdditiveEncoding` with
 
 from __future__ import annotations
 
+from posenc.additive.cape import CAPE, cape_augment
 from posenc.additive.complex_order import (
     ComplexOrderEmbedding,
     complex_order_embedding,
@@ -45,6 +46,7 @@ from posenc.additive.sinusoidal_nd import (
 )
 
 __all__ = [
+    "CAPE",
     "ComplexOrderEmbedding",
     "FactorizedLearned",
     "FourierOrder",
@@ -61,6 +63,7 @@ __all__ = [
     "SinusoidalGrid",
     "SinusoidalGridLayout",
     "SinusoidalLayout",
+    "cape_augment",
     "complex_order_embedding",
     "complex_order_real_view",
     "fourier_features",

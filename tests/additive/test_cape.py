@@ -1,0 +1,136 @@
+"""CAPE: the augmentation's distributions and bounds, eval = the sinusoid, the model, the cache."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from posenc.additive import CAPE, SinusoidalEncoding, cape_augment
+from posenc.model import DecoderLM, ModelConfig
+from posenc.registry import ModelDims, build_encoding
+
+POSITIONS = torch.arange(64, dtype=torch.float64).expand(4096, 64)
+
+
+def draw(**settings) -> torch.Tensor:
+    return cape_augment(POSITIONS, generator=torch.Generator().manual_seed(0), **settings)
+
+
+def test_each_augmentation_stays_in_its_bounds_and_fills_them() -> None:
+    # global shift: one Δ per sequence, uniform on [-Δmax, Δmax]
+    delta = draw(max_global_shift=5.0) - POSITIONS
+    assert_close(delta, delta[:, :1].expand_as(delta), rtol=0, atol=1e-12)
+    assert delta.abs().max() <= 5.0 and delta.min() < -4.9 and delta.max() > 4.9
+    assert abs(float(delta[:, 0].mean())) < 0.2 and abs(float(delta[:, 0].var()) - 25 / 3) < 0.5
+    # local shift: one ε per token, uniform on [-εmax/2, εmax/2]
+    local = draw(max_local_shift=0.5) - POSITIONS
+    assert local.abs().max() <= 0.25 and local.min() < -0.249 and local.max() > 0.249
+    assert float(local.std(dim=-1).min()) > 0.05  # differs along each sequence
+    assert abs(float(local.var()) - 0.5**2 / 12) < 1e-3
+    # global scaling: one λ per sequence, log-uniform on [1/λmax, λmax]
+    scaled = draw(max_global_scaling=2.0)[:, 1:] / POSITIONS[:, 1:]
+    assert_close(scaled, scaled[:, :1].expand_as(scaled), rtol=1e-12, atol=0)
+    log = scaled[:, 0].log()
+    assert log.abs().max() <= math.log(2.0) + 1e-12 and log.max() > 0.99 * math.log(2.0)
+    assert abs(float(log.mean())) < 0.03  # symmetric in log
+
+
+def test_the_formula_with_the_same_draws_in_float64() -> None:
+    """λ (x + Δ + ε) with Δ, ε, λ drawn in that order from the generator."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 10, dtype=torch.float64)
+    got = cape_augment(
+        x, max_global_shift=2.0, max_local_shift=0.4, max_global_scaling=1.5, generator=g
+    )
+    g = torch.Generator().manual_seed(3)
+    delta = (torch.rand(3, 1, generator=g, dtype=torch.float64) * 2 - 1) * 2.0
+    eps = (torch.rand(3, 10, generator=g, dtype=torch.float64) * 2 - 1) * 0.2
+    lam = ((torch.rand(3, 1, generator=g, dtype=torch.float64) * 2 - 1) * math.log(1.5)).exp()
+    assert_close(got, lam * (x + delta + eps), rtol=0, atol=1e-14)
+
+
+def test_deterministic_under_a_generator_and_eval_is_the_sinusoid() -> None:
+    cape = CAPE(16, max_global_shift=5.0, max_local_shift=0.5, max_global_scaling=1.2)
+    outs = []
+    for seed in (0, 0, 1):
+        cape.generator = torch.Generator().manual_seed(seed)
+        outs.append(cape(cape.transform_positions(torch.arange(12), batch=3)))
+    assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
+    assert outs[0].shape == (3, 12, 16)
+    cape.eval()
+    positions = torch.arange(12)
+    assert cape.transform_positions(positions, batch=3) is positions
+    assert torch.equal(cape(positions), SinusoidalEncoding(16)(positions))
+
+
+def test_normalize_centres_each_sequence_in_training_and_evaluation() -> None:
+    cape = CAPE(8, normalize=True).eval()
+    rows = cape.transform_positions(torch.tensor([[0, 1, 2, 3], [5, 6, 7, 8]]), batch=2)
+    assert_close(rows, torch.tensor([[-1.5, -0.5, 0.5, 1.5]] * 2, dtype=torch.float64))
+
+
+def _model(**pos_kwargs) -> DecoderLM:
+    torch.manual_seed(0)
+    config = ModelConfig(
+        vocab_size=32, dim=32, depth=2, num_heads=2, pos="cape", pos_kwargs=pos_kwargs
+    )
+    return DecoderLM(config).double()
+
+
+def test_model_trains_on_augmented_positions_and_evaluates_on_plain_ones() -> None:
+    model = _model(max_global_shift=10.0, max_local_shift=0.5, max_global_scaling=1.5)
+    tokens = torch.randint(0, 32, (2, 9))
+    model.train()
+    model.encoding.generator = torch.Generator().manual_seed(0)
+    first = model(tokens)
+    model.encoding.generator = torch.Generator().manual_seed(0)
+    assert torch.equal(model(tokens), first)  # the same draws
+    assert (model(tokens) - first).abs().max() > 1e-6  # new draws
+    model.eval()
+    plain = _model().eval()  # no augmentation: the same weights (same seed)
+    with torch.no_grad():
+        full = model(tokens)
+        assert_close(full, plain(tokens), rtol=0, atol=0)
+        cache = model.new_cache()
+        steps = [model(tokens[:, :4], cache=cache)]
+        steps += [model(tokens[:, i : i + 1], cache=cache) for i in range(4, 9)]
+    assert_close(torch.cat(steps, 1), full, rtol=0, atol=1e-10)
+
+
+def test_training_cannot_continue_a_cache() -> None:
+    model = _model(max_global_shift=1.0).train()
+    cache = model.new_cache()
+    tokens = torch.randint(0, 32, (1, 4))
+    with torch.no_grad():
+        model.eval()
+        model(tokens, cache=cache)
+        model.train()
+        with pytest.raises(ValueError, match="cache"):
+            model(tokens[:, :1], cache=cache)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("max_global_shift", -1.0),
+        ("max_global_shift", float("nan")),
+        ("max_global_shift", True),
+        ("max_local_shift", -0.1),
+        ("max_local_shift", "0.5"),
+        ("max_global_scaling", 0.5),
+        ("max_global_scaling", float("inf")),
+        ("normalize", "yes"),
+        ("dim", 0),
+        ("base", -1.0),
+    ],
+)
+def test_bad_arguments_name_them(name: str, value: object) -> None:
+    kwargs = {"dim": 8, name: value}
+    with pytest.raises(ValueError, match=name):
+        CAPE(**kwargs)  # type: ignore[arg-type]
+    if name != "dim":
+        with pytest.raises(ValueError, match=name):
+            build_encoding("cape", ModelDims(dim=8, num_heads=2), {name: value})
