@@ -125,7 +125,9 @@ class SignalRunConfig:
         seeds: one run per seed and encoding (model init and batch order; the data is fixed by
             ``data_seed``).
         data_seed: seed of the generated data.
-        dim, depth, num_heads: the transformer's width, blocks and heads.
+        dim: the transformer's width.
+        depth: its blocks.
+        num_heads: attention heads per block.
         mlp_ratio: MLP hidden width as a multiple of ``dim``.
         pos_kwargs: per encoding, keyword arguments of its constructor.
         epochs: passes over the training set (AdamW, linear warmup then cosine decay).

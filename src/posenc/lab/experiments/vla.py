@@ -96,14 +96,17 @@ class VlaConfig(SignalRunConfig):
     Args:
         layouts: the numberings compared (keys of :data:`LAYOUT_AXES`); each encoding runs
             under those whose axes it reads (see the module).
-        grid, test_grid: cells per side of the training scenes and of the larger test ones.
-        instruction_length, test_instruction_length: words per instruction in training and
-            in the longer test instructions (filler words added).
+        grid: cells per side of the training scenes.
+        test_grid: cells per side of the larger test scenes.
+        instruction_length: words per instruction in training.
+        test_instruction_length: words per instruction in the longer test instructions
+            (filler words added).
         action_length: action slots of every chunk (≥ ``2(test_grid − 1)``); None = that.
         views: camera views per scene (:func:`~posenc.lab.data.scenes.camera_views`), each
             its own image block.
         num_objects: objects per scene.
-        train_size, test_size: training scenes and test scenes per condition.
+        train_size: training scenes.
+        test_size: test scenes per condition.
         rope_base: the base of every rotary encoding that takes one (``rope``, ``mrope``,
             ``rope_axial``; ``pos_kwargs`` overrides it per encoding). 10 rather than the
             papers' 10⁴-10⁶: with 12 pairs per head, M-RoPE at Qwen2-VL's base 10⁶ gives
