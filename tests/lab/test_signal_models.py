@@ -136,3 +136,18 @@ def test_atlas_figure_draws_one_line_per_encoding() -> None:
         torch.tensor(lines[0].get_ydata(), dtype=torch.float64),
         torch.tensor([0.85, 0.6], dtype=torch.float64),
     )
+
+
+def test_atlas_figure_draws_one_panel_per_layout() -> None:
+    pytest.importorskip("matplotlib")
+    from posenc.lab.atlas import atlas_figure
+
+    rows = [{**row, "layout": "frames"} for row in _rows()]
+    rows += [{**row, "layout": "patches", "encoding": "none"} for row in _rows()]
+    fig = atlas_figure(rows, "video", "moving digits")
+    panels = [ax for ax in fig.axes if ax.get_lines()]
+    assert [ax.get_title() for ax in panels] == ["frames", "patches"]
+    assert [[line.get_label() for line in ax.get_lines()] for ax in panels] == [
+        ["rope_axial"],
+        ["none"],
+    ]

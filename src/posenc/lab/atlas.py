@@ -64,36 +64,36 @@ def atlas_table(rows: Sequence[Row], experiment: str, title: str) -> str:
 
 
 def atlas_figure(rows: Sequence[Row], experiment: str, title: str) -> Figure:
-    """Accuracy against the test condition, one line per encoding (and layout): the mean over
-    seeds, the range of the seeds shaded; the trained condition is the first column."""
+    """Accuracy against the test condition, one line per encoding: the mean over seeds, the
+    range of the seeds shaded; the trained condition is the first column. An experiment that
+    compares layouts gets one panel per layout (the same y axis)."""
     from posenc.lab.figures import _figure
     from posenc.viz_base import encoding_color
 
     selected = [row for row in rows if row.get("experiment") == experiment]
     labels = condition_labels(selected)
-    index = _index(selected)
-    series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
-    for row in selected:
-        name = " / ".join(str(row[k]) for k in index)
-        series[name][int(row["condition"])].append(float(row["accuracy"]))
-    fig = _figure(figsize=(7, 3.8), layout="constrained")
-    ax = fig.add_subplot()
     conditions = sorted(labels)
-    for name, by_condition in series.items():
-        xs = [c for c in conditions if by_condition.get(c)]
-        means = [sum(by_condition[c]) / len(by_condition[c]) for c in xs]
-        color = encoding_color(name.split(" / ")[-1])
-        style = "--" if index == ["layout", "encoding"] and name.startswith(_first(series)) else "-"
-        ax.plot(xs, means, style, marker="o", ms=4, color=color, label=name)
-        low = [min(by_condition[c]) for c in xs]
-        high = [max(by_condition[c]) for c in xs]
-        ax.fill_between(xs, low, high, color=color, alpha=0.12, lw=0)
-    ax.set_xticks(conditions, [labels[c] for c in conditions], fontsize=8)
-    ax.set(ylabel="accuracy (line: mean, band: seeds)", title=title)
-    ax.legend(fontsize=7, ncols=2)
+    layouts = list(dict.fromkeys(str(row.get("layout", "")) for row in selected))
+    panels = len(layouts)
+    fig = _figure(figsize=(4.2 * panels + 1.4, 3.8), layout="constrained")
+    axes = fig.subplots(1, panels, sharey=True, squeeze=False)[0]
+    for ax, layout in zip(axes, layouts, strict=True):
+        series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+        for row in selected:
+            if str(row.get("layout", "")) == layout:
+                series[str(row["encoding"])][int(row["condition"])].append(float(row["accuracy"]))
+        for name, by_condition in series.items():
+            xs = [c for c in conditions if by_condition.get(c)]
+            means = [sum(by_condition[c]) / len(by_condition[c]) for c in xs]
+            color = encoding_color(name)
+            ax.plot(xs, means, "-", marker="o", ms=4, color=color, label=name)
+            low = [min(by_condition[c]) for c in xs]
+            high = [max(by_condition[c]) for c in xs]
+            ax.fill_between(xs, low, high, color=color, alpha=0.12, lw=0)
+        ax.set_xticks(conditions, [labels[c] for c in conditions], fontsize=7, rotation=15)
+        ax.set_title(layout or title, fontsize=9)
+        ax.legend(fontsize=7)
+    axes[0].set_ylabel("accuracy (line: mean, band: seeds)")
+    if layouts != [""]:
+        fig.suptitle(title)
     return fig
-
-
-def _first(series: dict[str, Any]) -> str:
-    """The first layout's name (drawn dashed when an experiment compares layouts)."""
-    return next(iter(series)).split(" / ")[0]
