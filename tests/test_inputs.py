@@ -92,6 +92,13 @@ def encoding_calls(encoding: nn.Module) -> list[tuple[str, str, Callable[[], Any
             ("batch", "q_pos", lambda: call(batched(pos, 2), batched(pos, 3))),
             ("range", "q_pos", lambda: call(huge, pos)),
         ]
+    if hooks.token_bias:  # FoX: forward(x) of the layer's hidden states
+        x = torch.randn(2, SEQ, encoding.dim)
+        return [
+            ("device", "x", lambda: call(x.to(META))),
+            ("dtype", "x", lambda: call(x.long())),
+            ("shape", "x", lambda: call(x[..., :-1])),
+        ]
     assert hooks.scores, type(encoding).__name__
     scores = torch.randn(2, 4, SEQ, SEQ)
     if hasattr(encoding, "head_dim"):  # CoPE: forward(q, scores)

@@ -25,6 +25,7 @@ def test_every_spec_builds_an_encoding_of_its_family(spec) -> None:
         "contextual": hooks.contextual,
         "scores": hooks.scores,
         "segments": hooks.segments,  # rotary hooks too, rotated per segment
+        "token_bias": hooks.token_bias,  # FoX: from the layer's hidden states
     }
     if spec.family == "softmax":  # a wrapper: its own hook, besides its inner encoding's
         assert hooks.score_map or hooks.sinks
@@ -121,4 +122,6 @@ def test_the_causal_only_encodings() -> None:
     # xPos's decay grows for keys after the query; CoPE counts gated keys up to the query
     # and every segment method positions pairs of causal attention
     segments = ["self_extend", "dual_chunk", "rerope", "lm_infinite", "sinks"]
-    assert [s.name for s in list_encodings() if s.causal_only] == ["xpos", "cope", *segments]
+    # FoX sums forget gates up to the query; stick-breaking breaks the stick from it backwards
+    expected = ["xpos", "cope", "fox", *segments]
+    assert [s.name for s in list_encodings() if s.causal_only] == expected

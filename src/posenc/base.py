@@ -38,6 +38,11 @@ scores reader      ``transform_scores(scores, *, q, k, q_pos, k_pos, allowed)``:
                    Optional ``scores_term(...)`` (same arguments): what it adds to
                    the scores, which a flash kernel computing ``scale · q kᵀ`` itself
                    takes as its mask (the chunked backend without gradients).
+token state        ``token_state(x, previous, real) -> (batch, heads, seq)`` and
+                   ``state_bias(q_state, k_state) -> bias`` (broadcastable): a bias from the
+                   layer's input ``x`` of the new tokens, continuing ``previous`` (the last
+                   cached key's state); ``real`` marks non-padding tokens. The KV cache keeps
+                   every key's state (FoX, :mod:`posenc.attention.token_bias`).
 logit scale        ``logit_scale(head_dim) -> float`` (default ``head_dim ** -0.5``).
 token embedding    ``embed_tokens(tokens, positions) -> (..., seq, dim)``: replaces the
                    model's token embedding (complex-order embeddings read the token ids).

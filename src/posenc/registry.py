@@ -39,7 +39,15 @@ __all__ = [
 #: ``softmax``: a wrapper changing attention's softmax around an ``inner`` encoding (softcap,
 #: learned sinks).
 Family = Literal[
-    "none", "additive", "rotary", "bias", "contextual", "scores", "segments", "softmax"
+    "none",
+    "additive",
+    "rotary",
+    "bias",
+    "contextual",
+    "scores",
+    "segments",
+    "softmax",
+    "token_bias",
 ]
 
 
@@ -595,6 +603,17 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "encoding (inner: rope by default)",
         lambda: _learned_sinks,
         lambda d: {"dims": d},
+    ),
+    EncodingSpec(
+        "fox",
+        "token_bias",
+        "Lin et al. 2025 (Forgetting Transformer, ICLR), "
+        "https://github.com/zhixuan-lin/forgetting-transformer",
+        "a forget gate per head and token from the hidden state; logits += Σ log f over the "
+        "tokens between key and query (data-dependent ALiBi; for causal attention)",
+        lambda: _bias().ForgettingGate,
+        lambda d: {"dim": d.dim, "num_heads": d.num_heads},
+        causal_only=True,
     ),
     *_SEGMENT_SPECS,
     EncodingSpec(

@@ -10,6 +10,7 @@ see :data:`FIGURES`) live in :mod:`posenc.viz_rope`, the patch-grid ones in
 
 from __future__ import annotations
 
+import copy
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -180,6 +181,22 @@ def _plot_scores_reader(name: str, encoding: Any, dims: ModelDims) -> Figure:
     return _pair_heatmap(masked, f"{name}: {what}", what)
 
 
+def _plot_token_bias(name: str, encoding: Any, dims: ModelDims, length: int = 48) -> Figure:
+    """A token-state bias (FoX's ``c_i − c_j``) for seeded random hidden states, head 0, with
+    gate biases drawn in [−1, 3] (a trained model's range of forgetting, not the init's
+    near-1 gates); keys after the query are blank (causal)."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, length, dims.dim, generator=generator)
+    shown = copy.deepcopy(encoding)
+    with torch.no_grad():
+        shown.bias.copy_(torch.rand(shown.bias.shape, generator=generator) * 4 - 1)
+        c = shown.token_state(x, None, None)
+        bias = shown.state_bias(c[..., :, None], c[..., None, :])[0, 0]
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    bias = bias.masked_fill(~causal, float("nan"))
+    return _pair_heatmap(bias, f"{name}: c_i − c_j, random states", "bias")
+
+
 def _random_qk(dims: ModelDims, length: int = 48) -> tuple[Tensor, Tensor, Tensor]:
     """Seeded random q, k ``(1, heads, length, head_dim)`` and positions ``arange(length)``:
     the inputs of the figures of terms that read q or k."""
@@ -252,6 +269,8 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         return plot_softmax_wrapper(name, encoding)
     if callable(getattr(encoding, "transform_scores", None)):
         return _plot_scores_reader(name, encoding, dims)
+    if callable(getattr(encoding, "token_state", None)):  # FoX: gates from hidden states
+        return _plot_token_bias(name, encoding, dims)
     if encoding.num_axes == 3:  # M-RoPE: (time, row, column) ids of a text, image, video run
         return plot_mrope_ids()
     if grid is not None or encoding.num_axes > 1:  # positions on a grid: viz_grids' figures

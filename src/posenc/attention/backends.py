@@ -6,7 +6,8 @@ backend    serves
 sdpa       everything; the reference (materializes a bias, a contextual term, a scores
            reader's rows). Without logit terms SDPA's own kernels, no L×L mask.
 flex       no logit terms, pointwise biases (``bias_at`` as ``score_mod``), score maps
-           (soft-capping) and sink logits (an LSE correction); forward only on the CPU;
+           (soft-capping), sink logits (an LSE correction) and token-state biases (FoX,
+           :mod:`posenc.attention.token_bias`); forward only on the CPU;
            no attention dropout.
 chunked    everything, in O(block · keys) memory, with autograd (activation
            checkpointing); the CPU flash-parts plans for ALiBi and T5-like biases.
@@ -128,7 +129,7 @@ def choose_backend(
        a learnable bias, SDPA's math path; measured in the small LM).
     3. ``q_len · k_len ≤`` :data:`SMALL_SCORES`: ``sdpa`` (one fused call over a small
        materialized bias beats blocks).
-    4. A pointwise bias only, on CUDA, no dropout: ``flex``.
+    4. A pointwise or token-state bias only, on CUDA, no dropout: ``flex``.
     5. Otherwise ``chunked`` (on the CPU its flash-parts plans where they apply).
     """
     if not hooks.logit_terms:
@@ -144,7 +145,7 @@ def choose_backend(
     if q.shape[-2] * k.shape[-2] <= SMALL_SCORES:
         return "sdpa"
     if (
-        hooks.bias
+        (hooks.bias or hooks.token_bias)
         and not (hooks.contextual or hooks.scores)
         and q.device.type == "cuda"
         and dropout_p == 0.0

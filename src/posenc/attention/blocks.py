@@ -21,7 +21,7 @@ from torch.utils.checkpoint import checkpoint
 
 from posenc.attention.context import AttentionContext
 from posenc.attention.hooks import Hooks
-from posenc.attention.rows import attend_rows
+from posenc.attention.rows import attend_rows, compute_dtype
 
 __all__ = ["BLOCK_ELEMENTS", "blocked", "default_block_rows"]
 
@@ -98,6 +98,10 @@ def _block(
     dropout_p: float,
 ) -> Tensor:
     end = k.shape[-2]
+    token_bias = context.token_bias
+    bias = None
+    if token_bias is not None:  # FoX: this block's rows over its keys
+        bias = token_bias.block(start, stop, end, compute_dtype(q.dtype))
     return attend_rows(
         q,
         k,
@@ -108,6 +112,7 @@ def _block(
         allowed=context.mask.block(start, stop, 0, end, heads=q.shape[1]),
         scale=scale,
         dropout_p=dropout_p,
+        bias=bias,
         contiguous=_contiguous(context, start),
         causal=context.mask.causal,
     )

@@ -148,6 +148,7 @@ class KVCache:
         self._k = _Rows()
         self._v = _Rows()
         self._memo: dict[Hashable, _Rows] = {}
+        self._states = _Rows()  # (batch, heads, length, 1): a token-state encoding's (FoX)
         self.positions: Tensor | None = None
         self.key_padding_mask: Tensor | None = None
         self.document_ids: Tensor | None = None
@@ -171,6 +172,27 @@ class KVCache:
     def v(self) -> Tensor | None:
         """Cached values ``(batch, kv_heads, length, v_dim)``, or None."""
         return self._v.value
+
+    @property
+    def token_states(self) -> Tensor:
+        """Every cached key's state ``(batch, heads, length)`` under a token-state encoding
+        (FoX's cumulative log forget gate, :mod:`posenc.attention.token_bias`)."""
+        states = self._states.value
+        if states is None or self._states.length != self.length:
+            raise ValueError(
+                "cache: this KVCache holds no token states for its keys (it was filled by a "
+                "layer whose encoding has none); start a new cache"
+            )
+        return states[..., 0]
+
+    def store_states(self, states: Tensor) -> Tensor:
+        """Append the new keys' token states ``(batch, heads, seq)`` (before :meth:`store`
+        of their keys); return every key's."""
+        if self._states.length != self.length:
+            raise ValueError(
+                "cache: this KVCache holds keys without token states; start a new cache"
+            )
+        return self._states.append(states.unsqueeze(-1))[..., 0]
 
     @property
     def capacity(self) -> int:
@@ -255,7 +277,7 @@ class KVCache:
         if dropped == 0 or dropped < self.length - dropped:
             return
         index = keep.nonzero().flatten()
-        for rows in (self._k, self._v, *self._memo.values()):
+        for rows in (self._k, self._v, self._states, *self._memo.values()):
             rows.keep(index)
         for name in ("positions", "key_padding_mask", "document_ids"):
             value = getattr(self, name)
@@ -269,7 +291,7 @@ class KVCache:
         check_non_negative_int("length", length)
         if length > self.length:
             raise ValueError(f"length must be <= the cache length {self.length}, got {length}")
-        for rows in (self._k, self._v, *self._memo.values()):
+        for rows in (self._k, self._v, self._states, *self._memo.values()):
             rows.length = min(rows.length, length)
         for name in ("positions", "key_padding_mask", "document_ids"):
             value = getattr(self, name)

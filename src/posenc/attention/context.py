@@ -21,6 +21,7 @@ from posenc._validate import validating_values
 from posenc.attention.cache import KVCache
 from posenc.attention.hooks import Hooks
 from posenc.attention.mask import AttentionMask, MaskMod
+from posenc.attention.token_bias import TokenBias
 from posenc.positions import (
     check_device,
     check_positions,
@@ -54,6 +55,8 @@ class AttentionContext:
             last keys (positions made by default from an empty or index-positioned cache).
             Known from how positions were made, never by reading them.
         memo: per-forward tables, keyed by whatever identifies them.
+        token_bias: one layer's per-token states (a token-state encoding, FoX), in that
+            layer's view of the context (:func:`~posenc.attention.token_bias.with_token_bias`).
     """
 
     q_pos: Tensor
@@ -61,6 +64,7 @@ class AttentionContext:
     mask: AttentionMask
     index_positions: bool
     memo: dict[Hashable, Any] = field(default_factory=dict)
+    token_bias: TokenBias | None = None
 
     def cached(self, key: Hashable, build: Callable[[], T]) -> T:
         """``build()`` once per forward under ``key``; later calls return the same object."""

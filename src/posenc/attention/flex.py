@@ -10,7 +10,8 @@ built once per forward.
 
 Serves encodings without logit terms, pointwise biases, score maps (soft-capping, inside
 the ``score_mod``) and sink logits (the output rescaled by ``σ(LSE − s_h)``, FlexAttention
-returning each row's log-sum-exp). It cannot serve contextual
+returning each row's log-sum-exp; compiled on the CPU it returns none, so sinks there
+need ``compile=False``). It cannot serve contextual
 terms (Shaw, Transformer-XL read q and k per pair, and Shaw's value term needs the
 probabilities) or scores readers (they need whole rows): those raise at construction.
 On the CPU (torch 2.13) FlexAttention runs forward only; a call that needs gradients raises.
@@ -131,9 +132,19 @@ def flex_attention_backend(
     if mask.k_len == 0 or mask.q_len == 0:
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
     score_mod = score_mod_of(hooks, context.q_pos, context.k_pos)
+    if context.token_bias is not None:  # FoX: its states by index (no bias_at alongside)
+        score_mod = context.token_bias.score_mod()
     block_mask = block_mask_of(mask, context)
     run: Callable[..., Tensor] = _compiled_flex() if compile else flex_attention  # type: ignore[assignment]
     sinks = hooks.encoding.sink_logits(compute_dtype(q.dtype), q.device) if hooks.sinks else None
+    if sinks is not None and compile and q.device.type == "cpu":
+        raise ValueError(
+            f"backend 'flex' cannot serve {type(hooks.encoding).__name__}'s sinks on the CPU: "
+            "compiled FlexAttention there returns no log-sum-exp (torch "
+            f"{torch.__version__}: return_lse is not supported on the CPU), which the sinks' "
+            "correction needs; use backend 'sdpa', 'chunked' or 'auto' (or "
+            "Backend('flex', compile=False), FlexAttention's eager reference)"
+        )
     if not compile:
         import warnings
 

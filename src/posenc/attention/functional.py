@@ -161,6 +161,11 @@ def attend(
     check_qkv(q, k, v)
     hooks = hooks_of(pos)
     check_encoding_fits(hooks, num_heads=q.shape[1], head_dim=q.shape[-1], causal=causal)
+    if hooks.token_bias:
+        raise ValueError(
+            f"pos: {type(pos).__name__} reads the layer's hidden states (token_state), which "
+            "attend does not get; use posenc.attention.Attention"
+        )
     batch, q_len, k_len = q.shape[0], q.shape[-2], k.shape[-2]
     if q_len > k_len and (causal or document_ids is not None):
         raise ValueError(

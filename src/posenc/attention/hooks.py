@@ -66,6 +66,7 @@ class Hooks:
     scores: bool = False
     score_map: bool = False
     sinks: bool = False
+    token_bias: bool = False
     transforms_positions: bool = False
     segments: bool = False
     length_dependent: bool = False
@@ -77,7 +78,14 @@ class Hooks:
         """True when something is added to (or reads) the logits: a bias, a contextual term,
         a scores reader, a pointwise score map or sink logits; without one, attention is
         plain SDPA."""
-        return self.bias or self.contextual or self.scores or self.score_map or self.sinks
+        return (
+            self.bias
+            or self.contextual
+            or self.scores
+            or self.score_map
+            or self.sinks
+            or self.token_bias  # FoX: a bias from per-token states (token_bias.py)
+        )
 
     @property
     def needs_probabilities(self) -> bool:
@@ -169,6 +177,7 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
         scores=_has(encoding, "transform_scores"),
         score_map=_has(encoding, "map_scores"),
         sinks=_has(encoding, "sink_logits"),
+        token_bias=_has(encoding, "token_state") and _has(encoding, "state_bias"),
         transforms_positions=_has(encoding, "transform_positions"),
         num_axes=num_axes,
     )
@@ -177,6 +186,7 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
         raise ValueError(
             f"pos must be a positional encoding: {type(encoding).__name__} implements none of "
             "the hooks (position_embedding, embed_tokens, rotary_tables + rotate_qk, bias_at, "
-            "logit_term, transform_scores); pass None or posenc.base.NoPE for no encoding"
+            "logit_term, transform_scores, token_state + state_bias); pass None or "
+            "posenc.base.NoPE for no encoding"
         )
     return hooks

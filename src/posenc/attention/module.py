@@ -13,6 +13,7 @@ from posenc.attention.functional import check_encoding_fits
 from posenc.attention.hooks import hooks_of
 from posenc.attention.mask import MaskMod
 from posenc.attention.segmented import rotate_keys_on_read, segmented_attention
+from posenc.attention.token_bias import check_token_bias_fits, with_token_bias
 
 __all__ = ["Attention"]
 
@@ -98,6 +99,8 @@ class Attention(nn.Module):
                 "to a model (DecoderLM, EncoderClassifier), which embeds tokens, not to Attention"
             )
         check_encoding_fits(self.hooks, num_heads=num_heads, head_dim=head_dim, causal=causal)
+        if self.hooks.token_bias:
+            check_token_bias_fits(pos, dim=dim, num_heads=num_heads)
         self.backend = resolve_backend(backend)
         self.backend.check(self.hooks, dropout=float(dropout))
         self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, num_kv_heads
@@ -191,15 +194,18 @@ class Attention(nn.Module):
                 q, k = pos.rotate_qk(q, k, tables, tables, inplace=True)
             else:
                 q, k = pos.rotate_qk(q, k, tables, tables)
+        layer = context
+        if hooks.token_bias:  # FoX: gates from this layer's input, kept with the cache
+            layer = with_token_bias(context, hooks.encoding, x, cache)
         if cache is not None:
-            k, v = cache.store(k, v, context)
+            k, v = cache.store(k, v, layer)
         out = run_backend(
             self.backend,
             q,
             k,
             v,
             hooks=self.hooks,
-            context=context,
+            context=layer,
             scale=self.scale,
             dropout_p=self.dropout if self.training else 0.0,
         )

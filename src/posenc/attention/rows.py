@@ -85,8 +85,8 @@ def attend_rows(
         allowed: visible pairs, bool broadcastable to ``(batch, heads, rows, keys)``, or None.
         scale: logit scale.
         dropout_p: dropout on the attention probabilities.
-        bias: the encoding's bias for these rows and keys, precomputed (a per-forward table),
-            or None to evaluate ``bias_at`` here.
+        bias: the encoding's bias for these rows and keys, precomputed (a per-forward table,
+            a token-state bias), or None to evaluate ``bias_at`` here (a pointwise bias).
         contiguous: ``(q_start, k_start)`` when the positions are ``q_start + arange`` and
             ``k_start + arange`` for every row (known from how they were made): a contextual
             encoding with ``logit_term_contiguous`` then computes its term that way.
@@ -101,8 +101,10 @@ def attend_rows(
     q, k, v = q.to(cdt), k.to(cdt), v.to(cdt)
     heads = q.shape[1]
     extra: Tensor | None = None
-    if hooks.bias:
-        extra = bias.to(cdt) if bias is not None else hooks.materialized_bias(q_pos, k_pos, cdt)
+    if bias is not None:
+        extra = bias.to(cdt)
+    elif hooks.bias:
+        extra = hooks.materialized_bias(q_pos, k_pos, cdt)
     if hooks.contextual:
         encoding, k_all = hooks.encoding, expand_heads(k, heads)
         if contiguous is not None and callable(getattr(encoding, "logit_term_contiguous", None)):

@@ -118,6 +118,8 @@ def sdpa_attention(
         return _bias_only(q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p)
     if hooks.logit_terms:
         bias = shared_bias(hooks, context, compute_dtype(q.dtype)) if hooks.bias else None
+        if context.token_bias is not None:  # FoX: (batch, heads, q, k) from per-token states
+            bias = context.token_bias.block(0, mask.q_len, mask.k_len, compute_dtype(q.dtype))
         allowed = mask.block(0, mask.q_len, 0, mask.k_len, heads=q.shape[1])
         return attend_rows(
             q,

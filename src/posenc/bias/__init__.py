@@ -7,6 +7,8 @@
   :class:`ShawRelative`, :class:`TransformerXLRelative`, :class:`DebertaRelative`.
 * Scores readers (``transform_scores``: complete rows of all heads' scores): :class:`CoPE`,
   :class:`DapeBias`.
+* Token-state biases (``token_state``: read the layer's hidden states): :class:`ForgettingGate`
+  (FoX).
 * Wrappers around any encoding that change the softmax: :class:`SoftCap` (Gemma 2's tanh
   soft-capping, a score map) and :class:`LearnedSinks` (gpt-oss's per-head sink logits).
 """
@@ -25,6 +27,7 @@ from posenc.bias.deberta import (
 )
 from posenc.bias.dynamic import DynamicMode, DynamicPositionBias, dynamic_distance_feature
 from posenc.bias.fire import FireBias, fire_log, fire_normalized_distance
+from posenc.bias.fox import ForgettingGate, fox_bias, fox_log_gates
 from posenc.bias.kerple import KerpleBias, KerpleKernel, kerple_bias
 from posenc.bias.sandwich import (
     SandwichBias,
@@ -50,6 +53,7 @@ __all__ = [
     "DynamicMode",
     "DynamicPositionBias",
     "FireBias",
+    "ForgettingGate",
     "KerpleBias",
     "KerpleKernel",
     "LearnedSinks",
@@ -70,6 +74,8 @@ __all__ = [
     "dynamic_distance_feature",
     "fire_log",
     "fire_normalized_distance",
+    "fox_bias",
+    "fox_log_gates",
     "kerple_bias",
     "relative_distances",
     "relative_shift",
