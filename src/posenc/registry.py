@@ -479,6 +479,15 @@ _SPECS: tuple[EncodingSpec, ...] = (
         causal_only=True,
     ),
     EncodingSpec(
+        "pope",
+        "rotary",
+        "Gopalakrishnan et al. 2025 (PoPE), https://arxiv.org/abs/2509.10534",
+        "polar coordinates: softplus(q_c)·softplus(k_c)·cos((i − j)θ_c − δ_hc), magnitudes "
+        "from content and phases from position, a learned phase bias per head and channel",
+        lambda: _rotary().PolarEmbedding,
+        lambda d: {"head_dim": d.resolved_head_dim, "num_heads": d.num_heads},
+    ),
+    EncodingSpec(
         "hope",
         "rotary",
         "Chen et al. 2025 (HoPE, ACL), https://arxiv.org/abs/2410.21216",

@@ -295,6 +295,13 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         with torch.no_grad():
             term = encoding.logit_term(q, k, positions, positions, dims.resolved_head_dim**-0.5)
         return _pair_heatmap(term[0, 0], f"{name}: positional logit term", "logit term")
+    if isinstance(encoding, RotaryEncoding):  # PoPE: scores of one q against every key
+        q, k, positions = _random_qk(dims)
+        k = q[:, :, :1].expand_as(k)  # the same content everywhere: only positions differ
+        with torch.no_grad():
+            q_rot, k_rot = encoding(q, k, positions, positions)
+            scores = q_rot @ k_rot.transpose(-1, -2) * dims.resolved_head_dim**-0.5
+        return _pair_heatmap(scores[0, 0], f"{name}: q_i · k_j, one content", "logit")
     raise ValueError(f"there is nothing to plot for {name!r} (family {spec.family!r})")
 
 

@@ -82,6 +82,11 @@ def check_encoding_fits(hooks: Hooks, *, num_heads: int, head_dim: int, causal: 
     encoding = hooks.encoding
     name = type(encoding).__name__
     width = getattr(encoding, "head_dim", None)
+    heads = getattr(encoding, "num_heads", None)
+    if hooks.rotary and isinstance(heads, int) and heads != num_heads:  # per-head (PoPE's δ)
+        raise ValueError(
+            f"pos: {name} has num_heads={heads} but the attention has num_heads={num_heads}"
+        )
     reads_channels = hooks.rotary or hooks.contextual or hooks.scores
     if reads_channels and isinstance(width, int) and width != head_dim:
         raise ValueError(

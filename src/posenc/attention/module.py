@@ -241,13 +241,14 @@ class Attention(nn.Module):
                 f"cache must be a posenc KVCache (one per layer: model.new_cache()), got "
                 f"{type(cache).__name__}"
             )
-        k = cache.k
+        k, v = cache.k, cache.v
         weight = self.k_proj.weight
-        if k is None:
+        if k is None or v is None:
             return
-        if (k.shape[1], k.shape[-1]) != (self.num_kv_heads, self.head_dim):
+        # the values' width: keys may be wider once an encoding maps them (PoPE: 2 · head_dim)
+        if (k.shape[1], v.shape[-1]) != (self.num_kv_heads, self.head_dim):
             raise ValueError(
-                f"cache holds keys of {k.shape[1]} heads of width {k.shape[-1]} but this layer "
+                f"cache holds keys of {k.shape[1]} heads of width {v.shape[-1]} but this layer "
                 f"has num_kv_heads={self.num_kv_heads}, head_dim={self.head_dim}: the cache is "
                 "another layer's; give each layer its own (model.new_cache())"
             )

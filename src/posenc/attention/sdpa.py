@@ -151,7 +151,7 @@ def sdpa_attention(
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=additive, dropout_p=dropout_p, scale=scale, enable_gqa=gqa
         )
-    elif square and dropout_p == 0.0 and flash.available(q):
+    elif square and dropout_p == 0.0 and flash.available(q) and q.shape[-1] == v.shape[-1]:
         out = flash.causal_with_mask(q, k, v, additive, scale)
     else:
         return blocked(q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p)

@@ -12,6 +12,7 @@ from posenc.rotary.multi_axis import (
     rescaled_grid_positions,
     videorope_axes,
 )
+from posenc.rotary.pope import PolarEmbedding, polar_frequencies, polar_map
 from posenc.rotary.presets import (
     DEEPSEEK_V3,
     GPT_OSS_20B,
@@ -59,6 +60,7 @@ __all__ = [
     "LongRoPE",
     "MultiAxisRotary",
     "NTKAware",
+    "PolarEmbedding",
     "Proportional",
     "RopePreset",
     "RotaryEmbedding",
@@ -73,6 +75,8 @@ __all__ = [
     "full_period_base",
     "mrope_axes",
     "permute_rotary_weight",
+    "polar_frequencies",
+    "polar_map",
     "rescaled_grid_positions",
     "rope_angles",
     "rope_cos_sin",
