@@ -2,9 +2,16 @@
 
 * :func:`frequencies_from_config`: ``(inv_freq, attention_factor)`` exactly as ``transformers``
   computes them for a config (object or ``config.json`` dict) and a sequence length.
-* :func:`rope_from_config` / :func:`to_rope_parameters`: config ↔ :class:`RotaryEmbedding`.
-* :func:`patch_rotary` / :func:`unpatch_rotary`: run posenc's RoPE in every layer of a
-  Llama-family model (Llama, Mistral, Mixtral, Qwen2/3, Gemma, OLMo, Granite, ...).
+* :func:`rope_from_config` / :func:`to_rope_parameters`: config ↔ :class:`RotaryEmbedding`;
+  :func:`mrope_from_config`: an M-RoPE config → :class:`MultiAxisRotary`;
+  :func:`attention_scale_from_config`: Ministral 3's ``llama_4_scaling_beta`` query scale.
+* :func:`patch_rotary` / :func:`unpatch_rotary` (:mod:`posenc.integrations.hf_patch`): run
+  posenc's RoPE in every text rotary module of an HF model (151 of the 198 RoPE families of
+  transformers 5.23.0 give equal logits; see ``docs/hf.md`` for the others and why).
+
+Nested per-layer-type ``rope_parameters`` are read with ``layer_type=``; which model types'
+default RoPE ignores ``partial_rotary_factor`` comes from HF's code
+(:mod:`posenc.integrations.hf_conventions`).
 
 Both config forms are read: the current ``rope_parameters`` dict (``rope_type``, ``rope_theta``,
 ``partial_rotary_factor``, ...) and the legacy one (top-level ``rope_theta`` and

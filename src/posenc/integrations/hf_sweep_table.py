@@ -16,13 +16,11 @@ NOT_EQUAL: dict[str, tuple[str, str]] = {
         "could not build",
         "HF forward: RuntimeError: mat1 and mat2 shapes cannot be multiplied (26x64 and 2048x128)",
     ),
-    "chameleon": ("could not build", "AttributeError: 'NoneType' object has no attribute 'get'"),
     "clvp": ("not text RoPE", "rotaries only in ['ClvpRotaryPositionalEmbedding']"),
     "cohere_compass": (
         "could not build",
         "StrictDataclassFieldValidationError: Validation error for field 'rope_parameters':",
     ),
-    "deepseek_ocr2": ("could not build", "TypeError: 'NoneType' object is not subscriptable"),
     "dia": (
         "could not build",
         "HF forward: RuntimeError: shape '[2, 9, -1]' is invalid for input of size 12",
@@ -46,7 +44,6 @@ NOT_EQUAL: dict[str, tuple[str, str]] = {
     "esmfold2": ("not text RoPE", "no model class among model types ['esmfold2']"),
     "gemma3n": ("could not build", "ImportError:"),
     "glm5_next": ("could not build", "config validation failed for the tiny sizes"),
-    "gradium_phonon_tts": ("could not build", "config validation failed for the tiny sizes"),
     "granite4_vision": ("could not build", "TypeError: object of type 'NoneType' has no len()"),
     "hunyuan_vl": (
         "refused",
@@ -99,7 +96,6 @@ NOT_EQUAL: dict[str, tuple[str, str]] = {
     "pe_audio_video": ("could not build", "ImportError:"),
     "pe_video": ("could not build", "ImportError:"),
     "pixtral": ("not text RoPE", "PixtralVisionModel.forward takes no input_ids"),
-    "pocket_tts": ("could not build", "config validation failed for the tiny sizes"),
     "pocket_tts_audio_tokenizer": (
         "not text RoPE",
         "audio codec (tokenizer of audio), no token inputs",
@@ -114,10 +110,6 @@ NOT_EQUAL: dict[str, tuple[str, str]] = {
     "seamless_m4t": (
         "not text RoPE",
         "rotary only in the speech encoder's conformer (SeamlessM4TConformerRotaryPositionalEmbedding, forward(hidden_states))",
-    ),
-    "step3p7": (
-        "could not build",
-        "HF forward: ValueError: Could not find a `sliding_window` argument in the config, or it is not set",
     ),
     "timesfm2_5": ("not text RoPE", "TimesFm2_5Model.forward takes no input_ids"),
     "vjepa2": ("not text RoPE", "VJEPA2Model.forward takes no input_ids"),

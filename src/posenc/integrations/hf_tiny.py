@@ -233,6 +233,11 @@ FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
     "esm": {"position_embedding_type": "rotary", "pad_token_id": 0},  # "absolute" by default
     "granitemoehybrid": {"position_embedding_type": "rope", "layer_types": ["mamba", "attention"]},
     "zaya": {"num_experts_per_tok": 1},
+    "pocket_tts": {"flow_head_config": {"condition_dim": 64}},  # = the backbone's hidden size
+    "gradium_phonon_tts": {"flow_head_config": {"condition_dim": 64}},
+    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
+    "step3p7": {"text_config": {"sliding_window": 6}},
+    "chameleon": {"vocabulary_map": {"<image>": 127}},
     "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
     "dots3_note": {"head_dim": 16},  # its SWA layers: head_dim = nope + rope dims
     "dbrx": {
@@ -343,7 +348,10 @@ def build_tiny(family: str) -> tuple[nn.Module, dict[str, Any], str] | str:
             config_cls = type(AutoConfig.for_model(model_type))
             default = config_cls().to_dict()
             mrope = "mrope_section" in _modeling_source(family)
-            raw = {**_shrink(default, mrope), **FAMILY_OVERRIDES.get(family, {})}
+            raw = _shrink(default, mrope)
+            for key, value in FAMILY_OVERRIDES.get(family, {}).items():  # sub-configs: merged
+                merge = isinstance(value, dict) and isinstance(raw.get(key), dict)
+                raw[key] = {**raw[key], **value} if merge else value
             _vocab(raw, default)
             for key in ("model_type", "transformers_version", "architectures"):
                 raw.pop(key, None)
