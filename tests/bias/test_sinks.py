@@ -120,6 +120,15 @@ def test_gradcheck_of_the_sinks(backend) -> None:
     )
 
 
+def test_compiled_flex_refuses_sinks_on_the_cpu() -> None:
+    """Compiled FlexAttention on the CPU returns no log-sum-exp (torch 2.13)."""
+    if not flex_available():
+        pytest.skip("torch has no FlexAttention")
+    q, k, v = qkv()
+    with torch.no_grad(), pytest.raises(ValueError, match=r"backend 'flex'.*log-sum-exp"):
+        attend(q, k, v, pos=sinks_of(), causal=True, backend=Backend("flex"))
+
+
 def test_flex_needs_no_grad_on_the_cpu() -> None:
     if not flex_available():
         pytest.skip("torch has no FlexAttention")

@@ -21,7 +21,10 @@ Backends:
   ``σ_h``. (SDPA's own kernels return no log-sum-exp, and an extra zero key would need the
   causal mask materialized with it, so the rows are written out.)
 * ``flex``: a log-sum-exp correction, ``o_i = o_i^{keys} · σ(LSE_i − σ_h)``, FlexAttention
-  returning each row's LSE; forward only on the CPU, as every flex call.
+  returning each row's LSE; forward only on the CPU, as every flex call. Compiled
+  FlexAttention on the CPU returns no LSE (torch 2.13), so there only
+  ``Backend("flex", compile=False)`` (its eager reference) serves sinks; the compiled default
+  refuses them with a ``ValueError`` naming the backend.
 * the KV cache: nothing to keep; each decoding step's row gets the sink.
 """
 
