@@ -99,6 +99,14 @@ def encoding_calls(encoding: nn.Module) -> list[tuple[str, str, Callable[[], Any
             ("dtype", "x", lambda: call(x.long())),
             ("shape", "x", lambda: call(x[..., :-1])),
         ]
+    if hooks.weights:  # stick-breaking: forward(scores, visible)
+        logits = torch.randn(2, 4, SEQ, SEQ)
+        return [
+            ("dtype", "scores", lambda: call(logits.long())),
+            ("shape", "scores", lambda: call(logits[0])),
+            ("dtype", "visible", lambda: call(logits, logits)),
+            ("shape", "visible", lambda: call(logits, torch.ones(3, SEQ, SEQ, dtype=torch.bool))),
+        ]
     assert hooks.scores, type(encoding).__name__
     scores = torch.randn(2, 4, SEQ, SEQ)
     if hasattr(encoding, "head_dim"):  # CoPE: forward(q, scores)

@@ -26,6 +26,7 @@ def test_every_spec_builds_an_encoding_of_its_family(spec) -> None:
         "scores": hooks.scores,
         "segments": hooks.segments,  # rotary hooks too, rotated per segment
         "token_bias": hooks.token_bias,  # FoX: from the layer's hidden states
+        "weights": hooks.weights,  # stick-breaking: weights in place of the softmax
     }
     if spec.family == "softmax":  # a wrapper: its own hook, besides its inner encoding's
         assert hooks.score_map or hooks.sinks
@@ -123,5 +124,5 @@ def test_the_causal_only_encodings() -> None:
     # and every segment method positions pairs of causal attention
     segments = ["self_extend", "dual_chunk", "rerope", "lm_infinite", "sinks"]
     # FoX sums forget gates up to the query; stick-breaking breaks the stick from it backwards
-    expected = ["xpos", "cope", "fox", *segments]
+    expected = ["xpos", "cope", "fox", "stick_breaking", *segments]
     assert [s.name for s in list_encodings() if s.causal_only] == expected

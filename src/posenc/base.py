@@ -43,6 +43,9 @@ token state        ``token_state(x, previous, real) -> (batch, heads, seq)`` and
                    layer's input ``x`` of the new tokens, continuing ``previous`` (the last
                    cached key's state); ``real`` marks non-padding tokens. The KV cache keeps
                    every key's state (FoX, :mod:`posenc.attention.token_bias`).
+attention weights  ``attention_weights(scores, visible) -> weights`` in place of the softmax
+                   and ``remainder_term(remaining)`` for the mass no key took;
+                   ``attend_current`` (stick-breaking, :mod:`posenc.attention.stickbreaking`).
 logit scale        ``logit_scale(head_dim) -> float`` (default ``head_dim ** -0.5``).
 token embedding    ``embed_tokens(tokens, positions) -> (..., seq, dim)``: replaces the
                    model's token embedding (complex-order embeddings read the token ids).

@@ -48,6 +48,7 @@ Family = Literal[
     "segments",
     "softmax",
     "token_bias",
+    "weights",
 ]
 
 
@@ -195,6 +196,12 @@ def _rope_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     from posenc.rotary.scaling import scaling_from_dict
 
     return {**kwargs, "scaling": scaling_from_dict(scaling)}
+
+
+def _stick_breaking():
+    from posenc.attention.stickbreaking import StickBreaking
+
+    return StickBreaking
 
 
 def _segments():
@@ -622,6 +629,16 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "tokens between key and query (data-dependent ALiBi; for causal attention)",
         lambda: _bias().ForgettingGate,
         lambda d: {"dim": d.dim, "num_heads": d.num_heads},
+        causal_only=True,
+    ),
+    EncodingSpec(
+        "stick_breaking",
+        "weights",
+        "Tan et al. 2024 (stick-breaking attention), https://arxiv.org/abs/2410.17980",
+        "no softmax and no positions: key j takes σ(q·k) of what the keys between it and the "
+        "query left, the rest times a learned vector (for causal attention)",
+        lambda: _stick_breaking(),
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim},
         causal_only=True,
     ),
     *_SEGMENT_SPECS,

@@ -271,6 +271,15 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         return _plot_scores_reader(name, encoding, dims)
     if callable(getattr(encoding, "token_state", None)):  # FoX: gates from hidden states
         return _plot_token_bias(name, encoding, dims)
+    if callable(getattr(encoding, "attention_weights", None)):  # stick-breaking
+        q, k, positions = _random_qk(dims)
+        length = positions.shape[0]
+        earlier = torch.ones(length, length, dtype=torch.bool).tril(-1)  # j < i
+        with torch.no_grad():
+            scores = q @ k.transpose(-1, -2) * dims.resolved_head_dim**-0.5
+            weigh: Any = encoding.attention_weights  # the attention-weights hook
+            weights = weigh(scores, earlier)[0, 0]
+        return _pair_heatmap(weights, f"{name}: A_ij, random q, k", "weight")
     if encoding.num_axes == 3:  # M-RoPE: (time, row, column) ids of a text, image, video run
         return plot_mrope_ids()
     if grid is not None or encoding.num_axes > 1:  # positions on a grid: viz_grids' figures

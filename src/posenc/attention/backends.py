@@ -13,6 +13,10 @@ chunked    everything, in O(block · keys) memory, with autograd (activation
            checkpointing); the CPU flash-parts plans for ALiBi and T5-like biases.
 auto       per call, see :func:`choose_backend`.
 =========  ===============================================================================
+
+Attention weights in place of the softmax (stick-breaking,
+:mod:`posenc.attention.stickbreaking`): ``sdpa`` all rows at once, ``chunked`` in blocks of
+query rows; ``flex`` refuses them.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from posenc.attention.flex import flex_attention_backend, flex_available
 from posenc.attention.hooks import Hooks
 from posenc.attention.rows import compute_dtype
 from posenc.attention.sdpa import sdpa_attention
+from posenc.attention.stickbreaking import stick_breaking_attention
 
 __all__ = [
     "SMALL_SCORES",
@@ -93,6 +98,11 @@ class Backend:
             raise ValueError(
                 f"backend 'flex' cannot serve {name}: a scores reader needs whole rows of "
                 "scores; use backend 'chunked', 'sdpa' or 'auto'"
+            )
+        if hooks.weights:
+            raise ValueError(
+                f"backend 'flex' cannot serve {name}: its weights replace the softmax and read "
+                "every key between a pair; use backend 'chunked', 'sdpa' or 'auto'"
             )
         if dropout > 0.0:
             raise ValueError(
@@ -174,6 +184,11 @@ def run_backend(
     name: str = backend.name
     if name == "auto":
         name = choose_backend(hooks, q, k, dropout_p=dropout_p, context=context)
+    if hooks.weights:  # stick-breaking: all rows at once (sdpa) or blocks of rows (chunked)
+        rows = q.shape[-2] if name == "sdpa" else backend.block_size
+        return stick_breaking_attention(
+            q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p, block_size=rows
+        )
     if name == "sdpa":
         return sdpa_attention(
             q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p

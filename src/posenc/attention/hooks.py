@@ -67,6 +67,7 @@ class Hooks:
     score_map: bool = False
     sinks: bool = False
     token_bias: bool = False
+    weights: bool = False
     transforms_positions: bool = False
     segments: bool = False
     length_dependent: bool = False
@@ -85,6 +86,7 @@ class Hooks:
             or self.score_map
             or self.sinks
             or self.token_bias  # FoX: a bias from per-token states (token_bias.py)
+            or self.weights  # stick-breaking: weights in place of the softmax
         )
 
     @property
@@ -178,6 +180,7 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
         score_map=_has(encoding, "map_scores"),
         sinks=_has(encoding, "sink_logits"),
         token_bias=_has(encoding, "token_state") and _has(encoding, "state_bias"),
+        weights=_has(encoding, "attention_weights"),
         transforms_positions=_has(encoding, "transform_positions"),
         num_axes=num_axes,
     )
@@ -186,7 +189,7 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
         raise ValueError(
             f"pos must be a positional encoding: {type(encoding).__name__} implements none of "
             "the hooks (position_embedding, embed_tokens, rotary_tables + rotate_qk, bias_at, "
-            "logit_term, transform_scores, token_state + state_bias); pass None or "
-            "posenc.base.NoPE for no encoding"
+            "logit_term, transform_scores, token_state + state_bias, attention_weights); "
+            "pass None or posenc.base.NoPE for no encoding"
         )
     return hooks
