@@ -78,6 +78,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "posenc.viz_segments",
             "posenc.viz_graph",
             "posenc.viz_rope",
+            "posenc.viz_softmax",
             "posenc.viz_base",
             "posenc.checks",
             "posenc.checks_graph",

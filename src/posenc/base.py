@@ -38,6 +38,13 @@ scores reader      ``transform_scores(scores, *, q, k, q_pos, k_pos, allowed)``:
                    Optional ``scores_term(...)`` (same arguments): what it adds to
                    the scores, which a flash kernel computing ``scale · q kᵀ`` itself
                    takes as its mask (the chunked backend without gradients).
+score map          ``map_scores(scores) -> scores``: elementwise, after the scaling and the
+                   terms above, before the mask (Gemma 2's soft-capping,
+                   :class:`~posenc.bias.SoftCap`); FlexAttention's ``score_mod`` takes it.
+sink logits        ``sink_logits(dtype, device) -> (heads,)``: a logit per head joins each
+                   row's softmax with no value (gpt-oss, :class:`~posenc.bias.LearnedSinks`).
+                   Both come from wrappers around an encoding
+                   (:mod:`posenc.bias.wrapping`).
 token state        ``token_state(x, previous, real) -> (batch, heads, seq)`` and
                    ``state_bias(q_state, k_state) -> bias`` (broadcastable): a bias from the
                    layer's input ``x`` of the new tokens, continuing ``previous`` (the last
