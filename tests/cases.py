@@ -45,6 +45,12 @@ ALL_CASES: list[tuple[str, dict[str, Any]]] = [
     ("rerope", {"window": 3, "leak": 2.0}),
     ("lm_infinite", {"local_window": 4, "global_tokens": 2}),
     ("sinks", {"sinks": 2, "window": 3}),
+    # softmax wrappers around an inner encoding; HoPE; CAPE with its augmentation on
+    ("softcap", {"cap": 2.0}),
+    ("softcap", {"inner": "alibi", "cap": 2.0}),
+    ("learned_sinks", {"inner": "t5", "init_std": 1.0}),
+    ("hope", {"train_length": 8}),
+    ("cape", {"max_global_shift": 3.0, "max_local_shift": 0.5, "max_global_scaling": 1.2}),
 ]
 
 #: Encodings defined for causal attention only (an encoder refuses them): the registry's
