@@ -167,3 +167,12 @@ def test_without_a_remainder_the_first_token_outputs_zero() -> None:
 def test_bad_arguments_are_named(kwargs: dict, argument: str) -> None:
     with pytest.raises(ValueError, match=rf"^{argument}\b"):
         StickBreaking(**kwargs)
+
+
+def test_softmax_wrappers_around_it_are_refused() -> None:
+    from posenc.bias.sinks import LearnedSinks
+    from posenc.bias.softcap import SoftCap
+
+    for wrapped in (SoftCap(StickBreaking(HEADS, 8)), LearnedSinks(HEADS, StickBreaking(HEADS, 8))):
+        with pytest.raises(ValueError, match=r"^pos: .* wraps stick-breaking attention"):
+            Attention(16, HEADS, pos=wrapped)

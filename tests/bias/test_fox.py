@@ -218,3 +218,24 @@ def test_meta_device_and_reset_parameters() -> None:
     fox.to_empty(device="cpu")
     fox.reset_parameters()
     assert bool((fox.bias == 5.0).all()) and isinstance(fox, nn.Module)
+
+
+def test_soft_capped_fox_is_the_same_on_every_backend() -> None:
+    """A SoftCap around FoX: the cap applies to the FoX-biased scores, flex included."""
+    from posenc.bias.softcap import SoftCap
+
+    torch.manual_seed(0)
+    capped = SoftCap(trained(ForgettingGate(DIM, HEADS)), cap=1.5)
+    x = torch.randn(2, 9, DIM)
+    outs = {}
+    for name, backend in BACKENDS.items():
+        torch.manual_seed(1)
+        attn = Attention(DIM, HEADS, pos=capped, backend=backend)
+        with torch.no_grad():
+            outs[name] = attn(x)
+    assert_close(outs["chunked"], outs["sdpa"], rtol=1e-5, atol=1e-5)
+    assert_close(outs["flex"], outs["sdpa"], rtol=1e-5, atol=1e-5)
+    torch.manual_seed(1)
+    uncapped = Attention(DIM, HEADS, pos=capped.encoding)
+    with torch.no_grad():
+        assert not torch.allclose(uncapped(x), outs["sdpa"], atol=1e-3)  # the cap acted

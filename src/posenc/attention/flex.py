@@ -133,7 +133,8 @@ def flex_attention_backend(
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
     score_mod = score_mod_of(hooks, context.q_pos, context.k_pos)
     if context.token_bias is not None:  # FoX: its states by index (no bias_at alongside)
-        score_mod = context.token_bias.score_mod()
+        then = hooks.encoding.map_scores if hooks.score_map else None  # soft-capped FoX
+        score_mod = context.token_bias.score_mod(then)
     block_mask = block_mask_of(mask, context)
     run: Callable[..., Tensor] = _compiled_flex() if compile else flex_attention  # type: ignore[assignment]
     sinks = hooks.encoding.sink_logits(compute_dtype(q.dtype), q.device) if hooks.sinks else None

@@ -87,6 +87,11 @@ def check_encoding_fits(hooks: Hooks, *, num_heads: int, head_dim: int, causal: 
         raise ValueError(
             f"pos: {name} has num_heads={heads} but the attention has num_heads={num_heads}"
         )
+    if hooks.weights and (hooks.score_map or hooks.sinks):
+        raise ValueError(
+            f"pos: {name} wraps stick-breaking attention, which has no softmax for a score "
+            "map or sink logits to act on"
+        )
     reads_channels = hooks.rotary or hooks.contextual or hooks.scores
     if reads_channels and isinstance(width, int) and width != head_dim:
         raise ValueError(

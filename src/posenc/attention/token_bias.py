@@ -54,13 +54,17 @@ class TokenBias:
         bias: Tensor = self.encoding.state_bias(q, k)
         return bias.to(dtype)
 
-    def score_mod(self) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]:
-        """The bias as a FlexAttention ``score_mod``."""
+    def score_mod(
+        self, then: Callable[[Tensor], Tensor] | None = None
+    ) -> Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]:
+        """The bias as a FlexAttention ``score_mod``; ``then`` maps the biased score (a
+        score map around the encoding: soft-capping)."""
         q_state, k_state, state_bias = self.q_state, self.k_state, self.encoding.state_bias
 
         def score_mod(score: Tensor, b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             bias = state_bias(q_state[b, h, q_idx], k_state[b, h, kv_idx])
-            return score + bias.to(score.dtype)
+            score = score + bias.to(score.dtype)
+            return score if then is None else then(score)
 
         return score_mod
 
