@@ -20,6 +20,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from posenc.integrations.hf_config import _read, _rope_module, mrope_from_config
 from posenc.integrations.hf_keys import _head_dim, _layer_types
 from posenc.rotary.multi_axis import MultiAxisRotary
 from posenc.rotary.rope import RotaryEmbedding
@@ -126,13 +127,6 @@ class HFRotaryAdapter(nn.Module):
         return cos.to(x.dtype), sin.to(x.dtype)
 
 
-def _hf() -> Any:
-    """:mod:`posenc.integrations.hf`, imported when first needed (it re-exports this module)."""
-    from posenc.integrations import hf
-
-    return hf
-
-
 def _is_text_rotary(module: nn.Module) -> bool:
     """HF's text rotary contract: ``forward(x, position_ids[, layer_type])``, and not a
     vision tower's ``axial`` rope type (Qwen2-VL's vision rotary shares the signature)."""
@@ -190,7 +184,7 @@ def _mrope_interleaved(original: nn.Module, rope: Any, table_format: TableFormat
     from posenc.rotary.multi_axis import mrope_axes
 
     sections, _ = rope.mrope
-    inv_freq = _hf()._rope_module(rope).inv_freq("cpu")  # (pairs,) float64
+    inv_freq = _rope_module(rope).inv_freq("cpu")  # (pairs,) float64
     buffers = [b for b in original.buffers() if b.is_floating_point()]
     device = buffers[0].device if buffers else torch.device("cpu")
     positions = torch.tensor([1, 2, 3], device=device).view(3, 1, 1)
@@ -242,23 +236,15 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
     config = _module_config(original, model) if rope is None or hasattr(model, "config") else None
     layer_ropes: dict[str, RotaryEmbedding] = {}
     types = _layer_types(config) if config is not None else []
-    reads = (
-        [_hf()._read(config, t) for t in types]
-        if types
-        else [_hf()._read(config)]
-        if config
-        else []
-    )
+    reads = [_read(config, t) for t in types] if types else [_read(config)] if config else []
     mrope = None
     if reads and reads[0].mrope is not None:
-        pairs = _hf()._rope_module(reads[0]).rotary_dim // 2
+        pairs = _rope_module(reads[0]).rotary_dim // 2
         interleaved = _mrope_interleaved(original, reads[0], _table_format(original, config, pairs))
-        mrope = _hf().mrope_from_config(config, interleaved=interleaved)
+        mrope = mrope_from_config(config, interleaved=interleaved)
     if rope is None:
-        layer_ropes = {
-            t: _hf()._rope_module(r) for t, r in zip(types, reads, strict=False) if types
-        }
-        rope = layer_ropes[types[0]] if types else _hf()._rope_module(reads[0])
+        layer_ropes = {t: _rope_module(r) for t, r in zip(types, reads, strict=False) if types}
+        rope = layer_ropes[types[0]] if types else _rope_module(reads[0])
     elif mrope is not None:
         raise ValueError("the model's config is M-RoPE (mrope_section): patch it with rope=None")
     if not isinstance(rope, RotaryEmbedding):
