@@ -10,6 +10,7 @@ use and kept in :attr:`AttentionContext.memo` for the rest of the forward.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ __all__ = [
     "check_document_ids",
     "check_key_padding_mask",
     "mask_predicate",
+    "with_token_bias",
 ]
 
 T = TypeVar("T")
@@ -56,7 +58,7 @@ class AttentionContext:
             Known from how positions were made, never by reading them.
         memo: per-forward tables, keyed by whatever identifies them.
         token_bias: one layer's per-token states (a token-state encoding, FoX), in that
-            layer's view of the context (:func:`~posenc.attention.token_bias.with_token_bias`).
+            layer's view of the context (:func:`with_token_bias`).
     """
 
     q_pos: Tensor
@@ -311,3 +313,20 @@ def build_context(
         dense=dense,
     )
     return AttentionContext(positions, k_pos, mask, index_positions)
+
+
+def with_token_bias(
+    context: AttentionContext, encoding: Any, x: Tensor, cache: KVCache | None
+) -> AttentionContext:
+    """A view of ``context`` holding this layer's :class:`TokenBias` (the same memo).
+
+    ``x`` is the layer's input ``(batch, seq, dim)``; the new states continue the state of
+    the cache's last key and are appended to the cache.
+    """
+    seq = x.shape[1]
+    previous = cache.token_states[..., -1:] if cache is not None and cache.length else None
+    padding = context.mask.key_padding
+    real = None if padding is None else padding[:, padding.shape[1] - seq :]
+    state = encoding.token_state(x, previous, real)
+    every = state if cache is None else cache.store_states(state)
+    return dataclasses.replace(context, token_bias=TokenBias(encoding, state, every))

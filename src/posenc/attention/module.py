@@ -8,12 +8,12 @@ from torch import Tensor, nn
 from posenc._validate import check_positive_int, validating_values
 from posenc.attention.backends import Backend, resolve_backend, run_backend
 from posenc.attention.cache import KVCache
-from posenc.attention.context import AttentionContext, build_context
+from posenc.attention.context import AttentionContext, build_context, with_token_bias
 from posenc.attention.functional import check_encoding_fits
 from posenc.attention.hooks import hooks_of
 from posenc.attention.mask import MaskMod
 from posenc.attention.segmented import rotate_keys_on_read, segmented_attention
-from posenc.attention.token_bias import check_token_bias_fits, with_token_bias
+from posenc.attention.token_bias import check_token_bias_fits
 
 __all__ = ["Attention"]
 

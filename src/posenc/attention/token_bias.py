@@ -12,24 +12,20 @@ backends add ``state_bias(q_state[i], k_state[j])`` to the logits:
 * ``flex``: a ``score_mod`` reading the states by index (nothing of size L×L).
 
 The states of one layer's call travel in a per-layer view of the forward's
-:class:`~posenc.attention.AttentionContext` (:func:`with_token_bias`; its memo is shared).
+:class:`~posenc.attention.AttentionContext`
+(:func:`posenc.attention.context.with_token_bias`; its memo is shared).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from posenc.attention.cache import KVCache
-    from posenc.attention.context import AttentionContext
-
-__all__ = ["TokenBias", "check_token_bias_fits", "with_token_bias"]
+__all__ = ["TokenBias", "check_token_bias_fits"]
 
 
 @dataclass(frozen=True)
@@ -67,23 +63,6 @@ class TokenBias:
             return score if then is None else then(score)
 
         return score_mod
-
-
-def with_token_bias(
-    context: AttentionContext, encoding: Any, x: Tensor, cache: KVCache | None
-) -> AttentionContext:
-    """A view of ``context`` holding this layer's :class:`TokenBias` (the same memo).
-
-    ``x`` is the layer's input ``(batch, seq, dim)``; the new states continue the state of
-    the cache's last key and are appended to the cache.
-    """
-    seq = x.shape[1]
-    previous = cache.token_states[..., -1:] if cache is not None and cache.length else None
-    padding = context.mask.key_padding
-    real = None if padding is None else padding[:, padding.shape[1] - seq :]
-    state = encoding.token_state(x, previous, real)
-    every = state if cache is None else cache.store_states(state)
-    return dataclasses.replace(context, token_bias=TokenBias(encoding, state, every))
 
 
 def check_token_bias_fits(encoding: Any, *, dim: int, num_heads: int) -> None:
