@@ -502,6 +502,12 @@ def test_grouped_query_attention_needs_shared_generators() -> None:
     with pytest.raises(ValueError, match=r"num_kv_heads\): grouped-query attention needs"):
         Attention(DIM, 4, num_kv_heads=2, pos=rot)
     Attention(DIM, 4, pos=rot)  # one key head per query head: fine
+    shared = LearnedRotation.comrope_ld(DIM // 4, 2, block_size=3, num_heads=1)
+    attn = Attention(DIM, 4, num_kv_heads=2, pos=shared, causal=False)  # one set: GQA too
+    x = torch.randn(2, 6, DIM)
+    assert attn(x, grid_positions(2, 3)).shape == x.shape
+    with pytest.raises(ValueError, match=r"^pos: LearnedRotation has num_heads=2 but"):
+        Attention(DIM, 4, pos=LearnedRotation.comrope_ld(DIM // 4, 2, block_size=3, num_heads=2))
 
 
 def test_compiles_without_graph_breaks() -> None:

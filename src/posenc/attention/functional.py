@@ -83,9 +83,12 @@ def check_encoding_fits(hooks: Hooks, *, num_heads: int, head_dim: int, causal: 
     name = type(encoding).__name__
     width = getattr(encoding, "head_dim", None)
     heads = getattr(encoding, "num_heads", None)
-    if hooks.rotary and isinstance(heads, int) and heads != num_heads:  # per-head (PoPE's δ)
+    # per-head parameters (PoPE's δ, LearnedRotation's generators): one per query head, or
+    # one set (num_heads=1) that broadcasts over them
+    if hooks.rotary and isinstance(heads, int) and heads not in (1, num_heads):
         raise ValueError(
-            f"pos: {name} has num_heads={heads} but the attention has num_heads={num_heads}"
+            f"pos: {name} has num_heads={heads} but the attention has num_heads={num_heads} "
+            "(per-head parameters need one set per query head, or num_heads=1 for one shared set)"
         )
     if hooks.weights and (hooks.score_map or hooks.sinks):
         raise ValueError(
