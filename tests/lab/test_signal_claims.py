@@ -80,7 +80,7 @@ def test_every_signal_claim_has_cases() -> None:
     assert {claim.name for claim in SIGNAL_CLAIMS} == set(SIGNAL_CASES)
 
 
-@pytest.mark.parametrize("experiment", ["vit", "video"])
+@pytest.mark.parametrize("experiment", ["vit", "video", "vla"])
 def test_each_experiment_carries_its_claims(experiment: str) -> None:
     mine = [c.name for c in SIGNAL_CLAIMS if c.experiment == experiment]
     assert mine

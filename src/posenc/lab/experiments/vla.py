@@ -73,6 +73,7 @@ from posenc.lab.data.scenes import (
     make_scenes,
 )
 from posenc.lab.runner import Experiment, Run, check_builds, run_experiment
+from posenc.lab.seed_claims import claims_of
 from posenc.lab.signal_models import NONE, SignalRunConfig, SignalTransformer, fit_signal_model
 from posenc.lab.tables import pivot, text_table
 from posenc.multimodal import RUN_KINDS
@@ -431,4 +432,5 @@ EXPERIMENT: Experiment[VlaConfig] = Experiment(
     plan=_plan,
     execute=_execute,
     table=format_vla_table,
+    claims=claims_of("vla"),
 )
