@@ -142,6 +142,7 @@ def _plot_function(name: str) -> Callable[..., Any] | None:
     functions: dict[str, Callable[..., Any]] = {
         "sinusoidal": viz.plot_sinusoidal,
         "rope": viz.plot_rope_decay,
+        "hope": viz.plot_hope_decay,
         "xpos": viz.plot_xpos,
     }
     return functions.get(name)

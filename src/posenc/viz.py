@@ -37,6 +37,7 @@ from posenc.viz_graph import (
 from posenc.viz_grids import plot_mrope_ids, plot_patch_similarity, plot_rotary_scores
 from posenc.viz_rope import (
     default_scalings,
+    plot_hope_decay,
     plot_rope_decay,
     plot_rope_decay_scalings,
     plot_rope_scaling_scores,
@@ -57,6 +58,7 @@ __all__ = [
     "plot_encoding",
     "plot_equivariance",
     "plot_figure",
+    "plot_hope_decay",
     "plot_rope_decay",
     "plot_rope_decay_scalings",
     "plot_rope_scaling_scores",
@@ -241,13 +243,7 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
     if name == "xpos":
         return plot_xpos(**kwargs)
     if name == "hope":  # RoPE's score against distance beside HoPE's, trained at L
-        from posenc.rotary.hope import HighFrequencyOnly
-
-        length = int(kwargs.pop("train_length", 2048))
-        hope = {f"HoPE, L = {length}": HighFrequencyOnly(length)}
-        return plot_rope_decay(
-            **{"bases": (10000.0,), "max_distance": 4 * length, **kwargs}, scalings=hope
-        )
+        return plot_hope_decay(**kwargs)
     if spec.family == "segments":  # where each pair lies (viz_segments)
         from posenc.segments import ILLUSTRATIVE
         from posenc.viz_segments import plot_segments

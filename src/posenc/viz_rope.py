@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "default_scalings",
+    "plot_hope_decay",
     "plot_rope_decay",
     "plot_rope_decay_scalings",
     "plot_rope_scaling_scores",
@@ -160,6 +161,21 @@ def plot_rope_decay(
         for ax in (score_ax, bound_ax):
             ax.legend(fontsize="small")
     return fig
+
+
+def plot_hope_decay(
+    train_length: int = 2048,
+    head_dim: int = 128,
+    base: float = 10000.0,
+    max_distance: int | None = None,
+) -> Figure:
+    """HoPE beside RoPE: score and decay bound against distance (:func:`plot_rope_decay`),
+    HoPE's pairs slower than ``train_length`` kept still; ``max_distance`` default 4 L."""
+    from posenc.rotary.hope import HighFrequencyOnly
+
+    scaling = {f"HoPE, L = {train_length}": HighFrequencyOnly(train_length)}
+    reach = 4 * train_length if max_distance is None else max_distance
+    return plot_rope_decay(head_dim, (base,), reach, scalings=scaling)
 
 
 def plot_rope_decay_scalings(
