@@ -75,7 +75,7 @@ def atlas_figure(rows: Sequence[Row], experiment: str, title: str) -> Figure:
     conditions = sorted(labels)
     layouts = list(dict.fromkeys(str(row.get("layout", "")) for row in selected))
     panels = len(layouts)
-    fig = _figure(figsize=(4.2 * panels + 1.4, 3.8), layout="constrained")
+    fig = _figure(figsize=(4.2 * panels + (1.4 if panels > 1 else 3.2), 3.8), layout="constrained")
     axes = fig.subplots(1, panels, sharey=True, squeeze=False)[0]
     for ax, layout in zip(axes, layouts, strict=True):
         series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -92,7 +92,10 @@ def atlas_figure(rows: Sequence[Row], experiment: str, title: str) -> Figure:
             ax.fill_between(xs, low, high, color=color, alpha=0.12, lw=0)
         ax.set_xticks(conditions, [labels[c] for c in conditions], fontsize=7, rotation=15)
         ax.set_title(layout or title, fontsize=9)
-        ax.legend(fontsize=7)
+        if panels == 1:  # many encodings: the legend beside the panel, off the lines
+            ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        else:
+            ax.legend(fontsize=7)
     axes[0].set_ylabel("accuracy (line: mean, band: seeds)")
     if layouts != [""]:
         fig.suptitle(title)
