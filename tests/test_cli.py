@@ -89,6 +89,11 @@ def test_lab_command_takes_config_fields_as_options(tmp_path: Path, capsys) -> N
     assert "stepz" in capsys.readouterr().err
     assert main(["report", str(out)]) == 0
     assert main(["report", str(tmp_path / "empty")]) == 2
+    # one page gathering run folders kept elsewhere
+    assert main(["report", str(tmp_path / "page"), "--runs", str(out)]) == 0
+    assert "alibi" in (tmp_path / "page" / "report.html").read_text()
+    assert main(["report", str(tmp_path / "page"), "--runs", str(tmp_path / "empty")]) == 2
+    assert "runs:" in capsys.readouterr().err
     # a field's bad value is the config's own error, naming the field
     with pytest.raises(SystemExit) as exit_info:
         main(["lab", "extrapolate", "--out", str(tmp_path / "x"), "--steps", "0"])

@@ -262,7 +262,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from posenc.lab.report import write_report
 
-    print(f"wrote {write_report(args.run_dir)}")
+    print(f"wrote {write_report(args.run_dir, runs=args.runs)}")
     return 0
 
 
@@ -360,7 +360,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="write RUN_DIR/report.html from the runs it holds (RUN_DIR and each sub-folder "
         "with a results.csv)",
     )
-    p.add_argument("run_dir", help="a run folder")
+    p.add_argument("run_dir", help="a run folder (where report.html is written)")
+    p.add_argument(
+        "--runs",
+        nargs="+",
+        metavar="RUN",
+        help="gather these run folders instead (e.g. runs/audio runs/video runs/vla: one page, "
+        "every claim, table and figure)",
+    )
     p.set_defaults(func=_cmd_report)
     return parser
 
