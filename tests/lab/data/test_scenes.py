@@ -113,6 +113,37 @@ def test_history_of_frames_separates_qwen2_vl_from_max_plus_one() -> None:
     assert_close(later, torch.tensor([[*frames, 3, 4], [*rows, 3, 4], [*cols, 3, 4]]))
 
 
+@pytest.mark.parametrize("grid", [2, 4])
+def test_history_is_the_agent_walking_to_its_current_cell(grid: int) -> None:
+    count, history = 30, 3
+    scenes = make_scenes(count, grid, seed=5, num_objects=2, history=history)
+    plain = make_scenes(count, grid, seed=5, num_objects=2)
+    for name in ("images", "instructions", "actions", "object_cells", "agent_cells", "targets"):
+        assert_close(getattr(scenes, name), getattr(plain, name))
+    assert plain.history.shape == (count, 0, 3, grid * CELL, grid * CELL)
+    assert_close(plain.frames(), plain.images[:, None])
+    frames = scenes.frames()
+    assert frames.shape == (count, history + 1, 3, grid * CELL, grid * CELL)
+    assert_close(frames[:, -1], plain.images)
+    walk = scenes.agent_walk
+    assert_close(walk[:, -1], scenes.agent_cells)
+    assert ((walk >= 0) & (walk < grid)).all()
+    assert ((walk[:, 1:] - walk[:, :-1]).abs().sum(-1) == 1).all()  # unit steps
+    cells = frames.unflatten(3, (grid, CELL)).unflatten(5, (grid, CELL))
+    cells = cells.permute(0, 1, 3, 5, 2, 4, 6)  # (count, frame, row, col, 3, CELL, CELL)
+    for row in range(count):
+        for frame in range(history):
+            r, c = walk[row, frame].tolist()
+            differs = (cells[row, frame] != cells[row, -1]).flatten(2).any(-1)
+            current = tuple(scenes.agent_cells[row].tolist())
+            expected = {(r, c), current} if (r, c) != current else set()
+            assert {tuple(x) for x in differs.nonzero().tolist()} == expected
+            assert (cells[row, frame, r, c][:, 1, 1] == 1).all()
+    again = make_scenes(count, grid, seed=5, num_objects=2, history=history)
+    assert_close(again.history, scenes.history)
+    assert not torch.equal(make_scenes(count, grid, seed=6, history=history).agent_walk, walk)
+
+
 def test_camera_views_move_whole_cells() -> None:
     grid = 4
     scenes = make_scenes(5, grid, seed=2)
@@ -166,6 +197,8 @@ def test_views_are_separate_images_numbered_as_qwen2_vl() -> None:
         ({"instruction_length": 3}, "instruction_length"),
         ({"num_objects": 3, "colours": ("red",), "shapes": ("square", "cross")}, "num_objects"),
         ({"count": 0}, "count"),
+        ({"history": -1}, "history"),
+        ({"history": 1.5}, "history"),
     ],
 )
 def test_bad_input_names_the_argument(kwargs: dict[str, object], name: str) -> None:

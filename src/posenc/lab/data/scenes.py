@@ -14,7 +14,11 @@ beyond them (a larger ``grid`` or ``instruction_length`` from the same :func:`ma
 Image patch = one cell (:func:`image_patches`), so the image is ``G²`` tokens. Several
 camera views of one scene (:func:`camera_views`: the grid as drawn, transposed, turned
 half a turn, ...) are several image blocks, numbered as separate images
-(``layout_position_ids(..., views=V)``).
+(``layout_position_ids(..., views=V)``). A short history (``make_scenes(..., history=H)``)
+adds the ``H`` previous frames of each scene: the same objects, the agent at the earlier cells
+of a random walk of unit steps ending at its current cell; the actions are still those of the
+current frame, so a model must tell which frame is the current one
+(``layout_position_ids(..., frames=H + 1)``, frame-major).
 
 Example::
 
@@ -89,6 +93,10 @@ class Scenes:
             colour index into :data:`COLOURS`).
         agent_cells: ``(count, 2)`` int64 (row, column) of the agent.
         targets: ``(count,)`` int64, which object the instruction names.
+        history: ``(count, H, 3, G·CELL, G·CELL)`` the ``H`` previous frames, oldest first
+            (``H = 0``: empty); frame ``j`` shows the agent at ``agent_walk[:, j]``.
+        agent_walk: ``(count, H + 1, 2)`` int64 the agent's cell in every frame, oldest
+            first; the last is ``agent_cells``, consecutive cells one unit step apart.
     """
 
     images: Tensor
@@ -98,6 +106,12 @@ class Scenes:
     object_kinds: Tensor
     agent_cells: Tensor
     targets: Tensor
+    history: Tensor
+    agent_walk: Tensor
+
+    def frames(self) -> Tensor:
+        """``(count, H + 1, 3, G·CELL, G·CELL)``: the history then the current frame."""
+        return torch.cat([self.history, self.images[:, None]], dim=1)
 
 
 def make_scenes(
@@ -110,6 +124,7 @@ def make_scenes(
     action_length: int | None = None,
     colours: Sequence[str] = COLOURS,
     shapes: Sequence[str] = SHAPES,
+    history: int = 0,
 ) -> Scenes:
     """``count`` scenes on a ``grid × grid`` board, a pure function of ``(seed, row)``.
 
@@ -128,6 +143,10 @@ def make_scenes(
             ``2(G − 1)``.
         colours, shapes: the names objects are drawn from (subsets of :data:`COLOURS` and
             :data:`SHAPES`, e.g. to hold combinations out).
+        history: previous frames per scene (≥ 0). The agent's earlier cells are a walk of
+            ``history`` unit steps (up, down, left, right, inside the grid, possibly over an
+            object's cell) ending at its current cell, drawn from a generator of its own, so
+            every other field is the same as with ``history=0``.
 
     Raises:
         ValueError: naming the argument.
@@ -135,6 +154,8 @@ def make_scenes(
     check_positive_int("count", count)
     check_positive_int("grid", grid)
     check_positive_int("num_objects", num_objects)
+    if isinstance(history, bool) or not isinstance(history, int) or history < 0:
+        raise ValueError(f"history must be an integer >= 0, got {history!r}")
     for name, given, known in (("colours", colours, COLOURS), ("shapes", shapes, SHAPES)):
         unknown = [item for item in given if item not in known]
         if unknown or not given or len(set(given)) != len(given):
@@ -173,6 +194,8 @@ def make_scenes(
     object_kinds = torch.empty(count, num_objects, 2, dtype=torch.long)
     agent_cells = torch.empty(count, 2, dtype=torch.long)
     targets = torch.empty(count, dtype=torch.long)
+    frames = torch.zeros(count, history, 3, side, side)
+    agent_walk = torch.empty(count, history + 1, 2, dtype=torch.long)
     for row in range(count):
         generator = torch.Generator().manual_seed(derive_seed("scenes", seed, row))
         cells = torch.randperm(grid * grid, generator=generator)[: num_objects + 1]
@@ -184,8 +207,13 @@ def make_scenes(
         for (r, c), (shape, colour) in zip(cells[:-1].tolist(), chosen.tolist(), strict=True):
             rows, cols = slice(r * CELL, (r + 1) * CELL), slice(c * CELL, (c + 1) * CELL)
             images[row, colour, rows, cols] = patterns[shape]
-        r, c = cells[-1].tolist()
-        images[row, :, r * CELL + 1, c * CELL + 1] = 1.0  # the agent: a white centre dot
+        walk = _walk_to(cells[-1].tolist(), grid, history, derive_seed("walk", seed, row))
+        agent_walk[row] = torch.tensor(walk)
+        for frame, (r, c) in enumerate(walk):
+            image = frames[row, frame] if frame < history else images[row]
+            if frame < history:
+                image.copy_(images[row])  # the objects only: the agent is drawn last
+            image[:, r * CELL + 1, c * CELL + 1] = 1.0  # the agent: a white centre dot
         shape, colour = chosen[target].tolist()
         core = [WORDS.index("go"), WORDS.index("to"), WORDS.index(COLOURS[colour])]
         core.append(WORDS.index(SHAPES[shape]))
@@ -204,7 +232,31 @@ def make_scenes(
         path = [DOWN if goal_r > r else UP] * abs(goal_r - r)
         path += [RIGHT if goal_c > c else LEFT] * abs(goal_c - c)
         actions[row, : len(path)] = torch.tensor(path, dtype=torch.long)
-    return Scenes(images, instructions, actions, object_cells, object_kinds, agent_cells, targets)
+    return Scenes(
+        images,
+        instructions,
+        actions,
+        object_cells,
+        object_kinds,
+        agent_cells,
+        targets,
+        frames,
+        agent_walk,
+    )
+
+
+def _walk_to(end: list[int], grid: int, steps: int, seed: int) -> list[tuple[int, int]]:
+    """``steps + 1`` cells, oldest first, ending at ``end``, each a unit step from the next:
+    drawn backwards from ``end``, each step among the moves that stay inside the grid."""
+    generator = torch.Generator().manual_seed(seed)
+    cells = [(end[0], end[1])]
+    for _ in range(steps):
+        r, c = cells[-1]
+        inside = [
+            (r - dr, c - dc) for dr, dc in MOVES[1:] if 0 <= r - dr < grid and 0 <= c - dc < grid
+        ]
+        cells.append(inside[int(torch.randint(len(inside), (1,), generator=generator))])
+    return cells[::-1]
 
 
 def image_patches(images: Tensor) -> Tensor:
