@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from torch.testing import assert_close
 
+from posenc.lab.data.scenes import camera_views, image_patches, make_scenes
 from posenc.lab.experiments import get_experiment
 from posenc.lab.experiments.vla import (
     VlaConfig,
@@ -100,6 +101,9 @@ def test_a_run_is_a_function_of_config_and_seed(tmp_path: Path) -> None:
         ({"views": 5}, "views"),
         ({"views": 2, "layouts": ("flat", "max_plus_one")}, "max_plus_one"),
         ({"train_size": 0}, "train_size"),
+        ({"history": -1}, "history"),
+        ({"history": 1.5}, "history"),
+        ({"history": True}, "history"),
         ({"encodings": ("alibi",), "layouts": ("qwen2_vl",)}, "encodings"),
         ({"dim": 32, "num_heads": 2}, "encodings"),  # head_dim 16: no 3-axis axial split
     ],
@@ -167,6 +171,61 @@ def test_views_add_image_blocks() -> None:
     assert seen.shape == (3, 2 * 16 + 1 + 4 + 10)
     assert seen[:, 17].tolist() == [5, 5, 5]  # view 1 starts after view 0 and the marker
     assert seen[:, 33].tolist() == [9, 9, 9]  # the instruction after view 1
+
+
+HISTORY: dict[str, Any] = {**TINY, "history": 2, "encodings": ("rope", "mrope")}
+
+
+def test_history_run_writes_rows_and_no_history_rows_are_unchanged(tmp_path: Path) -> None:
+    config = VlaConfig(**{**HISTORY, "layouts": ("flat", "qwen2_vl")})
+    assert config.frames == 3 and config.max_seq_len() == 3 * 36 + 8 + 10
+    rows = run_vla(config, tmp_path, echo=None)
+    assert [(r["layout"], r["encoding"]) for r in rows[::4]] == [
+        ("flat", "rope"),
+        ("qwen2_vl", "mrope"),
+    ]
+    assert all(r["history"] == 2 for r in rows) and len(rows) == 2 * 4
+    assert "(2 previous frames)" in format_vla_table(rows)
+    plain = _execute(
+        VlaConfig(**TINY), Run("r", {"layout": "flat", "encoding": "rope", "seed": 0}), tmp_path
+    )
+    assert "history" not in plain[0]
+    # a folder written before the field existed (no "history" in config.json) resumes
+    old = tmp_path / "old"
+    run_vla(VlaConfig(**{**TINY, "encodings": ("rope",), "layouts": ("flat",)}), old, echo=None)
+    record = json.loads((old / "config.json").read_text())
+    assert record.pop("history") is None
+    (old / "config.json").write_text(json.dumps(record))
+    run_vla(VlaConfig(**{**TINY, "encodings": ("rope",), "layouts": ("flat",)}), old, echo=None)
+
+
+def test_history_frames_are_numbered_frame_major() -> None:
+    config = VlaConfig(**HISTORY)
+    split = _split(config, "qwen2_vl", 3, 2, 4, 4, seed=0)
+    frames = 3
+    assert split.patches.shape == (2, 1, frames * 16, 27)
+    # the last block of 16 patches is the current frame, the scenes' images
+    scenes = make_scenes(2, 4, seed=0, action_length=config.slots, history=2)
+    assert_close(split.patches[:, 0, -16:], image_patches(scenes.images))
+    assert_close(split.patches[:, 0, :16], image_patches(scenes.history[:, 0]))
+    qwen = _positions_seen(config, "qwen2_vl", "mrope", 4, 4)
+    assert qwen.shape == (3, frames * 16 + 4 + 10)
+    rows, cols = torch.arange(4).repeat_interleave(4), torch.arange(4).repeat(4)
+    for frame in range(frames):
+        block = qwen[:, frame * 16 : (frame + 1) * 16]
+        assert_close(block, torch.stack([torch.full((16,), frame), rows, cols]))
+    assert qwen[:, 48].tolist() == [4, 4, 4]  # the text at max(frames, G) = G: as one frame
+    flat = _positions_seen(config, "flat", "rope", 4, 4)
+    assert_close(flat, torch.arange(frames * 16 + 4 + 10))  # the frames follow each other
+
+
+def test_history_with_views_keeps_each_views_frames_together() -> None:
+    config = VlaConfig(**{**HISTORY, "views": 2})
+    split = _split(config, "qwen2_vl", 3, 2, 4, 4, seed=0)
+    scenes = make_scenes(2, 4, seed=0, action_length=config.slots, history=2)
+    views = camera_views(scenes.frames().flatten(0, 1), 2).unflatten(0, (2, 3))
+    assert split.patches.shape == (2, 2, 3 * 16, 27)
+    assert_close(split.patches[:, 1, 16:32], image_patches(views[:, 1, 1]))
 
 
 def _rotary(model: VlaModel) -> Any:

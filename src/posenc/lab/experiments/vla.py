@@ -34,6 +34,14 @@ range, unlike M-RoPE's split) every multi-axis layout, built with its axes (four
 Every encoding here is a function of positions, so the larger grid and the longer
 instruction are met by evaluating it at the new positions (nothing to resample).
 
+A short history (``history = H``, issue 26: "a short history of frames"): every scene
+adds its ``H`` previous frames (the agent at the earlier cells of a walk to its current
+cell, :func:`~posenc.lab.data.scenes.make_scenes`), each camera view's block holding the
+``H + 1`` frames frame-major, numbered by ``layout_position_ids(..., frames=H + 1)``. The
+actions are still those of the current (last) frame, so the numbering must tell the model
+which frame is the current one: ``"flat"`` by order alone, ``"qwen2_vl"`` by the t axis
+``0..H``. (``"max_plus_one"`` differs from ``"qwen2_vl"`` only when ``H + 1 > G``.)
+
 Conditions (``condition``, ``condition_label``): 0 the trained grid and instruction length
 (``G4``), 1 the larger grid (``G6``), 2 the longer instruction (``instr +4``), 3 both. The
 action chunk has ``action_length`` slots in every condition, ``2(test_grid − 1)`` by default
@@ -45,7 +53,8 @@ the trained positions).
 Rows: ``experiment="vla"``, ``layout``, ``encoding``, ``seed``, ``condition``,
 ``condition_label``, ``in_distribution``, ``accuracy`` (per action slot), ``chunk_accuracy``
 (whole chunk exact), ``stay_accuracy`` (the "always stay" baseline on that condition's test
-set), ``grid``, ``instruction_length``, ``views``, ``train_loss``.
+set), ``grid``, ``instruction_length``, ``views``, ``train_loss``, and ``history`` when it is
+above 0 (rows without history stay as they were).
 """
 
 from __future__ import annotations
@@ -105,6 +114,8 @@ class VlaConfig(SignalRunConfig):
         action_length: action slots of every chunk (≥ ``2(test_grid − 1)``); None = that.
         views: camera views per scene (:func:`~posenc.lab.data.scenes.camera_views`), each
             its own image block.
+        history: previous frames per scene (≥ 0; None, the default, = 0, so that a folder
+            written before this field existed resumes), frame-major in each view's block.
         num_objects: objects per scene.
         train_size: training scenes.
         test_size: test scenes per condition.
@@ -123,6 +134,7 @@ class VlaConfig(SignalRunConfig):
     test_instruction_length: int = 8
     action_length: int | None = None
     views: int = 1
+    history: int | None = None
     num_objects: int = 3
     train_size: int = 4000
     test_size: int = 500
@@ -165,6 +177,10 @@ class VlaConfig(SignalRunConfig):
             raise ValueError(f"views must be in [1, {len(VIEWS)}], got {self.views}")
         if self.views > 1 and "max_plus_one" in self.layouts:
             raise ValueError("layouts: 'max_plus_one' numbers one vision block; set views=1")
+        if self.history is not None and (
+            isinstance(self.history, bool) or not isinstance(self.history, int) or self.history < 0
+        ):
+            raise ValueError(f"history must be None or an integer >= 0, got {self.history!r}")
         for name in ("num_objects", "train_size", "test_size"):
             check_positive_int(name, getattr(self, name))
         check_positive_float("rope_base", self.rope_base)
@@ -193,9 +209,14 @@ class VlaConfig(SignalRunConfig):
             ("both", self.test_grid, self.test_instruction_length),
         ]
 
+    @property
+    def frames(self) -> int:
+        """Frames per camera view: the history and the current one."""
+        return (self.history or 0) + 1
+
     def max_seq_len(self) -> int:
         """Tokens of the longest test sequence (the flat numbering's largest position + 1)."""
-        patches = self.views * self.test_grid**2 + self.views - 1
+        patches = self.views * self.frames * self.test_grid**2 + self.views - 1
         return patches + self.test_instruction_length + self.slots
 
 
@@ -227,7 +248,7 @@ def pairs(config: VlaConfig) -> list[tuple[str, str]]:
 
 def _model(config: VlaConfig, encoding: str, layout: str) -> SignalTransformer:
     """The transformer of ``encoding`` under ``layout``: a grid encoding gets the layout's
-    axes (``(views · frames, G, G)``-like grids of up to 3 axes; ``num_axes`` beyond)."""
+    axes (``(views · frames, G, G)`` grids of up to 3 axes; ``num_axes`` beyond)."""
     kwargs = dict(config.pos_kwargs.get(encoding, {}))
     rotary = encoding != NONE and encoding_spec(encoding).family == "rotary"
     if rotary and "base" in encoding_spec(encoding).parameters():
@@ -235,7 +256,7 @@ def _model(config: VlaConfig, encoding: str, layout: str) -> SignalTransformer:
     axes = LAYOUT_AXES[layout]
     grid: tuple[int, ...] | None = None
     if _is_grid_encoding(encoding):
-        grid = (config.views, config.grid, config.grid)
+        grid = (config.views * config.frames, config.grid, config.grid)
         if axes > len(grid):
             kwargs.setdefault("num_axes", axes)
     dims = ModelDims(
@@ -258,7 +279,7 @@ class VlaModel(nn.Module):
     """Patches, words, action-slot queries and modality embeddings → transformer → actions.
 
     Shape:
-        patches ``(batch, views, G², 3·CELL²)``, words ``(batch, L)``, positions as
+        patches ``(batch, views, frames · G², 3·CELL²)``, words ``(batch, L)``, positions as
         :class:`SignalTransformer` reads them, ``kinds (seq,)`` → logits ``(batch, slots, 5)``.
     """
 
@@ -290,7 +311,7 @@ class VlaModel(nn.Module):
 class _Split:
     """One condition's scenes as model inputs; positions and kinds are shared by every scene."""
 
-    patches: Tensor  # (count, views, G², 3·CELL²)
+    patches: Tensor  # (count, views, frames · G², 3·CELL²), frame-major in each view
     words: Tensor
     actions: Tensor
     positions: Tensor
@@ -309,10 +330,20 @@ def _split(
         num_objects=config.num_objects,
         instruction_length=length,
         action_length=config.slots,
+        history=config.frames - 1,
     )
-    views = camera_views(scenes.images, config.views)
-    patches = image_patches(views.flatten(0, 1)).unflatten(0, (count, config.views))
-    laid = layout_position_ids(grid, length, config.slots, layout, views=config.views)  # type: ignore[arg-type]
+    frames = scenes.frames().flatten(0, 1)  # (count · frames, 3, S, S)
+    views = camera_views(frames, config.views)  # (count · frames, views, 3, S, S)
+    patches = image_patches(views.flatten(0, 1)).unflatten(0, (count, config.frames, config.views))
+    patches = patches.transpose(1, 2).flatten(2, 3)  # (count, views, frames · G², 3·CELL²)
+    laid = layout_position_ids(
+        grid,
+        length,
+        config.slots,
+        layout,  # type: ignore[arg-type]
+        frames=config.frames,
+        views=config.views,
+    )
     positions = laid.position_ids[0] if axes == 1 else laid.position_ids
     return _Split(patches, scenes.instructions, scenes.actions, positions, laid.kinds)
 
@@ -391,6 +422,8 @@ def _execute(config: VlaConfig, run: Run, run_dir: Path) -> list[Row]:
                 "train_loss": summary["train_loss"],
             }
         )
+        if config.frames > 1:
+            rows[-1]["history"] = config.frames - 1
     return rows
 
 
@@ -405,7 +438,9 @@ def format_vla_table(rows: Sequence[Row]) -> str:
         baseline.setdefault(str(row["condition_label"]), float(row["stay_accuracy"]))
     stay = ", ".join(f"{label} {value:.3f}" for label, value in baseline.items())
     views = selected[0].get("views", 1)
+    history = selected[0].get("history", 0)
     title = TITLE + (f" ({views} camera views)" if views != 1 else "")
+    title += f" ({history} previous frames)" if history else ""
     per_slot = atlas_table(selected, "vla", f"{title}; 'always stay' baseline: {stay}")
     header, body = pivot(
         selected,
