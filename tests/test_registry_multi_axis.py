@@ -82,4 +82,3 @@ def test_two_dimensional_encodings_refuse_a_video_grid_naming_it(name: str) -> N
     dims = ModelDims(dim=48, num_heads=4, grid=(2, 3, 4), causal=False)
     with pytest.raises(ValueError, match=r"grid must be \(height, width\) for this 2D encoding"):
         build_encoding(name, dims)
-
