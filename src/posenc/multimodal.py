@@ -57,6 +57,25 @@ MRopeVersion = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 _VERSIONS: tuple[str, ...] = get_args(MRopeVersion)
 
 
+def _check_grid_thw(
+    grid_thw: Tensor | Sequence[int], spatial_merge_size: int
+) -> tuple[int, int, int, int]:
+    """One vision run's ``(t, h, w)`` and merge size, checked: three sizes >= 1, height and
+    width multiples of ``spatial_merge_size``; ``ValueError`` naming the argument."""
+    if isinstance(grid_thw, Tensor):
+        grid_thw = grid_thw.tolist()
+    if len(grid_thw) != 3:
+        raise ValueError(f"grid_thw must be (t, h, w), got {list(grid_thw)}")
+    t, h, w = (_grid_size(f"grid_thw[{i}]", n) for i, n in enumerate(grid_thw))
+    merge = check_positive_int("spatial_merge_size", spatial_merge_size)
+    if h % merge or w % merge:
+        raise ValueError(
+            f"grid_thw height and width must be multiples of spatial_merge_size ({merge}), "
+            f"got {(t, h, w)}"
+        )
+    return t, h, w, merge
+
+
 def vision_position_ids(
     start: int, grid_thw: Sequence[int], *, spatial_merge_size: int = 1, interval: float = 1.0
 ) -> Tensor:
@@ -70,17 +89,7 @@ def vision_position_ids(
         >>> vision_position_ids(5, (2, 4, 4), spatial_merge_size=2).tolist()[0]
         [5, 5, 5, 5, 6, 6, 6, 6]
     """
-    if isinstance(grid_thw, Tensor):
-        grid_thw = grid_thw.tolist()
-    if len(grid_thw) != 3:
-        raise ValueError(f"grid_thw must be (t, h, w), got {list(grid_thw)}")
-    t, h, w = (_grid_size(f"grid_thw[{i}]", n) for i, n in enumerate(grid_thw))
-    merge = check_positive_int("spatial_merge_size", spatial_merge_size)
-    if h % merge or w % merge:
-        raise ValueError(
-            f"grid_thw height and width must be multiples of spatial_merge_size ({merge}), "
-            f"got {(t, h, w)}"
-        )
+    t, h, w, merge = _check_grid_thw(grid_thw, spatial_merge_size)
     times = (torch.arange(t) * interval).long() + start  # floor after the multiply
     rows = torch.arange(h // merge) + start
     cols = torch.arange(w // merge) + start

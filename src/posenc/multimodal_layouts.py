@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
-from posenc.multimodal import IMAGE, TEXT, VIDEO, _grid_size, _grids, _runs
+from posenc.multimodal import IMAGE, TEXT, VIDEO, _check_grid_thw, _grids, _runs
 
 __all__ = ["v2pe_position_ids", "videorope_position_ids", "videorope_vision_ids"]
 
@@ -75,17 +75,7 @@ def videorope_vision_ids(
     """
     spacing = check_positive_float("temporal_spacing", temporal_spacing)
     start = _finite("start", start)
-    if isinstance(grid_thw, Tensor):
-        grid_thw = grid_thw.tolist()
-    if len(grid_thw) != 3:
-        raise ValueError(f"grid_thw must be (t, h, w), got {list(grid_thw)}")
-    t, h, w = (_grid_size(f"grid_thw[{i}]", n) for i, n in enumerate(grid_thw))
-    merge = check_positive_int("spatial_merge_size", spatial_merge_size)
-    if h % merge or w % merge:
-        raise ValueError(
-            f"grid_thw height and width must be multiples of spatial_merge_size ({merge}), "
-            f"got {(t, h, w)}"
-        )
+    t, h, w, merge = _check_grid_thw(grid_thw, spatial_merge_size)
     rows, cols = h // merge, w // merge
     f64 = torch.float64
     times = start + spacing * torch.arange(t, dtype=f64)
