@@ -63,7 +63,9 @@ __all__ = [
     "Run",
     "check_builds",
     "check_device",
+    "check_encoding_names",
     "check_pos_kwargs",
+    "check_pos_kwargs_names",
     "check_seeds",
     "execute_run",
     "record_claims",
@@ -131,6 +133,28 @@ def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
     ):
         raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
     return seeds
+
+
+def check_encoding_names(encodings: Sequence[str]) -> tuple[str, ...]:
+    """``encodings`` as a tuple (JSON gives lists); ``ValueError`` naming ``encodings`` when it
+    is empty or repeats a name."""
+    names = tuple(encodings)
+    if not names:
+        raise ValueError("encodings must name at least one encoding ('none' for none)")
+    if len(set(names)) != len(names):
+        raise ValueError(f"encodings must not repeat a name, got {names}")
+    return names
+
+
+def check_pos_kwargs_names(pos_kwargs: object, encodings: Sequence[str]) -> None:
+    """``ValueError`` naming ``pos_kwargs`` unless it maps names of ``encodings`` to dicts."""
+    if not isinstance(pos_kwargs, dict) or not all(
+        isinstance(kwargs, dict) for kwargs in pos_kwargs.values()
+    ):
+        raise ValueError(f"pos_kwargs must map encoding names to dicts, got {pos_kwargs}")
+    unused = sorted(set(pos_kwargs) - set(encodings))
+    if unused:
+        raise ValueError(f"pos_kwargs names encodings not in encodings: {', '.join(unused)}")
 
 
 def check_pos_kwargs(

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.attention import build_context
-from posenc.lab.runner import check_seeds
+from posenc.lab.runner import check_encoding_names, check_pos_kwargs_names, check_seeds
 from posenc.model import Block, ModelConfig, layer_encodings
 from posenc.registry import ModelDims, build_encoding
 
@@ -160,11 +160,7 @@ class SignalRunConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "encodings", tuple(self.encodings))
-        if not self.encodings:
-            raise ValueError("encodings must name at least one encoding ('none' for none)")
-        if len(set(self.encodings)) != len(self.encodings):
-            raise ValueError(f"encodings must not repeat a name, got {self.encodings}")
+        object.__setattr__(self, "encodings", check_encoding_names(self.encodings))
         object.__setattr__(self, "seeds", check_seeds(self.seeds))
         check_non_negative_int("data_seed", self.data_seed)
         for name in ("dim", "depth", "num_heads", "epochs", "batch_size", "workers"):
@@ -178,13 +174,7 @@ class SignalRunConfig:
         check_non_negative_int("warmup_steps", self.warmup_steps)
         if self.threads is not None:
             check_positive_int("threads", self.threads)
-        if not isinstance(self.pos_kwargs, dict) or not all(
-            isinstance(kwargs, dict) for kwargs in self.pos_kwargs.values()
-        ):
-            raise ValueError(f"pos_kwargs must map encoding names to dicts, got {self.pos_kwargs}")
-        unused = sorted(set(self.pos_kwargs) - set(self.encodings))
-        if unused:
-            raise ValueError(f"pos_kwargs names encodings not in encodings: {', '.join(unused)}")
+        check_pos_kwargs_names(self.pos_kwargs, self.encodings)
 
     def model(self, encoding: str, grid: tuple[int, ...], max_seq_len: int) -> SignalTransformer:
         """A :class:`SignalTransformer` for ``encoding`` on training data of token ``grid``."""

@@ -61,7 +61,14 @@ from posenc.lab.data.digits import (
     DigitsSplits,
     load_digits_splits,
 )
-from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
+from posenc.lab.runner import (
+    Experiment,
+    Run,
+    check_encoding_names,
+    check_pos_kwargs_names,
+    check_seeds,
+    run_experiment,
+)
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.train import TrainConfig, TrainResult, train
 from posenc.model import Block, ModelConfig, layer_encodings
@@ -386,18 +393,8 @@ class VitConfig:
 
     def __post_init__(self) -> None:
         # JSON (CLI --set, config.json) gives lists; keep the tuples hashable and comparable.
-        object.__setattr__(self, "encodings", tuple(self.encodings))
-        if not self.encodings:
-            raise ValueError("encodings must name at least one encoding ('none' for none)")
-        if len(set(self.encodings)) != len(self.encodings):
-            raise ValueError(f"encodings must not repeat a name, got {self.encodings}")
-        if not isinstance(self.pos_kwargs, dict) or not all(
-            isinstance(kwargs, dict) for kwargs in self.pos_kwargs.values()
-        ):
-            raise ValueError(f"pos_kwargs must map encoding names to dicts, got {self.pos_kwargs}")
-        unused = sorted(set(self.pos_kwargs) - set(self.encodings))
-        if unused:
-            raise ValueError(f"pos_kwargs names encodings not in encodings: {', '.join(unused)}")
+        object.__setattr__(self, "encodings", check_encoding_names(self.encodings))
+        check_pos_kwargs_names(self.pos_kwargs, self.encodings)
         object.__setattr__(self, "seeds", check_seeds(self.seeds))
         for name in ("epochs", "batch_size", "test_size"):
             check_positive_int(name, getattr(self, name))
