@@ -11,6 +11,9 @@ flex       no logit terms, pointwise biases (``bias_at`` as ``score_mod``), scor
            no attention dropout.
 chunked    everything, in O(block · keys) memory, with autograd (activation
            checkpointing); the CPU flash-parts plans for ALiBi and T5-like biases.
+linear     linear attention (:mod:`posenc.attention.linear`): rotary encodings on the
+           feature-mapped q and k (RoFormer §3.4.3), additive encodings, NoPE; causal order
+           and key padding; no logit terms. Never chosen by ``auto``: it is another model.
 auto       per call, see :func:`choose_backend`.
 =========  ===============================================================================
 
@@ -32,6 +35,7 @@ from posenc.attention.chunked import chunked_attention
 from posenc.attention.context import AttentionContext
 from posenc.attention.flex import flex_attention_backend, flex_available
 from posenc.attention.hooks import Hooks
+from posenc.attention.linear import FEATURE_MAPS, FeatureMap, check_linear_serves
 from posenc.attention.rows import compute_dtype
 from posenc.attention.sdpa import sdpa_attention
 from posenc.attention.stickbreaking import stick_breaking_attention
@@ -45,7 +49,7 @@ __all__ = [
     "run_backend",
 ]
 
-BackendName = Literal["auto", "sdpa", "flex", "chunked"]
+BackendName = Literal["auto", "sdpa", "flex", "chunked", "linear"]
 NAMES: tuple[str, ...] = get_args(BackendName)
 
 #: ``q_len · k_len`` up to which ``auto`` materializes logit terms with ``sdpa``: below it
@@ -58,17 +62,20 @@ class Backend:
     """An attention backend and its options.
 
     Args:
-        name: ``"auto"`` (default), ``"sdpa"``, ``"flex"`` or ``"chunked"``.
-        block_size: ``chunked`` query rows per block (None: about 2^24 score elements).
+        name: ``"auto"`` (default), ``"sdpa"``, ``"flex"``, ``"chunked"`` or ``"linear"``.
+        block_size: ``chunked`` query rows per block (None: about 2^24 score elements);
+            ``linear``: causal rows per block (None: 64).
         structured: ``chunked`` may take the CPU flash-parts plans (ALiBi, T5-like).
         compile: ``flex`` runs compiled FlexAttention (False: its eager reference, slow and
             materializing; for tests).
+        feature_map: ``linear``'s φ, ``"elu"`` (``elu(x) + 1``, default) or ``"relu"``.
     """
 
     name: BackendName = "auto"
     block_size: int | None = None
     structured: bool = True
     compile: bool = True
+    feature_map: FeatureMap = "elu"
 
     def __post_init__(self) -> None:
         if self.name not in NAMES:
@@ -77,9 +84,17 @@ class Backend:
             )
         if self.block_size is not None:
             check_positive_int("block_size", self.block_size)
+        if self.feature_map not in FEATURE_MAPS:
+            raise ValueError(
+                f"feature_map must be one of {', '.join(map(repr, FEATURE_MAPS))}; "
+                f"got {self.feature_map!r}"
+            )
 
     def check(self, hooks: Hooks, *, dropout: float) -> None:
         """Raise ``ValueError`` at construction if this backend cannot serve ``hooks``."""
+        if self.name == "linear":
+            check_linear_serves(hooks, dropout=dropout)
+            return
         if self.name != "flex":
             return
         if not flex_available():
@@ -182,6 +197,8 @@ def run_backend(
     reach = context.mask.k_len if context.index_positions else None  # |q − k| < k_len
     hooks.prepare(q.device, compute_dtype(q.dtype), reach=reach)
     name: str = backend.name
+    if name == "linear":
+        raise ValueError("backend 'linear' runs in Attention (it maps q and k before rotation)")
     if name == "auto":
         name = choose_backend(hooks, q, k, dropout_p=dropout_p, context=context)
     if hooks.weights:  # stick-breaking: all rows at once (sdpa) or blocks of rows (chunked)

@@ -8,10 +8,18 @@ from torch import Tensor, nn
 from posenc._validate import check_positive_int, validating_values
 from posenc.attention.backends import Backend, resolve_backend, run_backend
 from posenc.attention.cache import KVCache
-from posenc.attention.context import AttentionContext, build_context, with_token_bias
+from posenc.attention.context import (
+    AttentionContext,
+    build_context,
+    check_chunk_cache,
+    with_chunks,
+    with_token_bias,
+)
 from posenc.attention.functional import check_encoding_fits
 from posenc.attention.hooks import hooks_of
+from posenc.attention.linear import linear_self_attention
 from posenc.attention.mask import MaskMod
+from posenc.attention.query_scale import QueryScale, check_chunk_and_scale
 from posenc.attention.segmented import rotate_keys_on_read, segmented_attention
 from posenc.attention.token_bias import check_token_bias_fits
 
@@ -38,9 +46,18 @@ class Attention(nn.Module):
             its ``head_dim`` (an encoding that reads q or k channels) and ``causal_only``.
         causal: decoder (True) or bidirectional encoder (False) attention.
         dropout: attention-probability dropout in training, in ``[0, 1)``.
-        backend: ``"auto"`` (default), ``"sdpa"``, ``"flex"``, ``"chunked"`` or a
+        backend: ``"auto"`` (default), ``"sdpa"``, ``"flex"``, ``"chunked"``, ``"linear"``
+            (linear attention, :mod:`posenc.attention.linear`) or a
             :class:`~posenc.attention.Backend`; checked against the encoding here, so a
             backend that cannot serve it raises at construction.
+        chunk_size: chunked local attention (Llama-4's ``attention_chunk_size``), ≥ 1, or
+            None: query ``i`` sees only keys ``j`` with ``⌊j / C⌋ = ⌊i / C⌋`` (key indices
+            from the sequence's start, after its left padding; see
+            :func:`~posenc.attention.context.with_chunks`), on top of the other masks. A
+            structural mask piece: every backend serves it, a KV cache stays exact.
+        query_scale: a :class:`~posenc.attention.QueryScale` multiplying each query by a
+            factor of its position (Llama-4's temperature, Qwen-1's log-n), or None.
+            Applied to q before any encoding, so a KV cache stays exact.
 
     Shape:
         x ``(batch, seq, dim)`` → ``(batch, seq, dim)``. Positions ``(seq,)`` or ``(batch,
@@ -66,6 +83,8 @@ class Attention(nn.Module):
         causal: bool = True,
         dropout: float = 0.0,
         backend: str | Backend = "auto",
+        chunk_size: int | None = None,
+        query_scale: QueryScale | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -103,6 +122,9 @@ class Attention(nn.Module):
             check_token_bias_fits(pos, dim=dim, num_heads=num_heads)
         self.backend = resolve_backend(backend)
         self.backend.check(self.hooks, dropout=float(dropout))
+        self.chunk_size, self.query_scale = check_chunk_and_scale(
+            chunk_size, query_scale, self.hooks.num_axes, self.backend.name
+        )
         self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, num_kv_heads
         self.head_dim, self.causal, self.dropout = head_dim, bool(causal), float(dropout)
         self.pos = pos
@@ -168,6 +190,7 @@ class Attention(nn.Module):
                 document_ids=document_ids,
                 attn_mask=attn_mask,
                 cache=cache,
+                chunk_size=self.chunk_size,
             )
         elif (
             positions is not None
@@ -176,10 +199,28 @@ class Attention(nn.Module):
             or attn_mask is not None
         ):
             raise ValueError("give either context or positions and masks, not both")
+        elif self.chunk_size is not None:  # this layer's chunks on the model's context
+            check_chunk_cache(self.chunk_size, cache)
+            context = with_chunks(context, self.chunk_size)
         q = self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
+        if self.query_scale is not None:  # by query position: cached keys never change
+            q = self.query_scale.apply(q, context.q_pos)
         k = self.k_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
         hooks = self.hooks
+        if self.backend.name == "linear":  # φ before rotation (RoFormer §3.4.3)
+            out = linear_self_attention(
+                q,
+                k,
+                v,
+                hooks=hooks,
+                context=context,
+                cache=cache,
+                owner=self,
+                kind=self.backend.feature_map,
+                block_size=self.backend.block_size,
+            )
+            return self._project_out(out)
         rotated_cache = cache is None or self._bind(cache)
         if hooks.rotary and (hooks.segments or hooks.per_query_lengths or not rotated_cache):
             return self._rotate_on_read(q, k, v, context, cache)
@@ -327,6 +368,8 @@ class Attention(nn.Module):
         return (
             f"dim={self.dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
             f"head_dim={self.head_dim}, causal={self.causal}, backend={self.backend.name!r}"
+            + ("" if self.chunk_size is None else f", chunk_size={self.chunk_size}")
+            + ("" if self.query_scale is None else f", query_scale={self.query_scale}")
         )
 
 
