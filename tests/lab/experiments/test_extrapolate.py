@@ -10,8 +10,11 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+from posenc.attention.backends import NAMES as BACKENDS
+from posenc.lab.command import experiment_main
 from posenc.lab.data.corpus import load_corpus
 from posenc.lab.experiments.extrapolate import (
+    EXPERIMENT,
     ExtrapolateConfig,
     evaluate_lm,
     evaluate_lm_windows,
@@ -153,6 +156,7 @@ def test_evaluate_lm_windows_gives_the_standard_error_over_windows() -> None:
         ({"eval_tokens": 32}, "eval_tokens"),
         ({"steps": 0}, "steps"),
         ({"workers": 0}, "workers"),
+        ({"backend": "flash"}, "backend must be None or one of 'auto'"),
     ],
 )
 def test_config_errors_name_the_field(change: dict, match: str) -> None:
@@ -203,3 +207,69 @@ def test_evaluation_at_16k_tokens_builds_no_length_squared_tensor(encoding: str)
     assert math.isfinite(loss)
     # the largest are the logits (L × 256 vocab); an L × L tensor would be 16× more
     assert tracker.largest < length * length // 16, (tracker.op, tracker.largest)
+
+
+# ---- the attention backend (issue 27.4: RoPE with linear attention) ----------------------
+
+
+def test_backend_reaches_every_model_and_its_rows(tmp_path: Path) -> None:
+    config = replace(TINY, encodings=("alibi",), multipliers=(1.0,), backend="chunked")
+    assert config.model_config("alibi").backend == "chunked"
+    rows = run_extrapolate(config, tmp_path, echo=quiet)
+    assert [r["backend"] for r in rows] == ["chunked"]
+    assert json.loads((tmp_path / "config.json").read_text())["backend"] == "chunked"
+    assert "with the chunked backend" in format_ppl_table(rows)
+    # the default is "auto" and leaves the rows as they were before the field existed
+    assert TINY.backend is None and TINY.model_config("alibi").backend == "auto"
+    plain = run_extrapolate(replace(config, backend=None), tmp_path / "auto", echo=quiet)
+    assert "backend" not in plain[0] and "backend" not in format_ppl_table(plain)
+
+
+def test_a_folder_of_another_backend_is_refused_naming_it(tmp_path: Path) -> None:
+    config = replace(TINY, encodings=("alibi",), multipliers=(1.0,))
+    run_extrapolate(replace(config, backend="chunked"), tmp_path, echo=quiet)
+    for other in (None, "sdpa"):
+        with pytest.raises(ValueError, match="different 'backend'"):
+            run_extrapolate(replace(config, backend=other), tmp_path, echo=quiet)
+
+
+def test_a_folder_written_before_the_backend_field_resumes(tmp_path: Path) -> None:
+    config = replace(TINY, encodings=("alibi",), multipliers=(1.0,))
+    first = run_extrapolate(config, tmp_path, echo=quiet)
+    saved = tmp_path / "config.json"
+    record = json.loads(saved.read_text())
+    assert record.pop("backend") is None
+    saved.write_text(json.dumps(record))  # as written before the field existed
+    assert run_extrapolate(config, tmp_path, echo=quiet) == first
+
+
+def test_backend_option_on_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    options = [
+        "--encodings", "alibi", "--train-len", "16", "--multipliers", "1", "--dim", "16",
+        "--depth", "1", "--num-heads", "2", "--batch-size", "2", "--steps", "2",
+        "--eval-tokens", "32", "--corpus-bytes", "20000", "--no-isolate", "--no-progress",
+    ]  # fmt: skip
+    out = tmp_path / "chunked"
+    assert experiment_main(EXPERIMENT, ["--out", str(out), "--backend", "chunked", *options]) == 0
+    assert json.loads((out / "config.json").read_text())["backend"] == "chunked"
+    bad = tmp_path / "bad"
+    with pytest.raises(SystemExit) as exit_info:  # tyro reports the config's ValueError
+        experiment_main(EXPERIMENT, ["--out", str(bad), "--backend", "flash", *options])
+    assert exit_info.value.code == 2
+    assert "backend must be None or one of" in capsys.readouterr().err
+    assert not bad.exists()  # refused before the folder was written
+
+
+@pytest.mark.skipif("linear" not in BACKENDS, reason="no linear-attention backend")
+def test_linear_attention_run_with_and_without_rope(tmp_path: Path) -> None:
+    config = replace(TINY, encodings=("nope", "rope"), multipliers=(1.0, 2.0), backend="linear")
+    rows = run_extrapolate(config, tmp_path, echo=quiet)
+    assert [(r["encoding"], r["backend"]) for r in rows] == [
+        ("nope", "linear"), ("nope", "linear"), ("rope", "linear"), ("rope", "linear")
+    ]  # fmt: skip
+    assert all(math.isfinite(r["loss"]) for r in rows)
+    # another model than softmax attention with the same weights and batches
+    softmax = run_extrapolate(replace(config, backend=None), tmp_path / "softmax", echo=quiet)
+    assert [r["loss"] for r in rows] != pytest.approx([r["loss"] for r in softmax])

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from posenc._validate import check_non_negative_int, check_positive_int
+from posenc.attention.backends import NAMES as BACKENDS
 from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows, load_corpus
 from posenc.lab.results import Row
 from posenc.lab.runner import Experiment, Run, check_pos_kwargs, check_seeds, run_experiment
@@ -84,6 +85,14 @@ class ExtrapolateConfig:
             the command line, e.g. ``{"rope": {"base": 500}}``); each encoding's model is
             built once on the meta device when the config is, so an unknown keyword or a bad
             value is refused naming ``pos_kwargs[<encoding>]`` before anything trains.
+        backend: the attention backend of every model (:mod:`posenc.attention.backends`:
+            ``"sdpa"``, ``"flex"``, ``"chunked"``, ``"linear"``, ``"auto"``). ``"linear"``
+            makes each model a linear-attention one (RoFormer §3.4.3: rotary encodings on
+            the feature-mapped q and k), another model, not another way to compute the same
+            one. ``None``, the default, is ``"auto"`` and is left out of the rows, so that a
+            folder written before this field existed resumes; any other value is recorded in
+            ``config.json`` (a folder holding runs of another backend is refused, naming
+            ``'backend'``) and in each row's ``backend`` column.
     """
 
     encodings: tuple[str, ...] = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5")
@@ -106,8 +115,14 @@ class ExtrapolateConfig:
     threads: int | None = 1
     progress: bool = True
     pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    backend: str | None = None
 
     def __post_init__(self) -> None:
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(
+                f"backend must be None or one of {', '.join(map(repr, BACKENDS))}; "
+                f"got {self.backend!r}"
+            )
         for name in ("train_len", "dim", "depth", "num_heads", "steps", "batch_size", "workers"):
             check_positive_int(name, getattr(self, name))
         object.__setattr__(self, "seeds", check_seeds(self.seeds))
@@ -143,6 +158,7 @@ class ExtrapolateConfig:
             max_seq_len=self.train_len,
             pos=encoding,
             pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
+            backend=self.backend or "auto",
         )
 
     def train_config(self, seed: int) -> TrainConfig:
@@ -253,6 +269,8 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
             # the constructor arguments, so rows of one encoding built two ways stay apart
             # (DAPE around ALiBi or KERPLE); "{}" for the registry defaults
             "pos_kwargs": json.dumps(config.pos_kwargs.get(encoding, {}), sort_keys=True),
+            # rows of a linear-attention run stay apart from softmax ones (claims select them)
+            **({} if config.backend is None else {"backend": config.backend}),
             "seed": seed,
             "train_len": config.train_len,
             "eval_len": eval_len,
@@ -328,9 +346,10 @@ def format_ppl_table(rows: Sequence[Row]) -> str:
         label=length_label,
         extra=[("tok/s", "tokens_per_s", 0), ("mem MB", "peak_memory_mb", 0)],
     )
+    backend = selected[0].get("backend")
     title = (
-        f"perplexity (bytes) by evaluation length; trained at T={selected[0]['train_len']}; "
-        f"{seed_note(selected)}"
+        f"perplexity (bytes) by evaluation length; trained at T={selected[0]['train_len']}"
+        f"{'' if backend is None else f' with the {backend} backend'}; {seed_note(selected)}"
     )
     return title + "\n" + text_table(header, body)
 
