@@ -9,6 +9,7 @@
   exact flash-parts plans for ALiBi and T5 on the CPU), ``auto``.
 * :class:`AttentionContext`: what every layer of one forward shares, validated once.
 * :class:`KVCache`: keys, values and key metadata of one layer.
+* :class:`QueryScale`: a query temperature by position (Llama-4, Qwen-1's log-n).
 
 Example::
 
@@ -27,6 +28,7 @@ from posenc.attention.functional import attend
 from posenc.attention.hooks import Hooks, hooks_of
 from posenc.attention.mask import AttentionMask, MaskMod, causal_mask
 from posenc.attention.module import Attention
+from posenc.attention.query_scale import QueryScale
 
 __all__ = [
     "Attention",
@@ -37,6 +39,7 @@ __all__ = [
     "Hooks",
     "KVCache",
     "MaskMod",
+    "QueryScale",
     "attend",
     "build_context",
     "causal_mask",

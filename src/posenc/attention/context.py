@@ -39,6 +39,7 @@ __all__ = [
     "check_document_ids",
     "check_key_padding_mask",
     "mask_predicate",
+    "with_chunks",
     "with_token_bias",
 ]
 
@@ -216,6 +217,7 @@ def build_context(
     document_ids: Tensor | None = None,
     attn_mask: Tensor | MaskMod | None = None,
     cache: KVCache | None = None,
+    chunk_size: int | None = None,
 ) -> AttentionContext:
     """Validate one forward's inputs and build its :class:`AttentionContext`.
 
@@ -231,6 +233,7 @@ def build_context(
         attn_mask: a bool tensor ``(seq, k_len)`` / ``(batch, seq, k_len)`` over all keys, or
             a FlexAttention-style ``mask_mod(b, h, q_idx, kv_idx)``.
         cache: the KV cache the keys continue (its stored positions, padding and ids).
+        chunk_size: chunked local attention (:func:`with_chunks`), or None.
 
     Raises:
         ValueError: naming the argument, for every malformed input.
@@ -312,7 +315,44 @@ def build_context(
         predicate=predicate,
         dense=dense,
     )
-    return AttentionContext(positions, k_pos, mask, index_positions)
+    context = AttentionContext(positions, k_pos, mask, index_positions)
+    if chunk_size is not None:
+        check_chunk_cache(chunk_size, cache)
+        return with_chunks(context, chunk_size)
+    return context
+
+
+def check_chunk_cache(chunk_size: int, cache: KVCache | None) -> None:
+    """Chunks count key indices from the sequence's start: a rolling cache that dropped keys
+    (a windowed segment method) has lost that count, so it raises ``ValueError``."""
+    if cache is not None and cache.evicted:
+        raise ValueError(
+            f"chunk_size={chunk_size}: the cache dropped {cache.evicted} keys (a rolling cache), "
+            "so key indices no longer count from the sequence's start; make it with "
+            "KVCache(evict=False)"
+        )
+
+
+def with_chunks(context: AttentionContext, chunk_size: int) -> AttentionContext:
+    """The view of ``context`` whose mask adds chunked local attention of ``chunk_size``.
+
+    Llama-4's ``attention_chunk_size`` (HF ``create_chunked_causal_mask``, vLLM
+    ``ChunkedLocalAttention``): a query sees only keys of its own chunk, chunk ``⌊(j -
+    s_b) / C⌋`` of key index ``j``, ``s_b`` the leading padding of row ``b`` (HF's
+    ``left_padding_tokens``). The view is built once per forward and chunk size (layers with
+    the same ``C`` share it) and has its own memo, so no table built for the unchunked mask
+    (a flex block mask, a masked bias) is read for the chunked one.
+    """
+
+    def build() -> AttentionContext:
+        padding = context.mask.key_padding
+        start = None
+        if padding is not None:  # leading padding: HF's (attention_mask.cumsum(-1) == 0).sum(-1)
+            start = (padding.to(torch.int64).cumsum(dim=-1) == 0).sum(dim=-1)
+        mask = dataclasses.replace(context.mask, chunk_size=chunk_size, chunk_start=start)
+        return dataclasses.replace(context, mask=mask, memo={})
+
+    return context.cached(("chunked-local", chunk_size), build)
 
 
 def with_token_bias(

@@ -2,7 +2,8 @@
 
 An :class:`AttentionMask` holds the pieces a mask is made of: causal order (bottom-right
 aligned, so the queries of a KV-cache step are the last ``q_len`` of the ``k_len`` keys),
-key padding, packed-document ids, and optionally a user predicate or a user tensor. Each
+key padding, packed-document ids, chunked local attention (Llama-4's ``attention_chunk_size``),
+and optionally a user predicate or a user tensor. Each
 backend turns it into its own form: SDPA's ``is_causal`` or a broadcast ``(batch, 1, 1,
 k)`` padding mask, a FlexAttention ``mask_mod``, or the rows of one block of queries
 (:meth:`AttentionMask.block`). A pair is visible only if every piece allows it.
@@ -10,7 +11,7 @@ k)`` padding mask, a FlexAttention ``mask_mod``, or the rows of one block of que
 Example::
 
     >>> mask = AttentionMask(batch=1, q_len=3, k_len=5, device=torch.device("cpu"), causal=True)
-    >>> mask.block(0, 3, 0, 5, heads=1).int()[0, 0]
+    >>> mask.block(0, 3, 0, 5, heads=1).int()
     tensor([[1, 1, 1, 0, 0],
             [1, 1, 1, 1, 0],
             [1, 1, 1, 1, 1]], dtype=torch.int32)
@@ -57,6 +58,13 @@ class AttentionMask:
         predicate: a :data:`MaskMod`, or None.
         dense: a user boolean ``(q_len, k_len)`` or ``(batch, q_len, k_len)`` tensor, True
             where attention is allowed, or None.
+        chunk_size: chunked local attention, or None: key ``j`` and query ``i`` (the key
+            index ``i + k_len - q_len``) see each other only within one chunk,
+            ``⌊(j - s_b) / C⌋ = ⌊(i + k_len - q_len - s_b) / C⌋``. Indices count every key
+            of the sequence (a KV cache's too), as HF's ``chunked_overlay`` counts cache
+            positions and vLLM's ``ChunkedLocalAttention`` its tokens.
+        chunk_start: ``(batch,)`` integer ``s_b``, where row ``b``'s first chunk begins (its
+            left padding, as HF's ``create_chunked_causal_mask``), or None for 0.
     """
 
     batch: int
@@ -69,6 +77,8 @@ class AttentionMask:
     k_documents: Tensor | None = None
     predicate: MaskMod | None = None
     dense: Tensor | None = None
+    chunk_size: int | None = None
+    chunk_start: Tensor | None = None
 
     @property
     def causal_offset(self) -> int:
@@ -82,7 +92,12 @@ class AttentionMask:
         Documents, predicates and dense tensors need per-block evaluation (or a flex block
         mask); causal order and key padding have cheap broadcast forms.
         """
-        return self.q_documents is not None or self.predicate is not None or self.dense is not None
+        return (
+            self.q_documents is not None
+            or self.predicate is not None
+            or self.dense is not None
+            or self.chunk_size is not None
+        )
 
     @property
     def is_trivial(self) -> bool:
@@ -124,6 +139,9 @@ class AttentionMask:
         if self.dense is not None:
             part = self.dense[..., q_start:q_end, k_start:k_end]
             both(part.unsqueeze(-3) if part.dim() == 3 else part)
+        if self.chunk_size is not None:
+            q_chunk = self._chunk_of(q_index + self.causal_offset)
+            both((q_chunk == self._chunk_of(k_index)).unsqueeze(-3))  # (batch?, 1, bq, bk)
         if self.predicate is not None:
             b = torch.arange(self.batch, device=device).view(-1, 1, 1, 1)
             h = torch.arange(heads, device=device).view(1, -1, 1, 1)
@@ -140,6 +158,7 @@ class AttentionMask:
             self.predicate,
         )
         q_docs, k_docs = self.q_documents, self.k_documents
+        chunk_size, chunk_start = self.chunk_size, self.chunk_start
 
         def mask_mod(b: Tensor, h: Tensor, q_idx: Tensor, kv_idx: Tensor) -> Tensor:
             visible = q_idx >= 0  # a True of the right type to combine with
@@ -156,11 +175,25 @@ class AttentionMask:
                 visible = visible & (
                     dense[b, q_idx, kv_idx] if dense.dim() == 3 else dense[q_idx, kv_idx]
                 )
+            if chunk_size is not None:
+                q_abs, k_abs = q_idx + offset, kv_idx
+                if chunk_start is not None:
+                    q_abs, k_abs = q_abs - chunk_start[b], k_abs - chunk_start[b]
+                visible = visible & (q_abs // chunk_size == k_abs // chunk_size)
             if predicate is not None:
                 visible = visible & predicate(b, h, q_idx, kv_idx)
             return visible
 
         return mask_mod
+
+    def _chunk_of(self, index: Tensor) -> Tensor:
+        """Chunk numbers of key indices ``index`` (2-D), ``(batch, ...)`` with a chunk start,
+        else of ``index``'s shape (floor division: left padding falls in chunks < 0)."""
+        assert self.chunk_size is not None
+        if self.chunk_start is None:
+            return torch.div(index, self.chunk_size, rounding_mode="floor")
+        shifted = index - self.chunk_start.view(-1, 1, 1)
+        return torch.div(shifted, self.chunk_size, rounding_mode="floor")
 
     def empty_rows(self) -> Tensor | None:
         """Queries that see no key, ``(batch, 1, q_len, 1)`` bool, for causal + padding only.
