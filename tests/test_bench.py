@@ -57,3 +57,14 @@ def test_longctx_suites_time_every_method_against_their_baselines() -> None:
         "dual_chunk",
     ]
     assert steps[0]["ratio"] == 1.0
+
+
+def test_linear_suite_times_linear_against_softmax_at_each_length() -> None:
+    from posenc.bench.linear import forward
+
+    rows = forward(seqs=(16, 32), heads=2, head_dim=8, rounds=1)
+    assert [(r["seq"], r["name"]) for r in rows] == [
+        (seq, name) for seq in (16, 32) for name in ("softmax rope", "linear rope")
+    ]
+    assert all(r["ratio"] == 1.0 for r in rows if r["name"] == "softmax rope")
+    assert all(r["seconds"] > 0 for r in rows)

@@ -45,6 +45,7 @@ BENCH_SUITES = {
         "longctx",
         "longctx-memory",
         "longctx-decode",
+        "linear",
     ),
     "rope": ("forward", "backward"),
 }

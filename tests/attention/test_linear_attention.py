@@ -220,3 +220,30 @@ def test_the_numerator_weights_are_rope_dot_products() -> None:
         v = torch.ones(1, 1, 1, 1, dtype=F64)
         out = linear_attention(rq, rk, fq, fk, v, causal=False)
         torch.testing.assert_close(out.flatten(), torch.tensor([math.cos(gap)], dtype=F64))
+
+
+@pytest.mark.parametrize("name", ["rope", "xpos", "pope", "hope", "mrope", "videorope"])
+def test_every_rotary_encoding_decodes_as_the_full_forward(name: str) -> None:
+    """The registry's rotary encodings through the linear backend: numerator rotated by the
+    encoding's own rotation (checked against ``rotate_qk`` on the features), and a KV cache
+    giving the full forward."""
+    torch.manual_seed(0)
+    pos = build_encoding(name, ModelDims(dim=DIM, num_heads=HEADS))
+    attn = Attention(DIM, HEADS, pos=pos, backend="linear", dtype=F64)
+    x = torch.randn(2, 9, DIM, dtype=F64)
+    full = attn(x)
+    cache = KVCache()
+    steps = torch.cat([attn(x[:, :4], cache=cache), attn(x[:, 4:], cache=cache)], dim=1)
+    torch.testing.assert_close(steps, full, rtol=1e-10, atol=1e-12)
+    q = (x @ attn.q_proj.weight.T).view(2, 9, HEADS, HEAD).transpose(1, 2)
+    k = (x @ attn.k_proj.weight.T).view(2, 9, HEADS, HEAD).transpose(1, 2)
+    v = (x @ attn.v_proj.weight.T).view(2, 9, HEADS, HEAD).transpose(1, 2)
+    fq, fk = F.elu(q) + 1, F.elu(k) + 1
+    positions = torch.arange(9) if pos.num_axes == 1 else torch.arange(9).expand(pos.num_axes, 9)
+    tables = pos.rotary_tables(positions, F64)
+    rq, rk = pos.rotate_qk(fq, fk, tables, tables)
+    visible = torch.ones(9, 9, dtype=torch.bool).tril()
+    num = ((rq @ rk.transpose(-1, -2)) * visible) @ v
+    den = ((fq @ fk.transpose(-1, -2)) * visible).sum(-1, keepdim=True)
+    expected = attn.out_proj((num / den).transpose(1, 2).reshape(2, 9, DIM))
+    torch.testing.assert_close(full, expected, rtol=1e-10, atol=1e-12)

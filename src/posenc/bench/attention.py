@@ -25,6 +25,8 @@ Suites (each a function returning rows; :func:`run` runs the chosen ones):
   against the same projections around bare SDPA ``is_causal``.
 * ``longctx``, ``longctx-memory``, ``longctx-decode``: the segment methods and the unrotated
   KV cache (:mod:`posenc.bench.longctx`).
+* ``linear``: the linear-attention backend with RoPE against the softmax module at 1k, 4k
+  and 16k tokens (:mod:`posenc.bench.linear`).
 """
 
 from __future__ import annotations
@@ -38,7 +40,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc.attention import Attention, KVCache, attend
-from posenc.bench import compare, format_suites, longctx, peak_memory, rss_peak_bytes, run_suites
+from posenc.bench import (
+    compare,
+    format_suites,
+    linear,
+    longctx,
+    peak_memory,
+    rss_peak_bytes,
+    run_suites,
+)
 from posenc.bench.decoding import prefilled_stack, stack_step
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import ModelDims, build_encoding
@@ -412,6 +422,7 @@ SUITES: dict[str, Callable[..., list[dict[str, Any]]]] = {
     "longctx": longctx.forward,
     "longctx-memory": longctx.memory,
     "longctx-decode": longctx.decode,
+    "linear": linear.forward,
 }
 
 
@@ -466,6 +477,12 @@ _COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("name", "step", ""),
         ("seconds", "s per layer", ".5f"),
         ("ratio", "× rotated cache", ".3f"),
+    ],
+    "linear": [
+        ("name", "module", ""),
+        ("seq", "tokens", ""),
+        ("seconds", "s", ".3f"),
+        ("ratio", "× softmax module", ".3f"),
     ],
     "decode": [
         ("name", "step", ""),
