@@ -8,58 +8,30 @@ family's status against it and ``docs/hf.md`` shows it. Generated from the JSON 
 from __future__ import annotations
 
 NOT_EQUAL: dict[str, tuple[str, str]] = {
-    "bailing_hybrid": (
-        "could not build",
-        "HF forward: RuntimeError: selected index k out of range",
-    ),
-    "blt": (
-        "could not build",
-        "HF forward: RuntimeError: mat1 and mat2 shapes cannot be multiplied (26x64 and 2048x128)",
-    ),
     "clvp": ("not text RoPE", "rotaries only in ['ClvpRotaryPositionalEmbedding']"),
     "cohere_compass": (
-        "could not build",
-        "StrictDataclassFieldValidationError: Validation error for field 'rope_parameters':",
+        "mismatch",
+        "patch crashed: AttributeError: 'CohereCompassRotaryEmbedding' object has no attribute 'None_inv_freq'",
     ),
-    "dia": (
-        "could not build",
-        "HF forward: RuntimeError: shape '[2, 9, -1]' is invalid for input of size 12",
-    ),
-    "diffusion_gemma": (
-        "could not build",
-        "TypeError: empty(): argument 'size' (position 1) must be tuple of ints, but found element of type NoneType at pos 0",
-    ),
-    "dots1": ("could not build", "TypeError: empty() takes 1 positional argument but 3 were given"),
     "edgetam_video": ("not text RoPE", "EdgeTamVideoModel.forward takes no input_ids"),
     "efficientloftr": ("could not build", "config validation failed for the tiny sizes"),
-    "emu3": (
-        "could not build",
-        "AttributeError: 'Emu3Config' object has no attribute 'pad_token_id'",
-    ),
     "eomt_dinov3": ("not text RoPE", "no model class among model types ['eomt_dinov3']"),
     "ernie4_5_vl_moe": (
         "could not build",
         "HF forward: RuntimeError: stack expects each tensor to be equal size, but got [2, 12, 4] at entry 0 and [2, 12, 2] at entry 1",
     ),
     "esmfold2": ("not text RoPE", "no model class among model types ['esmfold2']"),
-    "gemma3n": ("could not build", "ImportError:"),
-    "glm5_next": ("could not build", "config validation failed for the tiny sizes"),
-    "granite4_vision": ("could not build", "TypeError: object of type 'NoneType' has no len()"),
+    "glm5_next": (
+        "not text RoPE",
+        "text decoder NoPE (its config refuses qk_rope_head_dim > 0); rotaries only in ['Glm5NextVisionRotaryEmbedding']",
+    ),
     "hunyuan_vl": (
         "refused",
         "ValueError: HunYuanVLRotaryEmbedding assigns its frequency pairs to the axes [0, 0, 0, 0, 0, 0, 0, 0], neither consecutive nor interleaved sections of mrope_sec",
     ),
-    "idefics": (
-        "could not build",
-        "HF forward: ValueError: Exactly 1 of pixel_values, image_encoder_embeddings or perceiver_embeddings has to be not-None.",
-    ),
     "inkling2": (
         "not text RoPE",
         "its only rotary is the vision tower's 2D one (Inkling2VisionRotaryEmbedding)",
-    ),
-    "kyutai_speech_to_text": (
-        "could not build",
-        "HF forward: RuntimeError: The size of tensor a (12) must match the size of tensor b (33) at non-singleton dimension 1",
     ),
     "lasr": (
         "not text RoPE",
@@ -85,8 +57,8 @@ NOT_EQUAL: dict[str, tuple[str, str]] = {
     "nemotron3_5_transcribe": ("could not build", "config validation failed for the tiny sizes"),
     "nemotron3_diarization": ("could not build", "config validation failed for the tiny sizes"),
     "neomme": (
-        "could not build",
-        "StrictDataclassFieldValidationError: Validation error for field 'rope_parameters':",
+        "mismatch",
+        "patched forward: ValueError: positions must have shape (seq,) or (batch, seq); got (2, 2, 12)",
     ),
     "neucodec": ("not text RoPE", "NeuCodecModel.forward takes no input_ids"),
     "pe_audio": (
@@ -100,10 +72,6 @@ NOT_EQUAL: dict[str, tuple[str, str]] = {
         "not text RoPE",
         "audio codec (tokenizer of audio), no token inputs",
     ),
-    "qwen4_exp": (
-        "could not build",
-        "AttributeError: 'Qwen4ExpConfig' object has no attribute 'vocab_size'",
-    ),
     "sam2_video": ("not text RoPE", "Sam2VideoModel.forward takes no input_ids"),
     "sam3": ("not text RoPE", "rotaries only in ['Sam3ViTRotaryEmbedding']"),
     "sam3_tracker_video": ("not text RoPE", "Sam3TrackerVideoModel.forward takes no input_ids"),
@@ -113,10 +81,6 @@ NOT_EQUAL: dict[str, tuple[str, str]] = {
     ),
     "timesfm2_5": ("not text RoPE", "TimesFm2_5Model.forward takes no input_ids"),
     "vjepa2": ("not text RoPE", "VJEPA2Model.forward takes no input_ids"),
-    "voxtral_realtime": (
-        "could not build",
-        "HF forward: ValueError: You must specify exactly one of input_features or encoder_inputs_embeds",
-    ),
     "wav2vec2_bert": ("not text RoPE", "Wav2Vec2BertModel.forward takes no input_ids"),
     "wav2vec2_conformer": ("not text RoPE", "Wav2Vec2ConformerModel.forward takes no input_ids"),
     "xcodec2": ("not text RoPE", "Xcodec2Model.forward takes no input_ids"),

@@ -17,6 +17,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from posenc.integrations.hf_tiny_overrides import EXTRA_INPUTS, MODEL_CLASS, OVERRIDES
+
 SEQ_LEN = 12
 _ROTARY = re.compile(r"RotaryEmbedding|rotary_emb")
 BATCH = 2
@@ -45,6 +47,7 @@ SIZES: dict[str, int] = {
     "n_routed_experts": 4,
     "moe_num_experts": 4,
     "num_experts_per_tok": 2,
+    "num_experts_per_token": 2,
     "moe_k": 2,
     "moe_topk": 2,
     "n_group": 1,
@@ -184,7 +187,8 @@ def _shrink(config: dict[str, Any], mrope: bool = False) -> dict[str, Any]:
                 out["head_dim"] += 16
         _shrink_rope(params, int((out.get("head_dim") or SIZES["head_dim"]) * partial))
     rope_parameters = out.get("rope_parameters")
-    if mrope and isinstance(rope_parameters, dict) and rope_parameters.get("rope_type") != "axial":
+    flat = isinstance(rope_parameters, dict) and not _nested(rope_parameters)
+    if mrope and flat and rope_parameters.get("rope_type") != "axial":  # type: ignore[union-attr]
         partial = _partial(out["rope_parameters"]) or out.get("partial_rotary_factor") or 1.0
         pairs = int((out.get("head_dim") or SIZES["head_dim"]) * partial) // 2
         out["rope_parameters"].setdefault(
@@ -201,6 +205,18 @@ def _shrink(config: dict[str, Any], mrope: bool = False) -> dict[str, Any]:
     if isinstance(out.get("rope_parameters"), dict):  # some configs need it given
         changed["rope_parameters"] = out["rope_parameters"]
     return changed
+
+
+def _nested(params: dict[str, Any]) -> bool:
+    """Whether a rope dict holds one dict per layer type (``{"full_attention": {...}}``)."""
+    return bool(params) and all(isinstance(v, dict) for v in params.values())
+
+
+def _has_mrope(params: Any) -> bool:
+    """Whether a flat or per-layer-type rope dict sets ``mrope_section``."""
+    if not isinstance(params, dict):
+        return False
+    return "mrope_section" in params or any(_has_mrope(v) for v in params.values())
 
 
 def _partial(params: dict[str, Any]) -> float | None:
@@ -224,27 +240,6 @@ def _shrink_rope(params: Any, head_dim: int) -> None:
         new[0] += half - sum(new)
         params["mrope_section"] = new
 
-
-#: Config values a family needs so that its tiny default model has a text RoPE at all.
-FAMILY_OVERRIDES: dict[str, dict[str, Any]] = {
-    "zamba2": {"use_mem_rope": True},  # off by default: no rotary module
-    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},  # 2 layers: one attention
-    "esmc": {"num_key_value_heads": 4},  # no grouped-query attention
-    "esm": {"position_embedding_type": "rotary", "pad_token_id": 0},  # "absolute" by default
-    "granitemoehybrid": {"position_embedding_type": "rope", "layer_types": ["mamba", "attention"]},
-    "zaya": {"num_experts_per_tok": 1},
-    "pocket_tts": {"flow_head_config": {"condition_dim": 64}},  # = the backbone's hidden size
-    "gradium_phonon_tts": {"flow_head_config": {"condition_dim": 64}},
-    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
-    "step3p7": {"text_config": {"sliding_window": 6}},
-    "chameleon": {"vocabulary_map": {"<image>": 127}},
-    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
-    "dots3_note": {"head_dim": 16},  # its SWA layers: head_dim = nope + rope dims
-    "dbrx": {
-        "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
-        "ffn_config": {"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2},
-    },
-}
 
 _TOKEN_ID = re.compile(r".*_(token_id|token_index|id)$")
 
@@ -280,6 +275,10 @@ def _model_class(model_type: str) -> type[nn.Module] | None:
     import transformers
     from transformers.models.auto import modeling_auto as auto
 
+    if model_type in MODEL_CLASS:
+        chosen: type[nn.Module] = getattr(transformers, MODEL_CLASS[model_type])
+        return chosen
+
     for mapping in (
         "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
         "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES",
@@ -297,7 +296,7 @@ def _model_class(model_type: str) -> type[nn.Module] | None:
     return None
 
 
-def _forward_inputs(model: nn.Module, vocab: int) -> dict[str, Any] | str:
+def _forward_inputs(model: nn.Module, vocab: int, family: str) -> dict[str, Any] | str:
     import inspect
 
     params = inspect.signature(model.forward).parameters
@@ -311,10 +310,10 @@ def _forward_inputs(model: nn.Module, vocab: int) -> dict[str, Any] | str:
     if "use_cache" in params:
         inputs["use_cache"] = False
     rope = getattr(getattr(model, "config", None), "get_text_config", lambda: None)()
-    if "position_ids" in params and "mrope_section" in (
-        getattr(rope, "rope_parameters", None) or {}
-    ):
+    if "position_ids" in params and _has_mrope(getattr(rope, "rope_parameters", None)):
         inputs["position_ids"] = mrope_positions()  # t, h, w differ: M-RoPE is exercised
+    if family in EXTRA_INPUTS:
+        EXTRA_INPUTS[family](model, inputs, gen)
     return inputs
 
 
@@ -349,10 +348,11 @@ def build_tiny(family: str) -> tuple[nn.Module, dict[str, Any], str] | str:
             default = config_cls().to_dict()
             mrope = "mrope_section" in _modeling_source(family)
             raw = _shrink(default, mrope)
-            for key, value in FAMILY_OVERRIDES.get(family, {}).items():  # sub-configs: merged
+            _vocab(raw, default)
+            overrides = OVERRIDES.get(model_type, OVERRIDES.get(family, {}))
+            for key, value in overrides.items():  # sub-configs: merged
                 merge = isinstance(value, dict) and isinstance(raw.get(key), dict)
                 raw[key] = {**raw[key], **value} if merge else value
-            _vocab(raw, default)
             for key in ("model_type", "transformers_version", "architectures"):
                 raw.pop(key, None)
             config = config_cls(**raw)
@@ -363,7 +363,7 @@ def build_tiny(family: str) -> tuple[nn.Module, dict[str, Any], str] | str:
             errors.append(f"{model_type}: {type(err).__name__}: {err}")
             continue
         vocab = int(getattr(config.get_text_config(), "vocab_size", 128) or 128)
-        inputs = _forward_inputs(model, vocab)
+        inputs = _forward_inputs(model, vocab, family)
         if isinstance(inputs, dict):
             return model, inputs, cls.__name__
         reasons.append(inputs)

@@ -1,0 +1,156 @@
+"""Per-family fixes of the tiny HF builder (:mod:`posenc.integrations.hf_tiny`).
+
+A shrunk default config does not validate or run for every family: some need a value set so
+that the tiny model has a text RoPE at all, some a size kept consistent with another one the
+generic shrink does not know, some a model class other than the first auto mapping gives,
+and some inputs besides the token ids (3-D audio codes, a tiny image). Each entry says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+#: Config values per model type (else per family folder); dict values of sub-configs are
+#: merged into the shrunk sub-config.
+OVERRIDES: dict[str, dict[str, Any]] = {
+    "zamba2": {"use_mem_rope": True},  # off by default: no rotary module
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},  # 2 layers: one attention
+    "esmc": {"num_key_value_heads": 4},  # no grouped-query attention
+    "esm": {"position_embedding_type": "rotary", "pad_token_id": 0},  # "absolute" by default
+    "granitemoehybrid": {"position_embedding_type": "rope", "layer_types": ["mamba", "attention"]},
+    "zaya": {"num_experts_per_tok": 1},
+    "pocket_tts": {"flow_head_config": {"condition_dim": 64}},  # = the backbone's hidden size
+    "gradium_phonon_tts": {"flow_head_config": {"condition_dim": 64}},
+    "deepseek_ocr2": {"text_config": {"mlp_layer_types": ["dense", "sparse"]}},
+    "step3p7": {"text_config": {"sliding_window": 6}},
+    "chameleon": {"vocabulary_map": {"<image>": 127}},
+    "lfm2_moe": {"layer_types": ["conv", "full_attention"]},
+    "dots3_note": {"head_dim": 16},  # its SWA layers: head_dim = nope + rope dims
+    "dbrx": {
+        "attn_config": {"kv_n_heads": 2, "rope_theta": 10000.0, "clip_qkv": 8.0},
+        "ffn_config": {"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2},
+    },
+    # MoE sizes left None by the default config (the model builds experts regardless)
+    "dots1": {"n_routed_experts": 4, "num_experts_per_tok": 2, "n_shared_experts": 1},
+    "diffusion_gemma": {
+        "text_config": {"num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32}
+    },
+    # the local encoder/decoder project to the global model's width (2048 by default)
+    "blt": {
+        "encoder_hash_byte_group_vocab": 1000,  # 500002 rows per hash function by default
+        "encoder_config": {"hidden_size_global": 64},
+        "decoder_config": {"hidden_size_global": 64},
+    },
+    # the decoder's cross-attention reads the encoder's width
+    "dia": {
+        "decoder_config": {
+            "cross_hidden_size": 64,
+            "cross_num_attention_heads": 4,
+            "cross_num_key_value_heads": 4,
+            "cross_head_dim": 16,
+        }
+    },
+    # per-layer-type rope dict, empty by default (the rotary then fails on a missing key)
+    "cohere_compass": {
+        "text_config": {
+            "rope_parameters": {
+                "full_attention": {
+                    "rope_type": "default",
+                    "rope_theta": 10000.0,
+                    "mrope_section": [4, 2, 2],
+                }
+            }
+        }
+    },
+    # the text model (the composite's vision tower needs timm); no KV-shared layers in two,
+    # and its per-layer-input embedding (262144 × 256 per layer) cut down
+    "gemma3n_text": {
+        "num_kv_shared_layers": 0,
+        "intermediate_size": [128, 128],
+        "vocab_size_per_layer_input": 128,
+        "hidden_size_per_layer_input": 16,
+    },
+    # the text decoder is NoPE: its config refuses a rotary part in the DSA layers
+    "glm5_next": {"text_config": {"qk_rope_head_dim": 0}},
+    "glm5_next_text": {"qk_rope_head_dim": 0},
+    # the sparse-attention indexer's sizes are None by default
+    "qwen4_exp_text": {
+        "indexer_n_heads": 2,
+        "indexer_kv_heads": 1,
+        "indexer_head_dim": 16,
+        "indexer_budget": 8,
+        "indexer_compress_ratio": 4,
+    },
+    # two codebooks of 16 codes; the embedding holds text, codes and the audio pad id last
+    "kyutai_speech_to_text": {
+        "vocab_size": 128,
+        "codebook_vocab_size": 16,
+        "num_codebooks": 2,
+        "audio_bos_token_id": 15,
+        "audio_pad_token_id": 160,
+        "bos_token_id": 1,
+    },
+    "idefics": {"vision_config": {"image_size": 28}},  # 2×2 patches of 14
+    # the Window Q-Former projector and deepstack map have no defaults
+    "granite4_vision": {
+        "downsample_rate": "1/2",
+        "deepstack_layer_map": [[-1, 0]],
+        "spatial_target_layers": [0, 1, 0, 1],
+    },
+    "emu3": {"vocabulary_map": {"<image>": 127, "<|extra_200|>": 126}},  # None by default
+}
+
+#: Model class per family where the first auto mapping's class does not take the family's
+#: default (composite) config.
+MODEL_CLASS: dict[str, str] = {
+    "emu3": "Emu3ForConditionalGeneration",  # Emu3ForCausalLM takes the text config only
+}
+
+
+def _dia(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
+    """Dia's decoder reads audio codes, one per channel: ``(batch, seq, num_channels)``."""
+    config: Any = model.config
+    batch, seq = inputs["decoder_input_ids"].shape
+    codes = (batch, seq, config.decoder_config.num_channels)
+    inputs["decoder_input_ids"] = torch.randint(0, 1024, codes, generator=gen)
+
+
+def _kyutai(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
+    """Kyutai STT reads one text token and one code per codebook per step:
+    ``(batch, seq, 1 + num_codebooks)``."""
+    config: Any = model.config
+    batch, seq = inputs["input_ids"].shape
+    shape = (batch, seq, config.num_codebooks)
+    codes = torch.randint(0, config.codebook_vocab_size - 1, shape, generator=gen)
+    inputs["input_ids"] = torch.cat([inputs["input_ids"][..., None], codes], dim=-1)
+
+
+def _idefics(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
+    """IDEFICS cross-attends to images: one tiny image per sample, seen by every token."""
+    config: Any = model.config
+    size = config.vision_config.image_size
+    batch, seq = inputs["input_ids"].shape
+    inputs["pixel_values"] = torch.randn(batch, 1, 3, size, size, generator=gen)
+    inputs["image_attention_mask"] = torch.ones(batch, seq, 1, dtype=torch.long)
+
+
+def _voxtral_realtime(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
+    """Voxtral Realtime adds one audio frame per token (``downsample_factor`` encoder steps
+    each): the encoder's input embeddings, ``(batch, seq · downsample_factor, audio hidden)``."""
+    config: Any = model.config
+    batch, seq = inputs["input_ids"].shape
+    shape = (batch, seq * config.downsample_factor, config.audio_config.hidden_size)
+    inputs["encoder_inputs_embeds"] = torch.randn(shape, generator=gen)
+
+
+#: Inputs besides the token ids, per family: each function edits the inputs in place.
+EXTRA_INPUTS: dict[str, Callable[[nn.Module, dict[str, Any], torch.Generator], None]] = {
+    "dia": _dia,
+    "kyutai_speech_to_text": _kyutai,
+    "idefics": _idefics,
+    "voxtral_realtime": _voxtral_realtime,
+}
