@@ -32,6 +32,7 @@ from tests.lab.claim_rows import replicate_seeds
 from tests.lab.experiments.test_csl import GRAPH_CASES
 from tests.lab.experiments.test_longctx import LONGCTX_CASES
 from tests.lab.experiments.test_temporal_links import TEMPORAL_CASES
+from tests.lab.test_method_claims import METHOD_CASES
 from tests.lab.test_signal_claims import SIGNAL_CASES
 
 Row = dict[str, Any]
@@ -633,6 +634,7 @@ CASES.update(LONGCTX_CASES)  # the long-context claims' rows live with their exp
 CASES.update(TEMPORAL_CASES)  # so do the temporal link prediction claims'
 CASES.update(GRAPH_CASES)  # and the graph experiments' (CSL, triangles)
 CASES.update(SIGNAL_CASES)  # and the signal atlas's (ViT, video, VLA)
+CASES.update(METHOD_CASES)  # and the newest methods' in the extrapolate sweep
 CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}
 
 

@@ -24,6 +24,7 @@ from posenc.lab.claims import (
     ratio_at,
     value_at,
 )
+from posenc.lab.method_claims import METHOD_CLAIMS
 from posenc.lab.signal_claims import SIGNAL_CLAIMS
 from posenc.lab.temporal_claims import TEMPORAL_LINK_CLAIMS
 
@@ -685,6 +686,7 @@ SEED_CLAIMS: tuple[Claim, ...] = (
     *TEMPORAL_LINK_CLAIMS,
     *_GRAPH_CLAIMS,
     *SIGNAL_CLAIMS,
+    *METHOD_CLAIMS,
 )
 
 
