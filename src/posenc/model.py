@@ -4,7 +4,10 @@
 * :class:`EncoderClassifier`: bidirectional pre-norm encoder with mean pooling.
 
 Both take a :class:`ModelConfig`; ``pos`` and ``pos_kwargs`` select the encoding through
-:mod:`posenc.registry`, so an experiment can sweep encodings by name.
+:mod:`posenc.registry`, so an experiment can sweep encodings by name. Llama-4's iRoPE
+layout is three more fields: ``nope_layers`` (layers without the encoding), ``chunk_size``
+(chunked local attention on the other layers) and ``query_scale`` (a query temperature on
+the NoPE layers); see :meth:`ModelConfig.layer_attention`.
 
 Example::
 
@@ -24,7 +27,14 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_positive_int, validating_values
-from posenc.attention import Attention, AttentionContext, KVCache, MaskMod, build_context
+from posenc.attention import (
+    Attention,
+    AttentionContext,
+    KVCache,
+    MaskMod,
+    QueryScale,
+    build_context,
+)
 from posenc.attention.backends import NAMES as BACKENDS
 from posenc.attention.hooks import Hooks, hooks_of
 from posenc.registry import ModelDims, build_encoding
@@ -33,6 +43,7 @@ __all__ = [
     "Block",
     "DecoderLM",
     "EncoderClassifier",
+    "LayerAttention",
     "LayerEncodings",
     "ModelConfig",
     "layer_encodings",
@@ -54,6 +65,15 @@ class ModelConfig:
         dropout: dropout on attention probabilities and residual branches, in ``[0, 1)``.
         backend: attention backend, ``"auto"`` (default), ``"sdpa"``, ``"flex"`` or
             ``"chunked"`` (see :mod:`posenc.attention.backends`).
+        nope_layers: indices in ``[0, depth)`` of layers whose attention gets no encoding
+            (Llama-4's iRoPE: every 4th layer, HF ``no_rope_layers`` flags 0); needs an
+            encoding that acts in attention (not an additive one).
+        chunk_size: chunked local attention (``Attention(chunk_size=)``, Llama-4's
+            ``attention_chunk_size``) on every layer not in ``nope_layers``; ≥ 1 or None.
+        query_scale: a :class:`~posenc.attention.QueryScale` (``QueryScale.llama4()``,
+            ``QueryScale.logn(train_len)``) on the ``nope_layers`` when there are any
+            (Llama-4's temperature tuning), else on every layer (Qwen-1's log-n); needs
+            one-axis positions.
     """
 
     vocab_size: int = 256
@@ -67,6 +87,9 @@ class ModelConfig:
     pos_kwargs: dict[str, Any] = field(default_factory=dict)
     dropout: float = 0.0
     backend: str = "auto"
+    nope_layers: tuple[int, ...] = ()
+    chunk_size: int | None = None
+    query_scale: QueryScale | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "depth", "num_heads", "max_seq_len"):
@@ -107,6 +130,27 @@ class ModelConfig:
             raise ValueError(
                 f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {self.backend!r}"
             )
+        object.__setattr__(self, "nope_layers", _check_nope_layers(self.nope_layers, self.depth))
+        if self.chunk_size is not None:
+            check_positive_int("chunk_size", self.chunk_size)
+        if self.query_scale is not None and not isinstance(self.query_scale, QueryScale):
+            raise ValueError(
+                "query_scale must be a posenc QueryScale (QueryScale.llama4(), "
+                f"QueryScale.logn(train_len)) or None; got {type(self.query_scale).__name__}"
+            )
+
+    def layer_attention(self, index: int) -> LayerAttention:
+        """What layer ``index``'s attention gets: the encoding or none (``nope_layers``),
+        ``chunk_size`` on the encoded layers, ``query_scale`` on the NoPE layers when there
+        are any, else on every layer (Llama-4: chunked RoPE layers, global NoPE layers with
+        the temperature)."""
+        nope = index in self.nope_layers
+        scaled = nope or not self.nope_layers
+        return LayerAttention(
+            encoded=not nope,
+            chunk_size=None if nope else self.chunk_size,
+            query_scale=self.query_scale if scaled else None,
+        )
 
     def dims(self, *, causal: bool) -> ModelDims:
         return ModelDims(
@@ -118,10 +162,52 @@ class ModelConfig:
         )
 
 
-class Block(nn.Module):
-    """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``."""
+def _check_nope_layers(layers: object, depth: int) -> tuple[int, ...]:
+    """``nope_layers`` as a sorted tuple of distinct layer indices in ``[0, depth)``."""
+    if isinstance(layers, (str, bytes)) or not isinstance(layers, (tuple, list, range)):
+        raise ValueError(
+            f"nope_layers must be a tuple of layer indices, got {type(layers).__name__}"
+        )
+    for index in layers:
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < depth:
+            raise ValueError(
+                f"nope_layers must hold layer indices in [0, depth) = [0, {depth}); got {index!r}"
+            )
+    if len(set(layers)) != len(layers):
+        raise ValueError(f"nope_layers must not repeat a layer; got {list(layers)}")
+    return tuple(sorted(layers))
 
-    def __init__(self, config: ModelConfig, pos: nn.Module | None, *, causal: bool) -> None:
+
+@dataclass(frozen=True)
+class LayerAttention:
+    """One layer's attention options (:meth:`ModelConfig.layer_attention`).
+
+    Attributes:
+        encoded: the layer's attention takes the model's encoding (False: NoPE layer).
+        chunk_size: chunked local attention, or None (global).
+        query_scale: the query temperature, or None.
+    """
+
+    encoded: bool = True
+    chunk_size: int | None = None
+    query_scale: QueryScale | None = None
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
+
+    ``chunk_size`` and ``query_scale`` go to the block's :class:`~posenc.attention.Attention`.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        pos: nn.Module | None,
+        *,
+        causal: bool,
+        chunk_size: int | None = None,
+        query_scale: QueryScale | None = None,
+    ) -> None:
         super().__init__()
         hidden = int(config.mlp_ratio * config.dim)
         self.attn_norm = nn.LayerNorm(config.dim)
@@ -133,6 +219,8 @@ class Block(nn.Module):
             causal=causal,
             dropout=config.dropout,
             backend=config.backend,
+            chunk_size=chunk_size,
+            query_scale=query_scale,
         )
         self.mlp_norm = nn.LayerNorm(config.dim)
         self.mlp = nn.Sequential(
@@ -215,22 +303,32 @@ class LayerEncodings:
     token_embedding: nn.Module | None = None
 
 
-def layer_encodings(build: Callable[[], nn.Module | None], depth: int) -> LayerEncodings:
+def layer_encodings(
+    build: Callable[[], nn.Module | None], depth: int, *, nope_layers: tuple[int, ...] = ()
+) -> LayerEncodings:
     """Lay the encoding ``build()`` makes over ``depth`` layers: an additive one goes to the
     embeddings, one reading token ids (``embed_tokens``) replaces the token embedding; one
-    acting in attention goes to every layer, as one shared instance (RoPE, T5: its tables
-    are built once per forward) or one built per layer (Shaw, XL; one with ``new_layer()``
-    makes the later layers' itself, sharing what the method shares: DeBERTa's relative
-    embeddings); ``build`` may give None
-    (no encoding)."""
+    acting in attention goes to every layer but the ``nope_layers`` (which get None), as one
+    shared instance (RoPE, T5: its tables are built once per forward) or one built per layer
+    (Shaw, XL; one with ``new_layer()`` makes the later layers' itself, sharing what the
+    method shares: DeBERTa's relative embeddings), the first one built going to the first
+    encoded layer; ``build`` may give None (no encoding)."""
     first = build()
     hooks = hooks_of(first)
     acts_in_attention = hooks.rotary or hooks.logit_terms
+    if nope_layers and first is not None and not acts_in_attention:
+        raise ValueError(
+            f"nope_layers: {type(first).__name__} does not act in attention (it adds to or "
+            "replaces the embeddings), so no layer can go without it; give an encoding that "
+            "acts in attention (rope, alibi, ...)"
+        )
     layers: list[nn.Module | None] = []
+    placed = False  # the first encoded layer takes `first`
     for index in range(depth):
-        if first is None or not acts_in_attention:
+        if first is None or not acts_in_attention or index in nope_layers:
             layers.append(None)
-        elif index == 0 or first.shared_across_layers:
+        elif not placed or first.shared_across_layers:
+            placed = True
             layers.append(first)
         elif callable(new_layer := getattr(first, "new_layer", None)):
             # per-layer parts, shared ones kept (DeBERTa's relative embeddings: one table)
@@ -293,7 +391,9 @@ class _Trunk(nn.Module):
         self.embed_scale = math.sqrt(config.dim)
         dims = config.dims(causal=causal)
         laid = layer_encodings(
-            lambda: build_encoding(config.pos, dims, config.pos_kwargs), config.depth
+            lambda: build_encoding(config.pos, dims, config.pos_kwargs),
+            config.depth,
+            nope_layers=config.nope_layers,
         )
         self.additive = laid.additive
         self.token_embedding = laid.token_embedding
@@ -302,9 +402,18 @@ class _Trunk(nn.Module):
             # The encoding is the token embedding: no table of our own. (It is still drawn
             # above, first, so that every other encoding's initialization is unchanged.)
             self.embed = None
-        self.blocks = nn.ModuleList(Block(config, p, causal=causal) for p in laid.layers)
+        plans = [config.layer_attention(index) for index in range(config.depth)]
+        self.blocks = nn.ModuleList(
+            Block(config, p, causal=causal, chunk_size=a.chunk_size, query_scale=a.query_scale)
+            for p, a in zip(laid.layers, plans, strict=True)
+        )
         self.norm = nn.LayerNorm(config.dim)
         self.position_hooks: Hooks = laid.hooks
+        if config.query_scale is not None and laid.hooks.num_axes != 1:
+            raise ValueError(
+                f"query_scale reads one position per query; pos {config.pos!r} reads "
+                f"{laid.hooks.num_axes} position axes"
+            )
 
     def encodings(self) -> list[nn.Module]:
         """The encoding modules, each once, in the order the constructor built them (the
@@ -336,13 +445,16 @@ class _Trunk(nn.Module):
 
     @property
     def encoding(self) -> nn.Module | None:
-        """The (first layer's) positional encoding module, or None for NoPE."""
+        """The (first encoded layer's) positional encoding module, or None for NoPE."""
         if self.token_embedding is not None:
             return self.token_embedding
         if self.additive is not None:
             return self.additive
-        first_block: Block = self.blocks[0]  # type: ignore[assignment]
-        return first_block.attn.pos
+        for block in self.blocks:
+            if block.attn.pos is not None:  # type: ignore[union-attr]
+                pos: nn.Module = block.attn.pos  # type: ignore[union-attr,assignment]
+                return pos
+        return None
 
     def forward(
         self,

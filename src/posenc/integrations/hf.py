@@ -5,6 +5,9 @@
 * :func:`rope_from_config` / :func:`to_rope_parameters`: config ↔ :class:`RotaryEmbedding`;
   :func:`mrope_from_config`: an M-RoPE config → :class:`MultiAxisRotary`;
   :func:`attention_scale_from_config`: Ministral 3's ``llama_4_scaling_beta`` query scale.
+* :func:`layer_schedule_from_config` / :func:`model_options_from_config`
+  (:mod:`posenc.integrations.hf_layers`): per-layer NoPE, chunked local attention and query
+  temperature (Llama-4's iRoPE, Qwen-1's log-n) as ``ModelConfig`` options.
 * :func:`patch_rotary` / :func:`unpatch_rotary` (:mod:`posenc.integrations.hf_patch`): run
   posenc's RoPE in every text rotary module of an HF model (151 of the 198 RoPE families of
   transformers 5.23.0 give equal logits; see ``docs/hf.md`` for the others and why).
@@ -31,6 +34,8 @@ from posenc.integrations.hf_config import (
     DEFAULT_IGNORES_PARTIAL,
     attention_scale_from_config,
     frequencies_from_config,
+    layer_schedule_from_config,
+    model_options_from_config,
     mrope_from_config,
     rope_from_config,
     to_rope_parameters,
@@ -47,6 +52,8 @@ __all__ = [
     "HFRotaryAdapter",
     "attention_scale_from_config",
     "frequencies_from_config",
+    "layer_schedule_from_config",
+    "model_options_from_config",
     "mrope_from_config",
     "patch_rotary",
     "rope_from_config",

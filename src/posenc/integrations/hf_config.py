@@ -28,6 +28,7 @@ from posenc.integrations.hf_keys import (
     _read_extras,
     _rope_dict,
 )
+from posenc.integrations.hf_layers import layer_schedule_from_config, model_options_from_config
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.multi_axis import MultiAxisRotary
 from posenc.rotary.rope import RotaryEmbedding
@@ -45,6 +46,8 @@ __all__ = [
     "DEFAULT_IGNORES_PARTIAL",
     "attention_scale_from_config",
     "frequencies_from_config",
+    "layer_schedule_from_config",
+    "model_options_from_config",
     "mrope_from_config",
     "rope_from_config",
     "to_rope_parameters",

@@ -1,0 +1,224 @@
+"""HF configs' per-layer attention read into posenc: NoPE layers, chunked local attention and
+query temperatures (Llama-4's iRoPE, Qwen-1's log-n, Ministral 3's β).
+
+* :func:`layer_schedule_from_config`: one :class:`~posenc.model.LayerAttention` per layer,
+  as ``transformers`` runs the model.
+* :func:`model_options_from_config`: the same as :class:`~posenc.model.ModelConfig`'s
+  ``nope_layers``, ``chunk_size`` and ``query_scale``.
+
+Keys read (a ``PretrainedConfig`` or a ``config.json`` dict; Llama-4's text part):
+
+* Llama-4 (HF ``Llama4TextConfig`` / ``Llama4TextAttention``): ``no_rope_layers`` (one flag
+  per layer, **1 = RoPE**, 0 = NoPE; empty: a NoPE layer every ``no_rope_layer_interval``
+  = 4, as HF fills it), ``layer_types`` (``"chunked_attention"`` / ``"full_attention"``;
+  default: chunked on the RoPE layers), ``attention_chunk_size`` (8192),
+  ``attn_temperature_tuning`` (True: ``QueryScale.llama4(floor_scale, attn_scale)`` on the
+  NoPE layers), ``floor_scale`` (8192), ``attn_scale`` (0.1). Defaults are HF's, used for a
+  dict of ``model_type`` ``llama4_text`` / ``llama4``.
+* Qwen-1 (``QWenConfig``, remote code): ``use_logn_attn`` with ``seq_length``:
+  ``QueryScale.logn(seq_length)`` on every layer (Qwen applies it in eval mode only).
+* Ministral 3 / Mistral 4: ``rope_parameters['llama_4_scaling_beta']``:
+  ``QueryScale.ministral3(β, original_max_position_embeddings)`` on every layer (the same
+  factor as :func:`~posenc.integrations.hf_config.attention_scale_from_config`).
+
+Not read: Llama-4's ``use_qk_norm`` (an L2 norm of q and k on the RoPE layers, no part of
+positions) and other ``layer_types`` (``sliding_attention``: a window, no chunk).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from posenc.attention.query_scale import QueryScale
+from posenc.integrations.hf_keys import _get, _integer, _original_max_position, _rope_dict
+from posenc.model import LayerAttention, ModelConfig
+
+__all__ = ["layer_schedule_from_config", "model_options_from_config"]
+
+#: HF ``Llama4TextConfig``'s defaults for the keys read here.
+LLAMA4_DEFAULTS: dict[str, Any] = {
+    "no_rope_layer_interval": 4,
+    "attention_chunk_size": 8192,
+    "attn_temperature_tuning": True,
+    "floor_scale": 8192,
+    "attn_scale": 0.1,
+}
+_LAYER_TYPES = ("chunked_attention", "full_attention")
+
+
+def _text_config(config: Any) -> Any:
+    if not isinstance(config, Mapping) and not hasattr(config, "to_dict"):
+        raise ValueError(
+            f"config must be a transformers PretrainedConfig or a dict, got {config!r}"
+        )
+    text = _get(config, "text_config")
+    return text if text is not None and _get(config, "num_hidden_layers") is None else config
+
+
+def _is_llama4(config: Any) -> bool:
+    model_type = _get(config, "model_type") or ""
+    keys = ("no_rope_layers", "no_rope_layer_interval", "attn_temperature_tuning")
+    return str(model_type).startswith("llama4") or any(_get(config, k) is not None for k in keys)
+
+
+def _llama4(config: Any, key: str) -> Any:
+    """A Llama-4 key: the config's value, else HF's default (a dict may omit it)."""
+    value = _get(config, key)
+    if isinstance(config, Mapping) and key not in config:
+        return LLAMA4_DEFAULTS[key]
+    return value
+
+
+def _rope_flags(config: Any, depth: int) -> list[bool]:
+    """Per layer, True when the layer rotates (HF ``no_rope_layers[i]``, 1 = RoPE)."""
+    flags = _get(config, "no_rope_layers")
+    if not flags:  # HF: `self.no_rope_layers if self.no_rope_layers else default`
+        interval = _integer("no_rope_layer_interval", _llama4(config, "no_rope_layer_interval"))
+        return [(i + 1) % interval != 0 for i in range(depth)]
+    if (
+        isinstance(flags, (str, bytes))
+        or not isinstance(flags, Sequence)
+        or len(flags) != depth
+        or any(isinstance(f, bool) or f not in (0, 1) for f in flags)
+    ):
+        raise ValueError(
+            f"no_rope_layers must list one flag per layer (num_hidden_layers = {depth}), 1 = "
+            f"RoPE and 0 = NoPE; got {flags!r}"
+        )
+    return [f == 1 for f in flags]
+
+
+def _chunk_flags(config: Any, rope: list[bool]) -> list[bool]:
+    """Per layer, True when its attention is chunked (``layer_types``, default the RoPE
+    layers as HF's ``Llama4TextConfig``)."""
+    types = _get(config, "layer_types")
+    if types is None:
+        return list(rope)
+    if (
+        isinstance(types, (str, bytes))
+        or not isinstance(types, Sequence)
+        or len(types) != len(rope)
+    ):
+        raise ValueError(f"layer_types must list one type per layer ({len(rope)}); got {types!r}")
+    unknown = sorted({t for t in types if t not in _LAYER_TYPES})
+    if unknown:
+        raise ValueError(
+            f"layer_types {unknown} are not read here; layer_schedule_from_config reads "
+            f"{', '.join(map(repr, _LAYER_TYPES))}"
+        )
+    return [t == "chunked_attention" for t in types]
+
+
+def _scales(config: Any) -> tuple[QueryScale | None, bool]:
+    """The config's query scale and whether it goes to the NoPE layers only (Llama-4)."""
+    found: list[tuple[QueryScale, bool]] = []
+    if _is_llama4(config) and _llama4(config, "attn_temperature_tuning"):
+        floor = _integer("floor_scale", _llama4(config, "floor_scale"))
+        beta = _llama4(config, "attn_scale")
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta):
+            raise ValueError(f"attn_scale must be a finite number, got {beta!r}")
+        found.append((QueryScale.llama4(floor, beta), True))
+    if _get(config, "use_logn_attn"):
+        seq_length = _get(config, "seq_length")
+        if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 2:
+            raise ValueError(
+                f"seq_length must be an int >= 2 with use_logn_attn (Qwen's trained length); "
+                f"got {seq_length!r}"
+            )
+        found.append((QueryScale.logn(seq_length), False))
+    params = _rope_dict(config) if _get(config, "rope_parameters") is not None else {}
+    beta = params.get("llama_4_scaling_beta")
+    if beta is not None:
+        original = _original_max_position(config, params)
+        found.append((QueryScale.ministral3(beta, original), False))
+    if len(found) > 1:
+        raise ValueError(
+            "config sets more than one query temperature (attn_temperature_tuning, "
+            "use_logn_attn, llama_4_scaling_beta); no model combines them"
+        )
+    return found[0] if found else (None, False)
+
+
+def layer_schedule_from_config(config: Any) -> tuple[LayerAttention, ...]:
+    """Per layer, what ``transformers`` gives its attention: RoPE or NoPE, chunk, temperature.
+
+    Reference: HF 5.23.0 ``Llama4TextAttention`` (``use_rope = no_rope_layers[i]``, the
+    temperature ``if attn_temperature_tuning and not use_rope``), ``Llama4TextModel``
+    (``layer_types`` picks ``create_chunked_causal_mask`` or ``create_causal_mask``), Qwen-1
+    ``QWenAttention`` (``use_logn_attn``) and ``Ministral3Attention``; tested against HF's
+    attention in float64.
+
+    Args:
+        config: a ``PretrainedConfig`` or ``config.json`` dict (a Llama-4 multimodal config's
+            ``text_config`` is read when it has no ``num_hidden_layers`` itself).
+
+    Returns:
+        one :class:`~posenc.model.LayerAttention` per layer (``num_hidden_layers``).
+
+    Raises:
+        ValueError: naming the key, for a malformed or unsupported value.
+
+    Example::
+
+        >>> layers = layer_schedule_from_config(
+        ...     {"model_type": "llama4_text", "num_hidden_layers": 4, "attention_chunk_size": 16}
+        ... )
+        >>> [(a.encoded, a.chunk_size) for a in layers]
+        [(True, 16), (True, 16), (True, 16), (False, None)]
+        >>> layers[3].query_scale
+        QueryScale(mode='floor_log', length=8192, beta=0.1, shift=1)
+    """
+    config = _text_config(config)
+    depth = _integer("num_hidden_layers", _get(config, "num_hidden_layers"))
+    scale, nope_only = _scales(config)
+    if not _is_llama4(config):
+        return tuple(LayerAttention(query_scale=scale) for _ in range(depth))
+    rope = _rope_flags(config, depth)
+    chunked = _chunk_flags(config, rope)
+    chunk = _llama4(config, "attention_chunk_size")
+    if any(chunked) and chunk is not None:
+        chunk = _integer("attention_chunk_size", chunk)
+    elif any(chunked):  # HF's create_chunked_causal_mask raises too
+        raise ValueError("attention_chunk_size must be set for chunked_attention layers")
+    return tuple(
+        LayerAttention(
+            encoded=uses_rope,
+            chunk_size=chunk if is_chunked else None,
+            query_scale=scale if not (nope_only and uses_rope) else None,
+        )
+        for uses_rope, is_chunked in zip(rope, chunked, strict=True)
+    )
+
+
+def model_options_from_config(config: Any) -> dict[str, Any]:
+    """:func:`layer_schedule_from_config` as :class:`~posenc.model.ModelConfig` keyword
+    arguments ``nope_layers``, ``chunk_size``, ``query_scale``.
+
+    Raises ``ValueError`` when the schedule is not one a ``ModelConfig`` expresses (chunks
+    on a NoPE layer, a global RoPE layer beside chunked ones, a temperature on RoPE layers
+    beside NoPE ones); checked by rebuilding it with :meth:`ModelConfig.layer_attention`.
+
+    Example::
+
+        >>> opts = model_options_from_config({"use_logn_attn": True, "seq_length": 2048,
+        ...                                   "num_hidden_layers": 2})
+        >>> opts["query_scale"], opts["nope_layers"]
+        (QueryScale(mode='log_n', length=2048, beta=0.1, shift=0), ())
+    """
+    layers = layer_schedule_from_config(config)
+    chunks = {a.chunk_size for a in layers if a.chunk_size is not None}
+    scales = {a.query_scale for a in layers if a.query_scale is not None}
+    options: dict[str, Any] = {
+        "nope_layers": tuple(i for i, a in enumerate(layers) if not a.encoded),
+        "chunk_size": chunks.pop() if len(chunks) == 1 else None,
+        "query_scale": scales.pop() if len(scales) == 1 else None,
+    }
+    rebuilt = ModelConfig(depth=len(layers), **options)
+    if [rebuilt.layer_attention(i) for i in range(len(layers))] != list(layers):
+        raise ValueError(
+            f"config: its layers {layers} are not one ModelConfig's schedule (nope_layers, "
+            "chunk_size on the other layers, query_scale on the NoPE layers or on all)"
+        )
+    return options
