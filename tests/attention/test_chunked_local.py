@@ -205,3 +205,40 @@ def test_a_cache_that_dropped_keys_raises() -> None:
 def test_linear_backend_refuses_chunks() -> None:
     with pytest.raises(ValueError, match="chunk_size"):
         Attention(DIM, HEADS, chunk_size=4, backend="linear")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize(
+    ("q_len", "k_len", "chunk"), [(17, 17, 5), (7, 19, 4), (3, 10, 4), (5, 14, 4), (1, 9, 3)]
+)
+def test_chunk_by_chunk_equals_the_mask(causal: bool, q_len: int, k_len: int, chunk: int) -> None:
+    """The sdpa fast path (one SDPA call per chunk) equals softmax under ``block()``'s mask,
+    for queries that start mid-chunk (a cache step of several tokens) too."""
+    from posenc.attention.local_chunks import chunk_by_chunk, serves
+
+    torch.manual_seed(q_len + k_len)
+    q = torch.randn(2, 4, q_len, 8, dtype=torch.float64)
+    k, v = (
+        torch.randn(2, 2, k_len, 8, dtype=torch.float64),
+        torch.randn(2, 2, k_len, 8, dtype=torch.float64),
+    )
+    mask = AttentionMask(
+        batch=2, q_len=q_len, k_len=k_len, device=CPU, causal=causal, chunk_size=chunk
+    )
+    assert serves(mask)
+    allowed = mask.block(0, q_len, 0, k_len, heads=4)
+    assert allowed is not None
+    scores = (q @ k.repeat_interleave(2, dim=1).transpose(-1, -2)) * 0.3
+    probs = scores.masked_fill(~allowed, float("-inf")).softmax(dim=-1)
+    want = probs @ v.repeat_interleave(2, dim=1)
+    got = chunk_by_chunk(q, k, v, mask=mask, scale=0.3, dropout_p=0.0)
+    assert_close(got, want, atol=1e-12, rtol=0)
+
+
+def test_several_tokens_per_cache_step() -> None:
+    torch.manual_seed(5)
+    layer = Attention(DIM, HEADS, num_kv_heads=KV_HEADS, chunk_size=4, dtype=torch.float64)
+    x = torch.randn(2, 16, DIM, dtype=torch.float64)
+    cache = KVCache()
+    steps = [layer(x[:, a:b], cache=cache) for a, b in ((0, 6), (6, 9), (9, 10), (10, 16))]
+    assert_close(torch.cat(steps, dim=1), layer(x), atol=1e-12, rtol=0)

@@ -36,6 +36,7 @@ from posenc.attention.context import AttentionContext
 from posenc.attention.flex import flex_attention_backend, flex_available
 from posenc.attention.hooks import Hooks
 from posenc.attention.linear import FEATURE_MAPS, FeatureMap, check_linear_serves
+from posenc.attention.local_chunks import chunk_by_chunk, serves
 from posenc.attention.rows import compute_dtype
 from posenc.attention.sdpa import sdpa_attention
 from posenc.attention.stickbreaking import stick_breaking_attention
@@ -206,6 +207,9 @@ def run_backend(
         return stick_breaking_attention(
             q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p, block_size=rows
         )
+    if name == "sdpa" and not hooks.logit_terms and serves(context.mask):
+        # chunked local attention (Llama-4): one SDPA call per chunk, O(L · C)
+        return chunk_by_chunk(q, k, v, mask=context.mask, scale=scale, dropout_p=dropout_p)
     if name == "sdpa":
         return sdpa_attention(
             q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p
