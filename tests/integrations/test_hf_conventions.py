@@ -17,7 +17,7 @@ from posenc.integrations.hf import (
     mrope_from_config,
     rope_from_config,
 )
-from posenc.integrations.hf_conventions import DEFAULT_IGNORES_PARTIAL
+from posenc.integrations.hf_conventions import DEFAULT_IGNORES_PARTIAL, UNDECLARED_MROPE_AXES
 
 transformers = pytest.importorskip("transformers")
 
@@ -41,6 +41,12 @@ def test_default_ignores_partial_is_read_from_transformers() -> None:
     from posenc.integrations.hf_tiny import default_ignores_partial
 
     assert default_ignores_partial() == DEFAULT_IGNORES_PARTIAL
+
+
+def test_undeclared_mrope_axes_is_read_from_transformers() -> None:
+    from posenc.integrations.hf_tiny import undeclared_mrope_axes
+
+    assert undeclared_mrope_axes() == UNDECLARED_MROPE_AXES
 
 
 @pytest.mark.parametrize(

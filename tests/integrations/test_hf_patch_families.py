@@ -97,6 +97,58 @@ def test_mrope_with_grid_positions(family: str, interleaved: bool) -> None:
     assert reads_t[0] and reads_t[1] != interleaved  # Qwen3-VL's code interleaves t, h, w
 
 
+def test_mrope_pair_axis_map_read_off_the_module() -> None:
+    """ERNIE-4.5-VL alternates h and w pair by pair, then t: neither consecutive nor
+    interleaved sections of [3, 3, 2]; the map read off HF's module gives its logits on grid
+    positions."""
+    _, inputs = _tiny("ernie4_5_vl_moe")
+    assert inputs["position_ids"].shape[0] == 3
+    _, adapters = _patched_equal("ernie4_5_vl_moe")
+    (adapter,) = adapters
+    assert adapter.mrope is not None
+    assert adapter.mrope.frequencies.argmax(dim=-1).tolist() == [1, 2, 1, 2, 1, 2, 0, 0]
+
+
+def test_mrope_per_layer_type() -> None:
+    """Cohere Compass: per-layer-type rope_parameters, each with an M-RoPE section."""
+    _, adapters = _patched_equal("cohere_compass")
+    (adapter,) = adapters
+    assert list(adapter.layer_mropes) == ["full_attention"]
+
+
+def test_mrope_axes_undeclared_in_the_config() -> None:
+    """NeoMME's rotary reads (row, column) pair by pair with no mrope_section in its config
+    (hf_conventions.UNDECLARED_MROPE_AXES): two axes, per layer type, on differing rows."""
+    _, inputs = _tiny("neomme")
+    assert inputs["position_ids"].shape[0] == 2
+    _, adapters = _patched_equal("neomme")
+    (adapter,) = adapters
+    assert sorted(adapter.layer_mropes) == ["full_attention", "sliding_attention"]
+    for mrope in adapter.layer_mropes.values():
+        axes = mrope.frequencies.argmax(dim=-1).tolist()
+        assert axes == [i % 2 for i in range(len(axes))]
+
+
+@pytest.mark.parametrize(
+    ("sections", "match"),
+    [
+        ([4, 2, 2], "two halves of its frequency pairs by different axes"),
+        ([2, 2, 2, 2], r"mrope_section.*must be 3"),  # the 4-axis (XD-RoPE) configs of the Hub
+    ],
+)
+def test_refuses_pairs_whose_halves_read_different_axes(sections: list[int], match: str) -> None:
+    """HunYuan-VL's module gives the two halves of a pair different axes: not a rotation on
+    image positions; refused by name (its 4-axis configs already by the config reader),
+    nothing replaced."""
+    model, _ = _tiny("hunyuan_vl")
+    config = model.config
+    config.text_config.rope_parameters["mrope_section"] = sections
+    model = type(model)(config)
+    with pytest.raises(ValueError, match=match):
+        patch_rotary(model, keep_non_text=True)
+    assert not any(isinstance(m, HFRotaryAdapter) for m in model.modules())
+
+
 def test_mrope_tables_differ_from_plain_rope() -> None:
     """The grid positions really exercise the sections: plain RoPE on the t row differs."""
     model, _ = _tiny("qwen2_vl")

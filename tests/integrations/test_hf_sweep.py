@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 transformers = pytest.importorskip("transformers")
+from posenc.integrations import hf_sweep  # noqa: E402
 from posenc.integrations.hf_sweep import NOT_EQUAL, STATUSES, check_family  # noqa: E402
 from posenc.integrations.hf_tiny import rope_families  # noqa: E402
 
@@ -19,6 +20,17 @@ def test_every_stated_family_is_installed_and_has_a_reason() -> None:
     for family, (status, reason) in NOT_EQUAL.items():
         assert status in STATUSES and status != "equal", family
         assert reason.strip(), family
+
+
+def test_a_family_whose_rotaries_never_run_is_not_equal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nemotron 3.5 Transcribe builds and runs on token ids, but its text decoder is NoPE and
+    its rotaries are the audio encoder's: no rotary runs, so 'equal' would be vacuous."""
+    monkeypatch.delitem(hf_sweep.NOT_TEXT_ROPE, "nemotron3_5_transcribe")
+    result = check_family("nemotron3_5_transcribe")
+    assert (result.status, result.detail) == (
+        "could not build",
+        "no text rotary ran on the tiny inputs",
+    )
 
 
 @pytest.mark.slow

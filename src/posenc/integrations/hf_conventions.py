@@ -8,7 +8,14 @@ Each table is read from HF's own code by :mod:`posenc.integrations.hf_sweep` (se
 
 from __future__ import annotations
 
-__all__ = ["DEFAULT_IGNORES_PARTIAL"]
+__all__ = ["DEFAULT_IGNORES_PARTIAL", "UNDECLARED_MROPE_AXES"]
+
+#: Model types whose text rotary reads several position axes although the config has no
+#: ``mrope_section``, with the number of axes: every rotary that expands ``position_ids`` to
+#: a literal count of axes other than Qwen's three (NeoMME: (row, column), interleaved pair by
+#: pair in ``recomposition_frequencies``). Which pair reads which axis is read off HF's
+#: module by :func:`~posenc.integrations.hf_patch.patch_rotary`.
+UNDECLARED_MROPE_AXES: dict[str, int] = {"neomme": 2}
 
 #: Model types whose default RoPE (their rotary class's ``compute_default_rope_parameters``)
 #: rotates the full ``head_dim``, ignoring ``partial_rotary_factor``: every model type whose

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.integrations.hf_config import _read, _rope_module, mrope_from_config
+from posenc.integrations.hf_conventions import UNDECLARED_MROPE_AXES
 from posenc.integrations.hf_keys import _head_dim, _layer_types
 from posenc.rotary.multi_axis import MultiAxisRotary
 from posenc.rotary.rope import RotaryEmbedding
@@ -72,10 +73,12 @@ class HFRotaryAdapter(nn.Module):
         table_format: TableFormat = "half",
         mscales: tuple[float, float, int] | None = None,
         mrope: MultiAxisRotary | None = None,
+        layer_mropes: Mapping[str, MultiAxisRotary] | None = None,
     ) -> None:
         super().__init__()
         self.rope = rope
         self.layer_ropes = nn.ModuleDict(dict(layer_ropes or {}))
+        self.layer_mropes = nn.ModuleDict(dict(layer_mropes or {}))
         self.table_format = table_format
         self.mscales = mscales
         self.mrope = mrope
@@ -102,9 +105,12 @@ class HFRotaryAdapter(nn.Module):
                     f"{sorted(self.layer_ropes)}"
                 )
             rope = self.layer_ropes[layer_type]  # type: ignore[assignment]
-        if self.mrope is not None:  # (3, batch, seq) t/h/w positions; text: all three equal
-            positions = position_ids.expand(3, *position_ids.shape[-2:])
-            cos, sin = self.mrope.rotary_tables(positions, torch.float64)
+        mrope = self.mrope
+        if layer_type is not None and layer_type in self.layer_mropes:
+            mrope = self.layer_mropes[layer_type]  # type: ignore[assignment]
+        if mrope is not None:  # (axes, batch, seq) t/h/w positions; text: all rows equal
+            positions = position_ids.expand(mrope.num_axes, *position_ids.shape[-2:])
+            cos, sin = mrope.rotary_tables(positions, torch.float64)
             cos, sin = cos[:, 0], sin[:, 0]  # (batch, seq, pairs), A included
         elif self.table_format == "half" and self.mscales is None:
             cos, sin = rope.cos_sin(position_ids, x.dtype)
@@ -154,8 +160,11 @@ def rotary_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     ]
 
 
-def _table_format(original: nn.Module, config: Any, pairs: int) -> TableFormat:
-    """The format of HF's module's tables, read off one call at positions 0…2."""
+def _table_format(
+    original: nn.Module, config: Any, pairs: int, layer_type: str | None = None
+) -> TableFormat:
+    """The format of HF's module's tables, read off one call at positions 0…2 (for
+    ``layer_type``, else the first layer type the module holds a table for)."""
     buffers = [b for b in original.buffers() if b.is_floating_point()]
     device = buffers[0].device if buffers else torch.device("cpu")
     x = torch.zeros(1, device=device)
@@ -164,7 +173,7 @@ def _table_format(original: nn.Module, config: Any, pairs: int) -> TableFormat:
     types = _layer_types(config)
     if types and "layer_type" in inspect.signature(original.forward).parameters:
         held = [t for t in types if _inv_freq_numel(original, config, t) is not None]
-        kwargs["layer_type"] = (held or types)[0]
+        kwargs["layer_type"] = layer_type or (held or types)[0]
     out = original(x, positions, **kwargs)
     if isinstance(out, Tensor) and out.is_complex():
         return "complex"
@@ -177,31 +186,58 @@ def _table_format(original: nn.Module, config: Any, pairs: int) -> TableFormat:
     return "half"
 
 
-def _mrope_interleaved(original: nn.Module, rope: Any, table_format: TableFormat) -> bool:
-    """Whether HF's M-RoPE module interleaves its sections (Qwen3-VL's code does, whatever
-    ``mrope_interleaved`` says): read off one call at t, h, w = 1, 2, 3, each pair's sine
-    matched to the axis it rotates by."""
+def _mrope(
+    original: nn.Module, config: Any, read: Any, layer_type: str | None, axes: int
+) -> MultiAxisRotary:
+    """posenc's M-RoPE for HF's M-RoPE module: which of t, h, w each frequency pair reads is
+    read off one call at t, h, w = 1, 2, 3 (one position per section; each half of each
+    pair's sine matched to the axis it rotates by), the frequencies come from the config.
+    Consecutive or interleaved sections of ``mrope_section`` (Qwen2-VL, Qwen3-VL, whatever
+    ``mrope_interleaved`` says) give :func:`mrope_from_config`; any other map with both
+    halves of every pair on one axis (ERNIE-4.5-VL: h and w alternate, then t) gives that
+    pair→axis map with the same frequencies. Pairs whose two halves read different axes
+    (HunYuan-VL) are not a rotation on image positions: refused. ``axes``: how many
+    position rows the module reads (``len(mrope_section)``, else
+    :data:`~posenc.integrations.hf_conventions.UNDECLARED_MROPE_AXES`)."""
     from posenc.rotary.multi_axis import mrope_axes
 
-    sections, _ = rope.mrope
-    inv_freq = _rope_module(rope).inv_freq("cpu")  # (pairs,) float64
+    sections = list(read.mrope[0]) if read.mrope is not None else None
+    source = _rope_module(read)
+    inv_freq = source.inv_freq("cpu")  # (pairs,) float64, scaled
+    pairs = inv_freq.numel()
+    table_format = _table_format(original, config, pairs, layer_type)
     buffers = [b for b in original.buffers() if b.is_floating_point()]
     device = buffers[0].device if buffers else torch.device("cpu")
-    positions = torch.tensor([1, 2, 3], device=device).view(3, 1, 1)
-    _, sin = original(torch.zeros(1, device=device), positions)
-    pairs = inv_freq.numel()
+    positions = torch.arange(1, axes + 1, device=device).view(axes, 1, 1)
+    kwargs = {} if layer_type is None else {"layer_type": layer_type}
+    _, sin = original(torch.zeros(1, device=device), positions, **kwargs)
     sin = sin.reshape(-1).double().cpu()
-    got = sin[::2] if table_format == "interleaved" else sin[:pairs]  # (pairs,)
-    candidates = torch.sin(torch.tensor([1.0, 2.0, 3.0])[:, None] * inv_freq)  # (3, pairs)
-    factor = 1.0 if rope.scaling is None else float(rope.scaling.attention_factor)
-    axes = (candidates * factor - got).abs().argmin(dim=0).tolist()
-    for interleaved in (False, True):
-        if axes == mrope_axes(sections, interleaved=interleaved):
-            return interleaved
-    raise ValueError(
-        f"{type(original).__name__} assigns its frequency pairs to the axes {axes}, neither "
-        f"consecutive nor interleaved sections of mrope_section {list(sections)}: not patched"
+    halves = {"interleaved": (sin[0::2], sin[1::2]), "half": (sin[:pairs], sin[pairs:])}.get(
+        table_format,
+        (sin[:pairs], sin[:pairs]),  # half-width: one value per pair
     )
+    steps = torch.arange(1, axes + 1, dtype=torch.float64)
+    candidates = torch.sin(steps[:, None] * inv_freq)  # (axes, pairs)
+    candidates = candidates * source.attention_factor
+    first, second = ((candidates - h[:pairs]).abs().argmin(dim=0).tolist() for h in halves)
+    name = type(original).__name__
+    if first != second:
+        raise ValueError(
+            f"{name} rotates the two halves of its frequency pairs by different axes (first "
+            f"halves {first}, second halves {second}, mrope_section {sections}): not a "
+            "rotation per pair on image positions, which posenc's M-RoPE is; not patched"
+        )
+    for interleaved in (False, True):
+        if sections is not None and first == mrope_axes(sections, interleaved=interleaved):
+            return mrope_from_config(config, layer_type=layer_type, interleaved=interleaved)
+    if source.scaling is not None and source.scaling.depends_on_length:
+        raise ValueError(
+            f"{name} assigns its frequency pairs to the axes {first}, not sections of "
+            f"mrope_section {sections}, under a length-dependent rope type: not patched"
+        )
+    frequencies = torch.zeros(pairs, axes, dtype=torch.float64)  # pair i reads axis first[i]
+    frequencies[torch.arange(pairs), torch.tensor(first)] = inv_freq
+    return MultiAxisRotary(source.rotary_dim, frequencies, attention_factor=source.attention_factor)
 
 
 def _inv_freq_numel(original: nn.Module, config: Any, layer_type: str | None = None) -> int | None:
@@ -237,11 +273,18 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
     layer_ropes: dict[str, RotaryEmbedding] = {}
     types = _layer_types(config) if config is not None else []
     reads = [_read(config, t) for t in types] if types else [_read(config)] if config else []
-    mrope = None
-    if reads and reads[0].mrope is not None:
-        pairs = _rope_module(reads[0]).rotary_dim // 2
-        interleaved = _mrope_interleaved(original, reads[0], _table_format(original, config, pairs))
-        mrope = mrope_from_config(config, interleaved=interleaved)
+    mropes: dict[str, MultiAxisRotary] = {}
+    undeclared = UNDECLARED_MROPE_AXES.get(str(getattr(config, "model_type", "")))
+    if reads and (undeclared or any(r.mrope is not None for r in reads)):
+        keyed = list(zip(types, reads, strict=True)) if types else [(None, reads[0])]
+        for layer_type, read in keyed:
+            if layer_type is not None and _inv_freq_numel(original, config, layer_type) is None:
+                continue  # no layer of this type: HF's module holds no table for it
+            if read.mrope is None and not undeclared:
+                raise ValueError(f"layer type {layer_type!r} has no mrope_section: not patched")
+            axes = len(read.mrope[0]) if read.mrope is not None else int(undeclared or 0)
+            mropes[layer_type or ""] = _mrope(original, config, read, layer_type, axes)
+    mrope = next(iter(mropes.values()), None)
     if rope is None:
         layer_ropes = {t: _rope_module(r) for t, r in zip(types, reads, strict=False) if types}
         rope = layer_ropes[types[0]] if types else _rope_module(reads[0])
@@ -276,6 +319,7 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
         table_format=table_format,
         mscales=reads[0].mscales if reads else None,
         mrope=mrope,
+        layer_mropes=mropes if types else None,
     )
 
 

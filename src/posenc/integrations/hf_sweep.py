@@ -13,7 +13,8 @@ status:
 * ``refused``: ``patch_rotary`` raised ``ValueError`` (the message is recorded);
 * ``not text RoPE``: the family's rotary is not a text RoPE (no ``input_ids``, or its rotaries
   live only in vision / audio towers), with the reason;
-* ``could not build``: no tiny model could be built or run unpatched here (the error).
+* ``could not build``: no tiny model could be built or run unpatched here (the error), or no
+  text rotary ran on its inputs (an ``equal`` would compare nothing).
 
 Run ``python -m posenc.integrations.hf_sweep [family ...] [--markdown FILE] [--json FILE]``;
 the table printed is the one in ``docs/hf.md``. Needs ``transformers`` (and only this module
@@ -67,6 +68,8 @@ NOT_TEXT_ROPE: dict[str, str] = {
     "inkling2": "its only rotary is the vision tower's 2D one (Inkling2VisionRotaryEmbedding)",
     "mimi": "audio codec: the rotary is in the codec's encoder/decoder transformers, no tokens",
     "pocket_tts_audio_tokenizer": "audio codec (tokenizer of audio), no token inputs",
+    "nemotron3_5_transcribe": "text decoder Nemotron-H is NoPE; rotaries only in the ASR audio "
+    "encoder (input_features) and the word-timestamp head over audio frames",
 }
 
 
@@ -141,6 +144,9 @@ def check_family(family: str, tolerance: float = TOLERANCE) -> FamilyResult:
             return FamilyResult(
                 family, "could not build", "HF forward: " + _first_line(err), None, name
             )
+        if not hf_called:  # an equal would be vacuous: nothing compared
+            why = "no text rotary ran on the tiny inputs"
+            return FamilyResult(family, "could not build", why, None, name)
         try:
             patch_rotary(model, keep_non_text=True)
         except ValueError as err:

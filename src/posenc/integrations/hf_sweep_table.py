@@ -9,17 +9,9 @@ from __future__ import annotations
 
 NOT_EQUAL: dict[str, tuple[str, str]] = {
     "clvp": ("not text RoPE", "rotaries only in ['ClvpRotaryPositionalEmbedding']"),
-    "cohere_compass": (
-        "mismatch",
-        "patch crashed: AttributeError: 'CohereCompassRotaryEmbedding' object has no attribute 'None_inv_freq'",
-    ),
     "edgetam_video": ("not text RoPE", "EdgeTamVideoModel.forward takes no input_ids"),
     "efficientloftr": ("could not build", "config validation failed for the tiny sizes"),
     "eomt_dinov3": ("not text RoPE", "no model class among model types ['eomt_dinov3']"),
-    "ernie4_5_vl_moe": (
-        "could not build",
-        "HF forward: RuntimeError: stack expects each tensor to be equal size, but got [2, 12, 4] at entry 0 and [2, 12, 2] at entry 1",
-    ),
     "esmfold2": ("not text RoPE", "no model class among model types ['esmfold2']"),
     "glm5_next": (
         "not text RoPE",
@@ -27,7 +19,7 @@ NOT_EQUAL: dict[str, tuple[str, str]] = {
     ),
     "hunyuan_vl": (
         "refused",
-        "ValueError: HunYuanVLRotaryEmbedding assigns its frequency pairs to the axes [0, 0, 0, 0, 0, 0, 0, 0], neither consecutive nor interleaved sections of mrope_sec",
+        "ValueError: HunYuanVLRotaryEmbedding rotates the two halves of its frequency pairs by different axes (first halves [0, 0, 0, 0, 0, 0, 0, 0], second halves [1, 1, 1, 1, 2, 2, 2, 2], mrope_section [4, 2, 2]): not a rotation per pair on image positions, which posenc's M-RoPE is; not patched",
     ),
     "inkling2": (
         "not text RoPE",
@@ -54,11 +46,13 @@ NOT_EQUAL: dict[str, tuple[str, str]] = {
         "not text RoPE",
         "MuseGlimmerAssistantModel.forward takes no input_ids",
     ),
-    "nemotron3_5_transcribe": ("could not build", "config validation failed for the tiny sizes"),
-    "nemotron3_diarization": ("could not build", "config validation failed for the tiny sizes"),
-    "neomme": (
-        "mismatch",
-        "patched forward: ValueError: positions must have shape (seq,) or (batch, seq); got (2, 2, 12)",
+    "nemotron3_5_transcribe": (
+        "not text RoPE",
+        "text decoder Nemotron-H is NoPE; rotaries only in the ASR audio encoder (input_features) and the word-timestamp head over audio frames",
+    ),
+    "nemotron3_diarization": (
+        "not text RoPE",
+        "Nemotron3DiarizationModel.forward takes no input_ids; Nemotron3DiarizationAudioModel.forward takes no input_ids",
     ),
     "neucodec": ("not text RoPE", "NeuCodecModel.forward takes no input_ids"),
     "pe_audio": (

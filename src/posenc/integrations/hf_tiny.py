@@ -129,6 +129,18 @@ def default_ignores_partial() -> frozenset[str]:
     return frozenset(out)
 
 
+def undeclared_mrope_axes() -> dict[str, int]:
+    """Model folders whose rotary expands ``position_ids`` to a literal number of axes other
+    than three, with that number (the source of
+    :data:`posenc.integrations.hf_conventions.UNDECLARED_MROPE_AXES`)."""
+    expand = re.compile(r"position_ids\.expand\((\d+), -1, -1\)")
+    found = {
+        family: {int(n) for n in expand.findall(_modeling_source(family))} - {3}
+        for family in rope_families()
+    }
+    return {family: axes.pop() for family, axes in found.items() if len(axes) == 1}
+
+
 def rotary_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """HF's rotary modules in ``model``: every submodule whose class name ends with
     ``RotaryEmbedding`` (posenc's own modules excluded)."""
@@ -267,6 +279,16 @@ def _vocab(overrides: dict[str, Any], config: dict[str, Any]) -> None:
     overrides["vocab_size"] = max([128, *[i + 1 for i in ids]])
 
 
+def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """Set ``overrides`` into ``raw``; a dict into a sub-config dict is merged key by key
+    (at any depth), except ``rope_parameters``, which is replaced whole."""
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict) and key != "rope_parameters":
+            _merge(raw[key], value)
+        else:
+            raw[key] = copy.deepcopy(value)
+
+
 def _modeling_source(family: str) -> str:
     return "".join(f.read_text() for f in sorted((_models_dir() / family).glob("modeling_*.py")))
 
@@ -350,9 +372,7 @@ def build_tiny(family: str) -> tuple[nn.Module, dict[str, Any], str] | str:
             raw = _shrink(default, mrope)
             _vocab(raw, default)
             overrides = OVERRIDES.get(model_type, OVERRIDES.get(family, {}))
-            for key, value in overrides.items():  # sub-configs: merged
-                merge = isinstance(value, dict) and isinstance(raw.get(key), dict)
-                raw[key] = {**raw[key], **value} if merge else value
+            _merge(raw, overrides)
             for key in ("model_type", "transformers_version", "architectures"):
                 raw.pop(key, None)
             config = config_cls(**raw)

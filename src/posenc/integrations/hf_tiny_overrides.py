@@ -14,8 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-#: Config values per model type (else per family folder); dict values of sub-configs are
-#: merged into the shrunk sub-config.
+#: Config values per model type (else per family folder); a dict into a sub-config is
+#: merged into it key by key (``rope_parameters`` is replaced whole).
 OVERRIDES: dict[str, dict[str, Any]] = {
     "zamba2": {"use_mem_rope": True},  # off by default: no rotary module
     "recurrent_gemma": {"block_types": ["recurrent", "attention"]},  # 2 layers: one attention
@@ -101,6 +101,22 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         "deepstack_layer_map": [[-1, 0]],
         "spatial_target_layers": [0, 1, 0, 1],
     },
+    # audio-only models: the speaker head reads the (shrunk) audio encoder's width
+    "nemotron3_diarization": {"head_config": {"audio_hidden_size": 64}},
+    "nemo_speechlm": {
+        "audio_config": {"diarization_config": {"head_config": {"audio_hidden_size": 64}}},
+        "text_config": {"num_key_value_heads": 4},
+    },
+    # ERNIE-4.5-VL pairs h with w frequency by frequency: its sections must be [h, w, t], h = w
+    "ernie4_5_vl_moe": {
+        "text_config": {
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 500000.0,
+                "mrope_section": [3, 3, 2],
+            }
+        }
+    },
     "emu3": {"vocabulary_map": {"<image>": 127, "<|extra_200|>": 126}},  # None by default
 }
 
@@ -147,10 +163,19 @@ def _voxtral_realtime(model: nn.Module, inputs: dict[str, Any], gen: torch.Gener
     inputs["encoder_inputs_embeds"] = torch.randn(shape, generator=gen)
 
 
+def _neomme(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
+    """NeoMME's rotary reads (row, column) positions, ``(2, batch, seq)``: the h and w rows of
+    :func:`~posenc.integrations.hf_tiny.mrope_positions`, so that the two axes differ."""
+    from posenc.integrations.hf_tiny import mrope_positions
+
+    inputs["position_ids"] = mrope_positions()[1:]
+
+
 #: Inputs besides the token ids, per family: each function edits the inputs in place.
 EXTRA_INPUTS: dict[str, Callable[[nn.Module, dict[str, Any], torch.Generator], None]] = {
     "dia": _dia,
     "kyutai_speech_to_text": _kyutai,
     "idefics": _idefics,
     "voxtral_realtime": _voxtral_realtime,
+    "neomme": _neomme,
 }
