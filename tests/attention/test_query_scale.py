@@ -162,3 +162,38 @@ def test_half_precision_rounds_once() -> None:
 def test_bad_arguments_raise(build: object, name: str) -> None:
     with pytest.raises(ValueError, match=name):
         build()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("chunk_size", [None, 6])
+def test_with_a_segment_method_decoding_equals_the_full_forward(chunk_size: int | None) -> None:
+    """q is scaled before the rotate-on-read path of a segment method (Self-Extend), and the
+    chunk mask reaches its segments: decoding through its unrotated cache stays exact."""
+    from posenc.segments import SelfExtend
+
+    torch.manual_seed(4)
+    pos = SelfExtend(RotaryEmbedding(DIM // HEADS), window=4, group=2)
+    layer = Attention(
+        DIM,
+        HEADS,
+        pos=pos,
+        query_scale=QueryScale.logn(5),
+        chunk_size=chunk_size,
+        dtype=torch.float64,
+    )
+    x = torch.randn(2, 13, DIM, dtype=torch.float64)
+    full = layer(x)
+    cache = KVCache(evict=False)
+    steps = [layer(x[:, :5], cache=cache)]
+    steps += [layer(x[:, t : t + 1], cache=cache) for t in range(5, 13)]
+    assert_close(torch.cat(steps, dim=1), full, atol=1e-12, rtol=0)
+    plain = Attention(DIM, HEADS, pos=pos, chunk_size=chunk_size, dtype=torch.float64)
+    plain.load_state_dict(layer.state_dict())
+    assert not torch.allclose(plain(x), full)  # the scale acts (positions 5.. exceed L = 5)
+    if chunk_size is not None:  # the chunk mask reaches the segments: rows of chunk 0 only
+        unchunked = Attention(
+            DIM, HEADS, pos=pos, query_scale=QueryScale.logn(5), dtype=torch.float64
+        )
+        unchunked.load_state_dict(layer.state_dict())
+        other = unchunked(x)
+        assert_close(other[:, :chunk_size], full[:, :chunk_size], atol=1e-12, rtol=0)
+        assert not torch.allclose(other[:, chunk_size:], full[:, chunk_size:])
