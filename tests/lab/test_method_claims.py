@@ -68,6 +68,22 @@ def _degrades_less_cases(encoding: str, than: str, multiplier: float, **where: A
     }
 
 
+def _lower_cases(better: str, worse: str, multiplier: float) -> dict[str, Any]:
+    """ppl(worse) / ppl(better) at ``multiplier``·T: 6/3, 5/5 (mean 1.5 ≥ 1); 3/6, 4/5
+    (0.65). Rows at the other lengths say the opposite and must be ignored."""
+    other = 8.0 if multiplier != 8.0 else 2.0
+    decoy = _lm(worse, {other: [1.0, 1.0]}) + _lm(better, {other: [9.0, 9.0]})
+
+    def rows(worse_at: list[float | None], better_at: list[float | None]) -> list[Row]:
+        return _lm(worse, {multiplier: worse_at}) + _lm(better, {multiplier: better_at}) + decoy
+
+    return {
+        "holds": (rows([6.0, 5.0], [3.0, 5.0]), 1.5),
+        "fails": (rows([3.0, 4.0], [6.0, 5.0]), 0.65),
+        "undefined": rows([6.0, 5.0], [3.0, None]),
+    }
+
+
 def _linear_rows(nope: list[float | None], rope: list[float | None]) -> list[Row]:
     """Linear-attention rows at T, and softmax rows (no backend column) saying the opposite."""
     linear = _lm("nope", {1.0: nope}, backend="linear") + _lm("rope", {1.0: rope}, backend="linear")
@@ -87,12 +103,8 @@ METHOD_CASES: dict[str, dict[str, Any]] = {
     "cape_degrades_less_than_sinusoidal_2x": _degrades_less_cases(
         "cape", "sinusoidal", 2.0, pos_kwargs=_RECIPE
     ),
-    "hope_lower_than_rope_8x": {
-        # ppl(rope) / ppl(hope) at 8T: 6/3, 5/5 (mean 1.5 ≥ 1); 3/6, 4/5 (0.65)
-        "holds": (_lm("rope", {8.0: [6.0, 5.0]}) + _lm("hope", {8.0: [3.0, 5.0]}), 1.5),
-        "fails": (_lm("rope", {8.0: [3.0, 4.0]}) + _lm("hope", {8.0: [6.0, 5.0]}), 0.65),
-        "undefined": _lm("rope", {8.0: [6.0, 5.0]}) + _lm("hope", {8.0: [3.0, None]}),
-    },
+    "hope_lower_than_rope_2x": _lower_cases("hope", "rope", 2.0),
+    "hope_lower_than_rope_8x": _lower_cases("hope", "rope", 8.0),
     "rope_helps_linear_attention": {
         # ppl(nope) / ppl(rope) at T, linear backend: 4/2, 5/5 (1.5); 2/4, 3/5 (0.55)
         "holds": (_linear_rows([4.0, 5.0], [2.0, 5.0]), 1.5),
