@@ -166,3 +166,63 @@ def test_hw_interleaved_t_tail_mrope_is_a_frequency_matrix(neox: bool) -> None:
     tables = rope.rotary_tables(positions, torch.float64)
     got, _ = rope.rotate_qk(q, q.clone(), tables, tables)
     assert_close(got, _vllm_rotate(q, angles, head_dim, neox), atol=1e-12, rtol=0)
+
+
+def _axis_rope(axis: list[int], inv: torch.Tensor, num_axes: int, neox: bool) -> MultiAxisRotary:
+    """``MultiAxisRotary`` whose pair ``p`` reads axis ``axis[p]`` at frequency ``inv[p]``."""
+    frequencies = torch.zeros(len(axis), num_axes, dtype=torch.float64)
+    frequencies[torch.arange(len(axis)), torch.tensor(axis)] = inv
+    return MultiAxisRotary(2 * len(axis), frequencies, layout="half" if neox else "interleaved")
+
+
+def _check_axis_rope(axis: list[int], inv: torch.Tensor, num_axes: int, neox: bool) -> None:
+    """posenc's rotation equals vLLM's (each pair's cos/sin row taken from its axis)."""
+    head_dim = 2 * len(axis)
+    rope = _axis_rope(axis, inv, num_axes, neox)
+    torch.manual_seed(3)
+    positions = torch.randint(0, 60, (num_axes, 9))
+    q = torch.randn(1, 2, 9, head_dim, dtype=torch.float64)
+    angles = positions.T.to(torch.float64)[:, torch.tensor(axis)] * inv
+    tables = rope.rotary_tables(positions, torch.float64)
+    got, _ = rope.rotate_qk(q, q.clone(), tables, tables)
+    assert_close(got, _vllm_rotate(q, angles, head_dim, neox), atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_hunyuan_xdrope_is_a_frequency_matrix_at_the_alpha_base(neox: bool) -> None:
+    """``XDRotaryEmbedding`` (``"xdrope"``, Hunyuan-VL): 4 axes (P, W, H, T), pairs in
+    contiguous ``xdrope_section`` blocks read axis ``k`` of block ``k``, frequencies at the
+    NTK-α base ``b · α^(d/(d−2))`` (its parent ``DynamicNTKAlphaRotaryEmbedding``)."""
+    sections, d, alpha = [4, 4, 4, 4], 32, 1000.0
+    inv = torch.tensor(_inv_freq(d, 10000.0 * alpha ** (d / (d - 2))), dtype=torch.float64)
+    axis = [k for k, size in enumerate(sections) for _ in range(size)]
+    assert_close(NTKAware(alpha).inv_freq(d, 10000.0), inv, atol=0, rtol=1e-13)
+    _check_axis_rope(axis, inv, 4, neox)
+
+
+def _pangu_axes(t: int, h: int, w: int) -> list[int]:
+    """openPangu's ``get_mrope_interleaved_id_list(t, h, w, force_last=True)``: greedily the
+    axis least placed relative to its count, never the same twice in a row while another is
+    left (ties to the lower axis); the last pair is forced to axis 0 (time)."""
+    counts = {0: t - 1, 1: h, 2: w}
+    placed, left, order, last = dict.fromkeys(counts, 0), dict(counts), [], None
+    for _ in range(sum(counts.values())):
+        candidates = [a for a in left if left[a] > 0 and a != last] or [
+            a for a in left if left[a] > 0
+        ]
+        best = min(candidates, key=lambda a: (placed[a] / counts[a], a))
+        order.append(best)
+        placed[best] += 1
+        left[best] -= 1
+        last = best
+    return [*order, 0]
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_openpangu_interleaved_mrope_is_a_frequency_matrix(neox: bool) -> None:
+    """``MRotaryEmbeddingInterleaved`` (``"openpangu"``): pair ``p`` reads the axis of the
+    openPangu id list; not Qwen3-VL's ``t h w t h w`` order, a frequency matrix of its own."""
+    axis = _pangu_axes(4, 6, 6)
+    assert len(axis) == 16 and axis[-1] == 0 and axis.count(0) == 4
+    inv = torch.tensor(_inv_freq(32, 10000.0), dtype=torch.float64)
+    _check_axis_rope(axis, inv, 3, neox)
