@@ -242,3 +242,18 @@ def test_several_tokens_per_cache_step() -> None:
     cache = KVCache()
     steps = [layer(x[:, a:b], cache=cache) for a, b in ((0, 6), (6, 9), (9, 10), (10, 16))]
     assert_close(torch.cat(steps, dim=1), layer(x), atol=1e-12, rtol=0)
+
+
+@pytest.mark.slow
+def test_compiled_flex_equals_sdpa() -> None:
+    """The chunk ``mask_mod`` (with a per-row chunk start) in compiled FlexAttention."""
+    torch.manual_seed(6)
+    reference = Attention(DIM, HEADS, pos=AlibiBias(HEADS), chunk_size=16)
+    flex = Attention(DIM, HEADS, pos=AlibiBias(HEADS), chunk_size=16, backend=Backend("flex"))
+    flex.load_state_dict(reference.state_dict())
+    x = torch.randn(2, 200, DIM)
+    padding = torch.ones(2, 200, dtype=torch.bool)
+    padding[1, :37] = False
+    with torch.no_grad():
+        for kwargs in ({}, {"key_padding_mask": padding}):
+            assert_close(flex(x, **kwargs), reference(x, **kwargs), atol=1e-5, rtol=1e-5)
