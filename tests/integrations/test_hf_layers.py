@@ -82,6 +82,15 @@ def test_qwen_logn_and_ministral_beta() -> None:
             "llama_4_scaling_beta": 0.1,
         },
     }
+    gemma3 = {  # nested per-layer-type rope_parameters and no temperature: plain layers
+        "num_hidden_layers": 2,
+        "layer_types": ["sliding_attention", "full_attention"],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+    }
+    assert layer_schedule_from_config(gemma3) == (LayerAttention(),) * 2
     scale = model_options_from_config(ministral)["query_scale"]
     positions = torch.tensor([0, 16383, 16384, 50000, 400000])
     want = attention_scale_from_config(ministral, positions)

@@ -128,11 +128,11 @@ def _scales(config: Any) -> tuple[QueryScale | None, bool]:
                 f"got {seq_length!r}"
             )
         found.append((QueryScale.logn(seq_length), False))
-    params = _rope_dict(config) if _get(config, "rope_parameters") is not None else {}
-    beta = params.get("llama_4_scaling_beta")
-    if beta is not None:
+    raw = _get(config, "rope_parameters") or _get(config, "rope_scaling")
+    if isinstance(raw, Mapping) and raw.get("llama_4_scaling_beta") is not None:
+        params = _rope_dict(config)  # validated only when it holds β (nested ones have none)
         original = _original_max_position(config, params)
-        found.append((QueryScale.ministral3(beta, original), False))
+        found.append((QueryScale.ministral3(params["llama_4_scaling_beta"], original), False))
     if len(found) > 1:
         raise ValueError(
             "config sets more than one query temperature (attn_temperature_tuning, "
