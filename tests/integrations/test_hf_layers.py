@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.attention import Attention, QueryScale
+from posenc.attention import Attention, KVCache, QueryScale
 from posenc.integrations.hf import (
     attention_scale_from_config,
     layer_schedule_from_config,
@@ -152,6 +152,7 @@ def _hf_llama4(**more: Any) -> Any:
 def test_attention_equals_hf_llama4_text_attention(layer_index: int, padded: bool) -> None:
     """posenc's Attention built from the schedule, with HF's weights, equals HF's
     ``Llama4TextAttention`` with HF's masks (float64; HF rotates in float32)."""
+    pytest.importorskip("transformers")
     from transformers.masking_utils import create_causal_mask, create_chunked_causal_mask
     from transformers.models.llama4 import modeling_llama4
 
@@ -194,3 +195,52 @@ def test_attention_equals_hf_llama4_text_attention(layer_index: int, padded: boo
     tolerance = 3e-6 if plan.encoded else 1e-7
     assert_close(got[real], want[real], atol=tolerance, rtol=0)
     assert plan.query_scale is None or not plan.encoded
+
+
+@pytest.mark.parametrize("layer_index", [0, 3])
+def test_decoding_equals_hf_decoding_with_its_cache(layer_index: int) -> None:
+    """Prefill 5 tokens then decode 6, HF with its ``DynamicCache`` (a sliding-window layer
+    for the chunked one; the temperature read from ``past_seen_tokens``) against posenc with
+    a ``KVCache``, in float64."""
+    pytest.importorskip("transformers")
+    from transformers import DynamicCache
+    from transformers.masking_utils import create_causal_mask, create_chunked_causal_mask
+    from transformers.models.llama4 import modeling_llama4
+
+    config = _hf_llama4()
+    plan = layer_schedule_from_config(config)[layer_index]
+    torch.manual_seed(10 + layer_index)
+    hf = modeling_llama4.Llama4TextAttention(config, layer_index).double()
+    for p in hf.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    pos = RotaryEmbedding(8, base=config.rope_parameters["rope_theta"], layout="interleaved")
+    ours = Attention(
+        32,
+        4,
+        num_kv_heads=2,
+        head_dim=8,
+        pos=pos if plan.encoded else None,
+        chunk_size=plan.chunk_size,
+        query_scale=plan.query_scale,
+        dtype=torch.float64,
+    )
+    for name, hf_name in (("q", "q"), ("k", "k"), ("v", "v"), ("out", "o")):
+        getattr(ours, f"{name}_proj").weight.data.copy_(getattr(hf, f"{hf_name}_proj").weight)
+    x = torch.randn(1, 11, 32, dtype=torch.float64)
+    rotary = modeling_llama4.Llama4TextRotaryEmbedding(config)
+    steps = [(0, 5)] + [(t, t + 1) for t in range(5, 11)]
+    hf_cache, cache, want, got = DynamicCache(config=config), KVCache(), [], []
+    for start, stop in steps:
+        part, positions = x[:, start:stop], torch.arange(start, stop)[None]
+        kwargs = {"inputs_embeds": part, "attention_mask": None, "past_key_values": hf_cache}
+        if plan.chunk_size:
+            mask = create_chunked_causal_mask(
+                config=config, position_ids=positions, layer_idx=layer_index, **kwargs
+            )
+        else:
+            mask = create_causal_mask(config=config, position_ids=positions, **kwargs)
+        with torch.no_grad():
+            want.append(hf(part, rotary(part, positions), mask, past_key_values=hf_cache)[0])
+            got.append(ours(part, cache=cache))
+    tolerance = 3e-6 if plan.encoded else 1e-7  # HF: float32 rotation, float32 temperature
+    assert_close(torch.cat(got, 1), torch.cat(want, 1), atol=tolerance, rtol=0)
