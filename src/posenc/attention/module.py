@@ -172,7 +172,7 @@ class Attention(nn.Module):
                 batch or device, or positions outside ``[-2**62, 2**62)``
                 (:func:`~posenc.attention.build_context`); ``cache`` not a
                 :class:`KVCache`, or holding another layer's keys (heads, head width, batch,
-                position axes, dtype, device).
+                position axes, dtype, device), or one that dropped keys under ``chunk_size``.
         """
         self._check_x(x)
         batch, seq, _ = x.shape
