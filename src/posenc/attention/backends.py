@@ -35,16 +35,18 @@ from posenc.attention.chunked import chunked_attention
 from posenc.attention.context import AttentionContext
 from posenc.attention.flex import flex_attention_backend, flex_available
 from posenc.attention.hooks import Hooks
-from posenc.attention.linear import FEATURE_MAPS, FeatureMap, check_linear_serves
 from posenc.attention.local_chunks import chunk_by_chunk, serves
 from posenc.attention.rows import compute_dtype
 from posenc.attention.sdpa import sdpa_attention
 from posenc.attention.stickbreaking import stick_breaking_attention
 
 __all__ = [
+    "FEATURE_MAPS",
     "SMALL_SCORES",
     "Backend",
     "BackendName",
+    "FeatureMap",
+    "check_linear_serves",
     "choose_backend",
     "resolve_backend",
     "run_backend",
@@ -56,6 +58,12 @@ NAMES: tuple[str, ...] = get_args(BackendName)
 #: ``q_len · k_len`` up to which ``auto`` materializes logit terms with ``sdpa``: below it
 #: one fused call beats blocks (see docs/performance.md).
 SMALL_SCORES = 512 * 512
+
+
+FeatureMap = Literal["elu", "relu"]
+#: The ``linear`` backend's feature maps φ (:mod:`posenc.attention.linear`): ``"elu"`` is
+#: ``elu(x) + 1`` (positive), ``"relu"`` is ``max(x, 0)``.
+FEATURE_MAPS: tuple[str, ...] = get_args(FeatureMap)
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,29 @@ class Backend:
             raise ValueError(
                 "backend 'flex' has no attention dropout; use dropout=0 or another backend"
             )
+
+
+def check_linear_serves(hooks: Hooks, *, dropout: float) -> None:
+    """Raise ``ValueError`` when linear attention cannot serve ``hooks``: it never forms the
+    (query, key) logits, so nothing can be added to them, and it has no probabilities to
+    drop; a segment method positions each pair by region, which needs pairs."""
+    name = type(hooks.encoding).__name__
+    if hooks.logit_terms:
+        raise ValueError(
+            f"backend 'linear' cannot serve {name}: linear attention never forms the "
+            "(query, key) logits, so a bias, logit term, score map, sink, token-state bias or "
+            "weights in place of the softmax cannot enter; use 'sdpa', 'chunked' or 'auto'"
+        )
+    if hooks.segments or hooks.per_query_lengths:
+        raise ValueError(
+            f"backend 'linear' cannot serve {name}: it positions each (query, key) pair by "
+            "where the pair lies, which needs the pairs; use 'sdpa', 'chunked' or 'auto'"
+        )
+    if dropout > 0.0:
+        raise ValueError(
+            "backend 'linear' has no attention probabilities to drop; use dropout=0 or a "
+            "softmax backend"
+        )
 
 
 def resolve_backend(backend: str | Backend) -> Backend:

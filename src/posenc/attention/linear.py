@@ -26,12 +26,13 @@ equals the full forward (as for every posenc cache).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from posenc.attention.backends import FEATURE_MAPS
 from posenc.attention.context import AttentionContext
 from posenc.attention.hooks import Hooks
 from posenc.attention.rows import compute_dtype
@@ -41,17 +42,10 @@ if TYPE_CHECKING:
     from posenc.attention.cache import KVCache
 
 __all__ = [
-    "FEATURE_MAPS",
-    "FeatureMap",
-    "check_linear_serves",
     "feature_map",
     "linear_attention",
     "linear_self_attention",
 ]
-
-FeatureMap = Literal["elu", "relu"]
-#: Feature maps φ: ``"elu"`` is ``elu(x) + 1`` (positive), ``"relu"`` is ``max(x, 0)``.
-FEATURE_MAPS: tuple[str, ...] = get_args(FeatureMap)
 
 #: Query rows per block of the causal form (its pairs are written out per block).
 DEFAULT_BLOCK = 64
@@ -66,29 +60,6 @@ def feature_map(x: Tensor, kind: str) -> Tensor:
     raise ValueError(
         f"feature_map must be one of {', '.join(map(repr, FEATURE_MAPS))}; got {kind!r}"
     )
-
-
-def check_linear_serves(hooks: Hooks, *, dropout: float) -> None:
-    """Raise ``ValueError`` when linear attention cannot serve ``hooks``: it never forms the
-    (query, key) logits, so nothing can be added to them, and it has no probabilities to
-    drop; a segment method positions each pair by region, which needs pairs."""
-    name = type(hooks.encoding).__name__
-    if hooks.logit_terms:
-        raise ValueError(
-            f"backend 'linear' cannot serve {name}: linear attention never forms the "
-            "(query, key) logits, so a bias, logit term, score map, sink, token-state bias or "
-            "weights in place of the softmax cannot enter; use 'sdpa', 'chunked' or 'auto'"
-        )
-    if hooks.segments or hooks.per_query_lengths:
-        raise ValueError(
-            f"backend 'linear' cannot serve {name}: it positions each (query, key) pair by "
-            "where the pair lies, which needs the pairs; use 'sdpa', 'chunked' or 'auto'"
-        )
-    if dropout > 0.0:
-        raise ValueError(
-            "backend 'linear' has no attention probabilities to drop; use dropout=0 or a "
-            "softmax backend"
-        )
 
 
 def linear_self_attention(
