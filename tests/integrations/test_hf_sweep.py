@@ -6,6 +6,7 @@ true. Slow (about 5 minutes on one core for all 198 families); `make test-slow` 
 from __future__ import annotations
 
 import pytest
+import torch
 
 transformers = pytest.importorskip("transformers")
 from posenc.integrations import hf_sweep  # noqa: E402
@@ -31,6 +32,21 @@ def test_a_family_whose_rotaries_never_run_is_not_equal(monkeypatch: pytest.Monk
         "could not build",
         "no text rotary ran on the tiny inputs",
     )
+
+
+def test_a_text_rotary_without_hf_contract_is_refused_not_skipped() -> None:
+    """CLVP's text encoder rotates text tokens through a module patch_rotary cannot replace:
+    the sweep reports posenc's refusal, not 'not text RoPE'."""
+    result = check_family("clvp")
+    assert result.status == "refused"
+    assert "ClvpRotaryPositionalEmbedding" in result.detail and "ValueError" in result.detail
+
+
+def test_float64_comparison_leaves_only_hf_float32_tables() -> None:
+    """--dtype float64: model and inputs in float64; HF's rotary still builds its tables in
+    float32, so the difference is that rounding, far below the tolerance."""
+    result = check_family("llama", dtype=torch.float64)
+    assert result.status == "equal" and result.max_diff is not None and result.max_diff < 1e-6
 
 
 @pytest.mark.slow

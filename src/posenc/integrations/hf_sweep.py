@@ -70,6 +70,16 @@ NOT_TEXT_ROPE: dict[str, str] = {
     "pocket_tts_audio_tokenizer": "audio codec (tokenizer of audio), no token inputs",
     "nemotron3_5_transcribe": "text decoder Nemotron-H is NoPE; rotaries only in the ASR audio "
     "encoder (input_features) and the word-timestamp head over audio frames",
+    "esmfold2": "its rotary (EsmFold2RotaryEmbedding) rotates by atoms' 3-D reference positions "
+    "and space ids in the atom encoder, not by token index",
+    "eomt_dinov3": "image segmentation (EoMT on DINOv3): its rotary is the ViT's 2-D patch "
+    "rotary (EomtDinov3RotaryEmbedding), pixel inputs only",
+}
+#: Families whose rotary acts on text tokens through a module without HF's
+#: ``forward(x, position_ids)`` contract: the sweep asks ``patch_rotary``, which refuses.
+OTHER_CONTRACT: dict[str, str] = {
+    "clvp": "its text encoder's rotary (ClvpRotaryPositionalEmbedding.forward(hidden_states), "
+    "phases for 0…seq-1) lacks HF's (x, position_ids) → (cos, sin) contract",
 }
 
 
@@ -105,9 +115,15 @@ def _output(model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
     for key in ("logits", "last_hidden_state", "prediction_logits"):
         value = getattr(out, key, None)
         if isinstance(value, torch.Tensor):
-            return value.float()
+            return value.double()
     if isinstance(out, tuple) and isinstance(out[0], torch.Tensor):
-        return out[0].float()
+        return out[0].double()
+    # contrastive towers (PE Audio): each tower's per-token states, where its rotary acts
+    towers = [getattr(out, key, None) for key in out if key.endswith("_outputs")]
+    states = [getattr(t, "last_hidden_state", None) for t in towers]
+    tensors = [s.double().flatten() for s in states if isinstance(s, torch.Tensor)]
+    if tensors and len(tensors) == len(states):
+        return torch.cat(tensors)
     raise TypeError(f"no logits or hidden state in {type(out).__name__}")
 
 
@@ -116,8 +132,11 @@ def _first_line(err: BaseException) -> str:
     return re.sub(r"\s+", " ", text)[:300]
 
 
-def check_family(family: str, tolerance: float = TOLERANCE) -> FamilyResult:
-    """Build ``family`` tiny, patch it with posenc's RoPE and compare outputs (see module doc)."""
+def check_family(
+    family: str, tolerance: float = TOLERANCE, dtype: torch.dtype = torch.float32
+) -> FamilyResult:
+    """Build ``family`` tiny in ``dtype``, patch it with posenc's RoPE and compare outputs
+    (see module doc)."""
     from posenc.integrations.hf import patch_rotary
     from posenc.integrations.hf_patch import _is_text_rotary
 
@@ -125,7 +144,7 @@ def check_family(family: str, tolerance: float = TOLERANCE) -> FamilyResult:
         return FamilyResult(family, "not text RoPE", NOT_TEXT_ROPE[family])
     with _quiet():
         try:
-            built = build_tiny(family)
+            built = build_tiny(family, dtype)
         except Exception as err:
             return FamilyResult(family, "could not build", _first_line(err))
         if isinstance(built, str):
@@ -136,6 +155,12 @@ def check_family(family: str, tolerance: float = TOLERANCE) -> FamilyResult:
             why = f"the tiny {name} holds no rotary module (its rotary is in parts not built)"
             return FamilyResult(family, "could not build", why, None, name)
         if not any(_is_text_rotary(m) for _, m in rotary_modules(model)):
+            if family in OTHER_CONTRACT:
+                try:
+                    patch_rotary(model, keep_non_text=True)
+                except ValueError as err:
+                    why = f"{OTHER_CONTRACT[family]}: {_first_line(err)}"
+                    return FamilyResult(family, "refused", why, None, name)
             where = sorted({f"{type(m).__name__}" for _, m in rotaries})
             return FamilyResult(family, "not text RoPE", f"rotaries only in {where}", None, name)
         try:
@@ -197,13 +222,18 @@ def output_and_rotary_calls(model: nn.Module, inputs: dict[str, Any]) -> tuple[T
             hook.remove()
 
 
-def sweep(families: Sequence[str] | None = None, *, progress: bool = False) -> list[FamilyResult]:
-    """:func:`check_family` for ``families`` (default: every RoPE family installed)."""
+def sweep(
+    families: Sequence[str] | None = None,
+    *,
+    progress: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> list[FamilyResult]:
+    """:func:`check_family` in ``dtype`` for ``families`` (default: every RoPE family)."""
     results = []
     for family in families or rope_families():
         torch.manual_seed(0)
         start = time.perf_counter()
-        result = check_family(family)
+        result = check_family(family, dtype=dtype)
         if progress:
             seconds = time.perf_counter() - start
             print(f"{family:28s} {seconds:5.1f}s {result.status:16s} {result.detail}", flush=True)
@@ -232,9 +262,12 @@ def main(argv: Sequence[str] | None = None) -> list[FamilyResult]:
     parser.add_argument("families", nargs="*", help="families (default: all RoPE families)")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--dtype", choices=("float32", "float64"), default="float32", help="models and inputs"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    results = sweep(args.families or None, progress=True)
+    results = sweep(args.families or None, progress=True, dtype=getattr(torch, args.dtype))
     table = table_markdown(results)
     print(table.splitlines()[0])
     if args.markdown:

@@ -281,12 +281,13 @@ def _vocab(overrides: dict[str, Any], config: dict[str, Any]) -> None:
 
 def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
     """Set ``overrides`` into ``raw``; a dict into a sub-config dict is merged key by key
-    (at any depth), except ``rope_parameters``, which is replaced whole."""
+    (at any depth), except ``rope_parameters``, which is replaced whole; a callable is called
+    for the value (a config object, built only when transformers is there)."""
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(raw.get(key), dict) and key != "rope_parameters":
             _merge(raw[key], value)
         else:
-            raw[key] = copy.deepcopy(value)
+            raw[key] = value() if callable(value) else copy.deepcopy(value)
 
 
 def _modeling_source(family: str) -> str:
@@ -322,12 +323,14 @@ def _forward_inputs(model: nn.Module, vocab: int, family: str) -> dict[str, Any]
     import inspect
 
     params = inspect.signature(model.forward).parameters
-    if "input_ids" not in params:
-        return f"{type(model).__name__}.forward takes no input_ids"
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(1, min(vocab, 128), (BATCH, SEQ_LEN), generator=gen)
     inputs: dict[str, Any] = {"input_ids": ids}
-    if "decoder_input_ids" in params:
+    if "input_ids" not in params:  # a speech encoder-decoder: tokens reach the decoder only
+        if "decoder_input_ids" not in params or family not in EXTRA_INPUTS:
+            return f"{type(model).__name__}.forward takes no input_ids"
+        inputs = {"decoder_input_ids": ids}
+    elif "decoder_input_ids" in params:
         inputs["decoder_input_ids"] = ids[:, : SEQ_LEN // 2]
     if "use_cache" in params:
         inputs["use_cache"] = False
@@ -351,10 +354,12 @@ def mrope_positions(batch: int = BATCH, seq: int = SEQ_LEN) -> torch.Tensor:
     return torch.stack([t, h, w])[:, None].expand(3, batch, seq).clone()
 
 
-def build_tiny(family: str) -> tuple[nn.Module, dict[str, Any], str] | str:
-    """``(model, inputs, class name)`` of a tiny random ``family`` model in float32, or the
-    reason (a string) why the family has no text model with token inputs. Raises whatever HF
-    raises when the tiny config is invalid."""
+def build_tiny(
+    family: str, dtype: torch.dtype = torch.float32
+) -> tuple[nn.Module, dict[str, Any], str] | str:
+    """``(model, inputs, class name)`` of a tiny random ``family`` model in ``dtype`` (its
+    floating inputs too), or the reason (a string) why the family has no text model with
+    token inputs. Raises whatever HF raises when the tiny config is invalid."""
     from transformers import AutoConfig
 
     types = family_model_types(family)
@@ -378,13 +383,16 @@ def build_tiny(family: str) -> tuple[nn.Module, dict[str, Any], str] | str:
             config = config_cls(**raw)
             config._attn_implementation = "eager"
             torch.manual_seed(0)
-            model = cls(config).float().eval()
+            model = cls(config).to(dtype).eval()
         except Exception as err:
-            errors.append(f"{model_type}: {type(err).__name__}: {err}")
+            errors.append(f"{model_type}: {type(err).__name__}: {' '.join(str(err).split())}")
             continue
         vocab = int(getattr(config.get_text_config(), "vocab_size", 128) or 128)
         inputs = _forward_inputs(model, vocab, family)
         if isinstance(inputs, dict):
+            for key, value in inputs.items():
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    inputs[key] = value.to(dtype)
             return model, inputs, cls.__name__
         reasons.append(inputs)
     if not errors:

@@ -14,6 +14,25 @@ from typing import Any
 import torch
 from torch import nn
 
+
+def _vit_stand_in() -> Any:
+    """A tiny HF ViT classifier in place of PE Video's per-frame timm backbone (timm is not
+    installed, and needs torchvision): the frame features feed the video encoder's rotary
+    transformer, which is PE Video's own code; the backbone has no rotary."""
+    from transformers import ViTConfig
+
+    config = ViTConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        image_size=16,
+        patch_size=8,
+    )
+    config.num_labels = 16  # the classifier's width: the frame features' size
+    return config
+
+
 #: Config values per model type (else per family folder); a dict into a sub-config is
 #: merged into it key by key (``rope_parameters`` is replaced whole).
 OVERRIDES: dict[str, dict[str, Any]] = {
@@ -117,6 +136,26 @@ OVERRIDES: dict[str, dict[str, Any]] = {
             }
         }
     },
+    # partial factor 0.9: head_dim 20 (hidden 80, 4 heads) rotates an even 18 channels
+    "moonshine": {
+        "hidden_size": 80,
+        "encoder_num_attention_heads": 4,
+        "decoder_num_attention_heads": 4,
+        "encoder_num_key_value_heads": 4,
+        "decoder_num_key_value_heads": 4,
+        "encoder_num_hidden_layers": 2,
+        "decoder_num_hidden_layers": 2,
+    },
+    "moonshine_streaming": {"num_key_value_heads": 4},  # read by the decoder, not declared
+    # an image matcher: its width must stay the CNN backbone's last stage (256)
+    "efficientloftr": {
+        "hidden_size": 256,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "intermediate_size": 512,
+    },
+    "pe_video": {"video_config": {"vision_config": _vit_stand_in}},
+    "pe_audio_video": {"audio_video_config": {"video_config": {"vision_config": _vit_stand_in}}},
     "emu3": {"vocabulary_map": {"<image>": 127, "<|extra_200|>": 126}},  # None by default
 }
 
@@ -171,6 +210,33 @@ def _neomme(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> N
     inputs["position_ids"] = mrope_positions()[1:]
 
 
+def _audio(samples: int) -> Callable[[nn.Module, dict[str, Any], torch.Generator], None]:
+    """Speech encoder-decoders (Moonshine): the encoder reads ``samples`` of raw audio per
+    sample, ``input_values (batch, samples)``; the tokens go to the decoder."""
+
+    def add(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
+        batch = inputs["decoder_input_ids"].shape[0]
+        inputs["input_values"] = torch.randn(batch, samples, generator=gen)
+
+    return add
+
+
+def _pe_audio(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
+    """PE Audio pairs the text with a clip: raw mono audio ``(batch, 1, samples)`` into its
+    DAC codec (2048 samples: four hops of 512)."""
+    batch = inputs["input_ids"].shape[0]
+    inputs["input_values"] = torch.randn(batch, 1, 2048, generator=gen)
+
+
+def _pe_video(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
+    """PE Video pairs the text with a clip: 4 frames of 16×16 RGB, ``(batch, 4, 3, 16, 16)``
+    (the stand-in backbone's image size); PE Audio-Video adds the audio of PE Audio."""
+    batch = inputs["input_ids"].shape[0]
+    inputs["pixel_values_videos"] = torch.randn(batch, 4, 3, 16, 16, generator=gen)
+    if "pe_audio_video" in type(model).__module__:
+        _pe_audio(model, inputs, gen)
+
+
 #: Inputs besides the token ids, per family: each function edits the inputs in place.
 EXTRA_INPUTS: dict[str, Callable[[nn.Module, dict[str, Any], torch.Generator], None]] = {
     "dia": _dia,
@@ -178,4 +244,9 @@ EXTRA_INPUTS: dict[str, Callable[[nn.Module, dict[str, Any], torch.Generator], N
     "idefics": _idefics,
     "voxtral_realtime": _voxtral_realtime,
     "neomme": _neomme,
+    "pe_audio": _pe_audio,
+    "pe_video": _pe_video,
+    "pe_audio_video": _pe_video,
+    "moonshine": _audio(4000),  # 1/4 s at 16 kHz
+    "moonshine_streaming": _audio(1280),  # 16 frames of 5 ms
 }
