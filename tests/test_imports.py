@@ -68,7 +68,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
         ),
     ),
     ("attention", ("posenc.attention",)),
-    ("model", ("posenc.model", "posenc.registry", "posenc.integrations")),
+    (
+        "model",
+        (
+            "posenc.model",
+            "posenc.model_config",
+            "posenc.model_layout",
+            "posenc.registry",
+            "posenc.integrations",
+        ),
+    ),
     (
         "lab",
         (

@@ -19,14 +19,12 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_positive_int, validating_values
+from posenc._validate import check_positive_int
 from posenc.attention import (
     Attention,
     AttentionContext,
@@ -35,9 +33,10 @@ from posenc.attention import (
     QueryScale,
     build_context,
 )
-from posenc.attention.backends import NAMES as BACKENDS
-from posenc.attention.hooks import Hooks, hooks_of
-from posenc.registry import ModelDims, build_encoding
+from posenc.attention.hooks import Hooks
+from posenc.model_config import LayerAttention, ModelConfig
+from posenc.model_layout import LayerEncodings, check_tokens, layer_encodings
+from posenc.registry import build_encoding
 
 __all__ = [
     "Block",
@@ -48,149 +47,6 @@ __all__ = [
     "ModelConfig",
     "layer_encodings",
 ]
-
-
-@dataclass(frozen=True)
-class ModelConfig:
-    """Shape of a small transformer and its positional encoding.
-
-    Args:
-        vocab_size: token vocabulary (256 for bytes).
-        dim, depth, num_heads: width, layers and query heads.
-        num_kv_heads: key/value heads for grouped-query attention (default ``num_heads``).
-        mlp_ratio: hidden width of the MLP relative to ``dim`` (``int(mlp_ratio · dim) ≥ 1``).
-        max_seq_len: only used by encodings with a finite table (learned absolute).
-        pos: registered encoding name (see ``posenc list``).
-        pos_kwargs: keyword arguments for the encoding's constructor.
-        dropout: dropout on attention probabilities and residual branches, in ``[0, 1)``.
-        backend: attention backend, ``"auto"`` (default), ``"sdpa"``, ``"flex"`` or
-            ``"chunked"`` (see :mod:`posenc.attention.backends`).
-        nope_layers: indices in ``[0, depth)`` of layers whose attention gets no encoding
-            (Llama-4's iRoPE: every 4th layer, HF ``no_rope_layers`` flags 0); needs an
-            encoding that acts in attention (not an additive one).
-        chunk_size: chunked local attention (``Attention(chunk_size=)``, Llama-4's
-            ``attention_chunk_size``) on every layer not in ``nope_layers``; ≥ 1 or None.
-        query_scale: a :class:`~posenc.attention.QueryScale` (``QueryScale.llama4()``,
-            ``QueryScale.logn(train_len)``) on the ``nope_layers`` when there are any
-            (Llama-4's temperature tuning), else on every layer (Qwen-1's log-n); needs
-            one-axis positions.
-    """
-
-    vocab_size: int = 256
-    dim: int = 128
-    depth: int = 2
-    num_heads: int = 4
-    num_kv_heads: int | None = None
-    mlp_ratio: float = 4.0
-    max_seq_len: int = 1024
-    pos: str = "rope"
-    pos_kwargs: dict[str, Any] = field(default_factory=dict)
-    dropout: float = 0.0
-    backend: str = "auto"
-    nope_layers: tuple[int, ...] = ()
-    chunk_size: int | None = None
-    query_scale: QueryScale | None = None
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "dim", "depth", "num_heads", "max_seq_len"):
-            check_positive_int(name, getattr(self, name))
-        if self.dim % self.num_heads != 0:
-            raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
-        if self.num_kv_heads is not None:
-            check_positive_int("num_kv_heads", self.num_kv_heads)
-            if self.num_heads % self.num_kv_heads:
-                raise ValueError(
-                    f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads})"
-                )
-        ratio = self.mlp_ratio
-        if (
-            isinstance(ratio, bool)
-            or not isinstance(ratio, (int, float))
-            or not math.isfinite(ratio)
-        ):
-            raise ValueError(f"mlp_ratio must be a finite number > 0, got {ratio!r}")
-        if int(ratio * self.dim) < 1:
-            raise ValueError(
-                f"mlp_ratio must give at least one hidden unit: int(mlp_ratio * dim) = "
-                f"int({ratio} * {self.dim}) = {int(ratio * self.dim)}; "
-                f"use mlp_ratio >= {1 / self.dim:g}"
-            )
-        dropout = self.dropout
-        if (
-            isinstance(dropout, bool)
-            or not isinstance(dropout, (int, float))
-            or not 0.0 <= dropout < 1.0
-        ):
-            raise ValueError(f"dropout must be a number in [0, 1), got {dropout!r}")
-        if not isinstance(self.pos, str):
-            raise ValueError(f"pos must be an encoding name (str), got {type(self.pos).__name__}")
-        if not isinstance(self.pos_kwargs, dict):
-            raise ValueError(f"pos_kwargs must be a dict, got {type(self.pos_kwargs).__name__}")
-        if self.backend not in BACKENDS:
-            raise ValueError(
-                f"backend must be one of {', '.join(map(repr, BACKENDS))}; got {self.backend!r}"
-            )
-        object.__setattr__(self, "nope_layers", _check_nope_layers(self.nope_layers, self.depth))
-        if self.chunk_size is not None:
-            check_positive_int("chunk_size", self.chunk_size)
-        if self.query_scale is not None and not isinstance(self.query_scale, QueryScale):
-            raise ValueError(
-                "query_scale must be a posenc QueryScale (QueryScale.llama4(), "
-                f"QueryScale.logn(train_len)) or None; got {type(self.query_scale).__name__}"
-            )
-
-    def layer_attention(self, index: int) -> LayerAttention:
-        """What layer ``index``'s attention gets: the encoding or none (``nope_layers``),
-        ``chunk_size`` on the encoded layers, ``query_scale`` on the NoPE layers when there
-        are any, else on every layer (Llama-4: chunked RoPE layers, global NoPE layers with
-        the temperature)."""
-        nope = index in self.nope_layers
-        scaled = nope or not self.nope_layers
-        return LayerAttention(
-            encoded=not nope,
-            chunk_size=None if nope else self.chunk_size,
-            query_scale=self.query_scale if scaled else None,
-        )
-
-    def dims(self, *, causal: bool) -> ModelDims:
-        return ModelDims(
-            dim=self.dim,
-            num_heads=self.num_heads,
-            max_seq_len=self.max_seq_len,
-            causal=causal,
-            vocab_size=self.vocab_size,
-        )
-
-
-def _check_nope_layers(layers: object, depth: int) -> tuple[int, ...]:
-    """``nope_layers`` as a sorted tuple of distinct layer indices in ``[0, depth)``."""
-    if isinstance(layers, (str, bytes)) or not isinstance(layers, (tuple, list, range)):
-        raise ValueError(
-            f"nope_layers must be a tuple of layer indices, got {type(layers).__name__}"
-        )
-    for index in layers:
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < depth:
-            raise ValueError(
-                f"nope_layers must hold layer indices in [0, depth) = [0, {depth}); got {index!r}"
-            )
-    if len(set(layers)) != len(layers):
-        raise ValueError(f"nope_layers must not repeat a layer; got {list(layers)}")
-    return tuple(sorted(layers))
-
-
-@dataclass(frozen=True)
-class LayerAttention:
-    """One layer's attention options (:meth:`ModelConfig.layer_attention`).
-
-    Attributes:
-        encoded: the layer's attention takes the model's encoding (False: NoPE layer).
-        chunk_size: chunked local attention, or None (global).
-        query_scale: the query temperature, or None.
-    """
-
-    encoded: bool = True
-    chunk_size: int | None = None
-    query_scale: QueryScale | None = None
 
 
 class Block(nn.Module):
@@ -258,91 +114,6 @@ class Block(nn.Module):
         )
         x = x + self.drop(attended)
         return x + self.drop(self.mlp(self.mlp_norm(x)))
-
-
-def check_tokens(tokens: object, vocab_size: int) -> Tensor:
-    """Raise ``ValueError`` naming ``tokens`` unless they are integer ids in ``[0, vocab_size)``."""
-    if (
-        not isinstance(tokens, Tensor)
-        or tokens.dim() != 2
-        or tokens.is_floating_point()
-        or tokens.dtype == torch.bool
-    ):
-        got = (
-            f"{tokens.dtype} {tuple(tokens.shape)}"
-            if isinstance(tokens, Tensor)
-            else type(tokens).__name__
-        )
-        raise ValueError(f"tokens must be an integer tensor (batch, seq); got {got}")
-    if validating_values() and tokens.numel() > 0:
-        low, high = torch.stack(torch.aminmax(tokens)).tolist()  # one host sync per forward
-        if low < 0 or high >= vocab_size:
-            raise ValueError(
-                f"tokens must be ids in [0, vocab_size) = [0, {vocab_size}); got values from "
-                f"{low} to {high}"
-            )
-    return tokens
-
-
-@dataclass(frozen=True)
-class LayerEncodings:
-    """An encoding laid out over a model's layers (:func:`layer_encodings`).
-
-    Attributes:
-        additive: the encoding when it adds to the token embeddings, else None.
-        layers: per layer, the encoding its attention takes, or None.
-        hooks: the hooks positions follow (their number of axes, the encoding's checks);
-            no encoding's when it uses no positions.
-        token_embedding: the encoding when it replaces the token embedding (it reads the
-            token ids: ``embed_tokens``), else None.
-    """
-
-    additive: nn.Module | None
-    layers: list[nn.Module | None]
-    hooks: Hooks
-    token_embedding: nn.Module | None = None
-
-
-def layer_encodings(
-    build: Callable[[], nn.Module | None], depth: int, *, nope_layers: tuple[int, ...] = ()
-) -> LayerEncodings:
-    """Lay the encoding ``build()`` makes over ``depth`` layers: an additive one goes to the
-    embeddings, one reading token ids (``embed_tokens``) replaces the token embedding; one
-    acting in attention goes to every layer but the ``nope_layers`` (which get None), as one
-    shared instance (RoPE, T5: its tables are built once per forward) or one built per layer
-    (Shaw, XL; one with ``new_layer()`` makes the later layers' itself, sharing what the
-    method shares: DeBERTa's relative embeddings), the first one built going to the first
-    encoded layer; ``build`` may give None (no encoding)."""
-    first = build()
-    hooks = hooks_of(first)
-    acts_in_attention = hooks.rotary or hooks.logit_terms
-    if nope_layers and first is not None and not acts_in_attention:
-        raise ValueError(
-            f"nope_layers: {type(first).__name__} does not act in attention (it adds to or "
-            "replaces the embeddings), so no layer can go without it; give an encoding that "
-            "acts in attention (rope, alibi, ...)"
-        )
-    layers: list[nn.Module | None] = []
-    placed = False  # the first encoded layer takes `first`
-    for index in range(depth):
-        if first is None or not acts_in_attention or index in nope_layers:
-            layers.append(None)
-        elif not placed or first.shared_across_layers:
-            placed = True
-            layers.append(first)
-        elif callable(new_layer := getattr(first, "new_layer", None)):
-            # per-layer parts, shared ones kept (DeBERTa's relative embeddings: one table)
-            layers.append(new_layer())
-        else:
-            layers.append(build())
-    uses_positions = acts_in_attention or hooks.additive or hooks.token_embedding
-    positions = hooks if uses_positions else hooks_of(None)
-    return LayerEncodings(
-        first if hooks.additive else None,
-        layers,
-        positions,
-        first if hooks.token_embedding else None,
-    )
 
 
 def _check_token_embedding(encoding: nn.Module, config: ModelConfig) -> None:
