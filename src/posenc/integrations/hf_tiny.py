@@ -17,11 +17,16 @@ from typing import Any
 import torch
 from torch import nn
 
-from posenc.integrations.hf_tiny_overrides import EXTRA_INPUTS, MODEL_CLASS, OVERRIDES
+from posenc.integrations.hf_tiny_overrides import (
+    BATCH,
+    EXTRA_INPUTS,
+    MODEL_CLASS,
+    OVERRIDES,
+    SEQ_LEN,
+    mrope_positions,
+)
 
-SEQ_LEN = 12
 _ROTARY = re.compile(r"RotaryEmbedding|rotary_emb")
-BATCH = 2
 LAYERS = 2
 # Config keys set (when the default config has them) to make every model tiny.
 SIZES: dict[str, int] = {
@@ -340,18 +345,6 @@ def _forward_inputs(model: nn.Module, vocab: int, family: str) -> dict[str, Any]
     if family in EXTRA_INPUTS:
         EXTRA_INPUTS[family](model, inputs, gen)
     return inputs
-
-
-def mrope_positions(batch: int = BATCH, seq: int = SEQ_LEN) -> torch.Tensor:
-    """``(3, batch, seq)`` t/h/w positions of a 2×3 grid after two text tokens, then text:
-    three different rows, the grid's rows and columns far apart (h steps of 400, w of 700) so
-    that even the low frequencies that M-RoPE gives h and w tell the sections apart."""
-    t = torch.arange(seq)
-    h, w = t.clone(), t.clone()
-    grid = torch.arange(6)
-    h[2:8], w[2:8], t[2:8] = 2 + 400 * (grid // 3), 2 + 700 * (grid % 3), 2
-    t[8:] = h[8:] = w[8:] = torch.arange(5, 5 + seq - 8)
-    return torch.stack([t, h, w])[:, None].expand(3, batch, seq).clone()
 
 
 def build_tiny(

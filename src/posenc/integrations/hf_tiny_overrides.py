@@ -14,6 +14,22 @@ from typing import Any
 import torch
 from torch import nn
 
+#: Token ids per sample and samples per batch of every tiny model's inputs.
+SEQ_LEN = 12
+BATCH = 2
+
+
+def mrope_positions(batch: int = BATCH, seq: int = SEQ_LEN) -> torch.Tensor:
+    """``(3, batch, seq)`` t/h/w positions of a 2×3 grid after two text tokens, then text:
+    three different rows, the grid's rows and columns far apart (h steps of 400, w of 700) so
+    that even the low frequencies that M-RoPE gives h and w tell the sections apart."""
+    t = torch.arange(seq)
+    h, w = t.clone(), t.clone()
+    grid = torch.arange(6)
+    h[2:8], w[2:8], t[2:8] = 2 + 400 * (grid // 3), 2 + 700 * (grid % 3), 2
+    t[8:] = h[8:] = w[8:] = torch.arange(5, 5 + seq - 8)
+    return torch.stack([t, h, w])[:, None].expand(3, batch, seq).clone()
+
 
 def _vit_stand_in() -> Any:
     """A tiny HF ViT classifier in place of PE Video's per-frame timm backbone (timm is not
@@ -204,10 +220,8 @@ def _voxtral_realtime(model: nn.Module, inputs: dict[str, Any], gen: torch.Gener
 
 def _neomme(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
     """NeoMME's rotary reads (row, column) positions, ``(2, batch, seq)``: the h and w rows of
-    :func:`~posenc.integrations.hf_tiny.mrope_positions`, so that the two axes differ."""
-    from posenc.integrations.hf_tiny import mrope_positions
-
-    inputs["position_ids"] = mrope_positions()[1:]
+    :func:`mrope_positions`, so that the two axes differ."""
+    inputs["position_ids"] = mrope_positions(*inputs["input_ids"].shape)[1:]
 
 
 def _audio(samples: int) -> Callable[[nn.Module, dict[str, Any], torch.Generator], None]:
