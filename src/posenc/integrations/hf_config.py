@@ -75,7 +75,9 @@ _CLASSES: dict[str, type[Scaling]] = {
 _FIELD = {"attention_factor": "attention_factor_override"}  # HF key -> dataclass field
 _HF_KEY = {field: key for key, field in _FIELD.items()}
 # Scaling fields HF keeps outside rope_parameters (or has no notion of).
-_NOT_IN_ROPE_PARAMETERS = frozenset({"max_position_embeddings", "mode", "target_length", "dynamic"})
+_NOT_IN_ROPE_PARAMETERS = frozenset(
+    {"max_position_embeddings", "mode", "target_length", "dynamic", "extrapolation_factor"}
+)
 # GPT-NeoX's legacy names; their defaults are model-specific (rotary_pct defaults to 0.25).
 _MODEL_ALIASES = frozenset({"rotary_pct", "rotary_emb_base"})
 
@@ -357,8 +359,9 @@ def to_rope_parameters(rope: RotaryEmbedding) -> dict[str, Any]:
     (``attention_factor_override`` → ``attention_factor``). Not carried, because HF keeps
     them outside ``rope_parameters``: ``head_dim`` and ``max_position_embeddings`` (needed by
     ``dynamic``, and by ``longrope`` without ``factor``); nor the layout (HF is half-split).
-    posenc-only scalings (``NTKAware``, ``DynamicNTK(mode="fixed")``, dynamic ``YaRN``) have no
-    HF form and raise ValueError.
+    posenc-only scalings (``NTKAware``, ``DynamicNTK(mode="fixed")``, dynamic ``YaRN``, ``YaRN``
+    with ``extrapolation_factor`` ≠ 1, the vLLM ones of :mod:`posenc.rotary.scaling_vllm`) have
+    no HF form and raise ValueError.
 
     Example::
 
@@ -374,7 +377,11 @@ def to_rope_parameters(rope: RotaryEmbedding) -> dict[str, Any]:
     if scaling is None:
         return out
     rope_type = type(scaling).type_name
-    posenc_only = getattr(scaling, "mode", "hf") != "hf" or getattr(scaling, "dynamic", False)
+    posenc_only = (
+        getattr(scaling, "mode", "hf") != "hf"
+        or getattr(scaling, "dynamic", False)
+        or getattr(scaling, "extrapolation_factor", 1.0) != 1.0  # vLLM's YaRN key, not HF's
+    )
     if rope_type not in _CLASSES or posenc_only:
         raise ValueError(
             f"scaling {scaling!r} has no HF rope_type (HF knows default, linear, dynamic in HF "

@@ -6,8 +6,11 @@ scaling is a frozen dataclass validated on construction (``ValueError`` naming t
 its allowed range); :meth:`Scaling.inv_freq` computes float64 values on the CPU.
 
 Notation: ``b`` base, ``d`` rotary dim, ``s`` factor, ``L0`` original context length.
-Every formula reproduces HF transformers 5.23 ``modeling_rope_utils.ROPE_INIT_FUNCTIONS``
-(tested to 1e-6 relative on the frequencies and exactly on ``A``), computed in float64.
+Every formula of this module reproduces HF transformers 5.23
+``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` (tested to 1e-6 relative on the frequencies and
+exactly on ``A``), computed in float64. vLLM's fixed and mixed NTK and Grok-1's geometric
+YaRN and base power, which HF lacks, are in :mod:`posenc.rotary.scaling_vllm` (re-exported
+here and listed by :func:`scaling_types`).
 
 Differences from HF, all deliberate:
 
@@ -33,9 +36,22 @@ from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
 from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
+from posenc.rotary.scaling_base import (
+    Scaling,
+    _at_least_one,
+    _check_seq_len,
+    _non_negative,
+    _set,
+    yarn_correction_range,
+    yarn_ramp,
+)
+from posenc.rotary.scaling_vllm import BasePower, FixedNTK, GeometricYaRN
 
 __all__ = [
+    "BasePower",
     "DynamicNTK",
+    "FixedNTK",
+    "GeometricYaRN",
     "Linear",
     "Llama3",
     "LongRoPE",
@@ -49,67 +65,11 @@ __all__ = [
 ]
 
 
-def _at_least_one(name: str, value: object) -> float:
-    value = check_positive_float(name, value)
-    if value < 1.0:
-        raise ValueError(f"{name} must be a finite number >= 1, got {value!r}")
-    return value
-
-
-def _non_negative(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
-def _check_seq_len(seq_len: object) -> int | None:
-    if seq_len is None:
-        return None
-    return check_positive_int("seq_len", seq_len)
-
-
-def _set(obj: object, name: str, value: object) -> None:
-    object.__setattr__(obj, name, value)  # normalise a field of a frozen dataclass
-
-
 def _get_mscale(scale: float, mscale: float = 1.0) -> float:
     """YaRN's magnitude correction ``0.1·k·ln s + 1`` (1 for ``s ≤ 1``), in HF's op order."""
     if scale <= 1:
         return 1.0
     return 0.1 * mscale * math.log(scale) + 1.0
-
-
-@dataclass(frozen=True)
-class Scaling:
-    """Base of the RoPE scalings: inverse frequencies and an attention factor ``A``."""
-
-    #: True when inv_freq depends on the sequence length (DynamicNTK "hf" mode, LongRoPE).
-    depends_on_length: ClassVar[bool] = False
-    #: the ``"type"`` of :func:`scaling_from_dict` / :func:`scaling_to_dict`.
-    type_name: ClassVar[str] = ""
-
-    def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
-        """float64 ``(rotary_dim // 2,)`` inverse frequencies, computed on the CPU."""
-        raise NotImplementedError
-
-    @property
-    def attention_factor(self) -> float:
-        """``A``, multiplying cos and sin (so the logits by ``A²``)."""
-        return 1.0
-
-    def attention_factor_at(self, seq_len: int | None) -> float:
-        """``A`` for the frequencies of length ``seq_len`` (differs from
-        :attr:`attention_factor` only for a length-dependent ``A``: dynamic YaRN)."""
-        return self.attention_factor
-
-    def frequency_length(self, seq_len: int) -> int | None:
-        """The length a module's frequencies follow for a sequence of ``seq_len`` positions,
-        without history (None: the initial frequencies). Length-dependent scalings only:
-        dynamic NTK and dynamic YaRN follow ``seq_len`` beyond their threshold, LongRoPE
-        switches to its long factors past ``L0`` (``L0 + 1`` stands for "long")."""
-        return None
 
 
 @dataclass(frozen=True)
@@ -291,6 +251,11 @@ class YaRN(Scaling):
             length seen and resets below ``L0``, as HF's dynamic NTK (the yarn repository's
             ``LlamaDynamicYaRNScaledRotaryEmbedding`` only grows). Neither transformers
             5.23 nor vLLM has it (no HF ``rope_type``).
+        extrapolation_factor: ``e`` ≥ 0, the weight of the kept ``θ_i``: ``θ'_i = θ_i/s (1
+            - e (1 - r_i)) + θ_i e (1 - r_i)`` (the yarn repository's and vLLM's
+            ``extrapolation_factor``, which scales the ramp mask; DeepSeek's and Grok-1's
+            ``yarn`` take it). The default 1 is the formula above; HF has no such key, so
+            ``e ≠ 1`` has no HF form. Tested against vLLM's ``deepseek_scaling_rope.py``.
 
     Example::
 
@@ -307,6 +272,7 @@ class YaRN(Scaling):
     attention_factor_override: float | None = None
     truncate: bool = True
     dynamic: bool = False
+    extrapolation_factor: float = 1.0
     type_name: ClassVar[str] = "yarn"
 
     def __post_init__(self) -> None:
@@ -334,6 +300,11 @@ class YaRN(Scaling):
             raise ValueError(f"truncate must be a bool, got {self.truncate!r}")
         if not isinstance(self.dynamic, bool):
             raise ValueError(f"dynamic must be a bool, got {self.dynamic!r}")
+        _set(
+            self,
+            "extrapolation_factor",
+            _non_negative("extrapolation_factor", self.extrapolation_factor),
+        )
 
     @property
     def depends_on_length(self) -> bool:  # type: ignore[override]
@@ -355,30 +326,24 @@ class YaRN(Scaling):
 
     def correction_range(self, rotary_dim: int, base: float) -> tuple[float, float]:
         """``(lo, hi)``: the channel-pair indices where the ramp starts and ends."""
-        check_rotary_dim(rotary_dim)
-        base = check_positive_float("base", base)
-        if base == 1.0:
-            raise ValueError("base must be != 1 for YaRN (ln b divides)")
-        original = self.original_max_position_embeddings
-
-        def dim_of(rotations: float) -> float:
-            return (
-                rotary_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
-            )
-
-        low, high = dim_of(self.beta_fast), dim_of(self.beta_slow)
-        if self.truncate:
-            low, high = math.floor(low), math.ceil(high)
-        return max(low, 0), min(high, rotary_dim - 1)
+        return yarn_correction_range(
+            rotary_dim,
+            base,
+            self.original_max_position_embeddings,
+            self.beta_fast,
+            self.beta_slow,
+            self.truncate,
+        )
 
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
         factor = self.factor_at(_check_seq_len(seq_len))
         low, high = self.correction_range(rotary_dim, base)
-        if low == high:
-            high += 0.001  # HF's guard against the singular ramp
         theta = rope_inv_freq(rotary_dim, base)
-        index = torch.arange(rotary_dim // 2, dtype=torch.float64, device=theta.device)
-        ramp = ((index - low) / (high - low)).clamp(0.0, 1.0)  # 0: keep θ, 1: θ / s
+        ramp = yarn_ramp(rotary_dim, low, high)  # 0: keep θ, 1: θ / s
+        if self.extrapolation_factor != 1.0:
+            # DeepSeek's and vLLM's weight on θ: (1 - ramp) scaled by the factor
+            keep = (1.0 - ramp) * self.extrapolation_factor
+            return theta / factor * (1.0 - keep) + theta * keep
         return theta / factor * ramp + theta * (1.0 - ramp)
 
     @property
@@ -620,7 +585,18 @@ class Proportional(Scaling):
 
 _TYPES: dict[str, type[Scaling]] = {
     cls.type_name: cls
-    for cls in (Linear, NTKAware, DynamicNTK, YaRN, LongRoPE, Llama3, Proportional)
+    for cls in (
+        Linear,
+        NTKAware,
+        DynamicNTK,
+        YaRN,
+        LongRoPE,
+        Llama3,
+        Proportional,
+        FixedNTK,
+        GeometricYaRN,
+        BasePower,
+    )
 }
 
 
