@@ -495,6 +495,20 @@ _SPECS: tuple[EncodingSpec, ...] = (
         lambda d: {"head_dim": d.resolved_head_dim, "num_heads": d.num_heads},
     ),
     EncodingSpec(
+        "fope",
+        "rotary",
+        "Hua et al. 2024 (FoPE), https://arxiv.org/abs/2412.17739",
+        "Fourier position embedding: each pair's cos and sin are learned per-KV-head mixes of "
+        "the cos and sin of all frequencies; those slower than one period per max_seq_len are "
+        "dropped (their pairs do not rotate); vLLM's FourierRotaryEmbedding",
+        lambda: _rotary().FourierRotaryEmbedding,
+        lambda d: {
+            "head_dim": d.resolved_head_dim,
+            "num_kv_heads": d.num_heads,
+            "train_length": d.max_seq_len,
+        },
+    ),
+    EncodingSpec(
         "hope",
         "rotary",
         "Chen et al. 2025 (HoPE, ACL), https://arxiv.org/abs/2410.21216",

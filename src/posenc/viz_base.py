@@ -67,6 +67,7 @@ ENCODING_COLORS: dict[str, str] = {
     "cape": "#6baed6",
     "fox": "#a55194",
     "pope": "#8ca252",
+    "fope": "#637939",
     "stick_breaking": "#bd9e39",
     "sinusoidal_2d": "#1f77b4",
     "sinusoidal_grid": "#17becf",

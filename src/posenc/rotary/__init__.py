@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from posenc.rotary.axial import AxialRotary2D, axial_cos_sin
+from posenc.rotary.fope import FourierRotaryEmbedding, fope_inv_freq, fope_rotate, fope_tables
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.layouts import permute_rotary_weight, rotary_channel_permutation
 from posenc.rotary.learned_rotation import LearnedRotation
@@ -24,7 +25,10 @@ from posenc.rotary.presets import (
 )
 from posenc.rotary.rope import Layout, RotaryEmbedding, apply_rotary, rope_angles, rope_cos_sin
 from posenc.rotary.scaling import (
+    BasePower,
     DynamicNTK,
+    FixedNTK,
+    GeometricYaRN,
     Linear,
     Llama3,
     LongRoPE,
@@ -52,7 +56,11 @@ __all__ = [
     "PRESETS",
     "QWEN2_7B",
     "AxialRotary2D",
+    "BasePower",
     "DynamicNTK",
+    "FixedNTK",
+    "FourierRotaryEmbedding",
+    "GeometricYaRN",
     "Layout",
     "LearnedRotation",
     "Linear",
@@ -72,6 +80,9 @@ __all__ = [
     "base_for_context",
     "critical_dimension",
     "extrapolation_bound",
+    "fope_inv_freq",
+    "fope_rotate",
+    "fope_tables",
     "full_period_base",
     "mrope_axes",
     "permute_rotary_weight",
