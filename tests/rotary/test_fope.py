@@ -498,3 +498,16 @@ def test_bad_calls_are_named() -> None:
         fope(q, k, torch.arange(4), torch.arange(3))
     with pytest.raises(ValueError, match=r"^k has 4 heads"):
         fope(q, q, torch.arange(4), torch.arange(4))
+
+
+def test_compiled_attention_equals_eager_and_trains_the_coefficients() -> None:
+    torch.manual_seed(0)
+    fope = FourierRotaryEmbedding(HEAD_DIM, KV_HEADS, train_length=L)
+    attn = Attention(HEADS * HEAD_DIM, HEADS, num_kv_heads=KV_HEADS, pos=fope)
+    x = torch.randn(2, 20, HEADS * HEAD_DIM)
+    eager = attn(x)
+    compiled = torch.compile(attn)(x)
+    assert_close(compiled, eager, rtol=1e-6, atol=1e-6)
+    compiled.square().sum().backward()
+    assert fope.cos_coef.grad is not None and bool(fope.cos_coef.grad.abs().sum() > 0)
+    assert fope.sin_coef.grad is not None and bool(fope.sin_coef.grad.abs().sum() > 0)
