@@ -335,3 +335,13 @@ def test_attention_kv_cache_decoding_equals_the_full_forward(scaling: Scaling) -
     assert cache.length == 12
     assert_close(torch.cat(steps, dim=1), full, rtol=1e-12, atol=1e-12)
     assert not torch.allclose(full, unscaled)  # the scaling reaches the tables
+
+
+def test_exported_from_posenc_rotary() -> None:
+    import posenc.rotary
+
+    for name in ("BasePower", "FixedNTK", "GeometricYaRN"):
+        assert (
+            getattr(posenc.rotary, name) is scaling_types()[getattr(posenc.rotary, name).type_name]
+        )
+        assert name in posenc.rotary.__all__
