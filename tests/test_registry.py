@@ -126,3 +126,12 @@ def test_the_causal_only_encodings() -> None:
     # FoX sums forget gates up to the query; stick-breaking breaks the stick from it backwards
     expected = ["xpos", "cope", "fox", "stick_breaking", *segments]
     assert [s.name for s in list_encodings() if s.causal_only] == expected
+
+
+def test_model_dims_num_kv_heads_defaults_to_num_heads_and_must_divide_them() -> None:
+    assert ModelDims(dim=32, num_heads=4).resolved_num_kv_heads == 4
+    assert ModelDims(dim=32, num_heads=4, num_kv_heads=2).resolved_num_kv_heads == 2
+    with pytest.raises(ValueError, match=r"num_kv_heads \(3\) must divide num_heads \(4\)"):
+        ModelDims(dim=32, num_heads=4, num_kv_heads=3)
+    with pytest.raises(ValueError, match="num_kv_heads"):
+        ModelDims(dim=32, num_heads=4, num_kv_heads=0)

@@ -129,6 +129,7 @@ class ModelConfig:
             max_seq_len=self.max_seq_len,
             causal=causal,
             vocab_size=self.vocab_size,
+            num_kv_heads=self.num_kv_heads,
         )
 
 

@@ -73,10 +73,13 @@ class ModelDims:
             ``rope_mixed``, ``learned_2d``) refuse a grid of other than two axes.
         vocab_size: the model's token vocabulary, for encodings that read token ids
             (complex-order embeddings replace the token embedding); None when unknown.
+        num_kv_heads: key/value heads of grouped-query attention (default ``num_heads``), for
+            encodings with per-key-head parameters (FoPE's coefficients).
 
     Raises:
         ValueError: naming ``grid`` unless it is None or two integers >= 1; naming
-            ``vocab_size`` unless it is None or an integer >= 1.
+            ``vocab_size`` unless it is None or an integer >= 1; naming ``num_kv_heads``
+            unless it is None or a positive divisor of ``num_heads``.
     """
 
     dim: int
@@ -86,10 +89,17 @@ class ModelDims:
     causal: bool = True
     grid: tuple[int, ...] | None = None
     vocab_size: int | None = None
+    num_kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         if self.vocab_size is not None:
             check_positive_int("vocab_size", self.vocab_size)
+        if self.num_kv_heads is not None:
+            check_positive_int("num_kv_heads", self.num_kv_heads)
+            if self.num_heads % self.num_kv_heads:
+                raise ValueError(
+                    f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads})"
+                )
         if self.grid is None:
             return
         if isinstance(self.grid, (str, bytes)) or not isinstance(self.grid, (tuple, list)):
@@ -105,6 +115,10 @@ class ModelDims:
     @property
     def resolved_head_dim(self) -> int:
         return self.dim // self.num_heads if self.head_dim is None else self.head_dim
+
+    @property
+    def resolved_num_kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
 
 
 @dataclass(frozen=True)
@@ -504,7 +518,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
         lambda: _rotary().FourierRotaryEmbedding,
         lambda d: {
             "head_dim": d.resolved_head_dim,
-            "num_kv_heads": d.num_heads,
+            "num_kv_heads": d.resolved_num_kv_heads,
             "train_length": d.max_seq_len,
         },
     ),

@@ -142,11 +142,12 @@ def test_models_decode_as_the_full_forward(num_kv_heads: int | None) -> None:
         num_heads=HEADS,
         num_kv_heads=num_kv_heads,
         pos="fope",
-        pos_kwargs={} if num_kv_heads is None else {"num_kv_heads": num_kv_heads},
         max_seq_len=64,
     )
     model = DecoderLM(config).eval()
     assert isinstance(model.encoding, FourierRotaryEmbedding)
+    # the registry reads the model's key/value heads (ModelConfig.dims → ModelDims)
+    assert model.encoding.num_kv_heads == (num_kv_heads or HEADS)
     assert model.encoding.train_length == 64 and model.encoding.num_kept == 2  # head_dim 8
     tokens = torch.randint(0, 32, (2, 12))
     with torch.no_grad():
