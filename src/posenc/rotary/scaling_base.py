@@ -4,15 +4,16 @@
 ``ValueError`` naming the field, and YaRN's correction range and ramp (used by
 :class:`~posenc.rotary.scaling.YaRN` and :class:`~posenc.rotary.scaling_vllm.GeometricYaRN`).
 Kept apart from :mod:`posenc.rotary.scaling` so that the scalings of
-:mod:`posenc.rotary.scaling_vllm` build on them while ``scaling``'s dict conversion lists
-every scaling: the imports run one way (``scaling`` → ``scaling_vllm`` → ``scaling_base``).
+:mod:`posenc.rotary.scaling_vllm` and :mod:`posenc.rotary.scaling_per_frequency` build on
+them while ``scaling``'s dict conversion lists every scaling: the imports run one way
+(``scaling`` → ``scaling_vllm`` / ``scaling_per_frequency`` → ``scaling_base``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -77,6 +78,23 @@ class Scaling:
         dynamic NTK and dynamic YaRN follow ``seq_len`` beyond their threshold, LongRoPE
         switches to its long factors past ``L0`` (``L0 + 1`` stands for "long")."""
         return None
+
+
+def check_ramp_fields(scaling: Any) -> None:
+    """Validate (and normalise to floats) the fields of YaRN's ramp that :class:`YaRN` and
+    :class:`GeometricYaRN` share: ``factor`` ≥ 1, ``original_max_position_embeddings`` ≥ 1,
+    ``beta_fast`` ≥ ``beta_slow`` > 0 and ``extrapolation_factor`` ≥ 0 (``ValueError`` naming
+    the field)."""
+    _set(scaling, "factor", _at_least_one("factor", scaling.factor))
+    check_positive_int("original_max_position_embeddings", scaling.original_max_position_embeddings)
+    _set(scaling, "beta_fast", check_positive_float("beta_fast", scaling.beta_fast))
+    _set(scaling, "beta_slow", check_positive_float("beta_slow", scaling.beta_slow))
+    if scaling.beta_fast < scaling.beta_slow:
+        raise ValueError(
+            f"beta_fast must be >= beta_slow ({scaling.beta_slow}), got {scaling.beta_fast}"
+        )
+    extrapolation = _non_negative("extrapolation_factor", scaling.extrapolation_factor)
+    _set(scaling, "extrapolation_factor", extrapolation)
 
 
 def yarn_correction_range(

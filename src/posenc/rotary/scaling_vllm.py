@@ -26,8 +26,8 @@ from posenc.rotary.scaling_base import (
     Scaling,
     _at_least_one,
     _check_seq_len,
-    _non_negative,
     _set,
+    check_ramp_fields,
     yarn_correction_range,
     yarn_ramp,
 )
@@ -127,21 +127,7 @@ class GeometricYaRN(Scaling):
     type_name: ClassVar[str] = "geometric_yarn"
 
     def __post_init__(self) -> None:
-        _set(self, "factor", _at_least_one("factor", self.factor))
-        check_positive_int(
-            "original_max_position_embeddings", self.original_max_position_embeddings
-        )
-        _set(self, "beta_fast", check_positive_float("beta_fast", self.beta_fast))
-        _set(self, "beta_slow", check_positive_float("beta_slow", self.beta_slow))
-        if self.beta_fast < self.beta_slow:
-            raise ValueError(
-                f"beta_fast must be >= beta_slow ({self.beta_slow}), got {self.beta_fast}"
-            )
-        _set(
-            self,
-            "extrapolation_factor",
-            _non_negative("extrapolation_factor", self.extrapolation_factor),
-        )
+        check_ramp_fields(self)
 
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
         _check_seq_len(seq_len)
