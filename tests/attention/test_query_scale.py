@@ -117,6 +117,23 @@ def test_decoding_with_a_cache_equals_the_full_forward(backend: str, name: str) 
     assert_close(torch.cat(steps, dim=1), full, atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("positions", [None, torch.zeros(2, 0, dtype=torch.long)])
+def test_a_step_of_no_tokens_is_empty_and_leaves_the_cache(positions: torch.Tensor | None) -> None:
+    """q_len 0 (an empty step, default or ``(batch, 0)`` positions) scales nothing: empty
+    output, and decoding around it still equals the full forward."""
+    torch.manual_seed(5)
+    scale = QueryScale.llama4(3, 0.3)
+    layer = Attention(DIM, HEADS, query_scale=scale, chunk_size=4, dtype=torch.float64)
+    x = torch.randn(2, 9, DIM, dtype=torch.float64)
+    assert layer(x[:, :0], positions).shape == (2, 0, DIM)
+    cache = KVCache()
+    first = layer(x[:, :5], cache=cache)
+    empty = layer(x[:, 5:5], None if positions is None else positions + 5, cache=cache)
+    assert empty.shape == (2, 0, DIM)
+    last = layer(x[:, 5:], cache=cache)
+    assert_close(torch.cat([first, last], dim=1), layer(x), atol=1e-12, rtol=0)
+
+
 @pytest.mark.parametrize(
     "backend", [Backend("chunked", block_size=4), Backend("flex", compile=False)]
 )

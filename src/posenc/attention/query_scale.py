@@ -119,7 +119,8 @@ class QueryScale:
         float64 stays float64."""
         compute = torch.float64 if q.dtype == torch.float64 else torch.float32
         factor = self.factor(positions).to(device=q.device, dtype=compute)
-        factor = factor.view(-1, 1, q.shape[-2], 1)  # (batch or 1, 1, seq, 1)
+        # (batch, 1, seq, 1) or (1, seq, 1); not view(-1, …), which cannot size an empty seq
+        factor = factor[..., None, :, None]
         return (q.to(compute) * factor).to(q.dtype)
 
 
