@@ -195,6 +195,27 @@ def test_patch_uses_posenc_and_unpatch_restores() -> None:
     assert torch.equal(_logits(model, ids), expected)
 
 
+def test_patch_replaces_a_shared_rotary_under_every_name() -> None:
+    """One rotary module registered under several names (here also in every decoder layer,
+    which named_modules lists first) is replaced under all of them by one adapter: the one
+    the model calls runs posenc; unpatch puts the one HF module back under every name."""
+    ids = torch.randint(0, 100, (2, 20))
+    other = rope_from_config({"head_dim": HEAD_DIM, "rope_theta": 500.0})
+    reference = patch_rotary(tiny_model("LlamaForCausalLM", None), other)
+    model = tiny_model("LlamaForCausalLM", None)
+    original = model.model.rotary_emb
+    for layer in model.model.layers:
+        layer.shared_rotary = original
+    patch_rotary(model, other)
+    adapter = model.model.rotary_emb
+    assert isinstance(adapter, HFRotaryAdapter)
+    assert all(layer.shared_rotary is adapter for layer in model.model.layers)
+    torch.testing.assert_close(_logits(model, ids), _logits(reference, ids), atol=0, rtol=0)
+    unpatch_rotary(model)
+    assert model.model.rotary_emb is original
+    assert all(layer.shared_rotary is original for layer in model.model.layers)
+
+
 def test_patched_half_precision_close_to_unpatched() -> None:
     model = tiny_model("LlamaForCausalLM", SCALINGS["yarn"][0]).to(torch.bfloat16)
     ids = torch.randint(0, 100, (2, 24))

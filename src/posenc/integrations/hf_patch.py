@@ -368,19 +368,30 @@ def patch_rotary(
     text = [(name, module) for name, module in found if _is_text_rotary(module)]
     if not text:
         raise ValueError(f"model has no text rotary module (found only {other})")
-    adapters = {name: _adapter(module, model, rope) for name, module in text}
-    for name, adapter in adapters.items():
-        parent_name, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), attr, adapter)
+    adapters = {id(module): _adapter(module, model, rope) for _, module in text}
+    # a module registered under several names (named_modules lists it once) is replaced under
+    # every one of them, by one adapter, so the name the model calls it by is patched too
+    _replace(model, adapters)
     return model
+
+
+def _replace(model: nn.Module, by_id: Mapping[int, nn.Module]) -> None:
+    """Put ``by_id[id(m)]`` in place of every module ``m`` of ``model`` it names, under every
+    name ``m`` is registered by (sharing kept: aliases get the same replacement)."""
+    found = [
+        (name, by_id[id(module)])
+        for name, module in model.named_modules(remove_duplicate=False)
+        if id(module) in by_id and name
+    ]
+    for name, replacement in found:
+        parent_name, _, attr = name.rpartition(".")
+        setattr(model.get_submodule(parent_name), attr, replacement)
 
 
 def unpatch_rotary(model: nn.Module) -> nn.Module:
     """Undo :func:`patch_rotary`: put every original HF rotary module back (in place)."""
-    patched = [(n, m) for n, m in model.named_modules() if isinstance(m, HFRotaryAdapter)]
-    if not patched or any(m.original is None for _, m in patched):
+    patched = [m for _, m in model.named_modules() if isinstance(m, HFRotaryAdapter)]
+    if not patched or any(m.original is None for m in patched):
         raise ValueError("model is not patched by posenc (its rotary modules are HF's own)")
-    for name, module in patched:
-        parent_name, _, attr = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), attr, module.original)
+    _replace(model, {id(m): m.original for m in patched if m.original is not None})
     return model
