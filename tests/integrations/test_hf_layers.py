@@ -65,6 +65,29 @@ def test_llama4_config_object_equals_hf_layers() -> None:
         assert layer_schedule_from_config(outer) == layers
 
 
+def test_smollm3_nope_layers_without_llama4s_chunks_or_temperature() -> None:
+    """SmolLM3 shares ``no_rope_layers`` (1 = RoPE) with Llama-4 but has no chunks and no
+    temperature: its config object and its ``config.json`` dict (with or without
+    ``layer_types``) read as HF's ``SmolLM3Attention`` runs."""
+    nope = LayerAttention(encoded=False)
+    want = (LayerAttention(),) * 3 + (nope,) + (LayerAttention(),) * 3 + (nope,)
+    hub = {"model_type": "smollm3", "num_hidden_layers": 8, "no_rope_layers": [1, 1, 1, 0] * 2}
+    assert layer_schedule_from_config(hub) == want
+    assert layer_schedule_from_config({**hub, "no_rope_layers": None}) == want  # interval 4
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.smollm3 import modeling_smollm3
+
+    config = transformers.SmolLM3Config(
+        num_hidden_layers=8, hidden_size=32, num_attention_heads=4, intermediate_size=64
+    )
+    for read in (config, config.to_dict()):
+        layers = layer_schedule_from_config(read)
+        assert layers == want
+        for index, layer in enumerate(layers):
+            attention = modeling_smollm3.SmolLM3Attention(config, index)
+            assert layer.encoded == bool(attention.use_rope)
+
+
 def test_qwen_logn_and_ministral_beta() -> None:
     qwen = {"use_logn_attn": True, "seq_length": 2048, "num_hidden_layers": 3}
     assert (

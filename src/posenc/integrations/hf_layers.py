@@ -14,7 +14,8 @@ Keys read (a ``PretrainedConfig`` or a ``config.json`` dict; Llama-4's text part
   default: chunked on the RoPE layers), ``attention_chunk_size`` (8192),
   ``attn_temperature_tuning`` (True: ``QueryScale.llama4(floor_scale, attn_scale)`` on the
   NoPE layers), ``floor_scale`` (8192), ``attn_scale`` (0.1). Defaults are HF's, used for a
-  dict of ``model_type`` ``llama4_text`` / ``llama4``.
+  dict that omits a key; chunks and the temperature are on by default only for ``model_type``
+  ``llama4_text`` / ``llama4`` (SmolLM3 shares ``no_rope_layers`` and has neither).
 * Qwen-1 (``QWenConfig``, remote code): ``use_logn_attn`` with ``seq_length``:
   ``QueryScale.logn(seq_length)`` on every layer (Qwen applies it in eval mode only).
 * Ministral 3 / Mistral 4: ``rope_parameters['llama_4_scaling_beta']``:
@@ -58,16 +59,26 @@ def _text_config(config: Any) -> Any:
 
 
 def _is_llama4(config: Any) -> bool:
-    model_type = _get(config, "model_type") or ""
+    """True for a config with Llama-4's layer keys (SmolLM3's NoPE layers share two, and
+    its ``model_type`` defaults to them as HF's ``SmolLM3Config``)."""
     keys = ("no_rope_layers", "no_rope_layer_interval", "attn_temperature_tuning")
-    return str(model_type).startswith("llama4") or any(_get(config, k) is not None for k in keys)
+    smollm3 = _get(config, "model_type") == "smollm3"
+    return _is_llama4_type(config) or smollm3 or any(_get(config, k) is not None for k in keys)
+
+
+def _is_llama4_type(config: Any) -> bool:
+    return str(_get(config, "model_type") or "").startswith("llama4")
 
 
 def _llama4(config: Any, key: str) -> Any:
-    """A Llama-4 key: the config's value, else HF's default (a dict may omit it)."""
+    """A Llama-4 key: the config's value, else HF's default (a dict may omit it). The two
+    defaults that switch something on (``attention_chunk_size``'s chunks,
+    ``attn_temperature_tuning``) are ``Llama4TextConfig``'s only: a dict of another
+    ``model_type`` that omits them (SmolLM3's ``no_rope_layers``) gets neither."""
     value = _get(config, key)
     if isinstance(config, Mapping) and key not in config:
-        return LLAMA4_DEFAULTS[key]
+        switches = key in ("attention_chunk_size", "attn_temperature_tuning")
+        return None if switches and not _is_llama4_type(config) else LLAMA4_DEFAULTS[key]
     return value
 
 
@@ -92,10 +103,11 @@ def _rope_flags(config: Any, depth: int) -> list[bool]:
 
 def _chunk_flags(config: Any, rope: list[bool]) -> list[bool]:
     """Per layer, True when its attention is chunked (``layer_types``, default the RoPE
-    layers as HF's ``Llama4TextConfig``)."""
+    layers as HF's ``Llama4TextConfig`` when there is a chunk size, else none)."""
     types = _get(config, "layer_types")
     if types is None:
-        return list(rope)
+        chunks = _llama4(config, "attention_chunk_size") is not None or _is_llama4_type(config)
+        return list(rope) if chunks else [False] * len(rope)
     if (
         isinstance(types, (str, bytes))
         or not isinstance(types, Sequence)
