@@ -324,6 +324,8 @@ def test_state_dict_round_trip() -> None:
         ({"num_frequencies": 0}, "num_frequencies"),
         ({"num_frequencies": 9}, "num_frequencies"),
         ({"num_frequencies": 2.0}, "num_frequencies"),
+        ({"num_frequencies": 2, "train_length": 0}, "train_length"),  # checked though unused
+        ({"num_frequencies": 2, "train_length": 64.5}, "train_length"),
         ({"separate_heads": "yes"}, "separate_heads"),
         ({"init_factor": -0.1}, "init_factor"),
         ({"init_factor": math.nan}, "init_factor"),

@@ -61,12 +61,14 @@ def fope_inv_freq(
     """
     _check_head_dim(head_dim)
     inv_freq = rope_inv_freq(head_dim, base)
+    if train_length is not None:  # checked even when num_frequencies makes it unused
+        check_positive_int("train_length", train_length)
     if num_frequencies is not None:
         _check_num_frequencies(num_frequencies, head_dim)
         return inv_freq[:num_frequencies]
     if train_length is None:
         return inv_freq
-    kept = inv_freq[inv_freq > 2.0 * math.pi / check_positive_int("train_length", train_length)]
+    kept = inv_freq[inv_freq > 2.0 * math.pi / train_length]
     if kept.numel() == 0:
         raise ValueError(
             f"train_length must be > 2π (6.28) so that FoPE keeps one frequency (θ_0 = 1 has "
