@@ -74,6 +74,29 @@ def test_attention_scales_each_query_by_its_position(scale: QueryScale, causal: 
     assert_close(layer(x[:, :3]), plain(x[:, :3]), atol=1e-12, rtol=0)  # s = 1 early on
 
 
+@pytest.mark.parametrize(
+    "scale", [QueryScale.ministral3(0.5, 4), QueryScale.llama4(4, 0.5), QueryScale.logn(4)]
+)
+def test_positions_before_zero_take_the_first_factor(scale: QueryScale) -> None:
+    """A negative position (padding at -1 or below) takes s = 1, the formula's first step,
+    not -inf or NaN: right padding at position -5 then leaves the real rows of a two-layer
+    model as padding at any other position (a NaN padded row reached them through its
+    value in the next layer)."""
+    from posenc.model import DecoderLM, ModelConfig
+
+    assert scale.factor(torch.tensor([-9, -5, -2, -1, 0])).tolist() == [1.0] * 5
+    torch.manual_seed(6)
+    model = DecoderLM(
+        ModelConfig(vocab_size=16, dim=DIM, depth=2, num_heads=HEADS, query_scale=scale)
+    ).double()
+    tokens = torch.randint(0, 16, (2, 7))
+    real = torch.ones(2, 7, dtype=torch.bool)
+    real[1, 4:] = False
+    got = model(tokens, torch.where(real, torch.arange(7), -5), key_padding_mask=real)
+    want = model(tokens, torch.where(real, torch.arange(7), 0), key_padding_mask=real)
+    assert_close(got[real], want[real], atol=1e-12, rtol=0)
+
+
 def test_positions_given_per_row() -> None:
     """Factors follow the given positions, row by row (``(batch, seq)``)."""
     torch.manual_seed(1)

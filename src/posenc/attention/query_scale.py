@@ -106,11 +106,13 @@ class QueryScale:
         return cls("log_n", train_len)
 
     def factor(self, positions: Tensor) -> Tensor:
-        """``s(p)`` at ``positions`` (any shape), float64."""
+        """``s(p)`` at ``positions`` (any shape), float64. Positions before the formula's
+        first step (``p + δ < 0``; ``p < 0`` for ``log_n``), which no model gives but posenc
+        positions may hold (padding at -1), take its first value, 1, not ``-inf`` or NaN."""
         p = positions.to(torch.float64)
         if self.mode == "log_n":
-            return (torch.log(p + 1.0) / math.log(self.length)).clamp(min=1.0)
-        steps = torch.floor((p + self.shift) / self.length)
+            return (torch.log((p + 1.0).clamp(min=1.0)) / math.log(self.length)).clamp(min=1.0)
+        steps = torch.floor((p + self.shift) / self.length).clamp(min=0.0)
         return 1.0 + self.beta * torch.log1p(steps)
 
     def apply(self, q: Tensor, positions: Tensor) -> Tensor:
