@@ -131,6 +131,19 @@ def test_qwen_logn_and_ministral_beta() -> None:
         ({**LLAMA4, "attention_chunk_size": None}, "attention_chunk_size"),
         ({**LLAMA4, "floor_scale": -1}, "floor_scale"),
         ({**LLAMA4, "attn_scale": float("nan")}, "attn_scale"),
+        ({**LLAMA4, "attn_scale": -0.1}, "attn_scale"),
+        (
+            {
+                "num_hidden_layers": 2,
+                "rope_parameters": {
+                    "rope_type": "yarn",
+                    "factor": 16.0,
+                    "original_max_position_embeddings": 64,
+                    "llama_4_scaling_beta": -0.1,
+                },
+            },
+            "llama_4_scaling_beta",
+        ),
         ({**LLAMA4, "use_logn_attn": True, "seq_length": 64}, "more than one"),
         ({"use_logn_attn": True, "num_hidden_layers": 2}, "seq_length"),
         ({"num_hidden_layers": 0}, "num_hidden_layers"),

@@ -123,15 +123,22 @@ def _chunk_flags(config: Any, rope: list[bool]) -> list[bool]:
     return [t == "chunked_attention" for t in types]
 
 
+def _beta(key: str, value: Any) -> float:
+    """A temperature's β: a finite number ≥ 0 (``QueryScale``'s range), else ``ValueError``
+    naming the config ``key``."""
+    number = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not number or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def _scales(config: Any) -> tuple[QueryScale | None, bool]:
     """The config's query scale and whether it goes to the NoPE layers only (Llama-4)."""
     found: list[tuple[QueryScale, bool]] = []
     if _is_llama4(config) and _llama4(config, "attn_temperature_tuning"):
         floor = _integer("floor_scale", _llama4(config, "floor_scale"))
         beta = _llama4(config, "attn_scale")
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not math.isfinite(beta):
-            raise ValueError(f"attn_scale must be a finite number, got {beta!r}")
-        found.append((QueryScale.llama4(floor, beta), True))
+        found.append((QueryScale.llama4(floor, _beta("attn_scale", beta)), True))
     if _get(config, "use_logn_attn"):
         seq_length = _get(config, "seq_length")
         if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 2:
@@ -144,7 +151,8 @@ def _scales(config: Any) -> tuple[QueryScale | None, bool]:
     if isinstance(raw, Mapping) and raw.get("llama_4_scaling_beta") is not None:
         params = _rope_dict(config)  # validated only when it holds β (nested ones have none)
         original = _original_max_position(config, params)
-        found.append((QueryScale.ministral3(params["llama_4_scaling_beta"], original), False))
+        beta = _beta("rope_parameters['llama_4_scaling_beta']", params["llama_4_scaling_beta"])
+        found.append((QueryScale.ministral3(beta, original), False))
     if len(found) > 1:
         raise ValueError(
             "config sets more than one query temperature (attn_temperature_tuning, "
