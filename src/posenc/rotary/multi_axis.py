@@ -54,123 +54,20 @@ from torch import Tensor, nn
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
 from posenc.base import RotaryEncoding
-from posenc.positions import check_positions, grid_positions
+from posenc.positions import check_positions
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.kernels import rotate_pair
+from posenc.rotary.multi_axis_maps import (
+    _mixed_frequencies,
+    _place,
+    mrope_axes,
+    rescaled_grid_positions,
+    videorope_axes,
+)
 from posenc.rotary.rope import LAYOUTS, Layout, RotaryEmbedding
 from posenc.rotary.scaling import Scaling, scaling_from_dict
 
 __all__ = ["MultiAxisRotary", "mrope_axes", "rescaled_grid_positions", "videorope_axes"]
-
-
-def mrope_axes(sections: Sequence[int], *, interleaved: bool = False) -> list[int]:
-    """The axis (0 = t, 1 = h, 2 = w) each frequency pair reads under M-RoPE.
-
-    ``interleaved=False`` (Qwen2-VL, 2.5-VL): consecutive chunks of ``sections[k]`` pairs read
-    axis ``k``. ``interleaved=True`` (Qwen3-VL): pair ``i`` reads h when ``i % 3 == 1`` and
-    ``i < 3·sections[1]``, w when ``i % 3 == 2`` and ``i < 3·sections[2]``, t otherwise.
-
-    Example::
-
-        >>> mrope_axes([2, 1, 1])
-        [0, 0, 1, 2]
-        >>> mrope_axes([2, 1, 1], interleaved=True)
-        [0, 1, 2, 0]
-    """
-    if len(sections) != 3:
-        raise ValueError(f"sections must give (t, h, w) pair counts, got {list(sections)}")
-    counts = [check_positive_int(f"sections[{i}]", n) for i, n in enumerate(sections)]
-    pairs = sum(counts)
-    if not interleaved:
-        return [axis for axis, n in enumerate(counts) for _ in range(n)]
-    axes = [0] * pairs
-    for axis in (1, 2):
-        for index in range(axis, min(3 * counts[axis], pairs), 3):
-            axes[index] = axis
-    return axes
-
-
-def videorope_axes(sections: Sequence[int]) -> list[int]:
-    """The axis (0 = t, 1 = h, 2 = w) each frequency pair reads under VideoRoPE's LTA.
-
-    Low-frequency temporal allocation (Wei et al. 2025, https://arxiv.org/abs/2502.05173,
-    §3.2; reference ``apply_m_modify_multimodal_rotary_pos_emb`` in
-    Wiselnn570/VideoRoPE ``videorope-transformer/modeling_videorope.py``): of the pairs
-    ``i = 0 … t+h+w−1`` (frequency ``θ_i = base^(−2i/head_dim)``, highest first), the first
-    ``h + w`` alternate h, w, h, w, … (h at even ``i``) and the last ``t`` — the lowest
-    frequencies — read time. The reference merges ``mrope_section`` ``[t, h, w]`` into
-    ``[t, h + w]``, so h gets ``⌈(h+w)/2⌉`` pairs: ``h`` must equal ``w`` or ``w + 1``.
-
-    Example::
-
-        >>> videorope_axes([2, 2, 2])
-        [1, 2, 1, 2, 0, 0]
-    """
-    if len(sections) != 3:
-        raise ValueError(f"sections must give (t, h, w) pair counts, got {list(sections)}")
-    t, h, w = (check_positive_int(f"sections[{i}]", n) for i, n in enumerate(sections))
-    if h - w not in (0, 1):
-        raise ValueError(
-            f"sections must give h = w or h = w + 1 (VideoRoPE alternates h and w over the "
-            f"h + w highest-frequency pairs, h first), got {list(sections)}"
-        )
-    return [1 + i % 2 for i in range(h + w)] + [0] * t
-
-
-def _place(inv_freq: Tensor, pair_axes: Tensor, num_axes: int) -> Tensor:
-    """The ``(pairs, axes)`` frequency matrix whose row ``i`` holds ``inv_freq[i]`` at column
-    ``pair_axes[i]`` (M-RoPE: each pair reads one axis), float64 on ``inv_freq``'s device."""
-    freqs = torch.zeros(len(pair_axes), num_axes, dtype=torch.float64, device=inv_freq.device)
-    # rows on inv_freq's device too: under a meta default device (a meta build) an index
-    # made there wrote nothing, and M-RoPE's constant frequencies were all zero
-    rows = torch.arange(len(pair_axes), device=inv_freq.device)
-    freqs[rows, pair_axes.to(inv_freq.device)] = inv_freq.double()
-    return freqs
-
-
-def rescaled_grid_positions(
-    *sizes: int, reference: Sequence[int], device: torch.device | str | None = None
-) -> Tensor:
-    """Grid positions scaled to a reference grid, ``a · reference_a / size_a`` (EVA, timm's
-    ``ref_feat_shape``): a model trained at ``reference`` sees the same position span at any
-    resolution. Float64 ``(len(sizes), prod(sizes))``.
-
-    Example::
-
-        >>> rescaled_grid_positions(2, 2, reference=(4, 4)).tolist()
-        [[0.0, 0.0, 2.0, 2.0], [0.0, 2.0, 0.0, 2.0]]
-    """
-    if not sizes:
-        raise ValueError("sizes must name at least one grid axis")
-    for index, size in enumerate(sizes):
-        check_positive_int(f"sizes[{index}]", size)
-    if len(reference) != len(sizes):
-        raise ValueError(f"reference must have one size per axis ({len(sizes)}), got {reference}")
-    ref = [check_positive_int(f"reference[{i}]", n) for i, n in enumerate(reference)]
-    scale = torch.tensor([r / s for r, s in zip(ref, sizes, strict=True)], dtype=torch.float64)
-    return grid_positions(*sizes, device=device).double() * scale.to(device)[:, None]
-
-
-def _mixed_frequencies(
-    head_dim: int,
-    num_heads: int,
-    base: float,
-    generator: torch.Generator | None,
-    device: torch.device,
-) -> Tensor:
-    """RoPE-Mixed's initial ``(heads, head_dim/2, 2)`` frequencies (RoPE-ViT
-    ``init_random_2d_freqs``), float32, drawn on ``generator``'s device (else ``device``'s
-    global generator: none is drawn on the meta device)."""
-    where = generator.device if generator is not None else device
-    quarter = head_dim // 4
-    mag = torch.tensor(
-        [base ** (-4.0 * k / head_dim) for k in range(quarter)], dtype=torch.float32, device=where
-    )
-    phi = torch.rand(num_heads, 1, generator=generator, dtype=torch.float32, device=where)
-    phi = phi * 2 * torch.pi
-    col = torch.cat((mag * phi.cos(), -mag * phi.sin()), dim=-1)  # (heads, d/2)
-    row = torch.cat((mag * phi.sin(), mag * phi.cos()), dim=-1)
-    return torch.stack((row, col), dim=-1)
 
 
 class MultiAxisRotary(RotaryEncoding):
