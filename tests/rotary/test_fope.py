@@ -347,3 +347,14 @@ def test_bad_calls_are_named() -> None:
         fope(q, k, torch.arange(4), torch.arange(3))
     with pytest.raises(ValueError, match=r"^k has 4 heads"):
         fope(q, q, torch.arange(4), torch.arange(4))
+
+
+def test_one_key_head_set_refuses_more_key_heads() -> None:
+    """num_kv_heads=1 with per-head sets must equal k's heads too (it used to be skipped for a
+    single set, so one set silently served every key head); shared sets take any heads."""
+    q = torch.randn(1, HEADS, 4, HEAD_DIM)
+    k = torch.randn(1, KV_HEADS, 4, HEAD_DIM)
+    with pytest.raises(ValueError, match=r"^k has 2 heads and q 4 .* num_kv_heads=1"):
+        FourierRotaryEmbedding(HEAD_DIM, 1)(q, k, torch.arange(4), torch.arange(4))
+    shared = FourierRotaryEmbedding(HEAD_DIM, 1, separate_heads=False)
+    assert shared(q, k, torch.arange(4), torch.arange(4))[1].shape == k.shape

@@ -260,10 +260,12 @@ class FourierRotaryEmbedding(RotaryEncoding):
         """Map q and k with their tables; query heads take their key/value head's set.
         New tensors (``inplace`` cannot apply: the map reads both halves)."""
         sets = self.cos_coef.shape[0]
-        if sets > 1 and (k.shape[-3] != sets or q.shape[-3] % sets):
+        kv = self.num_kv_heads
+        # per-head sets (even a single one) belong to that many key heads; a shared set to any
+        if self.separate_heads and (k.shape[-3] != kv or q.shape[-3] % kv):
             raise ValueError(
                 f"k has {k.shape[-3]} heads and q {q.shape[-3]} but FourierRotaryEmbedding has "
-                f"num_kv_heads={sets}: build it with the attention's num_kv_heads "
+                f"num_kv_heads={kv}: build it with the attention's num_kv_heads "
                 "(pos_kwargs={'num_kv_heads': ...}), which must divide q's heads"
             )
         group = q.shape[-3] // sets
