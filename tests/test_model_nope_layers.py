@@ -120,6 +120,26 @@ def test_per_layer_encodings_skip_the_nope_layers_and_reset_as_built() -> None:
         assert torch.equal(got, want), name
 
 
+@pytest.mark.parametrize("pos", ["shaw", "t5", "fox", "rope"])
+def test_every_layer_nope_resets_as_built(pos: str) -> None:
+    """With every layer NoPE the constructor still builds (draws) the encoding for its
+    position hooks though no layer takes it; ``reset_parameters`` after a meta build draws it
+    again, so the blocks get the constructor's numbers."""
+    cfg = config(pos=pos, nope_layers=(0, 1, 2, 3))
+    torch.manual_seed(5)
+    built = DecoderLM(cfg)
+    assert built.encoding is None
+    with torch.device("meta"):
+        empty = DecoderLM(cfg)
+    empty.to_empty(device="cpu")
+    torch.manual_seed(5)
+    empty.reset_parameters()
+    for (name, want), got in zip(
+        built.state_dict().items(), empty.state_dict().values(), strict=True
+    ):
+        assert torch.equal(got, want), name
+
+
 @pytest.mark.parametrize(
     ("kwargs", "name"),
     [

@@ -180,6 +180,8 @@ class _Trunk(nn.Module):
         )
         self.norm = nn.LayerNorm(config.dim)
         self.position_hooks: Hooks = laid.hooks
+        # every layer NoPE: the encoding was built (drawn) for its position hooks, no layer took it
+        self.unplaced = len(config.nope_layers) == config.depth
         if config.query_scale is not None and laid.hooks.num_axes != 1:
             raise ValueError(
                 f"query_scale reads one position per query; pos {config.pos!r} reads "
@@ -210,6 +212,9 @@ class _Trunk(nn.Module):
             reset = getattr(encoding, "reset_parameters", None)
             if callable(reset):
                 reset()
+        if self.unplaced:  # draw the encoding no layer took again, as the constructor did
+            with torch.device(self.norm.weight.device):
+                build_encoding(config.pos, config.dims(causal=self.causal), config.pos_kwargs)
         for block in self.blocks:
             block.reset_parameters()  # type: ignore[operator]
         self.norm.reset_parameters()
