@@ -436,6 +436,21 @@ def test_to_rope_parameters_rejects_posenc_only_scalings(scaling: Any) -> None:
         to_rope_parameters(RotaryEmbedding(64, scaling=scaling))
 
 
+def test_to_rope_parameters_rejects_the_query_length_rule_of_a_dynamic_scaling() -> None:
+    """HF picks a dynamic scaling's length per forward; posenc's "query" rule (each query its
+    own prefix) has no HF key and was dropped silently. A static scaling ignores the rule."""
+    dynamic = DynamicNTK(factor=2.0, max_position_embeddings=64)
+    with pytest.raises(ValueError, match="length_rule"):
+        to_rope_parameters(RotaryEmbedding(64, scaling=dynamic, length_rule="query"))
+    assert to_rope_parameters(RotaryEmbedding(64, scaling=dynamic)) == {
+        "rope_type": "dynamic",
+        "rope_theta": 10000.0,
+        "factor": 2.0,
+    }
+    linear = RotaryEmbedding(64, scaling=Linear(2.0), length_rule="query")
+    assert to_rope_parameters(linear)["rope_type"] == "linear"
+
+
 def test_to_rope_parameters_rejects_non_rope() -> None:
     with pytest.raises(ValueError, match="rope"):
         to_rope_parameters(torch.nn.Linear(2, 2))  # type: ignore[arg-type]

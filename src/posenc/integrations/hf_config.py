@@ -361,7 +361,8 @@ def to_rope_parameters(rope: RotaryEmbedding) -> dict[str, Any]:
     ``dynamic``, and by ``longrope`` without ``factor``); nor the layout (HF is half-split).
     posenc-only scalings (``NTKAware``, ``DynamicNTK(mode="fixed")``, dynamic ``YaRN``, ``YaRN``
     with ``extrapolation_factor`` ≠ 1, the vLLM ones of :mod:`posenc.rotary.scaling_vllm`) have
-    no HF form and raise ValueError.
+    no HF form and raise ValueError; so does ``length_rule="query"`` with a length-dependent
+    scaling (HF follows each forward's length).
 
     Example::
 
@@ -386,6 +387,11 @@ def to_rope_parameters(rope: RotaryEmbedding) -> dict[str, Any]:
         raise ValueError(
             f"scaling {scaling!r} has no HF rope_type (HF knows default, linear, dynamic in HF "
             "mode, static yarn, longrope, llama3 and proportional)"
+        )
+    if scaling.depends_on_length and rope.length_rule != "forward":
+        raise ValueError(
+            f"rope.length_rule is {rope.length_rule!r}: HF picks {rope_type}'s length per "
+            "forward (length_rule='forward'); rope_parameters have no key for another rule"
         )
     out["rope_type"] = rope_type
     for field in fields(scaling):
