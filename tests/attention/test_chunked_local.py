@@ -201,6 +201,25 @@ def test_a_cache_that_dropped_keys_raises() -> None:
         layer(torch.randn(1, 1, DIM), cache=cache)
 
 
+def test_a_context_chunked_by_another_size_raises() -> None:
+    """A layer's chunk_size on a context built with another one would drop the context's
+    (one mask, one chunk size): it raises; the same size is the layer's alone."""
+    from posenc.attention import AttentionContext, build_context
+
+    torch.manual_seed(6)
+    layer = Attention(DIM, HEADS, chunk_size=3, dtype=torch.float64)
+    x = torch.randn(1, 12, DIM, dtype=torch.float64)
+
+    def context(chunk_size: int) -> AttentionContext:
+        return build_context(
+            batch=1, seq=12, device=CPU, causal=True, hooks=layer.hooks, chunk_size=chunk_size
+        )
+
+    assert_close(layer(x, context=context(3)), layer(x), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        layer(x, context=context(8))
+
+
 @pytest.mark.skipif("linear" not in NAMES, reason="no linear backend")
 def test_linear_backend_refuses_chunks() -> None:
     with pytest.raises(ValueError, match="chunk_size"):

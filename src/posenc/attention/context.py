@@ -341,8 +341,15 @@ def with_chunks(context: AttentionContext, chunk_size: int) -> AttentionContext:
     s_b) / C⌋`` of key index ``j``, ``s_b`` the leading padding of row ``b`` (HF's
     ``left_padding_tokens``). The view is built once per forward and chunk size (layers with
     the same ``C`` share it) and has its own memo, so no table built for the unchunked mask
-    (a flex block mask, a masked bias) is read for the chunked one.
+    (a flex block mask, a masked bias) is read for the chunked one. A context already chunked
+    by another size raises ``ValueError`` (one mask holds one chunk size).
     """
+    if context.mask.chunk_size not in (None, chunk_size):
+        raise ValueError(
+            f"chunk_size={chunk_size}: the context is already chunked by "
+            f"{context.mask.chunk_size} (build_context(chunk_size=...)); build it without "
+            "chunk_size and let each layer add its own"
+        )
 
     def build() -> AttentionContext:
         padding = context.mask.key_padding
