@@ -121,6 +121,35 @@ def test_linear_backend_serves_fope_and_reads_new_coefficients_from_its_cache() 
         assert_close(last, attn(x)[:, 10:], rtol=1e-12, atol=1e-12)
 
 
+def test_linear_cache_remaps_after_coefficients_are_replaced() -> None:
+    """load_state_dict(assign=True) puts new coefficient tensors in; whatever their versions
+    (here the old ones', so a sum of versions would not move) the cached keys are remapped."""
+    fope = make()
+    torch.manual_seed(0)
+    attn = Attention(
+        HEADS * HEAD_DIM,
+        HEADS,
+        num_kv_heads=KV_HEADS,
+        pos=fope,
+        backend=Backend("linear", block_size=4),
+        dtype=F64,
+    )
+    x = torch.randn(2, 11, HEADS * HEAD_DIM, dtype=F64)
+    with torch.no_grad():
+        cache = KVCache()
+        attn(x[:, :10], cache=cache)
+        new = {}
+        for name in ("cos_coef", "sin_coef"):
+            old = getattr(fope, name)
+            tensor = old.detach().clone().mul(0.5)
+            while tensor._version < old._version:
+                tensor.add_(0.0)  # the old tensor's version count
+            new[name] = tensor
+        fope.load_state_dict(new, assign=True)
+        last = attn(x[:, 10:], cache=cache)
+        assert_close(last, attn(x)[:, 10:], rtol=1e-12, atol=1e-12)
+
+
 def test_attention_with_other_kv_heads_raises_naming_num_kv_heads() -> None:
     fope = FourierRotaryEmbedding(HEAD_DIM, 4)
     attn = Attention(HEADS * HEAD_DIM, HEADS, num_kv_heads=KV_HEADS, pos=fope)

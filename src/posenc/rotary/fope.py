@@ -231,9 +231,12 @@ class FourierRotaryEmbedding(RotaryEncoding):
 
     @property
     def rebuilds(self) -> int:
-        """A token that changes whenever the coefficients do (in-place updates bump a
-        tensor's version): a KV cache that maps keys when read keys its memo on it."""
-        return int(self.cos_coef._version + self.sin_coef._version)
+        """A token that changes whenever the coefficients do: in-place updates bump a
+        tensor's version, ``load_state_dict(assign=True)`` puts in other tensors (a sum of
+        versions alone could repeat); a KV cache that maps keys when read keys its memo on
+        it. Writes through ``.data`` bypass the version counter and are not seen."""
+        cos, sin = self.cos_coef, self.sin_coef
+        return hash((id(cos), cos._version, id(sin), sin._version))
 
     def inv_freq(self, device: torch.device | str | None = None) -> Tensor:
         """The kept ``θ`` ``(F,)`` in float64 on ``device`` (memoised, never a buffer)."""
