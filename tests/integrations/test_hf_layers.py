@@ -28,6 +28,9 @@ def test_llama4_dict_defaults_are_hfs() -> None:
     assert list(layers) == [rope] * 3 + [nope] + [rope] * 3 + [nope]
     options = model_options_from_config(LLAMA4)
     assert options == {"nope_layers": (3, 7), "chunk_size": 8192, "query_scale": nope.query_scale}
+    # a multimodal dict whose text_config omits its model_type is Llama-4's text part too
+    outer = {"model_type": "llama4", "text_config": {"num_hidden_layers": 8}}
+    assert layer_schedule_from_config(outer) == layers
     model = DecoderLM(ModelConfig(vocab_size=16, dim=32, depth=8, num_heads=4, **options))
     for block, want in zip(model.trunk.blocks, layers, strict=True):
         attn: Any = block.attn

@@ -55,7 +55,11 @@ def _text_config(config: Any) -> Any:
             f"config must be a transformers PretrainedConfig or a dict, got {config!r}"
         )
     text = _get(config, "text_config")
-    return text if text is not None and _get(config, "num_hidden_layers") is None else config
+    if text is None or _get(config, "num_hidden_layers") is not None:
+        return config
+    if isinstance(text, Mapping) and "model_type" not in text and _is_llama4_type(config):
+        return {**text, "model_type": "llama4_text"}  # Llama4Config's text part, HF's defaults
+    return text
 
 
 def _is_llama4(config: Any) -> bool:
