@@ -13,6 +13,7 @@ Block size: ``block_size`` rows, or by default as many rows as keep one block's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import torch
@@ -23,7 +24,7 @@ from posenc.attention.context import AttentionContext
 from posenc.attention.hooks import Hooks
 from posenc.attention.rows import attend_rows, compute_dtype
 
-__all__ = ["BLOCK_ELEMENTS", "blocked", "default_block_rows"]
+__all__ = ["BLOCK_ELEMENTS", "blocked", "default_block_rows", "over_row_blocks"]
 
 #: Elements of one block's score tensor the default block size aims at.
 BLOCK_ELEMENTS = 1 << 24
@@ -60,28 +61,41 @@ def blocked(
     Shapes as :func:`~posenc.attention.rows.attend_rows`; ``context`` supplies positions
     and the mask. Nothing larger than one block's ``(batch, heads, rows, keys)`` is built.
     """
-    mask = context.mask
+    step = partial(_block, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p)
+    return over_row_blocks(step, q, k, v, hooks=hooks, context=context, block_size=block_size)
+
+
+def over_row_blocks(
+    step: Callable[..., Tensor],
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    hooks: Hooks,
+    context: AttentionContext,
+    block_size: int | None,
+) -> Tensor:
+    """``step(q_rows, k, v, start=, stop=)`` for each block of query rows ``[start, stop)``,
+    over the keys up to the last the block's mask may show, the outputs concatenated along
+    the rows (the loop of :func:`blocked` and of stick-breaking's blocks).
+
+    ``block_size`` rows per block (None: :func:`default_block_rows`). When anything requires
+    a gradient and there is more than one block, each block is checkpointed (recomputed in
+    the backward pass). A block that sees no key gives zeros.
+    """
     batch, heads, q_len, _ = q.shape
     rows = block_size or default_block_rows(batch, heads, k.shape[-2])
     grad = _needs_grad(q, k, v, hooks) and q_len > rows
     outs = []
     for start in range(0, q_len, rows):
         stop = min(q_len, start + rows)
-        end = mask.key_end(stop)
+        end = context.mask.key_end(stop)
         if end == 0:  # no key visible to any row of the block
             outs.append(q.new_zeros(batch, heads, stop - start, v.shape[-1]))
             continue
-        step = partial(
-            _block,
-            hooks=hooks,
-            context=context,
-            start=start,
-            stop=stop,
-            scale=scale,
-            dropout_p=dropout_p,
-        )
+        block = partial(step, start=start, stop=stop)
         args = (q[:, :, start:stop], k[:, :, :end], v[:, :, :end])
-        outs.append(checkpoint(step, *args, use_reentrant=False) if grad else step(*args))
+        outs.append(checkpoint(block, *args, use_reentrant=False) if grad else block(*args))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
 
 

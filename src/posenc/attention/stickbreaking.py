@@ -37,10 +37,9 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.checkpoint import checkpoint
 
 from posenc._validate import check_floating_dtype, check_positive_int
-from posenc.attention.blocks import default_block_rows
+from posenc.attention.blocks import over_row_blocks
 from posenc.attention.rows import compute_dtype, expand_heads
 from posenc.base import PositionalEncoding
 
@@ -192,25 +191,8 @@ def stick_breaking_attention(
     the last its causal order allows (the ones after add nothing: hidden keys break
     nothing); under autograd each block is recomputed in the backward pass.
     """
-    mask = context.mask
-    batch, heads, q_len, _ = q.shape
-    rows = block_size or default_block_rows(batch, heads, k.shape[-2])
-    grad = torch.is_grad_enabled() and q_len > rows
-    outs = []
-    for start in range(0, q_len, rows):
-        stop = min(q_len, start + rows)
-        end = mask.key_end(stop)
-        step = partial(
-            _block,
-            hooks=hooks,
-            context=context,
-            start=start,
-            scale=scale,
-            dropout_p=dropout_p,
-        )
-        args = (q[:, :, start:stop], k[:, :, :end], v[:, :, :end])
-        outs.append(checkpoint(step, *args, use_reentrant=False) if grad else step(*args))
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+    step = partial(_block, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p)
+    return over_row_blocks(step, q, k, v, hooks=hooks, context=context, block_size=block_size)
 
 
 def _block(
@@ -221,6 +203,7 @@ def _block(
     hooks: Hooks,
     context: AttentionContext,
     start: int,
+    stop: int,
     scale: float,
     dropout_p: float,
 ) -> Tensor:
@@ -230,7 +213,7 @@ def _block(
     heads, rows, end = q.shape[1], q.shape[2], k.shape[2]
     q = q.to(cdt)
     k, v = expand_heads(k.to(cdt), heads), expand_heads(v.to(cdt), heads)
-    visible = mask.block(start, start + rows, 0, end, heads=heads)
+    visible = mask.block(start, stop, 0, end, heads=heads)
     if not encoding.attend_current:  # the query's own key (bottom-right aligned) is left out
         q_index = torch.arange(rows, device=q.device) + start + mask.causal_offset
         others = torch.arange(end, device=q.device) != q_index[:, None]  # (rows, end)
