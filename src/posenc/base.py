@@ -95,6 +95,7 @@ __all__ = [
     "AdditiveEncoding",
     "BiasEncoding",
     "ContextualEncoding",
+    "EncodingWrapper",
     "NoPE",
     "PositionalEncoding",
     "RotaryEncoding",
@@ -119,6 +120,25 @@ class PositionalEncoding(nn.Module):
     #: True when one instance serves every layer (T5's table; parameter-free encodings, whose
     #: per-forward tables are then built once for the whole model).
     shared_across_layers: ClassVar[bool] = False
+
+
+class EncodingWrapper(nn.Module):
+    """A module holding an encoding as ``self.encoding`` that reads what it lacks from it.
+
+    Attribute lookup finds parameters, buffers and submodules first (``nn.Module``), then
+    the wrapped encoding's attributes: its hooks, ``num_heads``, ``head_dim``,
+    ``shared_across_layers`` … Private names and ``encoding`` itself are never delegated.
+    Base of :class:`~posenc.randomized.RandomizedPositions` and the softmax wrappers
+    (:class:`~posenc.bias.wrapping.SoftmaxWrapper`).
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name.startswith("_") or name == "encoding":
+                raise
+            return getattr(self._modules["encoding"], name)
 
 
 class NoPE(PositionalEncoding):

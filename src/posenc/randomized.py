@@ -40,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_in_choices, check_positive_int, validating_values
+from posenc.base import EncodingWrapper
 from posenc.positions import randomized_positions
 
 __all__ = ["RandomizedEvaluation", "RandomizedPositions"]
@@ -48,7 +49,7 @@ RandomizedEvaluation = Literal["randomized", "ordered"]
 _EVALUATIONS: tuple[RandomizedEvaluation, ...] = ("randomized", "ordered")
 
 
-class RandomizedPositions(nn.Module):
+class RandomizedPositions(EncodingWrapper):
     """Any one-axis encoding with randomized positions (Ruoss et al. 2023; see the module).
 
     Args:
@@ -97,16 +98,6 @@ class RandomizedPositions(nn.Module):
         check_in_choices("evaluation", evaluation, _EVALUATIONS)
         self.evaluation: RandomizedEvaluation = evaluation
         self.generator: torch.Generator | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        """Parameters, buffers and submodules first (nn.Module), then the wrapped encoding's
-        attributes: its hooks, ``num_heads``, ``shared_across_layers``, …"""
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if name.startswith("_") or name == "encoding":
-                raise
-            return getattr(self._modules["encoding"], name)
 
     @property
     def randomizing(self) -> bool:

@@ -19,12 +19,12 @@ from typing import Any
 
 from torch import nn
 
-from posenc.base import NoPE, PositionalEncoding
+from posenc.base import EncodingWrapper, NoPE, PositionalEncoding
 
 __all__ = ["SoftmaxWrapper"]
 
 
-class SoftmaxWrapper(PositionalEncoding):
+class SoftmaxWrapper(EncodingWrapper, PositionalEncoding):
     """An encoding with one more attention hook (a subclass defines it).
 
     Args:
@@ -57,16 +57,6 @@ class SoftmaxWrapper(PositionalEncoding):
         #: False for a later layer's wrapper around a shared encoding: the first layer's
         #: wrapper initializes it (reset_parameters draws as the constructors drew).
         self.owns_encoding = True
-
-    def __getattr__(self, name: str) -> Any:
-        """Parameters, buffers and submodules first (nn.Module), then the wrapped encoding's
-        attributes: its hooks, ``num_axes``, ``head_dim``, ``shared_across_layers`` …"""
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            if name.startswith("_") or name == "encoding":
-                raise
-            return getattr(self._modules["encoding"], name)
 
     # PositionalEncoding's class attributes, read from the wrapped encoding instead
     @property
