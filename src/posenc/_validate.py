@@ -61,6 +61,25 @@ def check_floating_tensor(name: str, x: object, axes: tuple[str, ...]) -> Tensor
     return x
 
 
+def check_bool_mask(name: str, mask: object, like_name: str, like: Tensor) -> Tensor | None:
+    """Return ``mask`` if it is None or a bool tensor that broadcasts to ``like``'s shape, else
+    raise ``ValueError`` naming ``name`` (and ``like_name``, what it must broadcast to)."""
+    if mask is None:
+        return None
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise ValueError(f"{name} must be a bool tensor broadcastable to {like_name}, or None")
+    try:
+        fits = torch.broadcast_shapes(mask.shape, like.shape) == like.shape
+    except RuntimeError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} does not broadcast to {like_name} "
+            f"{tuple(like.shape)}"
+        )
+    return mask
+
+
 def check_in_choices(name: str, value: object, choices: tuple[object, ...]) -> None:
     """Raise ``ValueError`` naming ``name`` unless ``value`` is one of ``choices``."""
     if value not in choices:

@@ -38,7 +38,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc._validate import check_floating_dtype, check_positive_int
+from posenc._validate import (
+    check_bool_mask,
+    check_floating_dtype,
+    check_floating_tensor,
+    check_positive_int,
+)
 from posenc.attention.blocks import over_row_blocks
 from posenc.attention.rows import compute_dtype, expand_heads
 from posenc.base import PositionalEncoding
@@ -148,23 +153,8 @@ class StickBreaking(PositionalEncoding):
             ValueError: naming ``scores`` (not a floating 4-D tensor) or ``visible`` (not
                 bool, or not broadcastable to ``scores``).
         """
-        if not isinstance(scores, Tensor) or scores.dim() != 4 or not scores.is_floating_point():
-            got = tuple(scores.shape) if isinstance(scores, Tensor) else type(scores).__name__
-            raise ValueError(
-                f"scores must be a floating tensor (batch, heads, rows, keys); got {got}"
-            )
-        if visible is not None:
-            if not isinstance(visible, Tensor) or visible.dtype != torch.bool:
-                raise ValueError("visible must be a bool tensor broadcastable to scores, or None")
-            try:
-                fits = torch.broadcast_shapes(visible.shape, scores.shape) == scores.shape
-            except RuntimeError:
-                fits = False
-            if not fits:
-                raise ValueError(
-                    f"visible of shape {tuple(visible.shape)} does not broadcast to scores "
-                    f"{tuple(scores.shape)}"
-                )
+        check_floating_tensor("scores", scores, ("batch", "heads", "rows", "keys"))
+        check_bool_mask("visible", visible, "scores", scores)
         return stick_breaking_weights(scores, visible)
 
     def extra_repr(self) -> str:

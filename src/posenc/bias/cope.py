@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc._validate import (
+    check_bool_mask,
     check_floating_dtype,
     check_floating_tensor,
     check_in_choices,
@@ -63,18 +64,7 @@ def cope_positions(
     """
     _check_scores("logits", logits)
     check_positive_int("max_pos", max_pos)
-    if allowed is not None:
-        if not isinstance(allowed, Tensor) or allowed.dtype != torch.bool:
-            raise ValueError("allowed must be a bool tensor broadcastable to logits, or None")
-        try:
-            fits = torch.broadcast_shapes(allowed.shape, logits.shape) == logits.shape
-        except RuntimeError:
-            fits = False
-        if not fits:
-            raise ValueError(
-                f"allowed of shape {tuple(allowed.shape)} does not broadcast to logits "
-                f"{tuple(logits.shape)}"
-            )
+    check_bool_mask("allowed", allowed, "logits", logits)
     if mixing is not None:
         heads = logits.shape[1]
         if not isinstance(mixing, Tensor) or tuple(mixing.shape) != (heads, heads):
