@@ -118,6 +118,9 @@ def test_pair_positions_and_log_scale() -> None:
     assert torch.equal(
         scale, torch.tensor([1.0, 1.0, math.log(17) / math.log(16), 2.0], dtype=torch.float64)
     )
+    # negative positions (padding) scale by 1: no -inf or NaN to reach real tokens
+    padded = log_scale(torch.tensor([-5, -2, -1, 255]), 16)
+    assert torch.equal(padded, torch.tensor([1.0, 1.0, 1.0, 2.0], dtype=torch.float64))
 
 
 def test_a_method_wraps_one_axis_rotary_encodings_only() -> None:

@@ -39,8 +39,9 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_positive_int
+from posenc.segments.base import log_scale
 
-__all__ = ["QueryScale", "QueryScaleMode", "check_chunk_and_scale"]
+__all__ = ["QueryScale", "QueryScaleMode", "check_chunk_and_scale", "scale_queries"]
 
 QueryScaleMode = Literal["floor_log", "log_n"]
 
@@ -109,9 +110,9 @@ class QueryScale:
         """``s(p)`` at ``positions`` (any shape), float64. Positions before the formula's
         first step (``p + δ < 0``; ``p < 0`` for ``log_n``), which no model gives but posenc
         positions may hold (padding at -1), take its first value, 1, not ``-inf`` or NaN."""
-        p = positions.to(torch.float64)
         if self.mode == "log_n":
-            return (torch.log((p + 1.0).clamp(min=1.0)) / math.log(self.length)).clamp(min=1.0)
+            return log_scale(positions, self.length)
+        p = positions.to(torch.float64)
         steps = torch.floor((p + self.shift) / self.length).clamp(min=0.0)
         return 1.0 + self.beta * torch.log1p(steps)
 
@@ -119,11 +120,17 @@ class QueryScale:
         """``q`` ``(batch, heads, seq, head_dim)`` times ``s`` of its query ``positions``
         ``(seq,)`` or ``(batch, seq)``; half precision multiplies in float32 and rounds once,
         float64 stays float64."""
-        compute = torch.float64 if q.dtype == torch.float64 else torch.float32
-        factor = self.factor(positions).to(device=q.device, dtype=compute)
-        # (batch, 1, seq, 1) or (1, seq, 1); not view(-1, …), which cannot size an empty seq
-        factor = factor[..., None, :, None]
-        return (q.to(compute) * factor).to(q.dtype)
+        return scale_queries(q, self.factor(positions))
+
+
+def scale_queries(q: Tensor, factor: Tensor) -> Tensor:
+    """``q`` ``(batch, heads, seq, head_dim)`` times a per-query ``factor`` ``(seq,)`` or
+    ``(batch, seq)``; half precision multiplies in float32 and rounds once, float64 stays
+    float64 (:meth:`QueryScale.apply`, the segment methods' log-n)."""
+    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
+    # (batch, 1, seq, 1) or (1, seq, 1); not view(-1, …), which cannot size an empty seq
+    factor = factor.to(device=q.device, dtype=compute)[..., None, :, None]
+    return (q.to(compute) * factor).to(q.dtype)
 
 
 def check_chunk_and_scale(

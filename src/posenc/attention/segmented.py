@@ -47,6 +47,7 @@ from posenc.attention.cache import KVCache
 from posenc.attention.context import AttentionContext
 from posenc.attention.flash import Part, merge_parts
 from posenc.attention.hooks import Hooks, accepts_keyword
+from posenc.attention.query_scale import scale_queries
 from posenc.attention.rows import compute_dtype, expand_heads
 from posenc.segments.base import PositionMap, Region, Segment
 
@@ -248,9 +249,8 @@ def _rotate_segments(
     encoding = hooks.encoding
     query_scale = getattr(encoding, "query_scale", None)
     scale = query_scale(context.q_pos) if callable(query_scale) else None
-    if scale is not None:  # log-n: one factor per query row, (…, 1, q_len, 1)
-        factor = scale.to(device=q.device, dtype=compute_dtype(q.dtype))[..., None, :, None]
-        q = (q.to(factor.dtype) * factor).to(q.dtype)
+    if scale is not None:  # log-n: one factor per query row
+        q = scale_queries(q, scale)
     segments: list[Segment] = list(encoding.segments()) if hooks.segments else [IDENTITY]
     memoise = True
     if per_query_lengths(encoding):

@@ -332,10 +332,12 @@ def log_scale(positions: Tensor, base_length: int) -> Tensor:
     """The log-n query scale ``max(1, log(p + 1) / log(base_length))`` (ReRoPE, Self-Extend).
 
     Multiplies the query (so the logits) of a token at position ``p``; 1 inside the trained
-    length ``base_length``. Float64.
+    length ``base_length``, and 1 at negative positions (padding at -1, -5: never ``-inf`` or
+    NaN, which would reach real tokens through the next layer). Float64. Also Qwen-1's
+    log-n (:meth:`posenc.attention.QueryScale.logn`).
     """
     p = positions.to(torch.float64)
-    return (torch.log(p + 1.0) / math.log(base_length)).clamp(min=1.0)
+    return (torch.log((p + 1.0).clamp(min=1.0)) / math.log(base_length)).clamp(min=1.0)
 
 
 class SegmentedRotary(PositionalEncoding):
