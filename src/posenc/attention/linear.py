@@ -35,7 +35,7 @@ from torch import Tensor
 from posenc.attention.backends import FEATURE_MAPS
 from posenc.attention.context import AttentionContext
 from posenc.attention.hooks import Hooks
-from posenc.attention.rows import compute_dtype
+from posenc.attention.rows import compute_dtype, expand_heads
 from posenc.attention.segmented import rotate_keys_on_read
 
 if TYPE_CHECKING:
@@ -151,10 +151,8 @@ def linear_attention(
     out_dtype = v.dtype
     cdt = compute_dtype(v.dtype)
     rq, rk, fq, fk, v = (t.to(cdt) for t in (rq, rk, fq, fk, v))
-    heads, kv_heads = rq.shape[1], rk.shape[1]
-    if heads != kv_heads:
-        group = heads // kv_heads
-        rk, fk, v = (t.repeat_interleave(group, dim=1) for t in (rk, fk, v))
+    heads = rq.shape[1]
+    rk, fk, v = (expand_heads(t, heads) for t in (rk, fk, v))
     if key_padding is not None:
         real = key_padding[:, None, :, None].to(cdt)
         rk, fk, v = rk * real, fk * real, v * real
@@ -168,12 +166,13 @@ def linear_attention(
     offset = k_len - q_len  # keys before the first query: all of them visible to every query
     state = rk[..., :offset, :].transpose(-1, -2) @ v[..., :offset, :]  # (b, h, d, dv)
     total = fk[..., :offset, :].sum(dim=-2, keepdim=True)  # (b, h, 1, d)
-    rows = DEFAULT_BLOCK if block_size is None else block_size
+    rows = min(q_len, DEFAULT_BLOCK if block_size is None else block_size)
+    causal_block = torch.ones(rows, rows, dtype=torch.bool, device=rq.device).tril()
     parts = []
     for start in range(0, q_len, rows):
         stop = min(q_len, start + rows)
         keys = slice(offset + start, offset + stop)
-        own = torch.ones(stop - start, stop - start, dtype=torch.bool, device=rq.device).tril()
+        own = causal_block[: stop - start, : stop - start]
         block_rq, block_fq = rq[..., start:stop, :], fq[..., start:stop, :]
         block_rk, block_fk, block_v = rk[..., keys, :], fk[..., keys, :], v[..., keys, :]
         pairs = (block_rq @ block_rk.transpose(-1, -2)).masked_fill(~own, 0.0)
