@@ -3,14 +3,15 @@
 A vision-language-action sequence: two camera views (224×224 each: a 16×16 patch grid, 8×8
 tokens after Qwen-VL's 2×2 merge), the instruction, and a chunk of 8 actions × 7 dimensions.
 Numbered on (``0, 1, 2, …`` over every token), against M-RoPE's ``(t, h, w)`` ids
-(:func:`posenc.multimodal.sequence_position_ids`). Run: ``python examples/numbering_on.py``.
+(:func:`posenc.positions.multimodal.sequence_position_ids`). Run: ``python
+examples/numbering_on.py``.
 """
 
 from __future__ import annotations
 
 import torch
 
-from posenc.multimodal import sequence_position_ids
+from posenc.positions.multimodal import sequence_position_ids
 
 RUNS = [
     ("image", (1, 16, 16)),  # camera 1

@@ -16,9 +16,9 @@ import torch
 from torch import Tensor, nn
 
 from posenc.attention import Attention, KVCache, attend, hooks_of
-from posenc.base import NoPE
-from posenc.model import DecoderLM, EncoderClassifier, ModelConfig
-from posenc.registry import encoding_spec
+from posenc.encoding.base import NoPE
+from posenc.encoding.registry import encoding_spec
+from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
 from tests.cases import SEQ, build_case, case_positions, registered_cases
 
 META = torch.device("meta")
@@ -359,13 +359,13 @@ def _ordered_randomized_past_max_length() -> Any:
 
 
 def _fractional_grid() -> Any:
-    from posenc.multimodal import mrope_position_ids
+    from posenc.positions.multimodal import mrope_position_ids
 
     return mrope_position_ids(torch.tensor([[0, 1, 1, 1, 1, 0]]), [[1, 4.5, 4]])
 
 
 def _qwen3_video_without_separator() -> Any:
-    from posenc.multimodal import sequence_position_ids
+    from posenc.positions.multimodal import sequence_position_ids
 
     return sequence_position_ids([("text", 1), ("video", (2, 4, 4))], version="qwen3_vl")
 

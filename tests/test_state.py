@@ -3,7 +3,7 @@ device, materialized with ``to_empty`` and initialized (``reset_parameters``) or
 (``load_state_dict``) it equals a normal build; a dtype cast rounds parameters only, never a
 constant (RoPE's frequencies and phases stay exact, computed from float64).
 
-The convention (:mod:`posenc.base`): parameters are ``nn.Parameter`` drawn by
+The convention (:mod:`posenc.encoding.base`): parameters are ``nn.Parameter`` drawn by
 ``reset_parameters()``, which draws what the constructor draws; constants are no buffers.
 """
 
@@ -18,8 +18,8 @@ from torch import Tensor, nn
 from torch.testing import assert_close
 
 from posenc.attention import Attention, hooks_of
-from posenc.model import DecoderLM, EncoderClassifier, ModelConfig
-from posenc.registry import encoding_spec
+from posenc.encoding.registry import encoding_spec
+from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
 from tests.cases import ALL_CASES, SEQ, build_case, case_id, case_positions, registered_cases
 
 X = torch.randn(2, SEQ, 32, generator=torch.Generator().manual_seed(5))

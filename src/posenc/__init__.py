@@ -22,6 +22,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from posenc import _moved
+
+_moved.install()  # old module paths keep working, with a DeprecationWarning
+
 if TYPE_CHECKING:
     from posenc.additive import (
         LearnedPositionalEmbedding,
@@ -30,7 +34,9 @@ if TYPE_CHECKING:
         sinusoidal_encoding,
     )
     from posenc.attention import Attention, KVCache, attend
-    from posenc.base import (
+    from posenc.bias import AlibiBias, T5RelativeBias
+    from posenc.contextual import ShawRelative, TransformerXLRelative
+    from posenc.encoding.base import (
         AdditiveEncoding,
         BiasEncoding,
         ContextualEncoding,
@@ -38,15 +44,14 @@ if TYPE_CHECKING:
         PositionalEncoding,
         RotaryEncoding,
     )
-    from posenc.bias import AlibiBias, ShawRelative, T5RelativeBias, TransformerXLRelative
-    from posenc.model import DecoderLM, EncoderClassifier, ModelConfig
+    from posenc.encoding.registry import ModelDims, build_encoding, list_encodings
+    from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
     from posenc.positions import (
         document_mask,
         packed_positions,
         positions_from_length,
         positions_from_padding_mask,
     )
-    from posenc.registry import ModelDims, build_encoding, list_encodings
     from posenc.rotary import RotaryEmbedding, apply_rotary, permute_rotary_weight
 
 __version__ = "0.1.0"
@@ -60,26 +65,26 @@ _EXPORTS = {
     "Attention": "posenc.attention",
     "KVCache": "posenc.attention",
     "attend": "posenc.attention",
-    "AdditiveEncoding": "posenc.base",
-    "BiasEncoding": "posenc.base",
-    "ContextualEncoding": "posenc.base",
-    "NoPE": "posenc.base",
-    "PositionalEncoding": "posenc.base",
-    "RotaryEncoding": "posenc.base",
+    "AdditiveEncoding": "posenc.encoding.base",
+    "BiasEncoding": "posenc.encoding.base",
+    "ContextualEncoding": "posenc.encoding.base",
+    "NoPE": "posenc.encoding.base",
+    "PositionalEncoding": "posenc.encoding.base",
+    "RotaryEncoding": "posenc.encoding.base",
     "AlibiBias": "posenc.bias",
     "ShawRelative": "posenc.bias",
     "T5RelativeBias": "posenc.bias",
     "TransformerXLRelative": "posenc.bias",
-    "DecoderLM": "posenc.model",
-    "EncoderClassifier": "posenc.model",
-    "ModelConfig": "posenc.model",
+    "DecoderLM": "posenc.models",
+    "EncoderClassifier": "posenc.models",
+    "ModelConfig": "posenc.models",
     "document_mask": "posenc.positions",
     "packed_positions": "posenc.positions",
     "positions_from_length": "posenc.positions",
     "positions_from_padding_mask": "posenc.positions",
-    "ModelDims": "posenc.registry",
-    "build_encoding": "posenc.registry",
-    "list_encodings": "posenc.registry",
+    "ModelDims": "posenc.encoding.registry",
+    "build_encoding": "posenc.encoding.registry",
+    "list_encodings": "posenc.encoding.registry",
     "RotaryEmbedding": "posenc.rotary",
     "apply_rotary": "posenc.rotary",
     "permute_rotary_weight": "posenc.rotary",

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from torch.testing import assert_close
 
 from posenc.attention import Backend, attend
-from posenc.registry import ModelDims, build_encoding
+from posenc.encoding.registry import ModelDims, build_encoding
 from tests.attention.toys import CumulativeGate
 from tests.cases import ALL_CASES, case_id
 
@@ -225,7 +225,7 @@ def test_flex_float32_equals_reference(name: str) -> None:
     check_backend("flex", name, {}, "padding", torch.float32, 2)
 
 
-FORWARD_ONLY = {"shaw", "xl"} | (BIAS_ONLY - {"nope"})  # DeBERTa: tests/bias/test_deberta.py
+FORWARD_ONLY = {"shaw", "xl"} | (BIAS_ONLY - {"nope"})  # DeBERTa: tests/contextual/test_deberta.py
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])

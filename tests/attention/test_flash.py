@@ -11,13 +11,8 @@ from torch.testing import assert_close
 
 from posenc.attention import Backend, attend, flash, structured
 from posenc.attention.flash import Part, merge_parts
-from posenc.bias import (
-    AlibiBias,
-    FireBias,
-    ShawRelative,
-    T5RelativeBias,
-    TransformerXLRelative,
-)
+from posenc.bias import AlibiBias, FireBias, T5RelativeBias
+from posenc.contextual import ShawRelative, TransformerXLRelative
 
 pytestmark = pytest.mark.skipif(not flash.available(torch.zeros(1)), reason="no CPU flash kernel")
 

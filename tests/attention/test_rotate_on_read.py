@@ -17,7 +17,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc.attention import Attention, KVCache
-from posenc.model import DecoderLM, ModelConfig
+from posenc.models import DecoderLM, ModelConfig
 from posenc.rotary import RotaryEmbedding
 from posenc.rotary.scaling import DynamicNTK, LongRoPE, YaRN
 

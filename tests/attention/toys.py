@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posenc.base import RotaryEncoding
+from posenc.encoding.base import RotaryEncoding
 from posenc.rotary import apply_rotary, rope_inv_freq
 
 

@@ -15,7 +15,7 @@ from posenc.integrations.hf import (
     layer_schedule_from_config,
     model_options_from_config,
 )
-from posenc.model import DecoderLM, LayerAttention, ModelConfig
+from posenc.models import DecoderLM, LayerAttention, ModelConfig
 from posenc.rotary import RotaryEmbedding
 
 LLAMA4 = {"model_type": "llama4_text", "num_hidden_layers": 8}

@@ -14,7 +14,7 @@ from posenc.lab.data.corpus import LMSource
 from posenc.lab.distributed import rank_and_world, spawn
 from posenc.lab.results import read_results_csv
 from posenc.lab.train import TrainConfig, read_metrics, train
-from posenc.model import DecoderLM, ModelConfig
+from posenc.models import DecoderLM, ModelConfig
 
 pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed gloo missing"

@@ -292,7 +292,7 @@ def test_check_pos_kwargs_builds_on_the_meta_device_and_keeps_the_random_state()
     import torch
 
     from posenc.lab.runner import check_pos_kwargs
-    from posenc.model import DecoderLM, ModelConfig
+    from posenc.models import DecoderLM, ModelConfig
 
     built: list[torch.nn.Module] = []
 

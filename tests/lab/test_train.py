@@ -25,7 +25,7 @@ from posenc.lab.train import (
     read_metrics,
     train,
 )
-from posenc.model import DecoderLM, ModelConfig
+from posenc.models import DecoderLM, ModelConfig
 from posenc.positions import randomized_positions
 
 VOCAB = 16

@@ -368,7 +368,7 @@ def _long(original):
 
 def test_kv_cache_decoding_after_a_vision_block_through_attention():
     from posenc.attention import Attention, KVCache
-    from posenc.multimodal import sequence_position_ids
+    from posenc.positions.multimodal import sequence_position_ids
 
     torch.manual_seed(0)
     ids, _ = sequence_position_ids([("text", 3), ("image", (1, 4, 6)), ("text", 4)])

@@ -10,7 +10,7 @@ from torch import Tensor
 from torch.testing import assert_close
 
 from posenc.attention import Attention, Backend, KVCache
-from posenc.model import DecoderLM, EncoderClassifier, ModelConfig
+from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
 from posenc.rotary.pope import PolarEmbedding, polar_frequencies
 
 HEAD_DIM, HEADS = 8, 2

@@ -501,7 +501,7 @@ def test_every_type_is_covered_by_the_grid() -> None:
 
 
 def test_registry_converts_the_dict_form_once() -> None:
-    from posenc.registry import ModelDims, build_encoding
+    from posenc.encoding.registry import ModelDims, build_encoding
 
     dims = ModelDims(dim=64, num_heads=4)
     spec = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from posenc.attention import Attention, KVCache, attend
-from posenc.model import DecoderLM, ModelConfig
+from posenc.models import DecoderLM, ModelConfig
 from posenc.rotary import RotaryEmbedding
 from posenc.segments import AttentionSinks, DualChunk, LMInfinite, ReRoPE, SelfExtend
 

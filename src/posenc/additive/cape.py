@@ -24,7 +24,7 @@ Not the "CAPE" that continues DAPE (context-adaptive, a scores reader: the regis
 
 Positions are augmented per sequence, so :class:`CAPE` does it in the position hook
 ``transform_positions`` (applied by attention's context before anything reads positions, as
-:class:`~posenc.randomized.RandomizedPositions` does), and ``forward`` is the sinusoid of
+:class:`~posenc.encoding.randomized.RandomizedPositions` does), and ``forward`` is the sinusoid of
 whatever continuous positions it gets. A training forward cannot continue a KV cache (each
 call draws anew); neither can mean-normalization (a decoding step's mean is not the prefix's).
 An additive encoding acts on the token embeddings, before attention: every backend (sdpa,
@@ -40,7 +40,7 @@ from torch import Tensor
 
 from posenc._validate import check_positive_float
 from posenc.additive.sinusoidal import _check_dtype, sinusoidal_encoding
-from posenc.base import AdditiveEncoding
+from posenc.encoding.base import AdditiveEncoding
 
 __all__ = ["CAPE", "cape_augment"]
 

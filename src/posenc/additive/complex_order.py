@@ -25,7 +25,7 @@ from posenc._validate import (
     validating_values,
 )
 from posenc.additive.sinusoidal import sinusoidal_inv_freq
-from posenc.base import PositionalEncoding, state_device
+from posenc.encoding.base import PositionalEncoding, state_device
 from posenc.positions import check_device, check_positions
 
 __all__ = [

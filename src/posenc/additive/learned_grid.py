@@ -37,7 +37,7 @@ from posenc._validate import (
     validating_values,
 )
 from posenc.additive.learned import LearnedPositionalEmbedding
-from posenc.base import AdditiveEncoding, state_device
+from posenc.encoding.base import AdditiveEncoding, state_device
 from posenc.positions import check_positions
 
 __all__ = ["FactorizedLearned", "GridResampleMode", "LearnedGrid", "resample_grid_table"]

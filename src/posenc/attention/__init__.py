@@ -28,7 +28,7 @@ from posenc.attention.functional import attend
 from posenc.attention.hooks import Hooks, hooks_of
 from posenc.attention.mask import AttentionMask, MaskMod, causal_mask
 from posenc.attention.module import Attention
-from posenc.attention.query_scale import QueryScale
+from posenc.softmax.query_scale import QueryScale
 
 __all__ = [
     "Attention",

@@ -7,7 +7,7 @@ sdpa       everything; the reference (materializes a bias, a contextual term, a 
            reader's rows). Without logit terms SDPA's own kernels, no L×L mask.
 flex       no logit terms, pointwise biases (``bias_at`` as ``score_mod``), score maps
            (soft-capping), sink logits (an LSE correction) and token-state biases (FoX,
-           :mod:`posenc.attention.token_bias`); forward only on the CPU;
+           :mod:`posenc.token_state.token_bias`); forward only on the CPU;
            no attention dropout.
 chunked    everything, in O(block · keys) memory, with autograd (activation
            checkpointing); the CPU flash-parts plans for ALiBi and T5-like biases.
@@ -18,7 +18,7 @@ auto       per call, see :func:`choose_backend`.
 =========  ===============================================================================
 
 Attention weights in place of the softmax (stick-breaking,
-:mod:`posenc.attention.stickbreaking`): ``sdpa`` all rows at once, ``chunked`` in blocks of
+:mod:`posenc.softmax.stick_breaking`): ``sdpa`` all rows at once, ``chunked`` in blocks of
 query rows; ``flex`` refuses them.
 """
 
@@ -38,7 +38,7 @@ from posenc.attention.hooks import Hooks
 from posenc.attention.local_chunks import chunk_by_chunk, serves
 from posenc.attention.rows import compute_dtype
 from posenc.attention.sdpa import sdpa_attention
-from posenc.attention.stickbreaking import stick_breaking_attention
+from posenc.softmax.stick_breaking import stick_breaking_attention
 
 __all__ = [
     "FEATURE_MAPS",

@@ -176,7 +176,7 @@ class KVCache:
     @property
     def token_states(self) -> Tensor:
         """Every cached key's state ``(batch, heads, length)`` under a token-state encoding
-        (FoX's cumulative log forget gate, :mod:`posenc.attention.token_bias`)."""
+        (FoX's cumulative log forget gate, :mod:`posenc.token_state.token_bias`)."""
         states = self._states.value
         if states is None or self._states.length != self.length:
             raise ValueError(

@@ -22,7 +22,6 @@ from posenc._validate import validating_values
 from posenc.attention.cache import KVCache
 from posenc.attention.hooks import Hooks
 from posenc.attention.mask import AttentionMask, MaskMod
-from posenc.attention.token_bias import TokenBias
 from posenc.positions import (
     check_device,
     check_positions,
@@ -30,6 +29,7 @@ from posenc.positions import (
     next_positions,
     position_batch,
 )
+from posenc.token_state.token_bias import TokenBias
 
 __all__ = [
     "AttentionContext",

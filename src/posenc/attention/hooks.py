@@ -1,17 +1,17 @@
-"""Which hooks an encoding implements, found by duck typing (see :mod:`posenc.base`).
+"""Which hooks an encoding implements, found by duck typing (see :mod:`posenc.encoding.base`).
 
 :func:`hooks_of` is the only place that looks at an encoding's methods; attention, the
 model and the backends read the resulting :class:`Hooks`. A new kind of method adds a hook
 here and its use in the backends, nothing else.
 
-Besides the hooks listed in :mod:`posenc.base`, an encoding that reads the token ids
+Besides the hooks listed in :mod:`posenc.encoding.base`, an encoding that reads the token ids
 (complex-order embeddings) implements the **token-embedding** hook ``embed_tokens(tokens,
 positions) -> (..., seq, dim)``: the model uses it in place of its own token embedding, with
 the validated positions of the new tokens; ``vocab_size`` and ``dim``, when the encoding has
 them, are checked against the model's at construction.
 
 Two hooks change the softmax rather than add a position term, for wrappers around any
-encoding (:mod:`posenc.bias.softcap`, :mod:`posenc.bias.sinks`):
+encoding (:mod:`posenc.softmax.softcap`, :mod:`posenc.softmax.sinks`):
 
 * **score map** ``map_scores(scores) -> scores``: an elementwise function of each scaled
   (+ bias) score, applied before the mask (Gemma 2's tanh soft-capping); FlexAttention takes
@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posenc.base import NoPE, materialize_bias
+from posenc.encoding.base import NoPE, materialize_bias
 
 __all__ = ["Hooks", "accepts_keyword", "hooks_of"]
 
@@ -143,7 +143,7 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
 
     Raises:
         ValueError: if ``encoding`` is not a module, implements no hook (and is not
-            :class:`~posenc.base.NoPE`), declares a bias without ``num_heads``, or has a
+            :class:`~posenc.encoding.base.NoPE`), declares a bias without ``num_heads``, or has a
             ``num_axes`` that is not a positive integer.
     """
     if encoding is None:
@@ -190,6 +190,6 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
             f"pos must be a positional encoding: {type(encoding).__name__} implements none of "
             "the hooks (position_embedding, embed_tokens, rotary_tables + rotate_qk, bias_at, "
             "logit_term, transform_scores, token_state + state_bias, attention_weights); "
-            "pass None or posenc.base.NoPE for no encoding"
+            "pass None or posenc.encoding.base.NoPE for no encoding"
         )
     return hooks

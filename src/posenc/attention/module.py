@@ -19,9 +19,9 @@ from posenc.attention.functional import check_encoding_fits
 from posenc.attention.hooks import hooks_of
 from posenc.attention.linear import linear_self_attention
 from posenc.attention.mask import MaskMod
-from posenc.attention.query_scale import QueryScale, check_chunk_and_scale
 from posenc.attention.segmented import rotate_keys_on_read, segmented_attention
-from posenc.attention.token_bias import check_token_bias_fits
+from posenc.softmax.query_scale import QueryScale, check_chunk_and_scale
+from posenc.token_state.token_bias import check_token_bias_fits
 
 __all__ = ["Attention"]
 
@@ -29,7 +29,7 @@ __all__ = ["Attention"]
 class Attention(nn.Module):
     """Multi-head (or grouped-query) self-attention with a pluggable positional encoding.
 
-    The encoding acts through its hooks (:mod:`posenc.base`): a rotary encoding rotates q
+    The encoding acts through its hooks (:mod:`posenc.encoding.base`): a rotary encoding rotates q
     and the new k before they are cached; a bias, contextual term or scores reader enters the
     logits in the backend; an additive encoding is the model's business (ignored here).
 
@@ -39,7 +39,8 @@ class Attention(nn.Module):
         num_kv_heads: key/value heads (grouped-query attention); must divide ``num_heads``.
             Default ``num_heads``.
         head_dim: per-head width, default ``dim // num_heads``.
-        pos: the positional encoding module (``None`` or :class:`posenc.base.NoPE` for none).
+        pos: the positional encoding module (``None`` or :class:`posenc.encoding.base.NoPE` for
+          none).
             One with ``bind_projections(q_proj, k_proj)`` is handed this layer's q and k
             projections at construction (DeBERTa's shared position keys). Checked here
             (``ValueError`` naming ``pos``): its ``num_heads`` (a bias or contextual term),

@@ -47,9 +47,9 @@ from posenc.attention.cache import KVCache
 from posenc.attention.context import AttentionContext
 from posenc.attention.flash import Part, merge_parts
 from posenc.attention.hooks import Hooks, accepts_keyword
-from posenc.attention.query_scale import scale_queries
 from posenc.attention.rows import compute_dtype, expand_heads
 from posenc.segments.base import PositionMap, Region, Segment
+from posenc.softmax.query_scale import scale_queries
 
 __all__ = ["PARTS_ROWS", "Rotated", "rotate_keys_on_read", "segment_rows", "segmented_attention"]
 

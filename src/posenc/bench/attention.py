@@ -50,8 +50,8 @@ from posenc.bench import (
     run_suites,
 )
 from posenc.bench.decoding import prefilled_stack, stack_step
-from posenc.model import DecoderLM, ModelConfig
-from posenc.registry import ModelDims, build_encoding
+from posenc.encoding.registry import ModelDims, build_encoding
+from posenc.models import DecoderLM, ModelConfig
 
 __all__ = ["SUITES", "run"]
 
@@ -227,7 +227,7 @@ def train_memory(seq: int = 16384, heads: int = 8, head_dim: int = 64) -> list[d
 
 
 class _BareBlock(nn.Module):
-    """:class:`posenc.model.Block` with :class:`_BareAttention`."""
+    """:class:`posenc.models.Block` with :class:`_BareAttention`."""
 
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
@@ -325,7 +325,7 @@ def decode(
     """One decoding step with a ``cache_len`` KV cache, per layer, × the bare equivalent.
 
     ``stack``: ``layers`` attention layers sharing one per-forward context (what
-    :class:`~posenc.model.DecoderLM` does: positions, mask and shared tables built once per
+    :class:`~posenc.models.DecoderLM` does: positions, mask and shared tables built once per
     step) against ``layers`` × (the same projections around bare SDPA over a preallocated
     cache). ``alone``: one standalone module that builds its own context every call.
     """

@@ -1,5 +1,5 @@
 """What the decoding suites share: a stack of attention layers prefilled with a KV cache, and
-one decoding step through it with one per-step context (as :class:`~posenc.model.DecoderLM`
+one decoding step through it with one per-step context (as :class:`~posenc.models.DecoderLM`
 builds it), the caches rewound so that every round sees the same length."""
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
   Self-Extend and DCA at 65,536 tokens, plain RoPE beside them, each in a fresh process
   (target < 1 GiB).
 * ``longctx-decode``: one decoding step of 4 layers sharing a per-step context (as
-  :class:`~posenc.model.DecoderLM` does) against a 4,096-token cache: RoPE with the cache
+  :class:`~posenc.models.DecoderLM` does) against a 4,096-token cache: RoPE with the cache
   keeping keys unrotated (rotated on read from the memo) against the same step with a rotated
   cache (target ≤ 1.5×); beside them the step when the frequencies changed (dynamic NTK past
   its length: every cached key rotated again) and Self-Extend and DCA.

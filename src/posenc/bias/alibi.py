@@ -19,7 +19,7 @@ from posenc._validate import (
     check_integer_valued,
     check_positive_int,
 )
-from posenc.base import BiasEncoding
+from posenc.encoding.base import BiasEncoding
 from posenc.positions import check_positions
 
 __all__ = ["AlibiBias", "AlibiMode", "alibi_bias", "alibi_slopes", "relative_distances"]

@@ -15,7 +15,7 @@ from posenc._validate import (
     check_positive_int,
     validating_values,
 )
-from posenc.base import BiasEncoding, empty_linear
+from posenc.encoding.base import BiasEncoding, empty_linear
 
 __all__ = ["DynamicMode", "DynamicPositionBias", "dynamic_distance_feature"]
 

@@ -8,7 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_floating_dtype, check_positive_float, check_positive_int
-from posenc.base import BiasEncoding, empty_linear
+from posenc.encoding.base import BiasEncoding, empty_linear
 
 __all__ = ["FireBias", "fire_log", "fire_normalized_distance"]
 

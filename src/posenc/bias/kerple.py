@@ -13,8 +13,8 @@ from posenc._validate import (
     check_positive_float,
     check_positive_int,
 )
-from posenc.base import BiasEncoding
 from posenc.bias.alibi import relative_distances
+from posenc.encoding.base import BiasEncoding
 
 __all__ = ["KerpleBias", "KerpleKernel", "kerple_bias"]
 

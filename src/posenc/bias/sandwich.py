@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_floating_dtype, check_positive_float, check_positive_int
-from posenc.base import BiasEncoding
 from posenc.bias.alibi import relative_distances
+from posenc.encoding.base import BiasEncoding
 
 __all__ = ["SandwichBias", "sandwich_bias", "sandwich_frequencies", "sandwich_head_scales"]
 

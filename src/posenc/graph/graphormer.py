@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc._validate import check_integer_valued, check_non_negative_int, check_positive_int
-from posenc.base import BiasEncoding
+from posenc.encoding.base import BiasEncoding
 from posenc.graph.graphormer_edges import GraphormerEdgeEncoding
 from posenc.graph.shortest_path import ShortestPaths
 

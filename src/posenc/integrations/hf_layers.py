@@ -1,9 +1,9 @@
 """HF configs' per-layer attention read into posenc: NoPE layers, chunked local attention and
 query temperatures (Llama-4's iRoPE, Qwen-1's log-n, Ministral 3's β).
 
-* :func:`layer_schedule_from_config`: one :class:`~posenc.model.LayerAttention` per layer,
+* :func:`layer_schedule_from_config`: one :class:`~posenc.models.LayerAttention` per layer,
   as ``transformers`` runs the model.
-* :func:`model_options_from_config`: the same as :class:`~posenc.model.ModelConfig`'s
+* :func:`model_options_from_config`: the same as :class:`~posenc.models.ModelConfig`'s
   ``nope_layers``, ``chunk_size`` and ``query_scale``.
 
 Keys read (a ``PretrainedConfig`` or a ``config.json`` dict; Llama-4's text part):
@@ -32,9 +32,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from posenc.attention.query_scale import QueryScale
 from posenc.integrations.hf_keys import _get, _integer, _original_max_position, _rope_dict
-from posenc.model import LayerAttention, ModelConfig
+from posenc.models import LayerAttention, ModelConfig
+from posenc.softmax.query_scale import QueryScale
 
 __all__ = ["layer_schedule_from_config", "model_options_from_config"]
 
@@ -179,7 +179,7 @@ def layer_schedule_from_config(config: Any) -> tuple[LayerAttention, ...]:
             ``text_config`` is read when it has no ``num_hidden_layers`` itself).
 
     Returns:
-        one :class:`~posenc.model.LayerAttention` per layer (``num_hidden_layers``).
+        one :class:`~posenc.models.LayerAttention` per layer (``num_hidden_layers``).
 
     Raises:
         ValueError: naming the key, for a malformed or unsupported value.
@@ -217,7 +217,7 @@ def layer_schedule_from_config(config: Any) -> tuple[LayerAttention, ...]:
 
 
 def model_options_from_config(config: Any) -> dict[str, Any]:
-    """:func:`layer_schedule_from_config` as :class:`~posenc.model.ModelConfig` keyword
+    """:func:`layer_schedule_from_config` as :class:`~posenc.models.ModelConfig` keyword
     arguments ``nope_layers``, ``chunk_size``, ``query_scale``.
 
     Raises ``ValueError`` when the schedule is not one a ``ModelConfig`` expresses (chunks

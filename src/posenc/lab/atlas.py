@@ -68,7 +68,7 @@ def atlas_figure(rows: Sequence[Row], experiment: str, title: str) -> Figure:
     range of the seeds shaded; the trained condition is the first column. An experiment that
     compares layouts gets one panel per layout (the same y axis)."""
     from posenc.lab.figures import _figure
-    from posenc.viz_base import encoding_color
+    from posenc.viz.base import encoding_color
 
     selected = [row for row in rows if row.get("experiment") == experiment]
     labels = condition_labels(selected)

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from posenc.lab.tables import seed_means
-from posenc.viz_base import (
+from posenc.viz.base import (
     encoding_color,
     label_line_ends,
     log_ticks,

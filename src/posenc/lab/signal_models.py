@@ -4,12 +4,12 @@ registered encoding, its run configuration and its training loop.
 Each domain turns its data into token features ``(batch, seq, dim)`` and the positions its
 encoding reads (:attr:`SignalTransformer.num_axes`: 1 for a sequence numbering, 2 for
 (time, frequency) or (row, column), 3 for (time, row, column)); the transformer adds the
-encoding (added to the features, or inside every attention layer, as :mod:`posenc.model`
-lays it out), runs bidirectional pre-norm blocks (:class:`posenc.model.Block`) and returns
+encoding (added to the features, or inside every attention layer, as :mod:`posenc.models`
+lays it out), runs bidirectional pre-norm blocks (:class:`posenc.models.Block`) and returns
 the normed hidden states; the experiment pools and classifies them.
 
-Encodings are built by name from :mod:`posenc.registry` for the model's shape
-(:class:`~posenc.registry.ModelDims` with the token grid of the training data, e.g.
+Encodings are built by name from :mod:`posenc.encoding.registry` for the model's shape
+(:class:`~posenc.encoding.registry.ModelDims` with the token grid of the training data, e.g.
 ``(frames,)``, ``(time, frequency)`` or ``(frames, rows, columns)``), or ``"none"``.
 """
 
@@ -25,9 +25,9 @@ from torch import Tensor, nn
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.attention import build_context
+from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.lab.runner import check_encoding_names, check_pos_kwargs_names, check_seeds
-from posenc.model import Block, ModelConfig, layer_encodings
-from posenc.registry import ModelDims, build_encoding
+from posenc.models import Block, ModelConfig, layer_encodings
 
 __all__ = [
     "NONE",

@@ -50,7 +50,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
-from posenc.base import PositionalEncoding
+from posenc.encoding.base import PositionalEncoding
 from posenc.lab.batch import Batch, BatchSource, derive_seed, shard_slice
 from posenc.lab.distributed import rank_and_world, rank_device
 from posenc.lab.run import (
@@ -216,7 +216,7 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict[str, An
     """AdamW groups: decay the weights of ``nn.Linear`` layers, nothing else.
 
     Not decayed: token embeddings, norms, biases, and every parameter inside a
-    :class:`~posenc.base.PositionalEncoding` (learned position tables, T5/Shaw bias tables,
+    :class:`~posenc.encoding.base.PositionalEncoding` (learned position tables, T5/Shaw bias tables,
     even linear layers of an encoding's MLP), so that weight decay never pulls an encoding
     toward "no position" and encodings are compared under the same optimizer.
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.base import check_rotary_input
+from posenc.encoding.base import check_rotary_input
 from posenc.positions import grid_coordinates
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.kernels import rotate

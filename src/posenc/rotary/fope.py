@@ -35,7 +35,7 @@ from posenc._validate import (
     check_positive_float,
     check_positive_int,
 )
-from posenc.base import RotaryEncoding
+from posenc.encoding.base import RotaryEncoding
 from posenc.rotary.frequencies import rope_inv_freq
 
 __all__ = ["FourierRotaryEmbedding", "fope_inv_freq", "fope_rotate", "fope_tables"]

@@ -54,7 +54,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.base import RotaryEncoding
+from posenc.encoding.base import RotaryEncoding
 
 __all__ = ["LearnedRotation", "RotationKind", "block_rotations", "rotate_blocks", "skew"]
 

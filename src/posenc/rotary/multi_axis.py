@@ -27,7 +27,7 @@ only through their differences ``(Δa_0, Δa_1, …)``. On a ``1 × N`` grid the
 1D RoPE of ``head_dim / 2`` channels on the column; on text (all axes equal) M-RoPE is 1D RoPE.
 
 Positions are multi-axis, ``(N, seq)`` or ``(N, batch, seq)`` (build them with
-:func:`posenc.positions.grid_positions` or :func:`posenc.multimodal.mrope_position_ids`);
+:func:`posenc.positions.grid_positions` or :func:`posenc.positions.multimodal.mrope_position_ids`);
 floating positions are legal (EVA's rescaling to a reference grid,
 :func:`rescaled_grid_positions`). Fixed frequencies rotate through the kernels of
 :mod:`posenc.rotary.kernels` (angles in float64, one rounding, in place without autograd);
@@ -53,7 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.base import RotaryEncoding
+from posenc.encoding.base import RotaryEncoding
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.kernels import rotate_pair
@@ -250,7 +250,7 @@ class MultiAxisRotary(RotaryEncoding):
         positions: Qwen2-VL's 1D frequencies, pair ``i`` reading :func:`videorope_axes`
         ``(sections)[i]`` — h and w interleaved over the highest frequencies, time on the
         ``sections[0]`` lowest (LTA). Pair it with
-        :func:`posenc.multimodal_layouts.videorope_position_ids` (the diagonal layout and
+        :func:`posenc.positions.multimodal_layouts.videorope_position_ids` (the diagonal layout and
         temporal spacing δ). Defaults as the reference (Qwen2-VL: [16, 24, 24] at head_dim
         128, base 1e6, half layout); ``scaling`` as :meth:`mrope`."""
         axes = videorope_axes(sections)

@@ -31,7 +31,7 @@ from posenc._validate import (
     check_positive_float,
     check_positive_int,
 )
-from posenc.base import RotaryEncoding
+from posenc.encoding.base import RotaryEncoding
 
 __all__ = ["BiasInit", "PolarEmbedding", "polar_frequencies", "polar_map"]
 

@@ -46,7 +46,7 @@ from posenc._validate import (
     check_positive_int,
     validating_values,
 )
-from posenc.base import RotaryEncoding, check_rotary_input
+from posenc.encoding.base import RotaryEncoding, check_rotary_input
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
 from posenc.rotary.kernels import rotate_pair

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor, nn
 
-from posenc.base import PositionalEncoding
+from posenc.encoding.base import PositionalEncoding
 
 __all__ = [
     "PositionMap",

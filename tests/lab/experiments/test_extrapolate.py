@@ -21,7 +21,7 @@ from posenc.lab.experiments.extrapolate import (
     format_ppl_table,
     run_extrapolate,
 )
-from posenc.model import DecoderLM, ModelConfig
+from posenc.models import DecoderLM, ModelConfig
 
 TINY = ExtrapolateConfig(
     encodings=("learned", "alibi", "rope"),

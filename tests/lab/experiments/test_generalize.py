@@ -22,7 +22,7 @@ from posenc.lab.experiments.generalize import (
     run_tasks,
 )
 from posenc.lab.results import read_results_csv
-from posenc.model import DecoderLM, ModelConfig
+from posenc.models import DecoderLM, ModelConfig
 
 TINY = TasksConfig(
     tasks=("copy", "counting"),

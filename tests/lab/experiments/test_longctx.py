@@ -26,7 +26,7 @@ from posenc.lab.experiments.longctx import (
 )
 from posenc.lab.results import read_results_csv
 from posenc.lab.seed_claims import SEED_CLAIMS
-from posenc.model import DecoderLM
+from posenc.models import DecoderLM
 from tests.lab.claim_rows import replicate_seeds
 
 Row = dict[str, Any]

@@ -107,7 +107,7 @@ def passkey_accuracy(
 
     Args:
         model: maps ``(tokens, positions)`` to logits ``(B, T, 256)`` (e.g. a byte
-            :class:`~posenc.model.DecoderLM`); run in eval mode without gradients.
+            :class:`~posenc.models.DecoderLM`); run in eval mode without gradients.
         context_len, depth, trials, seed: as in :func:`passkey_batch`.
         max_tokens_per_batch: rows per forward are ``max(1, this // context_len)``.
 

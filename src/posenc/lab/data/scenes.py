@@ -40,7 +40,7 @@ from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_int
 from posenc.lab.batch import derive_seed
-from posenc.multimodal import sequence_position_ids, vision_position_ids
+from posenc.positions.multimodal import sequence_position_ids, vision_position_ids
 
 __all__ = [
     "ACTIONS",
@@ -274,7 +274,7 @@ def image_patches(images: Tensor) -> Tensor:
 @dataclass(frozen=True)
 class SceneLayout:
     """Position ids ``(axes, seq)`` int64 and each token's kind ``(seq,)`` (indices into
-    :data:`posenc.multimodal.RUN_KINDS`: 0 text, 1 action, 2 image, 3 video)."""
+    :data:`posenc.positions.multimodal.RUN_KINDS`: 0 text, 1 action, 2 image, 3 video)."""
 
     position_ids: Tensor
     kinds: Tensor
@@ -329,7 +329,7 @@ def layout_position_ids(
 
     * ``"flat"``: ``(1, seq)``, ``0, 1, …, seq − 1`` over everything;
     * ``"qwen2_vl"``: ``(3, seq)`` M-RoPE as Qwen2-VL numbers it
-      (:func:`posenc.multimodal.sequence_position_ids`, merge size 1): patch ``(i, r, c)``
+      (:func:`posenc.positions.multimodal.sequence_position_ids`, merge size 1): patch ``(i, r, c)``
       at ``(i, r, c)``, then text and action tokens at ``max(G, G) = G, G + 1, …`` on all
       three axes;
     * ``"max_plus_one"``: ``(3, seq)`` as ``"qwen2_vl"`` but the text continues at the

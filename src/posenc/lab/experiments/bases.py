@@ -48,7 +48,7 @@ from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import length_label, pivot, seed_note, text_table
 from posenc.lab.train import TrainConfig, train
-from posenc.model import DecoderLM, ModelConfig
+from posenc.models import DecoderLM, ModelConfig
 from posenc.rotary.scaling_laws import critical_dimension, extrapolation_bound
 
 __all__ = [

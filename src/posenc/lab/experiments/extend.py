@@ -64,7 +64,7 @@ from posenc.lab.runner import Experiment, Run, check_builds, check_seeds, run_ex
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import depth_means, length_label, pivot, seed_note, text_table
 from posenc.lab.train import TrainConfig, train
-from posenc.model import DecoderLM, ModelConfig
+from posenc.models import DecoderLM, ModelConfig
 from posenc.rotary import scaling as rotary_scaling
 from posenc.rotary.scaling import scaling_from_dict
 

@@ -4,7 +4,7 @@ The setting of Ruoss et al. 2023, "Randomized Positional Encodings Boost Length 
 of Transformers" (https://arxiv.org/abs/2305.16843), and Kazemnejad et al. 2023, "The Impact
 of Positional Encoding on Length Generalization in Transformers"
 (https://arxiv.org/abs/2305.19466), at CPU scale: for each task of :mod:`posenc.lab.data.tasks` and
-each encoding, a small decoder (:class:`~posenc.model.DecoderLM`) is trained on the task's
+each encoding, a small decoder (:class:`~posenc.models.DecoderLM`) is trained on the task's
 short train lengths with the loss on the answer tokens only, once with the positions
 ``0 .. T - 1`` and once with randomized positions (``T`` sorted distinct integers from
 ``[0, L)``, a fresh draw per row and step). It is then scored by greedy token accuracy and
@@ -40,15 +40,15 @@ import torch
 from torch import nn
 
 from posenc._validate import check_non_negative_int, check_positive_int
+from posenc.encoding.registry import sequence_encoding_spec
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.data.tasks import TASKS, TaskSource, accuracy, make_task
 from posenc.lab.runner import Experiment, Run, check_pos_kwargs, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, seed_note, text_table, with_variant
 from posenc.lab.train import TrainConfig, train
-from posenc.model import DecoderLM, ModelConfig
+from posenc.models import DecoderLM, ModelConfig
 from posenc.positions import randomized_positions
-from posenc.registry import sequence_encoding_spec
 
 __all__ = ["EXPERIMENT", "TasksConfig", "evaluate_task", "format_tasks_table", "run_tasks"]
 

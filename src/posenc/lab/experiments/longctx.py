@@ -37,14 +37,14 @@ from typing import Any
 from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
+from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.lab.data.corpus import CorpusSplits, load_corpus
 from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
 from posenc.lab.experiments import extend
 from posenc.lab.runner import Experiment, Run, check_builds, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, text_table
-from posenc.model import DecoderLM, ModelConfig
-from posenc.registry import ModelDims, build_encoding
+from posenc.models import DecoderLM, ModelConfig
 from posenc.rotary.scaling import scaling_from_dict
 
 __all__ = [

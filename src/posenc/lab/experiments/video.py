@@ -36,10 +36,11 @@ grid ``(T, H, W)`` at ``(t, h, w)``:
 * ``mrope``: Qwen2-VL's M-RoPE (https://arxiv.org/abs/2409.12191) on ``(t, h, w)``: for a
   sequence of video tokens alone Qwen2-VL's ids are the grid indices themselves.
 * ``videorope``: VideoRoPE (Wei et al. 2025, https://arxiv.org/abs/2502.05173) on the
-  diagonal-layout ids of ``posenc.multimodal_layouts.videorope_position_ids`` (temporal
+  diagonal-layout ids of ``posenc.positions.multimodal_layouts.videorope_position_ids`` (temporal
   spacing ``videorope_spacing``).
 * ``v2pe``: V2PE (Ge et al. 2024, https://arxiv.org/abs/2412.09616), a label, not a registry
-  name: 1D ``rope`` over ``posenc.multimodal_layouts.v2pe_position_ids``, each visual token
+  name: 1D ``rope`` over ``posenc.positions.multimodal_layouts.v2pe_position_ids``, each visual
+    token
   advancing the position by ``v2pe_step`` (token order t-major, then rows, then columns).
 * ``comrope_ap``, ``comrope_ld``, ``liere``: learned rotation generators over ``(t, h, w)``
   (the registry scales each axis by ``1 / size`` of the training grid, the references'
@@ -72,6 +73,7 @@ from torch import Tensor, nn
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.additive.learned import resize_table
 from posenc.additive.learned_grid import FactorizedLearned, resample_grid_table
+from posenc.encoding.registry import ModelDims, encoding_spec
 from posenc.lab.atlas import atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.digits import IMAGE_SIZE, load_digits_splits
@@ -85,10 +87,9 @@ from posenc.lab.signal_models import (
     accuracy_in_batches,
     fit_signal_model,
 )
-from posenc.multimodal import VIDEO, mrope_position_ids
-from posenc.multimodal_layouts import v2pe_position_ids, videorope_position_ids
 from posenc.positions import grid_positions
-from posenc.registry import ModelDims, encoding_spec
+from posenc.positions.multimodal import VIDEO, mrope_position_ids
+from posenc.positions.multimodal_layouts import v2pe_position_ids, videorope_position_ids
 
 __all__ = [
     "DEFAULT_ENCODINGS",
@@ -267,7 +268,8 @@ def encoding_positions(encoding: str, grid: Sequence[int], config: VideoConfig) 
     """The positions encoding label ``encoding`` reads for tubelets on ``grid`` ``(T, H, W)``
     (token order of :func:`~posenc.lab.data.moving_digits.tubelets`): ``(3, T·H·W)``
     ``(t, h, w)`` for the grid encodings, Qwen2-VL's M-RoPE ids
-    (:func:`~posenc.multimodal.mrope_position_ids`), VideoRoPE's diagonal ids, V2PE's 1D ids,
+    (:func:`~posenc.positions.multimodal.mrope_position_ids`), VideoRoPE's diagonal ids, V2PE's 1D
+    ids,
     token indices for ``none`` (read by nothing)."""
     t, h, w = grid
     if encoding == NONE:

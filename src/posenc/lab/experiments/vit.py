@@ -6,12 +6,13 @@ position embedding, 0.640–0.642 with 1-D, 2-D or relative ones: "having a PE m
 kind matters little") at CPU scale. The 1797 8×8 images of ``sklearn.datasets.load_digits``
 (bundled with scikit-learn, no download; :mod:`posenc.lab.data.digits`) are cut into 2×2
 patches, a 4×4 grid of 16 tokens of 4 pixels; a linear patch embedding, a few bidirectional
-pre-norm blocks (:class:`posenc.model.Block`), mean pooling and a 10-way linear head classify
+pre-norm blocks (:class:`posenc.models.Block`), mean pooling and a 10-way linear head classify
 them.
 
 Encodings are chosen by name: ``"none"`` (no position at all; the model sees a bag of
 patches and is exactly invariant to permuting them) or any encoding of
-:mod:`posenc.registry` (``posenc list``), built by :func:`~posenc.registry.build_encoding`
+:mod:`posenc.encoding.registry` (``posenc list``), built by
+:func:`~posenc.encoding.registry.build_encoding`
 for this model: ``ModelDims(dim, num_heads, max_seq_len=16, causal=False, grid=(4, 4))``
 plus the encoding's ``pos_kwargs``. Grid encodings (``needs_grid``: ``"sinusoidal_2d"``, the
 MAE 2D sin-cos table; ``"rope_2d"``, RoPE-ViT's axial RoPE, base 100) take the 4×4 grid;
@@ -50,7 +51,8 @@ from torch import Tensor, nn
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.attention import build_context, hooks_of
-from posenc.base import PositionalEncoding
+from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.registry import ModelDims, build_encoding, encoding_spec
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.digits import (
     IMAGE_SIZE,
@@ -71,9 +73,8 @@ from posenc.lab.runner import (
 )
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.train import TrainConfig, TrainResult, train
-from posenc.model import Block, ModelConfig, layer_encodings
+from posenc.models import Block, ModelConfig, layer_encodings
 from posenc.positions import grid_coordinates
-from posenc.registry import ModelDims, build_encoding, encoding_spec
 
 __all__ = [
     "ALIASES",
@@ -174,7 +175,7 @@ class DigitsViTConfig:
 
     @property
     def registry_name(self) -> str | None:
-        """The encoding's name in :mod:`posenc.registry` (None for ``"none"``)."""
+        """The encoding's name in :mod:`posenc.encoding.registry` (None for ``"none"``)."""
         return None if self.encoding == NONE else ALIASES.get(self.encoding, self.encoding)
 
     def dims(self) -> ModelDims:
@@ -232,7 +233,7 @@ class DigitsViT(nn.Module):
         super().__init__()
         self.config = config
         self.patch_embed = nn.Linear(config.patch_size**2, config.dim)
-        # Added to the patch embeddings, or in every block's attention, as posenc.model does.
+        # Added to the patch embeddings, or in every block's attention, as posenc.models does.
         laid = layer_encodings(config.build_encoding, config.depth)
         self.additive = laid.additive
         # Block reads only the shape fields of ModelConfig; the encoding object is passed in.

@@ -1,0 +1,7 @@
+"""The property checks of ``posenc check``."""
+
+from __future__ import annotations
+
+from posenc.checks.encodings import CheckResult, equivariance_gaps, graph_checks, run_checks
+
+__all__ = ["CheckResult", "equivariance_gaps", "graph_checks", "run_checks"]

@@ -1,0 +1,405 @@
+"""Small transformers built from :class:`posenc.attention.Attention`, encoding chosen by name.
+
+* :class:`DecoderLM`: pre-norm decoder-only language model with a KV cache.
+* :class:`EncoderClassifier`: bidirectional pre-norm encoder with mean pooling.
+
+Both take a :class:`ModelConfig`; ``pos`` and ``pos_kwargs`` select the encoding through
+:mod:`posenc.encoding.registry`, so an experiment can sweep encodings by name. Llama-4's iRoPE
+layout is three more fields: ``nope_layers`` (layers without the encoding), ``chunk_size``
+(chunked local attention on the other layers) and ``query_scale`` (a query temperature on
+the NoPE layers); see :meth:`ModelConfig.layer_attention`.
+
+Example::
+
+    >>> model = DecoderLM(ModelConfig(vocab_size=256, dim=64, depth=2, num_heads=4, pos="alibi"))
+    >>> model(torch.randint(0, 256, (2, 16))).shape
+    torch.Size([2, 16, 256])
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from posenc._validate import check_positive_int
+from posenc.attention import (
+    Attention,
+    AttentionContext,
+    KVCache,
+    MaskMod,
+    QueryScale,
+    build_context,
+)
+from posenc.attention.hooks import Hooks
+from posenc.encoding.registry import build_encoding
+from posenc.models.config import LayerAttention, ModelConfig
+from posenc.models.layout import LayerEncodings, check_tokens, layer_encodings
+
+__all__ = [
+    "Block",
+    "DecoderLM",
+    "EncoderClassifier",
+    "LayerAttention",
+    "LayerEncodings",
+    "ModelConfig",
+    "layer_encodings",
+]
+
+
+class Block(nn.Module):
+    """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
+
+    ``chunk_size`` and ``query_scale`` go to the block's :class:`~posenc.attention.Attention`.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        pos: nn.Module | None,
+        *,
+        causal: bool,
+        chunk_size: int | None = None,
+        query_scale: QueryScale | None = None,
+    ) -> None:
+        super().__init__()
+        hidden = int(config.mlp_ratio * config.dim)
+        self.attn_norm = nn.LayerNorm(config.dim)
+        self.attn = Attention(
+            config.dim,
+            config.num_heads,
+            num_kv_heads=config.num_kv_heads,
+            pos=pos,
+            causal=causal,
+            dropout=config.dropout,
+            backend=config.backend,
+            chunk_size=chunk_size,
+            query_scale=query_scale,
+        )
+        self.mlp_norm = nn.LayerNorm(config.dim)
+        self.mlp = nn.Sequential(
+            nn.Linear(config.dim, hidden), nn.GELU(), nn.Linear(hidden, config.dim)
+        )
+        self.drop = nn.Dropout(config.dropout)
+
+    def reset_parameters(self) -> None:
+        """Re-draw the block's parameters in the constructor's order (norm, attention
+        projections, norm, MLP); its encoding is the model's to initialize."""
+        self.attn_norm.reset_parameters()
+        self.attn.reset_parameters()
+        self.mlp_norm.reset_parameters()
+        for layer in self.mlp:
+            if isinstance(layer, nn.Linear):
+                layer.reset_parameters()
+
+    def forward(
+        self,
+        x: Tensor,
+        positions: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        attn_mask: Tensor | MaskMod | None = None,
+        cache: KVCache | None = None,
+        context: AttentionContext | None = None,
+    ) -> Tensor:
+        attended = self.attn(
+            self.attn_norm(x),
+            positions,
+            key_padding_mask=key_padding_mask,
+            attn_mask=attn_mask,
+            cache=cache,
+            context=context,
+        )
+        x = x + self.drop(attended)
+        return x + self.drop(self.mlp(self.mlp_norm(x)))
+
+
+def _check_token_embedding(encoding: nn.Module, config: ModelConfig) -> None:
+    """An encoding replacing the token embedding must cover the vocabulary and the width."""
+    vocab_size = getattr(encoding, "vocab_size", None)
+    if isinstance(vocab_size, int) and vocab_size < config.vocab_size:
+        raise ValueError(
+            f"pos_kwargs: {type(encoding).__name__} embeds {vocab_size} token ids but the model's "
+            f"vocab_size is {config.vocab_size}; its vocab_size must be >= the model's"
+        )
+    dim = getattr(encoding, "dim", None)
+    if isinstance(dim, int) and dim != config.dim:
+        raise ValueError(
+            f"pos_kwargs: {type(encoding).__name__} has dim {dim} but the model's dim is "
+            f"{config.dim}; the token embedding must have the model's width"
+        )
+
+
+def _init_embedding(weight: Tensor, dim: int) -> None:
+    """The token table's draws in :class:`_Trunk`'s constructor: ``nn.Embedding``'s own
+    ``N(0, 1)``, then ``N(0, 1/dim)`` (both kept, so that a seed gives the model it always
+    gave)."""
+    with torch.no_grad():
+        nn.init.normal_(weight)
+        nn.init.normal_(weight, std=dim**-0.5)
+
+
+class _Trunk(nn.Module):
+    """Embedding, additive encoding, blocks and final norm, shared by both models.
+
+    An encoding with the token-embedding hook (``embed_tokens``) replaces the embedding.
+
+    The per-forward :class:`~posenc.attention.AttentionContext` (positions, mask, the
+    tables of a shared encoding) is built and validated once here and handed to every layer.
+    """
+
+    def __init__(self, config: ModelConfig, *, causal: bool) -> None:
+        super().__init__()
+        self.config = config
+        self.causal = causal
+        embed = nn.Embedding(config.vocab_size, config.dim)  # draws N(0, 1) (kept: seeds)
+        # Token vectors enter at unit scale (init std dim^-1/2, times sqrt(dim)) so that an
+        # additive encoding of unit amplitude neither drowns them nor is drowned (fairseq).
+        nn.init.normal_(embed.weight, std=config.dim**-0.5)
+        self.embed: nn.Embedding | None = embed
+        self.embed_scale = math.sqrt(config.dim)
+        dims = config.dims(causal=causal)
+        laid = layer_encodings(
+            lambda: build_encoding(config.pos, dims, config.pos_kwargs),
+            config.depth,
+            nope_layers=config.nope_layers,
+        )
+        self.additive = laid.additive
+        self.token_embedding = laid.token_embedding
+        if self.token_embedding is not None:
+            _check_token_embedding(self.token_embedding, config)
+            # The encoding is the token embedding: no table of our own. (It is still drawn
+            # above, first, so that every other encoding's initialization is unchanged.)
+            self.embed = None
+        plans = [config.layer_attention(index) for index in range(config.depth)]
+        self.blocks = nn.ModuleList(
+            Block(config, p, causal=causal, chunk_size=a.chunk_size, query_scale=a.query_scale)
+            for p, a in zip(laid.layers, plans, strict=True)
+        )
+        self.norm = nn.LayerNorm(config.dim)
+        self.position_hooks: Hooks = laid.hooks
+        # every layer NoPE: the encoding was built (drawn) for its position hooks, no layer took it
+        self.unplaced = len(config.nope_layers) == config.depth
+        if config.query_scale is not None and laid.hooks.num_axes != 1:
+            raise ValueError(
+                f"query_scale reads one position per query; pos {config.pos!r} reads "
+                f"{laid.hooks.num_axes} position axes"
+            )
+
+    def encodings(self) -> list[nn.Module]:
+        """The encoding modules, each once, in the order the constructor built them (the
+        token embedding or additive one, else the first layer's, then later layers' own)."""
+        layers: list[Any] = [block.attn.pos for block in self.blocks]  # type: ignore[union-attr]
+        candidates = [self.token_embedding, self.additive, *layers]
+        found: dict[int, nn.Module] = {}
+        for module in candidates:
+            if module is not None and id(module) not in found:
+                found[id(module)] = module
+        return list(found.values())
+
+    def reset_parameters(self) -> None:
+        """Re-draw every parameter as the constructor does, in its order: the embedding,
+        the encodings, the blocks, the final norm. See :meth:`DecoderLM.reset_parameters`."""
+        config = self.config
+        if self.embed is not None:
+            _init_embedding(self.embed.weight, config.dim)
+        else:  # the constructor drew a table the encoding then replaced: draw it again
+            device = self.norm.weight.device
+            _init_embedding(torch.empty(config.vocab_size, config.dim, device=device), config.dim)
+        for encoding in self.encodings():
+            reset = getattr(encoding, "reset_parameters", None)
+            if callable(reset):
+                reset()
+        if self.unplaced:  # draw the encoding no layer took again, as the constructor did
+            with torch.device(self.norm.weight.device):
+                build_encoding(config.pos, config.dims(causal=self.causal), config.pos_kwargs)
+        for block in self.blocks:
+            block.reset_parameters()  # type: ignore[operator]
+        self.norm.reset_parameters()
+
+    @property
+    def encoding(self) -> nn.Module | None:
+        """The (first encoded layer's) positional encoding module, or None for NoPE."""
+        if self.token_embedding is not None:
+            return self.token_embedding
+        if self.additive is not None:
+            return self.additive
+        for block in self.blocks:
+            if block.attn.pos is not None:  # type: ignore[union-attr]
+                pos: nn.Module = block.attn.pos  # type: ignore[union-attr,assignment]
+                return pos
+        return None
+
+    def forward(
+        self,
+        tokens: Tensor,
+        positions: Tensor | None,
+        *,
+        key_padding_mask: Tensor | None,
+        document_ids: Tensor | None,
+        attn_mask: Tensor | MaskMod | None,
+        cache: list[KVCache] | None,
+    ) -> Tensor:
+        device = self.norm.weight.device
+        if isinstance(tokens, Tensor) and tokens.device != device:  # before reading values
+            raise ValueError(
+                f"tokens must be on {device} (the model's device); got a tensor on "
+                f"{tokens.device}: move it with .to({str(device)!r})"
+            )
+        check_tokens(tokens, self.config.vocab_size)
+        batch, seq = tokens.shape
+        if cache is not None and (
+            not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks)
+        ):
+            raise ValueError(f"cache must hold one KVCache per layer ({len(self.blocks)})")
+        context = build_context(
+            batch=batch,
+            seq=seq,
+            device=tokens.device,
+            causal=self.causal,
+            hooks=self.position_hooks,
+            positions=positions,
+            key_padding_mask=key_padding_mask,
+            document_ids=document_ids,
+            attn_mask=attn_mask,
+            cache=None if cache is None else cache[0],
+        )
+        if self.token_embedding is not None:
+            embedding: Any = self.token_embedding  # implements the token-embedding hook
+            x = embedding.embed_tokens(tokens, context.q_pos)
+        else:
+            assert self.embed is not None
+            x = self.embed(tokens) * self.embed_scale
+        if self.additive is not None:
+            additive: Any = self.additive  # implements the additive hook
+            x = x + additive.position_embedding(context.q_pos).to(x.dtype)
+        for index, block in enumerate(self.blocks):
+            x = block(x, cache=None if cache is None else cache[index], context=context)
+        return self.norm(x)
+
+
+class DecoderLM(nn.Module):
+    """Pre-norm decoder-only language model.
+
+    Shape:
+        tokens ``(batch, seq)`` → logits ``(batch, seq, vocab_size)``. With ``cache`` (from
+        :meth:`new_cache`), each call appends to the cache and positions continue from it.
+
+    Building on the ``meta`` device (FSDP, large-model loading): construct under ``with
+    torch.device("meta")``, materialize with ``to_empty(device=...)``, then either load a
+    state dict or call :meth:`reset_parameters`. No encoding keeps a constant (frequencies,
+    slopes) in a buffer, so nothing else needs restoring.
+
+    Example::
+
+        >>> with torch.device("meta"):
+        ...     lm = DecoderLM(ModelConfig(vocab_size=256, dim=64, depth=2, num_heads=4))
+        >>> _ = lm.to_empty(device="cpu")
+        >>> lm.reset_parameters()
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.trunk = _Trunk(config, causal=True)
+        self.head = nn.Linear(config.dim, config.vocab_size, bias=False)
+
+    @property
+    def encoding(self) -> nn.Module | None:
+        return self.trunk.encoding
+
+    def reset_parameters(self) -> None:
+        """Initialize every parameter as the constructor does, drawing the same random
+        numbers in the same order: ``torch.manual_seed(s)`` then this gives the model that
+        ``torch.manual_seed(s)`` then ``DecoderLM(config)`` gives (each encoding's
+        ``reset_parameters`` draws what its constructor draws)."""
+        self.trunk.reset_parameters()
+        self.head.reset_parameters()
+
+    def new_cache(self) -> list[KVCache]:
+        """An empty KV cache, one entry per layer."""
+        return [KVCache() for _ in range(self.config.depth)]
+
+    def forward(
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
+        attn_mask: Tensor | MaskMod | None = None,
+        cache: list[KVCache] | None = None,
+    ) -> Tensor:
+        """Logits ``(batch, seq, vocab_size)``; see :class:`~posenc.attention.Attention` for
+        the masks (``key_padding_mask`` and ``document_ids`` of the new tokens)."""
+        hidden = self.trunk(
+            tokens,
+            positions,
+            key_padding_mask=key_padding_mask,
+            document_ids=document_ids,
+            attn_mask=attn_mask,
+            cache=cache,
+        )
+        return self.head(hidden)
+
+
+class EncoderClassifier(nn.Module):
+    """Bidirectional pre-norm encoder with masked mean pooling and a linear classifier.
+
+    Causal-only encodings (``causal_only``: xPos, CoPE, the segment methods) are refused
+    (``ValueError`` naming ``pos``). Meta-device construction as :class:`DecoderLM`.
+
+    Shape:
+        tokens ``(batch, seq)`` → logits ``(batch, num_classes)``; :meth:`encode` returns
+        the per-token states ``(batch, seq, dim)``.
+    """
+
+    def __init__(self, config: ModelConfig, num_classes: int) -> None:
+        super().__init__()
+        check_positive_int("num_classes", num_classes)
+        self.config = config
+        self.trunk = _Trunk(config, causal=False)
+        self.head = nn.Linear(config.dim, num_classes)
+
+    @property
+    def encoding(self) -> nn.Module | None:
+        return self.trunk.encoding
+
+    def reset_parameters(self) -> None:
+        """Initialize every parameter as the constructor does (see
+        :meth:`DecoderLM.reset_parameters`): after ``to_empty`` on a ``meta``-built model."""
+        self.trunk.reset_parameters()
+        self.head.reset_parameters()
+
+    def encode(
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        return self.trunk(
+            tokens,
+            positions,
+            key_padding_mask=key_padding_mask,
+            document_ids=None,
+            attn_mask=None,
+            cache=None,
+        )
+
+    def forward(
+        self,
+        tokens: Tensor,
+        positions: Tensor | None = None,
+        *,
+        key_padding_mask: Tensor | None = None,
+    ) -> Tensor:
+        hidden = self.encode(tokens, positions, key_padding_mask=key_padding_mask)
+        if key_padding_mask is None:
+            pooled = hidden.mean(dim=1)
+        else:
+            weights = key_padding_mask.to(hidden.dtype).unsqueeze(-1)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        return self.head(pooled)

@@ -1,0 +1,100 @@
+"""``posenc demo``: checks, train short / test long, zero-shot extension, one report."""
+
+from __future__ import annotations
+
+import html
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from posenc.lab.demo import DEMO_CONFIG, EXTENSION_METHODS, SEGMENT_METHOD, claim_counts, run_demo
+from posenc.lab.results import read_results_csv
+
+
+def test_demo_writes_checks_results_and_one_report(tmp_path: Path) -> None:
+    tiny = replace(
+        DEMO_CONFIG,
+        steps=4,
+        warmup_steps=1,
+        dim=16,
+        depth=1,
+        num_heads=2,
+        train_len=16,
+        eval_tokens=256,
+        corpus_bytes=20_000,
+        seeds=(0, 1),
+        workers=1,
+        isolate=False,
+        encodings=("nope", "learned", "rope", "alibi"),
+    )
+    printed: list[str] = []
+    summary = run_demo(tmp_path, config=tiny, echo=printed.append)
+    assert not summary["failed"]
+    checks = json.loads((tmp_path / "checks" / "checks.json").read_text())
+    for name in checks["figures"]:
+        assert (tmp_path / "checks" / name).read_bytes()[:4] == b"\x89PNG"
+    assert checks["equivariance_gaps"]["nope"] < 1e-10
+    assert min(v for k, v in checks["equivariance_gaps"].items() if k != "nope") > 1e-3
+    bound = checks["rope_decay_bound"]
+    assert bound["0"] == 1.0 and bound["1024"] < bound["16"] < bound["0"]
+    with open(tmp_path / "results.csv") as handle:
+        header = handle.readline().strip().split(",")
+    assert {"encoding", "train_len", "eval_len", "loss", "ppl"} <= set(header)
+    lengths, seeds = len(tiny.multipliers), len(tiny.seeds)
+    methods = [*EXTENSION_METHODS, SEGMENT_METHOD]
+    assert len(summary["rows"]) == (4 + len(methods)) * lengths * seeds
+    # step 3: the extension methods on each seed's RoPE model, zero-shot
+    extension = read_results_csv(tmp_path / "extension" / "results.csv")
+    assert [(r["seed"], r["method"]) for r in extension[::lengths]] == [
+        (seed, method) for seed in tiny.seeds for method in methods
+    ]
+    for seed in tiny.seeds:
+        plain = [r["loss"] for r in extension if r["method"] == "rope" and r["seed"] == seed]
+        rope = [
+            r["loss"]
+            for r in summary["rows"]
+            if r.get("encoding") == "rope" and r.get("seed") == seed
+        ]
+        assert plain == rope  # the same model and bytes
+    # step 3's config.json records what ran: the weights it evaluated and how they were trained
+    config = json.loads((tmp_path / "extension" / "config.json").read_text())
+    assert (config["steps"], config["warmup_steps"]) == (tiny.steps, tiny.warmup_steps)
+    assert config["segment_method"]["steps"] == tiny.steps
+    assert config["seeds"] == list(tiny.seeds) and config["ft_methods"] == []
+    assert config["trained_by"] == {"config": "../config.json", "workers": tiny.workers}
+    for path in config["evaluated"]:
+        assert (tmp_path / "extension" / path).resolve().is_file()
+    # one report with every claim of steps 2 and 3, and where each claim's numbers are
+    verdicts = json.loads((tmp_path / "extension" / "claims.json").read_text())
+    assert {v["name"] for v in verdicts} == {
+        *(f"{m}_beats_pi_zero_shot" for m in EXTENSION_METHODS[2:]),
+        f"{SEGMENT_METHOD}_flat_8x",
+    }
+    records = json.loads((tmp_path / "claims.json").read_text()) + verdicts
+    assert summary["claims"] == records and summary["report"] == tmp_path / "report.html"
+    assert not (tmp_path / "extension" / "report.html").exists()
+    page = html.unescape((tmp_path / "report.html").read_text())
+    assert all(record["text"] in page for record in records)
+    assert f"of {len(records)} hold" in page and "Property checks" in page
+    for figure in ("loss_vs_length", "extension", "training_curves"):
+        assert (tmp_path / "figures" / f"{figure}.png").is_file()
+    text = "\n".join(printed)
+    assert all(f"{v['name']}: {v['status']}" in text for v in verdicts)
+    assert "alibi_flat_4x" in text  # step 2's claims too
+    closing = printed[-5:]
+    assert closing[0].startswith(f"report: {tmp_path / 'report.html'}")
+    assert closing[1].startswith(f"claims: {claim_counts(records)}")
+    assert f"in {tmp_path}/claims.json, their numbers in {tmp_path}/results.csv" in closing[2]
+    assert f"{tmp_path}/extension/results.csv" in closing[3]
+
+
+def test_claim_counts_names_every_verdict() -> None:
+    statuses = ["holds", "holds", "fails", "undecided", "undefined", "undecided"]
+    records = [{"status": status} for status in statuses]
+    text = "2 of 6 claims hold, 1 fails, 2 undecided, 1 undefined"
+    assert claim_counts(records) == text
+    assert claim_counts([{"status": "odd"}]).endswith("0 undefined, 1 odd")
