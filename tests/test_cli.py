@@ -200,7 +200,7 @@ def test_plain_help_strips_sphinx_roles_and_keeps_box_width() -> None:
 
 
 def test_check_reports_each_result_as_it_is_measured(monkeypatch) -> None:
-    import posenc.checks as checks
+    import posenc.checks.encodings as checks
 
     measured: list[str] = []
     monkeypatch.setattr(checks, "_kv_cache", lambda name: measured.append(name))

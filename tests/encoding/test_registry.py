@@ -3,9 +3,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from posenc.encoding import base
 from posenc.additive import Sinusoidal2D
 from posenc.attention import hooks_of
+from posenc.encoding import base
 from posenc.encoding.registry import ModelDims, build_encoding, encoding_spec, list_encodings
 from posenc.rotary import AxialRotary2D
 

@@ -194,7 +194,7 @@ def test_consecutive_vision_runs_and_bad_runs_are_refused():
 
 
 def test_numbering_on_example_shows_what_goes_wrong():
-    example = runpy.run_path(str(Path(__file__).parents[1] / "examples" / "numbering_on.py"))
+    example = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "numbering_on.py"))
     rows = example["measures"]()
     assert rows["positions one image spans"] == (64, 8)
     assert rows["vertical neighbours (row 0 → row 1)"] == (8, 1)

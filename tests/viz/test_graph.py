@@ -11,6 +11,8 @@ from torch.testing import assert_close
 
 pytest.importorskip("matplotlib")
 
+import inspect
+
 from matplotlib.collections import LineCollection, PathCollection
 
 from posenc import viz
@@ -123,7 +125,7 @@ def test_graph_methods_draw_their_figure_with_their_preset() -> None:
         viz.plot_encoding("signnet")
     for name, (figure, preset) in METHOD_FIGURES.items():
         assert figure in viz.FIGURES, name
-        assert set(preset) <= set(viz.inspect.signature(viz.FIGURES[figure]).parameters)
+        assert set(preset) <= set(inspect.signature(viz.FIGURES[figure]).parameters)
 
 
 @pytest.mark.parametrize(

@@ -36,9 +36,9 @@ from posenc.attention.context import AttentionContext
 from posenc.attention.flex import flex_attention_backend, flex_available
 from posenc.attention.hooks import Hooks
 from posenc.attention.local_chunks import chunk_by_chunk, serves
+from posenc.attention.plans.stick_breaking import stick_breaking_attention
 from posenc.attention.rows import compute_dtype
 from posenc.attention.sdpa import sdpa_attention
-from posenc.softmax.stick_breaking import stick_breaking_attention
 
 __all__ = [
     "FEATURE_MAPS",

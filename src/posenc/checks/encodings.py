@@ -17,7 +17,7 @@ from torch import Tensor, nn
 
 from posenc.models import EncoderClassifier, ModelConfig
 
-__all__ = ["CheckResult", "equivariance_gaps", "graph_checks", "run_checks"]
+__all__ = ["CheckResult", "equivariance_gaps", "format_result", "graph_checks", "run_checks"]
 
 
 @dataclass(frozen=True)

@@ -196,6 +196,24 @@ def _bias():
     return bias
 
 
+def _contextual():
+    from posenc import contextual
+
+    return contextual
+
+
+def _scores():
+    from posenc import scores
+
+    return scores
+
+
+def _token_state():
+    from posenc import token_state
+
+    return token_state
+
+
 def _hope():
     from posenc.rotary.hope import hope_rotary
 
@@ -591,7 +609,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "contextual",
         "Shaw et al. 2018, https://arxiv.org/abs/1803.02155",
         "learned relative key and value vectors for clipped distances",
-        lambda: _bias().ShawRelative,
+        lambda: _contextual().ShawRelative,
         lambda d: {"head_dim": d.resolved_head_dim},
     ),
     EncodingSpec(
@@ -599,7 +617,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "contextual",
         "Dai et al. 2019, https://arxiv.org/abs/1901.02860",
         "Transformer-XL relative attention: u, v and projected sinusoidal R_{i-j}",
-        lambda: _bias().TransformerXLRelative,
+        lambda: _contextual().TransformerXLRelative,
         lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim, "dim": d.dim},
     ),
     EncodingSpec(
@@ -608,7 +626,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "He et al. 2021 (DeBERTa), https://arxiv.org/abs/2006.03654",
         "disentangled attention: content-to-position and position-to-content terms over "
         "log-bucketed relative positions, 1/√(3d) (v3 defaults)",
-        lambda: _bias().DebertaRelative,
+        lambda: _contextual().DebertaRelative,
         lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim, "dim": d.dim},
     ),
     EncodingSpec(
@@ -617,7 +635,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "Golovneva et al. 2024 (CoPE), https://arxiv.org/abs/2405.18719",
         "contextual positions: a sigmoid gate per key, positions counted over gated keys, "
         "interpolated position embeddings (for causal attention)",
-        lambda: _bias().CoPE,
+        lambda: _scores().CoPE,
         lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim},
         causal_only=True,
     ),
@@ -655,7 +673,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
         "https://github.com/zhixuan-lin/forgetting-transformer",
         "a forget gate per head and token from the hidden state; logits += Σ log f over the "
         "tokens between key and query (data-dependent ALiBi; for causal attention)",
-        lambda: _bias().ForgettingGate,
+        lambda: _token_state().ForgettingGate,
         lambda d: {"dim": d.dim, "num_heads": d.num_heads},
         causal_only=True,
     ),

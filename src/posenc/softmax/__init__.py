@@ -14,7 +14,6 @@ from posenc.softmax.sinks import LearnedSinks
 from posenc.softmax.softcap import GEMMA2_ATTN_SOFTCAP, SoftCap, tanh_softcap
 from posenc.softmax.stick_breaking import (
     StickBreaking,
-    stick_breaking_attention,
     stick_breaking_weights,
 )
 
@@ -27,7 +26,6 @@ __all__ = [
     "StickBreaking",
     "check_chunk_and_scale",
     "scale_queries",
-    "stick_breaking_attention",
     "stick_breaking_weights",
     "tanh_softcap",
 ]
