@@ -55,7 +55,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "posenc.positions.multimodal_layouts",
             "posenc.encoding",
             "posenc.encoding.base",
-            "posenc.attention.hooks",
+            "posenc.encoding.resolve",
         ),
     ),
     (
@@ -262,7 +262,7 @@ def test_the_graph_sees_every_kind_of_import(tmp_path: Path) -> None:
 def test_the_graph_covers_the_package() -> None:
     assert len(GRAPH) > 50
     assert "posenc.attention.cache" in GRAPH["posenc.attention.context"]
-    assert "posenc.attention.hooks" in GRAPH["posenc.segments.base"]  # a deferred import
+    assert "posenc.encoding.resolve" in GRAPH["posenc.segments.base"]  # a deferred import
 
 
 def test_no_module_imports_one_that_imports_it_back() -> None:

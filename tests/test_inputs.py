@@ -92,7 +92,7 @@ def encoding_calls(encoding: nn.Module) -> list[tuple[str, str, Callable[[], Any
             ("batch", "q_pos", lambda: call(batched(pos, 2), batched(pos, 3))),
             ("range", "q_pos", lambda: call(huge, pos)),
         ]
-    if hooks.token_bias:  # FoX: forward(x) of the layer's hidden states
+    if hooks.token_state:  # FoX: forward(x) of the layer's hidden states
         x = torch.randn(2, SEQ, encoding.dim)
         return [
             ("device", "x", lambda: call(x.to(META))),
@@ -109,7 +109,7 @@ def encoding_calls(encoding: nn.Module) -> list[tuple[str, str, Callable[[], Any
         ]
     assert hooks.scores, type(encoding).__name__
     scores = torch.randn(2, 4, SEQ, SEQ)
-    if hasattr(encoding, "head_dim"):  # CoPE: forward(q, scores)
+    if hooks.head_dim is not None:  # CoPE reads q: forward(q, scores)
         return [
             ("device", "scores", lambda: call(q, scores.to(META))),
             ("dtype", "q", lambda: call(q.long(), scores)),
@@ -144,9 +144,8 @@ def test_encoding_head_dim_must_be_the_attentions(name: str, kwargs: dict) -> No
     spec = encoding_spec(name)
     encoding = build_case(name, kwargs, head_dim=16)  # the attention's is 32 / 4 = 8
     hooks = hooks_of(encoding)
-    reads_channels = hooks.rotary or hooks.contextual or hooks.scores
     causal = not spec.needs_grid
-    if reads_channels and hasattr(encoding, "head_dim"):
+    if hooks.head_dim is not None:  # rotary, contextual terms, a scores reader reading q
         with pytest.raises(ValueError, match=r"^pos: .*head_dim=16 .*head_dim is 8"):
             Attention(32, 4, pos=encoding, causal=causal)
     elif not hooks.token_embedding:

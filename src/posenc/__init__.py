@@ -36,12 +36,11 @@ if TYPE_CHECKING:
     from posenc.attention import Attention, KVCache, attend
     from posenc.bias import AlibiBias, T5RelativeBias
     from posenc.contextual import ShawRelative, TransformerXLRelative
-    from posenc.encoding.base import (
+    from posenc.encoding.base import NoPE, PositionalEncoding
+    from posenc.encoding.protocols import (
         AdditiveEncoding,
         BiasEncoding,
         ContextualEncoding,
-        NoPE,
-        PositionalEncoding,
         RotaryEncoding,
     )
     from posenc.encoding.registry import ModelDims, build_encoding, list_encodings
@@ -65,12 +64,12 @@ _EXPORTS = {
     "Attention": "posenc.attention",
     "KVCache": "posenc.attention",
     "attend": "posenc.attention",
-    "AdditiveEncoding": "posenc.encoding.base",
-    "BiasEncoding": "posenc.encoding.base",
-    "ContextualEncoding": "posenc.encoding.base",
-    "NoPE": "posenc.encoding.base",
-    "PositionalEncoding": "posenc.encoding.base",
-    "RotaryEncoding": "posenc.encoding.base",
+    "AdditiveEncoding": "posenc.encoding",
+    "BiasEncoding": "posenc.encoding",
+    "ContextualEncoding": "posenc.encoding",
+    "NoPE": "posenc.encoding",
+    "PositionalEncoding": "posenc.encoding",
+    "RotaryEncoding": "posenc.encoding",
     "AlibiBias": "posenc.bias",
     "ShawRelative": "posenc.bias",
     "T5RelativeBias": "posenc.bias",

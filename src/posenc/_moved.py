@@ -25,10 +25,11 @@ __all__ = ["MOVED_MODULES", "MOVED_NAMES", "install", "moved_name"]
 
 #: old module path -> its new path (the new module has every public name the old one had)
 MOVED_MODULES: dict[str, str] = {
+    "posenc.attention.hooks": "posenc.encoding.resolve",
     "posenc.attention.query_scale": "posenc.softmax.query_scale",
     "posenc.attention.stickbreaking": "posenc.softmax.stick_breaking",
     "posenc.attention.token_bias": "posenc.token_state.token_bias",
-    "posenc.base": "posenc.encoding.base",
+    "posenc.base": "posenc.encoding",
     "posenc.bias.cope": "posenc.scores.cope",
     "posenc.bias.dape": "posenc.scores.dape",
     "posenc.bias.deberta": "posenc.contextual.deberta",

@@ -9,7 +9,7 @@ from torch.testing import assert_close
 
 from posenc.additive import LearnedPositionalEmbedding, resize_table
 from posenc.attention import hooks_of
-from posenc.encoding.base import AdditiveEncoding
+from posenc.encoding.protocols import AdditiveEncoding
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])

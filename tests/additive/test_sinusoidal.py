@@ -16,7 +16,7 @@ from posenc.additive import (
     sinusoidal_inv_freq,
 )
 from posenc.attention import hooks_of
-from posenc.encoding.base import AdditiveEncoding
+from posenc.encoding.protocols import AdditiveEncoding
 
 EPS32 = 2.0**-24  # unit roundoff of float32
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -8,7 +8,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc.additive import Sinusoidal2D, sinusoidal_2d, sinusoidal_2d_encoding
-from posenc.encoding.base import AdditiveEncoding
+from posenc.encoding.protocols import AdditiveEncoding
 from posenc.positions import grid_coordinates
 from tests.timm_reference import timm_layer
 

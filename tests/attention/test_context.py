@@ -114,8 +114,8 @@ def count_calls(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> list[
     [
         ("rope", "posenc.rotary.rope.RotaryEmbedding", "rotary_tables"),
         ("xpos", "posenc.rotary.xpos.XPos", "rotary_tables"),
-        ("alibi", "posenc.attention.hooks.Hooks", "materialized_bias"),
-        ("t5", "posenc.attention.hooks.Hooks", "materialized_bias"),
+        ("alibi", "posenc.encoding.resolve.Hooks", "materialized_bias"),
+        ("t5", "posenc.encoding.resolve.Hooks", "materialized_bias"),
     ],
 )
 def test_shared_tables_are_built_once_per_forward(

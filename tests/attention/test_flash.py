@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 from torch.testing import assert_close
 
-from posenc.attention import Backend, attend, flash, structured
+from posenc.attention import Backend, attend, flash, plans
 from posenc.attention.flash import Part, merge_parts
 from posenc.bias import AlibiBias, FireBias, T5RelativeBias
 from posenc.contextual import ShawRelative, TransformerXLRelative
@@ -143,14 +143,14 @@ def test_gradcheck() -> None:
 def record_plans(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
     """The name of the plan each chunked call chose (None: the blocked fallback)."""
     chosen: list[str | None] = []
-    original = structured._plan
+    original = plans.choose_plan
 
-    def recording(*args: Any) -> Any:
-        plan = original(*args)
-        chosen.append(None if plan is None else getattr(plan, "func", plan).__name__)
+    def recording(call: Any) -> Any:
+        plan = original(call)
+        chosen.append(None if plan is None else plan.name)
         return plan
 
-    monkeypatch.setattr(structured, "_plan", recording)
+    monkeypatch.setattr(plans, "choose_plan", recording)
     return chosen
 
 
@@ -161,17 +161,17 @@ T5 = {"bidirectional": False, "max_distance": 8, "num_buckets": 8}
 @pytest.mark.parametrize(
     ("encoding", "positions", "plan"),
     [
-        (AlibiBias(4), None, "_linear_plan"),
-        (AlibiBias(4), torch.arange(40) * 3, "_linear_plan"),  # linear: any positions
-        (AlibiBias(4, mode="symmetric"), None, "distance_plan"),  # not linear in k − q
-        (T5RelativeBias(4, **T5), None, "distance_plan"),
-        (T5RelativeBias(4, **T5), torch.arange(40), "_materialized_plan"),  # not by index
-        (FireBias(4), None, "distance_plan"),  # 40 tokens, all below the threshold 512
-        (FireBias(4, max_len=20.0), None, "_materialized_plan"),  # rows past it: (q, k)
-        (FireBias(4), torch.arange(40) * 2, "_materialized_plan"),
-        (ShawRelative(8, max_distance=3), None, "shaw_plan"),
+        (AlibiBias(4), None, "linear bias"),
+        (AlibiBias(4), torch.arange(40) * 3, "linear bias"),  # linear: any positions
+        (AlibiBias(4, mode="symmetric"), None, "distance table"),  # not linear in k − q
+        (T5RelativeBias(4, **T5), None, "distance table"),
+        (T5RelativeBias(4, **T5), torch.arange(40), "materialized bias"),  # not by index
+        (FireBias(4), None, "distance table"),  # 40 tokens, all below the threshold 512
+        (FireBias(4, max_len=20.0), None, "materialized bias"),  # rows past it: (q, k)
+        (FireBias(4), torch.arange(40) * 2, "materialized bias"),
+        (ShawRelative(8, max_distance=3), None, "clipped relative"),
         (ShawRelative(8, max_distance=3), torch.arange(40), None),
-        (TransformerXLRelative(4, 8, 32), None, "xl_plan"),
+        (TransformerXLRelative(4, 8, 32), None, "sinusoid relative"),
     ],
 )
 def test_structured_plans_apply_where_their_structure_holds(
@@ -191,7 +191,7 @@ def test_structured_plans_apply_where_their_structure_holds(
     with torch.set_grad_enabled(grad):
         got = attend(q, k, v, pos=encoding, causal=True, backend=chunked, **kwargs)
         want = attend(q, k, v, pos=encoding, causal=True, backend="sdpa", **kwargs)
-    forward_only = plan in ("_materialized_plan", "xl_plan")
+    forward_only = plan in ("materialized bias", "sinusoid relative")
     assert chosen == [None if grad and forward_only else plan]
     assert_close(got, want, rtol=1e-10, atol=1e-10)
 

@@ -7,11 +7,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posenc.encoding.base import RotaryEncoding
+from posenc.encoding.protocols import RotaryEncoding, ScoresReader
 from posenc.rotary import apply_rotary, rope_inv_freq
 
 
-class CumulativeGate(nn.Module):
+class CumulativeGate(ScoresReader):
     """A scores reader in the spirit of CoPE: adds ``w_h`` times the number of (gated)
     visible keys at or after each key, so it needs complete rows and the visibility mask."""
 
@@ -51,7 +51,14 @@ class ThreeAxisRotary(RotaryEncoding):
         self.head_dim = head_dim
         self.inv_freq = rope_inv_freq(head_dim, 100.0)  # (head_dim / 2,) float64
 
-    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> Any:
+    def rotary_tables(
+        self,
+        positions: Tensor,
+        dtype: torch.dtype,
+        *,
+        update: bool = True,
+        length: int | None = None,
+    ) -> Any:
         pairs = self.head_dim // 2
         axis = torch.arange(pairs) % 3
         chosen = positions.to(torch.float64)[axis]  # (pairs, [batch,] seq)
@@ -61,6 +68,6 @@ class ThreeAxisRotary(RotaryEncoding):
         return torch.cat([cos, cos], -1), torch.cat([sin, sin], -1)
 
     def rotate_qk(
-        self, q: Tensor, k: Tensor, q_tables: Any, k_tables: Any
+        self, q: Tensor, k: Tensor, q_tables: Any, k_tables: Any, *, inplace: bool = False
     ) -> tuple[Tensor, Tensor]:
         return apply_rotary(q, *q_tables), apply_rotary(k, *k_tables)

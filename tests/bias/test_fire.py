@@ -248,7 +248,7 @@ def test_chunked_backend_gradients_equal_sdpa() -> None:
         assert_close(g, w)
 
 
-@pytest.mark.parametrize(("max_len", "plan"), [(30.0, "distance_plan"), (25.0, None)])
+@pytest.mark.parametrize(("max_len", "plan"), [(30.0, "distance table"), (25.0, None)])
 def test_below_the_threshold_chunked_reads_one_table_of_distances(
     max_len: float, plan: str | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,7 +11,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from posenc.attention import Attention, Backend, KVCache, attend
-from posenc.attention.relative import _reach
+from posenc.attention.plans.relative import edge_reach
 from posenc.contextual.deberta import (
     DebertaRelative,
     DebertaRelativeEmbedding,
@@ -380,7 +380,7 @@ def test_chunked_equals_sdpa_outputs_and_gradients(
     want, want_grads = run("sdpa", pos, q, k, v, kwargs, grad)
     got, got_grads = run(Backend("chunked", block_size=4), pos, q, k, v, kwargs, grad)
     planned = not grad and mask != "cache"  # the cache's positions are not token indices
-    assert chosen == ["deberta_plan" if planned else None]
+    assert chosen == ["disentangled relative" if planned else None]
     assert_close(got, want, rtol=1e-12, atol=1e-12)
     assert len(got_grads) == len(want_grads) == (3 + len(list(pos.parameters()))) * grad
     assert_close(got_grads, want_grads, rtol=1e-12, atol=1e-12)
@@ -393,7 +393,7 @@ def test_plan_reach_is_where_the_rows_stop_changing() -> None:
     want = deberta_index(torch.zeros(1), -distance, max_relative_positions=12, position_buckets=6)
     assert torch.equal(rows, want[0])
     for by_distance in (rows[20:], rows[:21].flip(0)):  # past (δ ≥ 0), future (δ ≤ 0)
-        reach = _reach(by_distance)
+        reach = edge_reach(by_distance)
         assert 0 < reach <= 16 - 4  # the first block of 4 queries has keys beyond it
         assert bool((by_distance[reach:] == by_distance[-1]).all())
         assert by_distance[reach - 1] != by_distance[-1]

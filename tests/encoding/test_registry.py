@@ -25,11 +25,11 @@ def test_every_spec_builds_an_encoding_of_its_family(spec) -> None:
         "contextual": hooks.contextual,
         "scores": hooks.scores,
         "segments": hooks.segments,  # rotary hooks too, rotated per segment
-        "token_bias": hooks.token_bias,  # FoX: from the layer's hidden states
-        "weights": hooks.weights,  # stick-breaking: weights in place of the softmax
+        "token_state": hooks.token_state,  # FoX: from the layer's hidden states
+        "softmax": hooks.weights,  # stick-breaking: weights in place of the softmax
     }
-    if spec.family == "softmax":  # a wrapper: its own hook, besides its inner encoding's
-        assert hooks.score_map or hooks.sinks
+    if spec.family == "softmax" and not hooks.weights:  # a wrapper: its own place, besides
+        assert hooks.score_map or hooks.sinks  # its inner encoding's
         found = {"softmax": True}
     # The listed family is the one hook the encoding implements (none for NoPE).
     assert [family for family, present in found.items() if present] == (

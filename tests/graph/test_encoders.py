@@ -12,7 +12,7 @@ from torch.func import functional_call
 from torch.testing import assert_close
 
 from posenc.attention import hooks_of
-from posenc.encoding.base import AdditiveEncoding
+from posenc.encoding.protocols import AdditiveEncoding
 from posenc.graph import (
     EigenvectorMLP,
     Graph,

@@ -7,7 +7,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc.attention import hooks_of
-from posenc.encoding.base import RotaryEncoding
+from posenc.encoding.protocols import RotaryEncoding
 from posenc.rotary import AxialRotary2D, RotaryEmbedding, axial_cos_sin
 from posenc.rotary.layouts import rotary_channel_permutation
 

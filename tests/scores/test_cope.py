@@ -366,7 +366,7 @@ def test_chunked_equals_sdpa(
     assert len(got_grads) == len(want_grads) == (3 + len(list(cope.parameters()))) * grad
     assert_close(got_grads, want_grads)
     if mask != "documents":  # pairwise masks take the blocks
-        assert chosen == [None if grad else "_scores_plan"]
+        assert chosen == [None if grad else "scores term"]
     no_cope, _ = run("sdpa", None, q, k, v, mask_kwargs, grad=False)
     assert not torch.allclose(want, no_cope)  # the term changes the output
 

@@ -16,6 +16,7 @@ from posenc.bias.alibi import AlibiBias
 from posenc.bias.kerple import KerpleBias
 from posenc.bias.t5 import T5RelativeBias
 from posenc.contextual.shaw import ShawRelative
+from posenc.encoding import ContextualEncoding
 from posenc.scores.dape import DapeBias, dape_scores
 from tests.attention.test_backends import run
 from tests.attention.test_flash import record_plans
@@ -269,7 +270,7 @@ def test_chunked_equals_sdpa_outputs_and_gradients(
     assert len(got_grads) == len(want_grads) == (3 + len(list(dape.parameters()))) * grad
     for g, w in zip(got_grads, want_grads, strict=True):  # q, k, v, MLP, then inner
         assert_close(g, w)
-    assert chosen == [None if grad else "_scores_plan"]
+    assert chosen == [None if grad else "scores term"]
 
 
 @pytest.mark.parametrize("kind", ["kerple-power", None])
@@ -427,7 +428,7 @@ def test_bad_constructor_arguments(kwargs: dict, name: str) -> None:
         DapeBias(**kwargs)
 
 
-class _BiasAndTerm(AlibiBias):
+class _BiasAndTerm(AlibiBias, ContextualEncoding):
     def logit_term(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
     ) -> Tensor:

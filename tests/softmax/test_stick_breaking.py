@@ -10,6 +10,7 @@ from torch import Tensor
 from torch.testing import assert_close
 
 from posenc.attention import Attention, Backend, KVCache, attend
+from posenc.encoding import AttentionWeights
 from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
 from posenc.softmax.stick_breaking import StickBreaking, stick_breaking_weights
 
@@ -116,13 +117,14 @@ def test_gradients_of_sdpa_and_chunked_agree_and_gradcheck() -> None:
     assert torch.autograd.gradcheck(out, (r, q.clone().requires_grad_(True)))
 
 
-class _Bound(torch.nn.Module):
+class _Bound(AttentionWeights):
     """``sb`` with its remainder vector replaced (gradcheck of the learnable part)."""
 
     def __init__(self, sb: StickBreaking, vector: Tensor) -> None:
         super().__init__()
         self.sb, self.vector = sb, vector
         self.attend_current = sb.attend_current
+        self.num_heads = sb.num_heads
 
     def attention_weights(self, scores: Tensor, visible: Tensor | None) -> Tensor:
         return self.sb.attention_weights(scores, visible)

@@ -1,6 +1,6 @@
 """Additive encodings: ``x + P(positions)``, added to the token embeddings.
 
-Every module here is an :class:`posenc.encoding.base.AdditiveEncoding` with
+Every module here is an :class:`posenc.encoding.protocols.AdditiveEncoding` with
 ``forward(positions) -> (..., seq, dim)`` for positions ``(seq,)`` or ``(batch, seq)``.
 """
 

@@ -40,7 +40,7 @@ from torch import Tensor
 
 from posenc._validate import check_positive_float
 from posenc.additive.sinusoidal import _check_dtype, sinusoidal_encoding
-from posenc.encoding.base import AdditiveEncoding
+from posenc.encoding.protocols import AdditiveEncoding, PositionTransform
 
 __all__ = ["CAPE", "cape_augment"]
 
@@ -90,7 +90,7 @@ def cape_augment(
     return shifted * log_scale.exp().to(device)
 
 
-class CAPE(AdditiveEncoding):
+class CAPE(AdditiveEncoding, PositionTransform):
     """Sinusoidal encoding of continuous positions, augmented in training (CAPE).
 
     Args:

@@ -3,7 +3,7 @@
 The encoding depends on the token ids, not only on positions, so it does not add to a token
 embedding: it *is* the token embedding. A model uses its real view ``[Re ‖ Im]`` in place of
 ``embed(tokens)`` through the token-embedding hook ``embed_tokens(tokens, positions)`` (see
-:mod:`posenc.attention.hooks`).
+:mod:`posenc.encoding.resolve`).
 
 :func:`complex_order_embedding` is the complex function of the paper,
 :func:`complex_order_real_view` its real view; :class:`ComplexOrderEmbedding` holds the three
@@ -25,7 +25,8 @@ from posenc._validate import (
     validating_values,
 )
 from posenc.additive.sinusoidal import sinusoidal_inv_freq
-from posenc.encoding.base import PositionalEncoding, state_device
+from posenc.encoding.base import state_device
+from posenc.encoding.protocols import TokenEmbedding
 from posenc.positions import check_device, check_positions
 
 __all__ = [
@@ -176,7 +177,7 @@ def complex_order_real_view(
     return torch.cat([real, imag], dim=-1).to(amplitude.dtype)
 
 
-class ComplexOrderEmbedding(PositionalEncoding):
+class ComplexOrderEmbedding(TokenEmbedding):
     r"""Complex-order token embeddings, consumed by a real model through their real view.
 
     .. math::

@@ -16,7 +16,7 @@ A token at coordinates ``v ∈ R^M`` (a 1D position, a patch's (row, column), a 
   same MLP and the ``G`` results concatenated to ``D`` channels.
 
 :func:`fourier_features` is the shared core (``[cos(v Wᵀ) ‖ sin(v Wᵀ)]``). Both modules are
-:class:`~posenc.encoding.base.AdditiveEncoding`\\ s whose position axes are the coordinates:
+:class:`~posenc.encoding.protocols.AdditiveEncoding`\\ s whose position axes are the coordinates:
 ``num_axes = M`` (``M·G`` for the learnable one), positions ``(axes, seq)`` or
 ``(axes, batch, seq)`` as every multi-axis encoding takes them (``(seq,)`` or
 ``(batch, seq)`` when ``M = 1``), so they plug into a model's additive path; called on a
@@ -34,7 +34,8 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.encoding.base import AdditiveEncoding, empty_linear
+from posenc.encoding.base import empty_linear
+from posenc.encoding.protocols import AdditiveEncoding
 from posenc.positions import check_positions
 
 __all__ = [

@@ -21,7 +21,7 @@ from posenc._validate import (
     check_positive_int,
     validating_values,
 )
-from posenc.encoding.base import AdditiveEncoding
+from posenc.encoding.protocols import AdditiveEncoding
 from posenc.positions import check_positions
 
 __all__ = ["LearnedPositionalEmbedding", "ResizeMode", "resize_table"]

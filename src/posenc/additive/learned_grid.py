@@ -37,7 +37,8 @@ from posenc._validate import (
     validating_values,
 )
 from posenc.additive.learned import LearnedPositionalEmbedding
-from posenc.encoding.base import AdditiveEncoding, state_device
+from posenc.encoding.base import state_device
+from posenc.encoding.protocols import AdditiveEncoding
 from posenc.positions import check_positions
 
 __all__ = ["FactorizedLearned", "GridResampleMode", "LearnedGrid", "resample_grid_table"]

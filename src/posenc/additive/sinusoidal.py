@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.encoding.base import AdditiveEncoding
+from posenc.encoding.protocols import AdditiveEncoding
 from posenc.positions import check_positions
 
 __all__ = [

@@ -55,7 +55,7 @@ from posenc._validate import (
     check_positive_int,
 )
 from posenc.additive.sinusoidal import _check_dtype, _encoding_float64, sinusoidal_inv_freq
-from posenc.encoding.base import AdditiveEncoding
+from posenc.encoding.protocols import AdditiveEncoding
 from posenc.positions import check_positions, grid_positions
 
 __all__ = [

@@ -24,7 +24,7 @@ from torch import Tensor
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
 from posenc.additive.sinusoidal import _check_dtype
 from posenc.additive.sinusoidal_grid import sinusoidal_grid_encoding
-from posenc.encoding.base import AdditiveEncoding
+from posenc.encoding.protocols import AdditiveEncoding
 from posenc.positions import grid_coordinates
 
 __all__ = [

@@ -25,9 +25,9 @@ from posenc.attention.backends import Backend, BackendName, choose_backend
 from posenc.attention.cache import KVCache
 from posenc.attention.context import AttentionContext, build_context
 from posenc.attention.functional import attend
-from posenc.attention.hooks import Hooks, hooks_of
 from posenc.attention.mask import AttentionMask, MaskMod, causal_mask
 from posenc.attention.module import Attention
+from posenc.encoding.resolve import Hooks, hooks_of
 from posenc.softmax.query_scale import QueryScale
 
 __all__ = [

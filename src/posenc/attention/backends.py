@@ -34,11 +34,11 @@ from posenc._validate import check_positive_int
 from posenc.attention.chunked import chunked_attention
 from posenc.attention.context import AttentionContext
 from posenc.attention.flex import flex_attention_backend, flex_available
-from posenc.attention.hooks import Hooks
 from posenc.attention.local_chunks import chunk_by_chunk, serves
 from posenc.attention.plans.stick_breaking import stick_breaking_attention
 from posenc.attention.rows import compute_dtype
 from posenc.attention.sdpa import sdpa_attention
+from posenc.encoding.resolve import Hooks
 
 __all__ = [
     "FEATURE_MAPS",
@@ -202,7 +202,7 @@ def choose_backend(
     if q.shape[-2] * k.shape[-2] <= SMALL_SCORES:
         return "sdpa"
     if (
-        (hooks.bias or hooks.token_bias)
+        (hooks.bias or hooks.token_state)
         and not (hooks.contextual or hooks.scores)
         and q.device.type == "cuda"
         and dropout_p == 0.0

@@ -21,8 +21,8 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from posenc.attention.context import AttentionContext
-from posenc.attention.hooks import Hooks
 from posenc.attention.rows import attend_rows, compute_dtype
+from posenc.encoding.resolve import Hooks
 
 __all__ = ["BLOCK_ELEMENTS", "blocked", "default_block_rows", "over_row_blocks"]
 

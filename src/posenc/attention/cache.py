@@ -279,12 +279,18 @@ class KVCache:
         index = keep.nonzero().flatten()
         for rows in (self._k, self._v, self._states, *self._memo.values()):
             rows.keep(index)
-        for name in ("positions", "key_padding_mask", "document_ids"):
-            value = getattr(self, name)
-            if value is not None:
-                setattr(self, name, value.index_select(-1, index.to(value.device)))
+        self._map_key_metadata(lambda value: value.index_select(-1, index.to(value.device)))
         self.evicted += dropped
         self.index_positions = False
+
+    def _map_key_metadata(self, keep: Callable[[Tensor], Tensor]) -> None:
+        """Apply ``keep`` to each per-key tensor the cache holds besides keys and values."""
+        if self.positions is not None:
+            self.positions = keep(self.positions)
+        if self.key_padding_mask is not None:
+            self.key_padding_mask = keep(self.key_padding_mask)
+        if self.document_ids is not None:
+            self.document_ids = keep(self.document_ids)
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` keys (speculative decoding, benchmarks, beam resets)."""
@@ -293,10 +299,7 @@ class KVCache:
             raise ValueError(f"length must be <= the cache length {self.length}, got {length}")
         for rows in (self._k, self._v, self._states, *self._memo.values()):
             rows.length = min(rows.length, length)
-        for name in ("positions", "key_padding_mask", "document_ids"):
-            value = getattr(self, name)
-            if value is not None:
-                setattr(self, name, value[..., :length])
+        self._map_key_metadata(lambda value: value[..., :length])
 
     def __repr__(self) -> str:
         return f"KVCache(length={self.length}, capacity={self.capacity}, keys={self.keys!r})"

@@ -3,7 +3,7 @@
 * Without logit terms (NoPE, additive, rotary), SDPA's own kernels already run in O(keys)
   memory: the ``sdpa`` backend's mask forms are used (:mod:`posenc.attention.sdpa`).
 * Where an encoding's structure allows it, the CPU takes an exact flash-parts plan
-  (:mod:`posenc.attention.structured`): ALiBi at any positions, T5-like biases constant
+  (:mod:`posenc.attention.plans`): ALiBi at any positions, T5-like biases constant
   beyond a distance at default positions, and, without gradients, Shaw and Transformer-XL.
 * Otherwise blocks of query rows (:func:`posenc.attention.blocks.blocked`), with
   activation checkpointing under autograd.
@@ -15,9 +15,9 @@ from torch import Tensor
 
 from posenc.attention.blocks import blocked
 from posenc.attention.context import AttentionContext
-from posenc.attention.hooks import Hooks
+from posenc.attention.plans import run_plan
 from posenc.attention.sdpa import sdpa_attention
-from posenc.attention.structured import structured_attention
+from posenc.encoding.resolve import Hooks
 
 __all__ = ["chunked_attention"]
 
@@ -40,7 +40,7 @@ def chunked_attention(
             q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p
         )
     if structured:
-        out = structured_attention(
+        out = run_plan(
             q,
             k,
             v,

@@ -20,8 +20,9 @@ from torch import Tensor
 
 from posenc._validate import validating_values
 from posenc.attention.cache import KVCache
-from posenc.attention.hooks import Hooks
 from posenc.attention.mask import AttentionMask, MaskMod
+from posenc.encoding.protocols import TokenStateEncoding
+from posenc.encoding.resolve import Hooks
 from posenc.positions import (
     check_device,
     check_positions,
@@ -267,10 +268,10 @@ def build_context(
             f"positions must have shape {want} (batch {batch}, seq {seq}); got "
             f"{tuple(positions.shape)}"
         )
-    if hooks.transforms_positions:  # randomized positions: drawn before anything reads them
-        encoding: Any = hooks.encoding
-        positions = encoding.transform_positions(positions, batch=batch, continuing=cached)
-        index_positions = index_positions and not encoding.randomizing
+    if hooks.position_transform is not None:  # randomized: drawn before anything reads them
+        transform = hooks.position_transform
+        positions = transform.transform_positions(positions, batch=batch, continuing=cached)
+        index_positions = index_positions and not transform.randomizing
     if validating_values():
         hooks.validate_positions(positions, "positions")
     k_pos = positions if old_pos is None else concat_positions(old_pos, positions, num_axes)
@@ -363,7 +364,7 @@ def with_chunks(context: AttentionContext, chunk_size: int) -> AttentionContext:
 
 
 def with_token_bias(
-    context: AttentionContext, encoding: Any, x: Tensor, cache: KVCache | None
+    context: AttentionContext, encoding: TokenStateEncoding, x: Tensor, cache: KVCache | None
 ) -> AttentionContext:
     """A view of ``context`` holding this layer's :class:`TokenBias` (the same memo).
 

@@ -33,6 +33,8 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "CPU_FLASH_BACKWARD",
+    "CPU_FLASH_FORWARD",
     "Part",
     "available",
     "causal_with_mask",
@@ -42,16 +44,21 @@ __all__ = [
     "with_padding",
 ]
 
-_FORWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
-_BACKWARD = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu_backward", None)
+CPU_FLASH_FORWARD: Any
+CPU_FLASH_BACKWARD: Any
+try:  # the CPU flash kernel's ATen ops (torch >= 2.3)
+    CPU_FLASH_FORWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    CPU_FLASH_BACKWARD = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward
+except AttributeError:
+    CPU_FLASH_FORWARD = CPU_FLASH_BACKWARD = None
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 
 
 def available(q: Tensor) -> bool:
     """True when the CPU flash kernel can run on ``q``'s device and dtype."""
     return (
-        _FORWARD is not None
-        and _BACKWARD is not None
+        CPU_FLASH_FORWARD is not None
+        and CPU_FLASH_BACKWARD is not None
         and q.device.type == "cpu"
         and q.dtype in _DTYPES
     )
@@ -63,8 +70,8 @@ def causal_with_mask(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scale: float
     Public SDPA refuses ``is_causal`` with a mask; the CPU kernel takes both. ``mask`` is
     ``(batch | 1, heads | 1, 1 | q, k)`` in q's dtype (read with stride 0 where broadcast).
     """
-    assert _FORWARD is not None
-    out: Tensor = _FORWARD(
+    assert CPU_FLASH_FORWARD is not None
+    out: Tensor = CPU_FLASH_FORWARD(
         q, k, v, 0.0, True, attn_mask=_expand(mask, q, k.shape[-2]), scale=scale
     )[0]
     return out  # the aten op has its own autograd formula (for q, k and v)
@@ -252,7 +259,7 @@ class _Merge(torch.autograd.Function):
         layout: tuple[tuple[bool, bool], ...],
         *flat: Tensor | None,
     ) -> Tensor:
-        assert _FORWARD is not None
+        assert CPU_FLASH_FORWARD is not None
         outs, lses = [], []
         for index, (causal, reverse) in enumerate(layout):
             k, v, mask, shift, own_q, value_index, value_table = flat[_N * index : _N * index + _N]
@@ -267,7 +274,9 @@ class _Merge(torch.autograd.Function):
                 q_r, k_r, v_r = (_rows_back(t, reverse) for t in (q_part, k, v))
                 assert q_r is not None and k_r is not None and v_r is not None
                 mask_e = _expand(_mask_back(mask, reverse), q_part, k.shape[-2])
-                out, lse = _FORWARD(q_r, k_r, v_r, 0.0, causal, attn_mask=mask_e, scale=scale)
+                out, lse = CPU_FLASH_FORWARD(
+                    q_r, k_r, v_r, 0.0, causal, attn_mask=mask_e, scale=scale
+                )
                 if reverse:
                     out, lse = out.flip(-2), lse.flip(-1)
             outs.append(out)
@@ -286,7 +295,7 @@ class _Merge(torch.autograd.Function):
     @staticmethod
     @flush_denormals()
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        assert _BACKWARD is not None
+        assert CPU_FLASH_BACKWARD is not None
         saved = ctx.saved_tensors
         q, merged, total = saved[:3]
         n = len(ctx.layout)
@@ -334,7 +343,7 @@ class _Merge(torch.autograd.Function):
                 )
                 dmask = _mask_back(dmask_r, reverse) if mask_needs_grad else None
             else:
-                dq, dk, dv = _BACKWARD(
+                dq, dk, dv = CPU_FLASH_BACKWARD(
                     g_r.contiguous(),
                     q_r,
                     k_r,

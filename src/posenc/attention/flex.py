@@ -31,9 +31,9 @@ from torch import Tensor
 
 from posenc.attention.context import AttentionContext
 from posenc.attention.flex_mask import block_mask_by_rows
-from posenc.attention.hooks import Hooks
 from posenc.attention.mask import AttentionMask
 from posenc.attention.rows import compute_dtype
+from posenc.encoding.resolve import Hooks
 
 __all__ = ["flex_attention_backend", "flex_available", "score_mod_of"]
 
@@ -58,8 +58,8 @@ def score_mod_of(hooks: Hooks, q_pos: Tensor, k_pos: Tensor) -> ScoreMod | None:
     """
     if not (hooks.bias or hooks.score_map):
         return None
-    bias_at = hooks.encoding.bias_at if hooks.bias else None
-    map_scores = hooks.encoding.map_scores if hooks.score_map else None
+    bias_at = None if hooks.bias is None else hooks.bias.bias_at
+    map_scores = None if hooks.score_map is None else hooks.score_map.map_scores
 
     def lookup(positions: Tensor, b: Tensor, index: Tensor) -> Tensor:
         return positions[b, index] if positions.dim() == 2 else positions[index]
@@ -133,14 +133,16 @@ def flex_attention_backend(
         return q.new_zeros(*q.shape[:-1], v.shape[-1])
     score_mod = score_mod_of(hooks, context.q_pos, context.k_pos)
     if context.token_bias is not None:  # FoX: its states by index (no bias_at alongside)
-        then = hooks.encoding.map_scores if hooks.score_map else None  # soft-capped FoX
+        then = None if hooks.score_map is None else hooks.score_map.map_scores  # soft-capped
         score_mod = context.token_bias.score_mod(then)
     block_mask = block_mask_of(mask, context)
     run: Callable[..., Tensor] = _compiled_flex() if compile else flex_attention  # type: ignore[assignment]
-    sinks = hooks.encoding.sink_logits(compute_dtype(q.dtype), q.device) if hooks.sinks else None
+    sinks = (
+        None if hooks.sinks is None else hooks.sinks.sink_logits(compute_dtype(q.dtype), q.device)
+    )
     if sinks is not None and compile and q.device.type == "cpu":
         raise ValueError(
-            f"backend 'flex' cannot serve {type(hooks.encoding).__name__}'s sinks on the CPU: "
+            f"backend 'flex' cannot serve {hooks.name}'s sinks on the CPU: "
             "compiled FlexAttention there returns no log-sum-exp (torch "
             f"{torch.__version__}: return_lse is not supported on the CPU), which the sinks' "
             "correction needs; use backend 'sdpa', 'chunked' or 'auto' (or "

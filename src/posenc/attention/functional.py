@@ -13,9 +13,9 @@ from posenc.attention.context import (
     check_key_padding_mask,
     mask_predicate,
 )
-from posenc.attention.hooks import Hooks, hooks_of
 from posenc.attention.mask import AttentionMask, MaskMod
 from posenc.attention.segmented import segmented_attention
+from posenc.encoding.resolve import Hooks, hooks_of
 from posenc.positions import check_positions, position_batch
 
 __all__ = ["attend", "check_encoding_fits", "check_heads_match", "check_qkv"]
@@ -60,8 +60,9 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
 
 def check_heads_match(hooks: Hooks, num_heads: int) -> None:
     """A bias encoding must have as many heads as the attention's queries."""
-    heads = getattr(hooks.encoding, "num_heads", None)
-    if (hooks.bias or hooks.contextual or hooks.sinks) and heads is not None and heads != num_heads:
+    heads = hooks.num_heads
+    per_head = hooks.bias or hooks.contextual or hooks.sinks
+    if per_head is not None and heads is not None and heads != num_heads:
         raise ValueError(
             f"pos: the encoding has num_heads={heads} but attention has num_heads={num_heads}; "
             "they must match"
@@ -79,13 +80,14 @@ def check_encoding_fits(hooks: Hooks, *, num_heads: int, head_dim: int, causal: 
       ``causal=True``.
     """
     check_heads_match(hooks, num_heads)
-    encoding = hooks.encoding
-    name = type(encoding).__name__
-    width = getattr(encoding, "head_dim", None)
-    heads = getattr(encoding, "num_heads", None)
+    if hooks.encoding is None:
+        return
+    name = hooks.name
+    width = hooks.head_dim
+    heads = hooks.num_heads
     # per-head parameters (PoPE's δ, LearnedRotation's generators): one per query head, or
     # one set (num_heads=1) that broadcasts over them
-    if hooks.rotary and isinstance(heads, int) and heads not in (1, num_heads):
+    if hooks.rotary and heads is not None and heads not in (1, num_heads):
         raise ValueError(
             f"pos: {name} has num_heads={heads} but the attention has num_heads={num_heads} "
             "(per-head parameters need one set per query head, or num_heads=1 for one shared set)"
@@ -95,14 +97,13 @@ def check_encoding_fits(hooks: Hooks, *, num_heads: int, head_dim: int, causal: 
             f"pos: {name} wraps stick-breaking attention, which has no softmax for a score "
             "map or sink logits to act on"
         )
-    reads_channels = hooks.rotary or hooks.contextual or hooks.scores
-    if reads_channels and isinstance(width, int) and width != head_dim:
+    if width is not None and width != head_dim:
         raise ValueError(
             f"pos: {name} has head_dim={width} but the attention's head_dim is {head_dim} "
             f"(dim // num_heads unless given); build the encoding with head_dim={head_dim} "
             "(a model fills it in: leave head_dim out of pos_kwargs)"
         )
-    if not causal and bool(getattr(encoding, "causal_only", False)):
+    if not causal and hooks.encoding.causal_only:
         raise ValueError(
             f"pos: {name} is defined for causal attention only (its positions or its decay "
             "read only keys before each query); use causal=True, or another encoding for a "
@@ -174,7 +175,7 @@ def attend(
     check_qkv(q, k, v)
     hooks = hooks_of(pos)
     check_encoding_fits(hooks, num_heads=q.shape[1], head_dim=q.shape[-1], causal=causal)
-    if hooks.token_bias:
+    if hooks.token_state is not None:
         raise ValueError(
             f"pos: {type(pos).__name__} reads the layer's hidden states (token_state), which "
             "attend does not get; use posenc.attention.Attention"

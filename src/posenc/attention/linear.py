@@ -34,9 +34,9 @@ from torch import Tensor
 
 from posenc.attention.backends import FEATURE_MAPS
 from posenc.attention.context import AttentionContext
-from posenc.attention.hooks import Hooks
 from posenc.attention.rows import compute_dtype, expand_heads
 from posenc.attention.segmented import rotate_keys_on_read
+from posenc.encoding.resolve import Hooks
 
 if TYPE_CHECKING:
     from posenc.attention.cache import KVCache

@@ -16,10 +16,10 @@ from posenc.attention.context import (
     with_token_bias,
 )
 from posenc.attention.functional import check_encoding_fits
-from posenc.attention.hooks import hooks_of
 from posenc.attention.linear import linear_self_attention
 from posenc.attention.mask import MaskMod
 from posenc.attention.segmented import rotate_keys_on_read, segmented_attention
+from posenc.encoding.resolve import hooks_of
 from posenc.softmax.query_scale import QueryScale, check_chunk_and_scale
 from posenc.token_state.token_bias import check_token_bias_fits
 
@@ -119,8 +119,8 @@ class Attention(nn.Module):
                 "to a model (DecoderLM, EncoderClassifier), which embeds tokens, not to Attention"
             )
         check_encoding_fits(self.hooks, num_heads=num_heads, head_dim=head_dim, causal=causal)
-        if self.hooks.token_bias:
-            check_token_bias_fits(pos, dim=dim, num_heads=num_heads)
+        if self.hooks.token_state is not None:
+            check_token_bias_fits(self.hooks.token_state, dim=dim, num_heads=num_heads)
         self.backend = resolve_backend(backend)
         self.backend.check(self.hooks, dropout=float(dropout))
         self.chunk_size, self.query_scale = check_chunk_and_scale(
@@ -135,11 +135,10 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(dim, num_kv_heads * head_dim, bias=False, **factory)
         self.v_proj = nn.Linear(dim, num_kv_heads * head_dim, bias=False, **factory)
         self.out_proj = nn.Linear(num_heads * head_dim, dim, bias=False, **factory)
-        bind = getattr(pos, "bind_projections", None)
-        if callable(bind):
+        if self.hooks.encoding is not None:
             # An encoding that applies this layer's content projections to its own table
             # (DeBERTa's share_att_key) keeps references to them, never registers them.
-            bind(self.q_proj, self.k_proj)
+            self.hooks.encoding.bind_projections(self.q_proj, self.k_proj)
 
     def forward(
         self,
@@ -225,20 +224,18 @@ class Attention(nn.Module):
         rotated_cache = cache is None or self._bind(cache)
         if hooks.rotary and (hooks.segments or hooks.per_query_lengths or not rotated_cache):
             return self._rotate_on_read(q, k, v, context, cache)
-        if self.hooks.rotary:
-            pos = self.hooks.encoding
+        if hooks.rotary is not None:
+            pos = hooks.rotary
             key = (id(pos), "rotary", q.dtype, q.device)
             tables = context.cached(key, lambda: pos.rotary_tables(context.q_pos, q.dtype))
-            if self.hooks.rotary_inplace and not (
-                torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)
-            ):
+            if not (torch.is_grad_enabled() and (q.requires_grad or k.requires_grad)):
                 # q and k are this call's fresh projections: overwrite them (inference).
                 q, k = pos.rotate_qk(q, k, tables, tables, inplace=True)
             else:
                 q, k = pos.rotate_qk(q, k, tables, tables)
         layer = context
-        if hooks.token_bias:  # FoX: gates from this layer's input, kept with the cache
-            layer = with_token_bias(context, hooks.encoding, x, cache)
+        if hooks.token_state is not None:  # FoX: gates from this layer's input, with the cache
+            layer = with_token_bias(context, hooks.token_state, x, cache)
         if cache is not None:
             k, v = cache.store(k, v, layer)
         out = run_backend(
@@ -311,9 +308,9 @@ class Attention(nn.Module):
         if not isinstance(cache, KVCache):
             raise ValueError(f"cache must be a posenc KVCache, got {type(cache).__name__}")
         hooks = self.hooks
-        unrotated = hooks.rotary and (hooks.segments or hooks.length_dependent)
+        unrotated = hooks.rotary is not None and (hooks.segments or hooks.length_dependent)
         return cache.bind(
-            self, "unrotated" if unrotated else "rotated", needed=hooks.rotary and hooks.segments
+            self, "unrotated" if unrotated else "rotated", needed=hooks.segments is not None
         )
 
     def _rotate_on_read(
@@ -347,10 +344,12 @@ class Attention(nn.Module):
                 structured=self.backend.structured,
                 compile=self.backend.compile,
             )
-            if hooks.segments and cache is not None and cache.evict and cache.positions is not None:
+            segments = hooks.segments
+            if segments is not None and cache is not None and cache.evict:
                 positions = cache.positions
-                q_min = positions.amax(dim=-1, keepdim=True) + 1
-                cache.release(hooks.encoding.keeps(positions, q_min))
+                if positions is not None:
+                    q_min = positions.amax(dim=-1, keepdim=True) + 1
+                    cache.release(segments.keeps(positions, q_min))
         else:
             q, k = rotate_keys_on_read(q, k, hooks=hooks, context=context, cache=cache)
             out = run_backend(

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc.attention.hooks import Hooks
+from posenc.encoding.resolve import Hooks
 
 __all__ = [
     "as_4d",
@@ -89,7 +89,7 @@ def attend_rows(
             a token-state bias), or None to evaluate ``bias_at`` here (a pointwise bias).
         contiguous: ``(q_start, k_start)`` when the positions are ``q_start + arange`` and
             ``k_start + arange`` for every row (known from how they were made): a contextual
-            encoding with ``logit_term_contiguous`` then computes its term that way.
+            term is then computed by its ``logit_term_contiguous``.
         causal: the mask includes causal order (pairs it hides may get arbitrary finite
             terms from ``logit_term_contiguous``).
 
@@ -103,14 +103,14 @@ def attend_rows(
     extra: Tensor | None = None
     if bias is not None:
         extra = bias.to(cdt)
-    elif hooks.bias:
+    elif hooks.bias is not None:
         extra = hooks.materialized_bias(q_pos, k_pos, cdt)
-    if hooks.contextual:
-        encoding, k_all = hooks.encoding, expand_heads(k, heads)
-        if contiguous is not None and callable(getattr(encoding, "logit_term_contiguous", None)):
-            term = encoding.logit_term_contiguous(q, k_all, *contiguous, scale, causal)
+    if hooks.contextual is not None:
+        contextual, k_all = hooks.contextual, expand_heads(k, heads)
+        if contiguous is not None:
+            term = contextual.logit_term_contiguous(q, k_all, *contiguous, scale, causal)
         else:
-            term = encoding.logit_term(q, k_all, q_pos, k_pos, scale)
+            term = contextual.logit_term(q, k_all, q_pos, k_pos, scale)
         term = term.to(cdt)
         extra = term if extra is None else extra + term
     # A term that needs a gradient sends SDPA to its math path anyway (its kernels give no
@@ -122,30 +122,30 @@ def attend_rows(
         content = q @ k.transpose(-1, -2)
         # extra + scale · q kᵀ in one pass (the matmul's output is fresh: scale it in place).
         scores = content.mul_(scale) if extra is None else torch.add(extra, content, alpha=scale)
-        if hooks.scores:
-            scores = hooks.encoding.transform_scores(
+        if hooks.scores is not None:
+            scores = hooks.scores.transform_scores(
                 scores, q=q, k=k, q_pos=q_pos, k_pos=k_pos, allowed=allowed
             )
-            if hooks.score_map:
-                scores = hooks.encoding.map_scores(scores)
+            if hooks.score_map is not None:
+                scores = hooks.score_map.map_scores(scores)
             masked = fill_masked(scores, allowed, cdt)
-        elif hooks.score_map:  # a fresh tensor of full shape: the mask fills it in place
-            scores = hooks.encoding.map_scores(scores)
+        elif hooks.score_map is not None:  # a fresh tensor of full shape: fill it in place
+            scores = hooks.score_map.map_scores(scores)
             masked = scores if allowed is None else scores.masked_fill_(~allowed, low)
         elif allowed is not None:  # fresh scores of full shape: hide what the mask hides in place
             masked = scores.masked_fill_(~allowed, low)
         else:
             masked = scores
         assert masked is not None
-        if hooks.sinks:
-            probs = softmax_with_sinks(masked, hooks.encoding.sink_logits(cdt, q.device))
+        if hooks.sinks is not None:
+            probs = softmax_with_sinks(masked, hooks.sinks.sink_logits(cdt, q.device))
         else:
             probs = torch.softmax(masked, dim=-1)
         if dropout_p > 0.0:
             probs = F.dropout(probs, p=dropout_p)
         out = probs @ v
-        if hooks.value_term:
-            value = hooks.encoding.value_term(probs, q_pos, k_pos)
+        if hooks.contextual is not None and hooks.value_term:
+            value = hooks.contextual.value_term(probs, q_pos, k_pos)
             if value is not None:
                 out = out + value.to(cdt)
     else:

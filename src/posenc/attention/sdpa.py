@@ -32,8 +32,8 @@ from torch import Tensor
 from posenc.attention import flash
 from posenc.attention.blocks import blocked
 from posenc.attention.context import AttentionContext
-from posenc.attention.hooks import Hooks
 from posenc.attention.rows import as_4d, attend_rows, compute_dtype
+from posenc.encoding.resolve import Hooks
 
 __all__ = ["padding_mask", "sdpa_attention", "shared_bias"]
 

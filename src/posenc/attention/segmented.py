@@ -46,8 +46,9 @@ from posenc.attention.blocks import default_block_rows
 from posenc.attention.cache import KVCache
 from posenc.attention.context import AttentionContext
 from posenc.attention.flash import Part, merge_parts
-from posenc.attention.hooks import Hooks, accepts_keyword
 from posenc.attention.rows import compute_dtype, expand_heads
+from posenc.encoding.protocols import RotaryEncoding
+from posenc.encoding.resolve import Hooks
 from posenc.segments.base import PositionMap, Region, Segment
 from posenc.softmax.query_scale import scale_queries
 
@@ -70,31 +71,32 @@ class Rotated:
 
 
 def _tables(
-    encoding: Any, positions: Tensor, dtype: torch.dtype, *, update: bool, length: int | None
+    encoding: RotaryEncoding,
+    positions: Tensor,
+    dtype: torch.dtype,
+    *,
+    update: bool,
+    length: int | None,
 ) -> Any:
     if length is not None:  # the frequencies of that length, the module's state untouched
         return encoding.rotary_tables(positions, dtype, update=False, length=length)
-    if accepts_keyword(encoding.rotary_tables, "update"):
-        return encoding.rotary_tables(positions, dtype, update=update)
-    return encoding.rotary_tables(positions, dtype)
+    return encoding.rotary_tables(positions, dtype, update=update)
 
 
-def _state(encoding: Any, length: int | None) -> Hashable:
+def _state(encoding: RotaryEncoding, length: int | None) -> Hashable:
     """A token that changes whenever the frequencies a segment rotates with change."""
     if length is not None:
         return ("length", encoding.frequency_length(length))
-    return int(getattr(encoding, "rebuilds", 0))
+    return encoding.rebuilds
 
 
-def per_query_lengths(encoding: Any) -> bool:
+def per_query_lengths(encoding: RotaryEncoding) -> bool:
     """True when the encoding's frequencies follow each query's own length (the ``"query"``
     rule of a length-dependent scaling)."""
-    return bool(getattr(encoding, "depends_on_length", False)) and (
-        getattr(encoding, "length_rule", "forward") == "query"
-    )
+    return encoding.depends_on_length and encoding.length_rule == "query"
 
 
-def _length_groups(encoding: Any, q_pos: Tensor) -> list[tuple[int, int, int]]:
+def _length_groups(encoding: RotaryEncoding, q_pos: Tensor) -> list[tuple[int, int, int]]:
     """``(length, first, stop)``: runs of query positions ``[first, stop)`` whose own lengths
     ``p + 1`` give one set of frequencies (one host read of the positions)."""
     values = sorted({math.floor(p) for p in q_pos.detach().flatten().tolist()})
@@ -135,7 +137,7 @@ class _Rotation:
         q: Tensor,
         k: Tensor,
         *,
-        encoding: Any,
+        encoding: RotaryEncoding,
         context: AttentionContext,
         cache: KVCache | None,
         memoise: bool,
@@ -233,7 +235,8 @@ def rotate_keys_on_read(
     """q at its positions and every key at its own, rotated with the current frequencies (the
     read of an unrotated cache; the memo keeps a step from rotating old keys again while the
     frequencies stay)."""
-    rotation = _Rotation(q, k, encoding=hooks.encoding, context=context, cache=cache, memoise=True)
+    assert hooks.rotary is not None
+    rotation = _Rotation(q, k, encoding=hooks.rotary, context=context, cache=cache, memoise=True)
     keys = rotation.rotated_keys(IDENTITY.k_map, None)
     return rotation.query_rows(IDENTITY.q_map, None, 0, q.shape[-2]), keys
 
@@ -246,12 +249,14 @@ def _rotate_segments(
     context: AttentionContext,
     cache: KVCache | None,
 ) -> list[Segmented]:
-    encoding = hooks.encoding
-    query_scale = getattr(encoding, "query_scale", None)
-    scale = query_scale(context.q_pos) if callable(query_scale) else None
+    encoding = hooks.rotary
+    assert encoding is not None
+    scale = None if hooks.segments is None else hooks.segments.query_scale(context.q_pos)
     if scale is not None:  # log-n: one factor per query row
         q = scale_queries(q, scale)
-    segments: list[Segment] = list(encoding.segments()) if hooks.segments else [IDENTITY]
+    segments: list[Segment] = (
+        [IDENTITY] if hooks.segments is None else list(hooks.segments.segments())
+    )
     memoise = True
     if per_query_lengths(encoding):
         groups = context.cached(

@@ -27,6 +27,7 @@ from posenc.attention import Attention, attend
 from posenc.attention.cache import KeyForm
 from posenc.bench import compare, peak_memory, rss_peak_bytes
 from posenc.bench.decoding import prefilled_stack, stack_step
+from posenc.encoding.protocols import RotaryEncoding
 from posenc.rotary import RotaryEmbedding
 from posenc.segments import AttentionSinks, DualChunk, LMInfinite, ReRoPE, SelfExtend
 
@@ -35,16 +36,16 @@ __all__ = ["METHODS", "decode", "forward", "memory"]
 GIB = 1024**3
 
 
-def _self_extend(rope: nn.Module) -> nn.Module:
+def _self_extend(rope: RotaryEncoding) -> nn.Module:
     return SelfExtend(rope, window=1024, group=8)  # LongLM's Llama defaults
 
 
-def _dual_chunk(rope: nn.Module) -> nn.Module:
+def _dual_chunk(rope: RotaryEncoding) -> nn.Module:
     return DualChunk(rope, chunk_size=3072, local_window=512)  # ChunkLlama's at 4096
 
 
 #: The methods at their reference settings for a model pre-trained on 4,096 positions.
-METHODS: dict[str, Callable[[nn.Module], nn.Module]] = {
+METHODS: dict[str, Callable[[RotaryEncoding], nn.Module]] = {
     "self_extend": _self_extend,
     "dual_chunk": _dual_chunk,
     "rerope": lambda rope: ReRoPE(rope, window=1024, log_scale_base=4096),

@@ -1,9 +1,9 @@
 """Encodings that act on the attention logits.
 
-* Biases (:class:`~posenc.encoding.base.BiasEncoding`, ``bias(q_pos, k_pos)``): :class:`AlibiBias`,
-  :class:`T5RelativeBias`, :class:`KerpleBias`, :class:`SandwichBias`, :class:`FireBias`,
-  :class:`DynamicPositionBias`.
-* Contextual terms (:class:`~posenc.encoding.base.ContextualEncoding`, read q or k as well):
+* Biases (:class:`~posenc.encoding.protocols.BiasEncoding`, ``bias(q_pos, k_pos)``):
+  :class:`AlibiBias`, :class:`T5RelativeBias`, :class:`KerpleBias`, :class:`SandwichBias`,
+  :class:`FireBias`, :class:`DynamicPositionBias`.
+* Contextual terms (:class:`~posenc.encoding.protocols.ContextualEncoding`, read q or k as well):
   :class:`ShawRelative`, :class:`TransformerXLRelative`, :class:`DebertaRelative`.
 * Scores readers (``transform_scores``: complete rows of all heads' scores): :class:`CoPE`,
   :class:`DapeBias`.

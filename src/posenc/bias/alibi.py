@@ -19,7 +19,7 @@ from posenc._validate import (
     check_integer_valued,
     check_positive_int,
 )
-from posenc.encoding.base import BiasEncoding
+from posenc.encoding.kinds import LinearBias
 from posenc.positions import check_positions
 
 __all__ = ["AlibiBias", "AlibiMode", "alibi_bias", "alibi_slopes", "relative_distances"]
@@ -140,7 +140,7 @@ def _linear_bias(slopes: Tensor, distance: Tensor, mode: str) -> Tensor:
     return slopes * (-distance.abs() if mode == "symmetric" else distance)
 
 
-class AlibiBias(BiasEncoding):
+class AlibiBias(LinearBias):
     """Attention with Linear Biases: a fixed per-head slope times the query-key distance.
 
     .. math::
@@ -232,7 +232,9 @@ class AlibiBias(BiasEncoding):
         """The slopes ``m_h``, float64 on the CPU."""
         return self._slopes
 
-    def prepare_bias(self, device: torch.device, dtype: torch.dtype) -> None:
+    def prepare_bias(
+        self, device: torch.device, dtype: torch.dtype, *, reach: int | None = None
+    ) -> None:
         """Round the slopes once to ``dtype`` on ``device`` (memoised for :meth:`bias_at`)."""
         key = (torch.device(device), dtype)
         if key not in self._memo:

@@ -15,7 +15,8 @@ from posenc._validate import (
     check_positive_int,
     validating_values,
 )
-from posenc.encoding.base import BiasEncoding, empty_linear
+from posenc.encoding.base import empty_linear
+from posenc.encoding.protocols import BiasEncoding
 
 __all__ = ["DynamicMode", "DynamicPositionBias", "dynamic_distance_feature"]
 

@@ -8,7 +8,8 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_floating_dtype, check_positive_float, check_positive_int
-from posenc.encoding.base import BiasEncoding, empty_linear
+from posenc.encoding.base import empty_linear
+from posenc.encoding.protocols import BiasEncoding
 
 __all__ = ["FireBias", "fire_log", "fire_normalized_distance"]
 

@@ -14,7 +14,7 @@ from posenc._validate import (
     check_positive_int,
 )
 from posenc.bias.alibi import relative_distances
-from posenc.encoding.base import BiasEncoding
+from posenc.encoding.protocols import BiasEncoding
 
 __all__ = ["KerpleBias", "KerpleKernel", "kerple_bias"]
 

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from posenc._validate import check_floating_dtype, check_positive_float, check_positive_int
 from posenc.bias.alibi import relative_distances
-from posenc.encoding.base import BiasEncoding
+from posenc.encoding.protocols import BiasEncoding
 
 __all__ = ["SandwichBias", "sandwich_bias", "sandwich_frequencies", "sandwich_head_scales"]
 
@@ -175,7 +175,9 @@ class SandwichBias(BiasEncoding):
             self._coefficients = -2.0 / sandwich_head_scales(num_heads)
         self._memo: dict[tuple[torch.device, torch.dtype], tuple[Tensor, Tensor]] = {}
 
-    def prepare_bias(self, device: torch.device, dtype: torch.dtype) -> None:
+    def prepare_bias(
+        self, device: torch.device, dtype: torch.dtype, *, reach: int | None = None
+    ) -> None:
         """Round the frequencies and head coefficients once to the compute dtype on
         ``device`` (memoised for :meth:`bias_at`)."""
         compute = _compute_dtype(dtype)

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 from posenc._validate import check_integer_valued, check_positive_int
 from posenc.bias.alibi import relative_distances
-from posenc.encoding.base import BiasEncoding
+from posenc.encoding.protocols import BiasEncoding
 
 __all__ = ["T5RelativeBias", "check_t5_buckets", "t5_bucket"]
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
-from posenc.checks.encodings import CheckResult, equivariance_gaps, format_result, graph_checks, run_checks
+from posenc.checks.encodings import (
+    CheckResult,
+    equivariance_gaps,
+    format_result,
+    graph_checks,
+    run_checks,
+)
 
 __all__ = ["CheckResult", "equivariance_gaps", "format_result", "graph_checks", "run_checks"]

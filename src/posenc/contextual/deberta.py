@@ -25,7 +25,8 @@ from posenc.contextual.deberta_logits import (
     disentangled_logits,
 )
 from posenc.contextual.shaw import check_head_tensor
-from posenc.encoding.base import ContextualEncoding, empty_linear
+from posenc.encoding.base import empty_linear
+from posenc.encoding.kinds import DisentangledRelative
 
 __all__ = [
     "DebertaRelative",
@@ -99,7 +100,7 @@ class DebertaRelativeEmbedding(nn.Module):
         return f"span={self.span}, dim={self.dim}, layer_norm={self.norm is not None}"
 
 
-class DebertaRelative(ContextualEncoding):
+class DebertaRelative(DisentangledRelative):
     """DeBERTa's disentangled relative attention (v2/v3): c2p and p2c logit terms.
 
     .. math::
@@ -171,6 +172,8 @@ class DebertaRelative(ContextualEncoding):
         torch.Size([2, 10, 32])
         >>> layer2 = Attention(32, 4, pos=pos.new_layer(), causal=False)  # same P
     """
+
+    num_heads: int
 
     pos_key_proj: nn.Linear | None
     pos_query_proj: nn.Linear | None

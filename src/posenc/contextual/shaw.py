@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from posenc._validate import check_floating_tensor, check_integer_valued, check_positive_int
 from posenc.bias.alibi import relative_distances
-from posenc.encoding.base import ContextualEncoding
+from posenc.encoding.kinds import ClippedRelative
 
 __all__ = ["ShawRelative", "check_head_tensor", "shaw_index", "shaw_logits", "shaw_values"]
 
@@ -88,7 +88,7 @@ def shaw_values(probs: Tensor, value_table: Tensor, index: Tensor) -> Tensor:
     return per_row @ value_table.to(probs.dtype)
 
 
-class ShawRelative(ContextualEncoding):
+class ShawRelative(ClippedRelative):
     """Relative position representations added to keys (and values), clipped at ``k``.
 
     .. math::

@@ -8,7 +8,8 @@ from torch import Tensor, nn
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.bias.alibi import relative_distances
 from posenc.contextual.shaw import _expand_index, check_head_tensor
-from posenc.encoding.base import ContextualEncoding, empty_linear
+from posenc.encoding.base import empty_linear
+from posenc.encoding.kinds import SinusoidRelative
 
 __all__ = ["TransformerXLRelative", "relative_shift", "xl_sinusoid"]
 
@@ -72,7 +73,7 @@ def _phases(positions: Tensor, dim: int, base: float, dtype: torch.dtype) -> tup
     return sin, cos
 
 
-class TransformerXLRelative(ContextualEncoding):
+class TransformerXLRelative(SinusoidRelative):
     """Transformer-XL's relative logits with global biases ``u`` (content) and ``v`` (position).
 
     .. math::
@@ -112,6 +113,8 @@ class TransformerXLRelative(ContextualEncoding):
         >>> xl.logit_term(q, k, torch.arange(4, 7), torch.arange(7), scale=8**-0.5).shape
         torch.Size([1, 4, 3, 7])
     """
+
+    num_heads: int
 
     def __init__(
         self,

@@ -1,34 +1,75 @@
-"""The contract between an encoding and attention: base classes, protocols and the registry.
+"""The contract between an encoding and attention (docs/architecture.md).
 
-See docs/architecture.md.
+* :mod:`~posenc.encoding.base`: :class:`PositionalEncoding`, the base of every encoding, its
+  typed defaults, :class:`NoPE` and :class:`EncodingWrapper`;
+* :mod:`~posenc.encoding.protocols`: one base class per place an encoding acts (additive,
+  rotary, segments, pointwise bias, contextual term, scores reader, softmax transforms, token
+  state, position transform);
+* :mod:`~posenc.encoding.kinds`: structures an encoding may declare for attention's plans;
+* :mod:`~posenc.encoding.resolve`: :func:`hooks_of`, the one resolved description attention
+  reads;
+* :mod:`~posenc.encoding.registry`: encodings by name (``posenc list``).
 """
 
 from __future__ import annotations
 
 from posenc.encoding.base import (
-    AdditiveEncoding,
-    BiasEncoding,
-    ContextualEncoding,
     EncodingWrapper,
     NoPE,
     PositionalEncoding,
-    RotaryEncoding,
-    check_rotary_input,
     empty_linear,
-    materialize_bias,
     state_device,
 )
+from posenc.encoding.kinds import (
+    AdditiveScores,
+    ClippedRelative,
+    DisentangledRelative,
+    LinearBias,
+    SinusoidRelative,
+)
+from posenc.encoding.protocols import (
+    AdditiveEncoding,
+    AttentionWeights,
+    BiasEncoding,
+    ContextualEncoding,
+    PositionTransform,
+    RotaryEncoding,
+    ScoreMap,
+    ScoresReader,
+    SegmentEncoding,
+    SinkLogits,
+    TokenEmbedding,
+    TokenStateEncoding,
+    check_rotary_input,
+    materialize_bias,
+)
+from posenc.encoding.resolve import Hooks, hooks_of
 
 __all__ = [
     "AdditiveEncoding",
+    "AdditiveScores",
+    "AttentionWeights",
     "BiasEncoding",
+    "ClippedRelative",
     "ContextualEncoding",
+    "DisentangledRelative",
     "EncodingWrapper",
+    "Hooks",
+    "LinearBias",
     "NoPE",
+    "PositionTransform",
     "PositionalEncoding",
     "RotaryEncoding",
+    "ScoreMap",
+    "ScoresReader",
+    "SegmentEncoding",
+    "SinkLogits",
+    "SinusoidRelative",
+    "TokenEmbedding",
+    "TokenStateEncoding",
     "check_rotary_input",
     "empty_linear",
+    "hooks_of",
     "materialize_bias",
     "state_device",
 ]

@@ -37,10 +37,12 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_int, validating_values
-from posenc.encoding.base import EncodingWrapper
+from posenc.encoding.base import EncodingWrapper, PositionalEncoding
+from posenc.encoding.protocols import PositionTransform
+from posenc.encoding.resolve import hooks_of
 from posenc.positions import randomized_positions
 
 __all__ = ["RandomizedEvaluation", "RandomizedPositions"]
@@ -49,7 +51,7 @@ RandomizedEvaluation = Literal["randomized", "ordered"]
 _EVALUATIONS: tuple[RandomizedEvaluation, ...] = ("randomized", "ordered")
 
 
-class RandomizedPositions(EncodingWrapper):
+class RandomizedPositions(EncodingWrapper, PositionTransform):
     """Any one-axis encoding with randomized positions (Ruoss et al. 2023; see the module).
 
     Args:
@@ -72,14 +74,12 @@ class RandomizedPositions(EncodingWrapper):
 
     def __init__(
         self,
-        encoding: nn.Module,
+        encoding: PositionalEncoding,
         max_length: int,
         *,
         evaluation: RandomizedEvaluation = "randomized",
     ) -> None:
         super().__init__()
-        from posenc.attention.hooks import hooks_of  # attention imports this module's users
-
         if isinstance(encoding, RandomizedPositions):
             raise ValueError("encoding is already a RandomizedPositions")
         hooks = hooks_of(encoding)  # raises for a module that is no encoding

@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from posenc._validate import check_positive_int
 from posenc.encoding.base import NoPE, PositionalEncoding
+from posenc.encoding.protocols import BiasEncoding
 
 __all__ = [
     "EncodingSpec",
@@ -35,9 +36,12 @@ __all__ = [
     "sequence_encoding_spec",
 ]
 
-#: Where a method acts, for listings and docs; attention dispatches on hooks, not on this.
-#: ``softmax``: a wrapper changing attention's softmax around an ``inner`` encoding (softcap,
-#: learned sinks).
+#: Where a method acts: the package that holds it (``posenc.<family>``) and the protocol it
+#: derives from, one taxonomy for the registry, the folders and the README; attention reads
+#: the protocols (:mod:`posenc.encoding.resolve`), never this name. ``softmax``: a transform
+#: of attention's softmax (soft-capping and learned sinks around an ``inner`` encoding;
+#: stick-breaking's weights in place of it). ``graph``: positions from structure
+#: (:mod:`posenc.graph`), built by their own constructors rather than by name.
 Family = Literal[
     "none",
     "additive",
@@ -45,10 +49,9 @@ Family = Literal[
     "bias",
     "contextual",
     "scores",
-    "segments",
     "softmax",
-    "token_bias",
-    "weights",
+    "token_state",
+    "segments",
 ]
 
 
@@ -329,6 +332,7 @@ def _dape(
         names = ", ".join(s.name for s in _SPECS if s.family == "bias")
         raise ValueError(f"inner must name a pointwise bias ({names}) or None, got {inner!r}")
     built = build_encoding(inner, dims, inner_kwargs)
+    assert isinstance(built, BiasEncoding)  # the spec's family is "bias"
     return DapeBias(dims.num_heads, built, hidden=hidden)
 
 
@@ -668,7 +672,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
     ),
     EncodingSpec(
         "fox",
-        "token_bias",
+        "token_state",
         "Lin et al. 2025 (Forgetting Transformer, ICLR), "
         "https://github.com/zhixuan-lin/forgetting-transformer",
         "a forget gate per head and token from the hidden state; logits += Σ log f over the "
@@ -679,7 +683,7 @@ _SPECS: tuple[EncodingSpec, ...] = (
     ),
     EncodingSpec(
         "stick_breaking",
-        "weights",
+        "softmax",
         "Tan et al. 2024 (stick-breaking attention), https://arxiv.org/abs/2410.17980",
         "no softmax and no positions: key j takes σ(q·k) of what the keys between it and the "
         "query left, the rest times a learned vector (for causal attention)",

@@ -1,6 +1,6 @@
 r"""Learned node encodings from precomputed graph encodings, added to node features.
 
-Each encoder is an :class:`~posenc.encoding.base.AdditiveEncoding`: its ``position_embedding``
+Each encoder is an :class:`~posenc.encoding.protocols.AdditiveEncoding`: its ``position_embedding``
 (``forward``) maps a node's precomputed encodings to a ``dim``-wide vector that the model
 adds to the node's features. A graph has no sequence order, so its "positions" are these
 precomputed encodings, one row per node (flat ``(num_nodes, ...)`` or padded
@@ -29,7 +29,8 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_in_choices, check_positive_int
-from posenc.encoding.base import AdditiveEncoding, empty_linear
+from posenc.encoding.base import empty_linear
+from posenc.encoding.protocols import AdditiveEncoding
 
 __all__ = ["EigenvectorMLP", "RandomWalkEncoder", "SignNet"]
 

@@ -49,7 +49,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc._validate import check_integer_valued, check_non_negative_int, check_positive_int
-from posenc.encoding.base import BiasEncoding
+from posenc.encoding.protocols import BiasEncoding
 from posenc.graph.graphormer_edges import GraphormerEdgeEncoding
 from posenc.graph.shortest_path import ShortestPaths
 
@@ -265,7 +265,9 @@ class GraphormerBias(BiasEncoding):
             )
         return self._state
 
-    def prepare_bias(self, device: torch.device, dtype: torch.dtype) -> None:
+    def prepare_bias(
+        self, device: torch.device, dtype: torch.dtype, *, reach: int | None = None
+    ) -> None:
         self._graphs("positions")
 
     def bias_at(self, head: Tensor, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor:

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.attention import build_context
+from posenc.encoding.base import PositionalEncoding
 from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.lab.runner import check_encoding_names, check_pos_kwargs_names, check_seeds
 from posenc.models import Block, ModelConfig, layer_encodings
@@ -72,7 +73,7 @@ class SignalTransformer(nn.Module):
         if encoding == NONE and kwargs:
             raise ValueError(f"pos_kwargs must be empty for encoding 'none', got {kwargs}")
 
-        def build() -> nn.Module | None:
+        def build() -> PositionalEncoding | None:
             return None if encoding == NONE else build_encoding(encoding, dims, kwargs)
 
         laid = layer_encodings(build, check_positive_int("depth", depth))

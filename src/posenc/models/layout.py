@@ -11,10 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from posenc._validate import validating_values
-from posenc.attention.hooks import Hooks, hooks_of
+from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.protocols import AdditiveEncoding, TokenEmbedding
+from posenc.encoding.resolve import Hooks, hooks_of
 
 __all__ = ["LayerEncodings", "check_tokens", "layer_encodings"]
 
@@ -56,14 +58,17 @@ class LayerEncodings:
             token ids: ``embed_tokens``), else None.
     """
 
-    additive: nn.Module | None
-    layers: list[nn.Module | None]
+    additive: AdditiveEncoding | None
+    layers: list[PositionalEncoding | None]
     hooks: Hooks
-    token_embedding: nn.Module | None = None
+    token_embedding: TokenEmbedding | None = None
 
 
 def layer_encodings(
-    build: Callable[[], nn.Module | None], depth: int, *, nope_layers: tuple[int, ...] = ()
+    build: Callable[[], PositionalEncoding | None],
+    depth: int,
+    *,
+    nope_layers: tuple[int, ...] = (),
 ) -> LayerEncodings:
     """Lay the encoding ``build()`` makes over ``depth`` layers: an additive one goes to the
     embeddings, one reading token ids (``embed_tokens``) replaces the token embedding; one
@@ -81,7 +86,7 @@ def layer_encodings(
             "replaces the embeddings), so no layer can go without it; give an encoding that "
             "acts in attention (rope, alibi, ...)"
         )
-    layers: list[nn.Module | None] = []
+    layers: list[PositionalEncoding | None] = []
     placed = False  # the first encoded layer takes `first`
     for index in range(depth):
         if first is None or not acts_in_attention or index in nope_layers:
@@ -89,16 +94,11 @@ def layer_encodings(
         elif not placed or first.shared_across_layers:
             placed = True
             layers.append(first)
-        elif callable(new_layer := getattr(first, "new_layer", None)):
+        elif (made := first.new_layer()) is not None:
             # per-layer parts, shared ones kept (DeBERTa's relative embeddings: one table)
-            layers.append(new_layer())
+            layers.append(made)
         else:
             layers.append(build())
     uses_positions = acts_in_attention or hooks.additive or hooks.token_embedding
     positions = hooks if uses_positions else hooks_of(None)
-    return LayerEncodings(
-        first if hooks.additive else None,
-        layers,
-        positions,
-        first if hooks.token_embedding else None,
-    )
+    return LayerEncodings(hooks.additive, layers, positions, hooks.token_embedding)

@@ -33,8 +33,10 @@ from posenc.attention import (
     QueryScale,
     build_context,
 )
-from posenc.attention.hooks import Hooks
+from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.protocols import TokenEmbedding
 from posenc.encoding.registry import build_encoding
+from posenc.encoding.resolve import Hooks
 from posenc.models.config import LayerAttention, ModelConfig
 from posenc.models.layout import LayerEncodings, check_tokens, layer_encodings
 
@@ -116,16 +118,16 @@ class Block(nn.Module):
         return x + self.drop(self.mlp(self.mlp_norm(x)))
 
 
-def _check_token_embedding(encoding: nn.Module, config: ModelConfig) -> None:
+def _check_token_embedding(encoding: TokenEmbedding, config: ModelConfig) -> None:
     """An encoding replacing the token embedding must cover the vocabulary and the width."""
-    vocab_size = getattr(encoding, "vocab_size", None)
-    if isinstance(vocab_size, int) and vocab_size < config.vocab_size:
+    vocab_size = encoding.vocab_size
+    if vocab_size < config.vocab_size:
         raise ValueError(
             f"pos_kwargs: {type(encoding).__name__} embeds {vocab_size} token ids but the model's "
             f"vocab_size is {config.vocab_size}; its vocab_size must be >= the model's"
         )
-    dim = getattr(encoding, "dim", None)
-    if isinstance(dim, int) and dim != config.dim:
+    dim = encoding.dim
+    if dim != config.dim:
         raise ValueError(
             f"pos_kwargs: {type(encoding).__name__} has dim {dim} but the model's dim is "
             f"{config.dim}; the token embedding must have the model's width"
@@ -188,12 +190,12 @@ class _Trunk(nn.Module):
                 f"{laid.hooks.num_axes} position axes"
             )
 
-    def encodings(self) -> list[nn.Module]:
+    def encodings(self) -> list[PositionalEncoding]:
         """The encoding modules, each once, in the order the constructor built them (the
         token embedding or additive one, else the first layer's, then later layers' own)."""
         layers: list[Any] = [block.attn.pos for block in self.blocks]  # type: ignore[union-attr]
         candidates = [self.token_embedding, self.additive, *layers]
-        found: dict[int, nn.Module] = {}
+        found: dict[int, PositionalEncoding] = {}
         for module in candidates:
             if module is not None and id(module) not in found:
                 found[id(module)] = module
@@ -209,9 +211,7 @@ class _Trunk(nn.Module):
             device = self.norm.weight.device
             _init_embedding(torch.empty(config.vocab_size, config.dim, device=device), config.dim)
         for encoding in self.encodings():
-            reset = getattr(encoding, "reset_parameters", None)
-            if callable(reset):
-                reset()
+            encoding.reset_parameters()
         if self.unplaced:  # draw the encoding no layer took again, as the constructor did
             with torch.device(self.norm.weight.device):
                 build_encoding(config.pos, config.dims(causal=self.causal), config.pos_kwargs)

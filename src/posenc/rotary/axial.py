@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.encoding.base import check_rotary_input
+from posenc.encoding.protocols import check_rotary_input
 from posenc.positions import grid_coordinates
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.kernels import rotate
@@ -169,7 +169,12 @@ class AxialRotary2D(MultiAxisRotary):
         grid_coordinates(positions, self.height, self.width, name=name)
 
     def rotary_tables(
-        self, positions: Tensor, dtype: torch.dtype, *, update: bool = True
+        self,
+        positions: Tensor,
+        dtype: torch.dtype,
+        *,
+        update: bool = True,
+        length: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         """One cos/sin per pair (columns first, then rows), rounded to ``self.dtype`` if set."""
         cos, sin = super().rotary_tables(positions, dtype, update=update)

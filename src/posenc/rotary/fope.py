@@ -35,7 +35,7 @@ from posenc._validate import (
     check_positive_float,
     check_positive_int,
 )
-from posenc.encoding.base import RotaryEncoding
+from posenc.encoding.protocols import RotaryEncoding
 from posenc.rotary.frequencies import rope_inv_freq
 
 __all__ = ["FourierRotaryEmbedding", "fope_inv_freq", "fope_rotate", "fope_tables"]
@@ -245,7 +245,14 @@ class FourierRotaryEmbedding(RotaryEncoding):
             self._on_device[device] = self._inv_freq.to(device)
         return self._on_device[device]
 
-    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> Any:
+    def rotary_tables(
+        self,
+        positions: Tensor,
+        dtype: torch.dtype,
+        *,
+        update: bool = True,
+        length: int | None = None,
+    ) -> Any:
         """``(c, s)`` ``([batch,] sets, seq, head_dim // 2)`` for ``positions``, mixed in
         float32 (float64 for float64), differentiable in the coefficients."""
         table = torch.float64 if dtype == torch.float64 else torch.float32

@@ -54,7 +54,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.encoding.base import RotaryEncoding
+from posenc.encoding.protocols import RotaryEncoding
 
 __all__ = ["LearnedRotation", "RotationKind", "block_rotations", "rotate_blocks", "skew"]
 
@@ -147,6 +147,8 @@ class LearnedRotation(RotaryEncoding):
         >>> torch.allclose(q2.norm(dim=-1), q.norm(dim=-1), atol=1e-5)
         True
     """
+
+    num_heads: int
 
     shared_across_layers = False  # learned per layer
 
@@ -365,7 +367,14 @@ class LearnedRotation(RotaryEncoding):
 
     # ---- hooks -----------------------------------------------------------------------------
 
-    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> Tensor:
+    def rotary_tables(
+        self,
+        positions: Tensor,
+        dtype: torch.dtype,
+        *,
+        update: bool = True,
+        length: int | None = None,
+    ) -> Tensor:
         """``R(p)``'s blocks per token: ``(heads|1, seq, blocks, b, b)``, or with a leading
         batch for batched positions; float32 (float64 when ``dtype`` or the parameters are),
         with autograd to the generators."""

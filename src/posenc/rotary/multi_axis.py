@@ -53,7 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.encoding.base import RotaryEncoding
+from posenc.encoding.protocols import RotaryEncoding
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.kernels import rotate_pair
@@ -382,7 +382,12 @@ class MultiAxisRotary(RotaryEncoding):
         return torch.einsum("...sn,hpn->...hsp", coords, freqs)
 
     def rotary_tables(
-        self, positions: Tensor, dtype: torch.dtype, *, update: bool = True
+        self,
+        positions: Tensor,
+        dtype: torch.dtype,
+        *,
+        update: bool = True,
+        length: int | None = None,
     ) -> tuple[Tensor, Tensor]:
         """One ``(cos, sin)`` value per pair, heads broadcast unless per head (the rotary
         hook, once per forward). A length-dependent scaling first updates to

@@ -31,7 +31,7 @@ from posenc._validate import (
     check_positive_float,
     check_positive_int,
 )
-from posenc.encoding.base import RotaryEncoding
+from posenc.encoding.protocols import RotaryEncoding
 
 __all__ = ["BiasInit", "PolarEmbedding", "polar_frequencies", "polar_map"]
 
@@ -136,7 +136,14 @@ class PolarEmbedding(RotaryEncoding):
             self._frequencies[device] = polar_frequencies(self.head_dim, self.base).to(device)
         return self._frequencies[device]
 
-    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> Any:
+    def rotary_tables(
+        self,
+        positions: Tensor,
+        dtype: torch.dtype,
+        *,
+        update: bool = True,
+        length: int | None = None,
+    ) -> Any:
         """``(cos, sin)`` of ``positions · θ`` ``([batch,] seq, head_dim)``, from float64
         phases, in float32 (float64 for float64)."""
         table = torch.float64 if dtype == torch.float64 else torch.float32

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.encoding.base import RotaryEncoding, check_rotary_input
+from posenc.encoding.protocols import RotaryEncoding, check_rotary_input
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
 from posenc.rotary.kernels import _pair_views, rotate, rotate_pair
@@ -348,7 +348,8 @@ class RotaryEmbedding(RotaryEncoding):
 
     attention_factor: float
     #: frequency changes made by a length-dependent scaling (HF's recomputes and resets).
-    rebuilds: int
+    rebuilds: int = 0
+    length_rule: LengthRule = "forward"
     #: DynamicNTK ("hf"): the longest length the frequencies follow; None otherwise.
     max_seq_len_cached: int | None
 

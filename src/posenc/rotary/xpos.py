@@ -46,7 +46,7 @@ from posenc._validate import (
     check_positive_int,
     validating_values,
 )
-from posenc.encoding.base import RotaryEncoding, check_rotary_input
+from posenc.encoding.protocols import RotaryEncoding, check_rotary_input
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
 from posenc.rotary.kernels import rotate_pair
@@ -299,7 +299,14 @@ class XPos(RotaryEncoding):
                 "positions in use, or use float64."
             )
 
-    def rotary_tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, ...]:
+    def rotary_tables(
+        self,
+        positions: Tensor,
+        dtype: torch.dtype,
+        *,
+        update: bool = True,
+        length: int | None = None,
+    ) -> tuple[Tensor, ...]:
         """``(cos_q, sin_q, cos_k, sin_k)``: rotation tables times the query and key scales."""
         mps = positions.device.type == "mps"  # no float64 there: tables in float32
         exact = torch.float32 if mps else torch.float64

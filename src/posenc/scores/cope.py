@@ -17,7 +17,7 @@ from posenc._validate import (
     check_positive_float,
     check_positive_int,
 )
-from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.kinds import AdditiveScores
 from posenc.positions import check_device
 
 __all__ = ["CoPE", "CoPEInterpolation", "cope_bias", "cope_positions"]
@@ -188,7 +188,7 @@ def _interpolate(per_position: Tensor, positions: Tensor) -> Tensor:
     return torch.addcmul(per_position.gather(-1, floor), w, step.gather(-1, floor))
 
 
-class CoPE(PositionalEncoding):
+class CoPE(AdditiveScores):
     """Contextual position encoding: positions count the keys that gates let through.
 
     .. math::
@@ -262,6 +262,8 @@ class CoPE(PositionalEncoding):
         >>> attend(q, k, k, pos=cope, causal=True).shape  # sdpa; chunked too, not flex
         torch.Size([1, 2, 5, 4])
     """
+
+    head_dim: int
 
     talking_heads: nn.Parameter | None
     #: Positions count gates over the keys before the query: bidirectional attention

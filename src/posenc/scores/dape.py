@@ -12,7 +12,14 @@ from torch import Tensor, nn
 from torch.nn.utils import skip_init
 
 from posenc._validate import check_floating_dtype, check_positive_int, validating_values
-from posenc.encoding.base import PositionalEncoding, materialize_bias, state_device
+from posenc.encoding.base import state_device
+from posenc.encoding.kinds import AdditiveScores
+from posenc.encoding.protocols import (
+    BiasEncoding,
+    ContextualEncoding,
+    ScoresReader,
+    materialize_bias,
+)
 from posenc.positions import check_device, check_positions
 
 __all__ = ["DapeBias", "dape_scores"]
@@ -145,7 +152,7 @@ def dape_scores(
     return result.transpose(1, 2).to(scores.dtype)
 
 
-class DapeBias(PositionalEncoding):
+class DapeBias(AdditiveScores):
     """DAPE: a per-layer MLP that rewrites each pair's logits from all heads' logits and bias.
 
     .. math::
@@ -221,7 +228,7 @@ class DapeBias(PositionalEncoding):
     def __init__(
         self,
         num_heads: int,
-        inner: nn.Module | None = None,
+        inner: BiasEncoding | None = None,
         *,
         hidden: int = 32,
         generator: torch.Generator | None = None,
@@ -234,7 +241,7 @@ class DapeBias(PositionalEncoding):
         check_floating_dtype("dtype", dtype)
         _check_inner(inner, num_heads)
         self.inner = inner
-        self.num_axes = 1 if inner is None else int(getattr(inner, "num_axes", 1))
+        self.num_axes = 1 if inner is None else inner.num_axes
         channels = num_heads if inner is None else 2 * num_heads
         # skip_init: nn.Linear would draw once here and reset_parameters again below.
         factory: dict[str, Any] = {"device": device or torch.get_default_device(), "dtype": dtype}
@@ -251,9 +258,8 @@ class DapeBias(PositionalEncoding):
         and bias ``~ U(−1/√fan_in, 1/√fan_in)``, first layer first, weight before bias.
         ``inner``'s parameters first (its ``reset_parameters()``, global generator), as the
         registry builds it before this module."""
-        inner_reset = getattr(self.inner, "reset_parameters", None)
-        if callable(inner_reset):
-            inner_reset()
+        if self.inner is not None:
+            self.inner.reset_parameters()
         self._reset_mlp(generator)
 
     def _reset_mlp(self, generator: torch.Generator | None) -> None:
@@ -265,13 +271,12 @@ class DapeBias(PositionalEncoding):
 
     def validate_positions(self, positions: Tensor, name: str) -> None:
         """``inner``'s value checks of positions (whole numbers, table ranges), if any."""
-        check = getattr(self.inner, "validate_positions", None)
-        if callable(check):
-            check(positions, name)
+        if self.inner is not None:
+            self.inner.validate_positions(positions, name)
 
     def inner_bias(self, q_pos: Tensor, k_pos: Tensor, dtype: torch.dtype) -> Tensor | None:
         """``inner``'s bias ``([batch,] H, q_len, k_len)`` in ``dtype``, unchecked (None
-        without ``inner``); :func:`~posenc.encoding.base.materialize_bias` runs its
+        without ``inner``); :func:`~posenc.encoding.protocols.materialize_bias` runs its
         ``prepare_bias``."""
         if self.inner is None:
             return None
@@ -380,9 +385,8 @@ class DapeBias(PositionalEncoding):
     def _check_positions(
         self, q_pos: Tensor, k_pos: Tensor, batch: int, q_len: int, k_len: int
     ) -> None:
-        check_bias = getattr(self.inner, "check_bias_positions", None)
-        if callable(check_bias):
-            check_bias(q_pos, k_pos)
+        if self.inner is not None:
+            self.inner.check_bias_positions(q_pos, k_pos)
         else:
             check_positions(q_pos, "q_pos", num_axes=self.num_axes)
             check_positions(k_pos, "k_pos", num_axes=self.num_axes)
@@ -406,18 +410,25 @@ def _check_inner(inner: object, num_heads: int) -> None:
     if inner is None:
         return
     name = type(inner).__name__
-    if not isinstance(inner, nn.Module) or not callable(getattr(inner, "bias_at", None)):
+    if not isinstance(inner, BiasEncoding):
         raise ValueError(
-            f"inner must be a pointwise bias module (with bias_at, e.g. AlibiBias, KerpleBias) "
-            f"or None; got {name}"
+            f"inner must be a pointwise bias (a posenc.encoding.BiasEncoding, e.g. AlibiBias, "
+            f"KerpleBias) or None; got {name}"
         )
-    others = [h for h in ("logit_term", "transform_scores") if callable(getattr(inner, h, None))]
+    others = [
+        place
+        for place, protocol in (
+            ("logit_term", ContextualEncoding),
+            ("transform_scores", ScoresReader),
+        )
+        if isinstance(inner, protocol)
+    ]
     if others:
         raise ValueError(
             f"inner must be a pointwise bias only; {name} also has {', '.join(others)}, which "
             "DapeBias would not apply"
         )
-    heads = getattr(inner, "num_heads", None)
+    heads = inner.num_heads
     if isinstance(heads, bool) or not isinstance(heads, int) or heads != num_heads:
         raise ValueError(
             f"inner must have num_heads={num_heads} (DapeBias's num_heads); got {name} with "

@@ -25,14 +25,14 @@ when it reads them.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.protocols import RotaryEncoding, SegmentEncoding
+from posenc.encoding.resolve import hooks_of
 
 __all__ = [
     "PositionMap",
@@ -340,7 +340,7 @@ def log_scale(positions: Tensor, base_length: int) -> Tensor:
     return (torch.log((p + 1.0).clamp(min=1.0)) / math.log(base_length)).clamp(min=1.0)
 
 
-class SegmentedRotary(PositionalEncoding):
+class SegmentedRotary(SegmentEncoding):
     """Base of the segment methods: a one-axis rotary encoding whose pairs are positioned by
     segments (see the module docstring).
 
@@ -362,13 +362,11 @@ class SegmentedRotary(PositionalEncoding):
     #: The segment methods are defined for causal (decoder) attention.
     causal_only: ClassVar[bool] = True
 
-    def __init__(self, rotary: nn.Module, *, log_scale_base: int | None = None) -> None:
+    def __init__(self, rotary: RotaryEncoding, *, log_scale_base: int | None = None) -> None:
         super().__init__()
         if log_scale_base is not None:
             _check_int("log_scale_base", log_scale_base, low=2)  # ln(base) divides
         self.log_scale_base = log_scale_base
-        from posenc.attention.hooks import hooks_of  # attention imports this module's users
-
         if isinstance(rotary, SegmentedRotary):
             raise ValueError("rotary is already a segment method; wrap the rotary encoding")
         try:
@@ -384,10 +382,11 @@ class SegmentedRotary(PositionalEncoding):
                 f"rotary reads {hooks.num_axes} position axes; segment methods are defined on "
                 "one axis"
             )
-        if hooks.transforms_positions:
+        if hooks.position_transform:
             raise ValueError("rotary must not randomize positions under a segment method")
-        self.rotary = rotary
-        self.head_dim = int(getattr(rotary, "head_dim"))  # noqa: B009 (a Module attribute)
+        assert hooks.rotary is not None
+        self.rotary = hooks.rotary
+        self.head_dim = hooks.rotary.head_dim
 
     # ---- the segments hook ------------------------------------------------------------------
 
@@ -424,50 +423,41 @@ class SegmentedRotary(PositionalEncoding):
 
     # ---- the rotary hooks, delegated --------------------------------------------------------
 
-    def rotary_tables(self, positions: Tensor, dtype: torch.dtype, **options: Any) -> Any:
-        return _call_tables(self.rotary, positions, dtype, **options)
+    def rotary_tables(
+        self,
+        positions: Tensor,
+        dtype: torch.dtype,
+        *,
+        update: bool = True,
+        length: int | None = None,
+    ) -> Any:
+        return self.rotary.rotary_tables(positions, dtype, update=update, length=length)
 
     def rotate_qk(
         self, q: Tensor, k: Tensor, q_tables: Any, k_tables: Any, *, inplace: bool = False
     ) -> tuple[Tensor, Tensor]:
-        rotary: Any = self.rotary
-        rotated: tuple[Tensor, Tensor] = rotary.rotate_qk(q, k, q_tables, k_tables, inplace=inplace)
-        return rotated
+        return self.rotary.rotate_qk(q, k, q_tables, k_tables, inplace=inplace)
 
     @property
     def depends_on_length(self) -> bool:
-        return bool(getattr(self.rotary, "depends_on_length", False))
+        return self.rotary.depends_on_length
 
     @property
     def length_rule(self) -> str:
         """The wrapped encoding's length rule (``"forward"`` or ``"query"``)."""
-        return str(getattr(self.rotary, "length_rule", "forward"))
+        return self.rotary.length_rule
 
     @property
     def rebuilds(self) -> int:
         """The wrapped encoding's frequency changes (a token of its state)."""
-        return int(getattr(self.rotary, "rebuilds", 0))
+        return self.rotary.rebuilds
 
     def frequency_length(self, seq_len: int) -> int | None:
         """The wrapped encoding's :meth:`~posenc.rotary.RotaryEmbedding.frequency_length`."""
-        rule = getattr(self.rotary, "frequency_length", None)
-        return rule(seq_len) if callable(rule) else None
+        return self.rotary.frequency_length(seq_len)
 
     def validate_positions(self, positions: Tensor, name: str) -> None:
-        check: Callable[[Tensor, str], None] | None = getattr(
-            self.rotary, "validate_positions", None
-        )
-        if callable(check):
-            check(positions, name)
+        self.rotary.validate_positions(positions, name)
 
     def extra_repr(self) -> str:
         return ", ".join(f"{s.name}: {s.region}" for s in self.segments())
-
-
-def _call_tables(rotary: Any, positions: Tensor, dtype: torch.dtype, **options: Any) -> Any:
-    """``rotary.rotary_tables`` with the options it takes (``update``: encodings without
-    length-dependent state have none to skip)."""
-    from posenc.attention.hooks import accepts_keyword
-
-    taken = {k: v for k, v in options.items() if accepts_keyword(rotary.rotary_tables, k)}
-    return rotary.rotary_tables(positions, dtype, **taken)

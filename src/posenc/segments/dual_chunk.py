@@ -8,9 +8,8 @@ https://arxiv.org/abs/2402.17463; reference HKUNLP/ChunkLlama ``chunkllama_attn_
 
 from __future__ import annotations
 
-from torch import nn
-
 from posenc._validate import check_positive_int
+from posenc.encoding.protocols import RotaryEncoding
 from posenc.segments.base import PositionMap, Region, Segment, SegmentedRotary
 
 __all__ = ["DualChunk"]
@@ -54,7 +53,7 @@ class DualChunk(SegmentedRotary):
     """
 
     def __init__(
-        self, rotary: nn.Module, *, chunk_size: int = 3072, local_window: int = 512
+        self, rotary: RotaryEncoding, *, chunk_size: int = 3072, local_window: int = 512
     ) -> None:
         super().__init__(rotary)
         self.chunk_size = check_positive_int("chunk_size", chunk_size)

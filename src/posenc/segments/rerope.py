@@ -6,9 +6,8 @@ https://kexue.fm/archives/9708); reference ``rerope_patch.py`` and ``leaky_rerop
 
 from __future__ import annotations
 
-from torch import nn
-
 from posenc._validate import check_positive_float, check_positive_int
+from posenc.encoding.protocols import RotaryEncoding
 from posenc.segments.base import PositionMap, Region, Segment, SegmentedRotary
 
 __all__ = ["ReRoPE"]
@@ -49,7 +48,7 @@ class ReRoPE(SegmentedRotary):
 
     def __init__(
         self,
-        rotary: nn.Module,
+        rotary: RotaryEncoding,
         *,
         window: int = 512,
         leak: float | None = None,

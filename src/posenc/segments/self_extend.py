@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from torch import nn
-
 from posenc._validate import check_in_choices, check_positive_int
+from posenc.encoding.protocols import RotaryEncoding
 from posenc.segments.base import PositionMap, Region, Segment, SegmentedRotary
 
 __all__ = ["SelfExtend"]
@@ -60,7 +59,7 @@ class SelfExtend(SegmentedRotary):
 
     def __init__(
         self,
-        rotary: nn.Module,
+        rotary: RotaryEncoding,
         *,
         window: int = 1024,
         group: int = 8,

@@ -11,9 +11,8 @@ https://arxiv.org/abs/2309.17453 (reference mit-han-lab/streaming-llm
 
 from __future__ import annotations
 
-from torch import nn
-
 from posenc._validate import check_positive_int
+from posenc.encoding.protocols import RotaryEncoding
 from posenc.segments.base import PositionMap, Region, Segment, SegmentedRotary
 
 __all__ = ["AttentionSinks", "LMInfinite"]
@@ -54,7 +53,7 @@ class LMInfinite(SegmentedRotary):
 
     def __init__(
         self,
-        rotary: nn.Module,
+        rotary: RotaryEncoding,
         *,
         local_window: int = 4096,
         global_tokens: int = 10,
@@ -119,7 +118,7 @@ class AttentionSinks(SegmentedRotary):
         ['window', 'sinks']
     """
 
-    def __init__(self, rotary: nn.Module, *, sinks: int = 4, window: int = 1020) -> None:
+    def __init__(self, rotary: RotaryEncoding, *, sinks: int = 4, window: int = 1020) -> None:
         super().__init__(rotary)
         self.sinks = check_positive_int("sinks", sinks)
         self.window = check_positive_int("window", window)

@@ -34,12 +34,15 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_positive_int
+from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.protocols import SinkLogits
+from posenc.encoding.resolve import hooks_of
 from posenc.softmax.wrapping import SoftmaxWrapper
 
 __all__ = ["LearnedSinks"]
 
 
-class LearnedSinks(SoftmaxWrapper):
+class LearnedSinks(SoftmaxWrapper, SinkLogits):
     """An encoding whose attention rows each get a learned sink logit per head (gpt-oss).
 
     Args:
@@ -72,7 +75,7 @@ class LearnedSinks(SoftmaxWrapper):
     def __init__(
         self,
         num_heads: int,
-        encoding: nn.Module | None = None,
+        encoding: PositionalEncoding | None = None,
         *,
         init_std: float = 0.02,
         device: torch.device | str | None = None,
@@ -85,8 +88,8 @@ class LearnedSinks(SoftmaxWrapper):
             or not 0.0 <= init_std < float("inf")
         ):
             raise ValueError(f"init_std must be a finite number >= 0, got {init_std!r}")
-        super().__init__(encoding, "sink_logits")
-        heads = getattr(self.encoding, "num_heads", None)
+        super().__init__(encoding, "sinks")
+        heads = hooks_of(self.encoding).num_heads
         if isinstance(heads, int) and heads != num_heads:
             raise ValueError(
                 f"num_heads ({num_heads}) must equal the encoding's num_heads ({heads})"
@@ -105,7 +108,7 @@ class LearnedSinks(SoftmaxWrapper):
         """The sink hook: ``σ`` as ``(heads,)`` in ``dtype`` on ``device``."""
         return self.sinks.to(device=device, dtype=dtype)
 
-    def rewrap(self, encoding: nn.Module) -> LearnedSinks:
+    def rewrap(self, encoding: PositionalEncoding) -> LearnedSinks:
         return LearnedSinks(
             self.num_heads,
             encoding,

@@ -10,7 +10,7 @@ mask and the softmax: the logits stay in ``(−c, c)`` and are nearly unchanged 
 against Hugging Face's ``transformers.models.gemma2.modeling_gemma2.eager_attention_forward``
 (the cap after the scaling, before the mask).
 
-The cap is a score map (``map_scores``, :mod:`posenc.attention.hooks`): elementwise, so
+The cap is a score map (``map_scores``, :mod:`posenc.encoding.resolve`): elementwise, so
 every backend serves it: ``sdpa`` and ``chunked`` on their explicit rows (SDPA's kernels add
 a mask to ``scale · q kᵀ`` and cannot apply a function to it), ``flex`` inside its
 ``score_mod`` (attention-gym's ``generate_tanh_softcap``). The CPU flash-parts plans of
@@ -22,8 +22,10 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.protocols import ScoreMap
 from posenc.softmax.wrapping import SoftmaxWrapper
 
 __all__ = ["GEMMA2_ATTN_SOFTCAP", "SoftCap", "tanh_softcap"]
@@ -46,7 +48,7 @@ def check_cap(cap: object) -> float:
     return float(cap)
 
 
-class SoftCap(SoftmaxWrapper):
+class SoftCap(SoftmaxWrapper, ScoreMap):
     """An encoding whose attention logits are soft-capped: ``c · tanh(s / c)`` (Gemma 2).
 
     Args:
@@ -67,16 +69,18 @@ class SoftCap(SoftmaxWrapper):
         [0.0, 48.2...]
     """
 
-    def __init__(self, encoding: nn.Module | None = None, *, cap: float = GEMMA2_ATTN_SOFTCAP):
+    def __init__(
+        self, encoding: PositionalEncoding | None = None, *, cap: float = GEMMA2_ATTN_SOFTCAP
+    ):
         self_cap = check_cap(cap)
-        super().__init__(encoding, "map_scores")
+        super().__init__(encoding, "score_map")
         self.cap = self_cap
 
     def map_scores(self, scores: Tensor) -> Tensor:
         """The score-map hook: ``cap · tanh(scores / cap)``."""
         return tanh_softcap(scores, self.cap)
 
-    def rewrap(self, encoding: nn.Module) -> SoftCap:
+    def rewrap(self, encoding: PositionalEncoding) -> SoftCap:
         return SoftCap(encoding, cap=self.cap)
 
     def extra_repr(self) -> str:

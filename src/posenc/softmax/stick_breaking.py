@@ -44,7 +44,7 @@ from posenc._validate import (
     check_floating_tensor,
     check_positive_int,
 )
-from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.protocols import AttentionWeights
 
 __all__ = ["StickBreaking", "stick_breaking_weights"]
 
@@ -75,7 +75,7 @@ def stick_breaking_weights(scores: Tensor, visible: Tensor | None) -> Tensor:
     return weights if visible is None else weights.masked_fill(~visible, 0.0)
 
 
-class StickBreaking(PositionalEncoding):
+class StickBreaking(AttentionWeights):
     """Stick-breaking attention (Tan et al. 2024) in place of the softmax; no positions.
 
     See the module docstring for the formula. Implements the attention-weights hook:

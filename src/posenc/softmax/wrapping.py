@@ -4,7 +4,7 @@ Soft-capping (:mod:`posenc.softmax.softcap`) and learned sinks (:mod:`posenc.sof
 not positional encodings: a model has them *besides* its encoding (Gemma 2 caps RoPE's
 logits, gpt-oss adds sinks to RoPE's). Each is a module that holds the encoding, takes its
 hooks by delegation (its ``rotate_qk``, ``bias_at``, ``position_embedding`` …) and adds one
-hook of its own (``map_scores`` or ``sink_logits``, :mod:`posenc.attention.hooks`), so it
+hook of its own (``map_scores`` or ``sink_logits``, :mod:`posenc.encoding.resolve`), so it
 composes with any rotary, additive, bias, contextual or scores-reader encoding, and with
 the other wrapper.
 
@@ -17,33 +17,31 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from torch import nn
-
 from posenc.encoding.base import EncodingWrapper, NoPE, PositionalEncoding
+from posenc.encoding.resolve import hooks_of
 
 __all__ = ["SoftmaxWrapper"]
 
 
-class SoftmaxWrapper(EncodingWrapper, PositionalEncoding):
+class SoftmaxWrapper(EncodingWrapper):
     """An encoding with one more attention hook (a subclass defines it).
 
     Args:
         encoding: the wrapped encoding (None: :class:`~posenc.encoding.base.NoPE`).
-        hook: the subclass's hook name; an ``encoding`` that already has it is refused.
+        hook: the place the subclass acts (a field of :class:`~posenc.encoding.resolve.Hooks`:
+            ``"score_map"``, ``"sinks"``); an ``encoding`` that already acts there is refused.
 
     Raises:
         ValueError: naming ``encoding``: not an encoding, a segment method (or a rotary whose
             frequencies follow each query's length), or one that already has ``hook``.
     """
 
-    def __init__(self, encoding: nn.Module | None, hook: str) -> None:
+    def __init__(self, encoding: PositionalEncoding | None, hook: str) -> None:
         super().__init__()
-        from posenc.attention.hooks import hooks_of  # attention imports the encodings
-
         inner = NoPE() if encoding is None else encoding
-        if not isinstance(inner, nn.Module):
+        if not isinstance(inner, PositionalEncoding):
             raise ValueError(
-                f"encoding must be a positional encoding module or None, got {type(inner).__name__}"
+                f"encoding must be a positional encoding or None, got {type(inner).__name__}"
             )
         hooks = hooks_of(inner)
         if hooks.segments or hooks.per_query_lengths:
@@ -51,29 +49,15 @@ class SoftmaxWrapper(EncodingWrapper, PositionalEncoding):
                 f"encoding: {type(inner).__name__} splits attention into segments with "
                 f"softmaxes merged its own way; {type(self).__name__} cannot enter them"
             )
-        if callable(getattr(inner, hook, None)):
-            raise ValueError(f"encoding: {type(inner).__name__} already has {hook}")
+        if getattr(hooks, hook) is not None:
+            method = {"score_map": "map_scores", "sinks": "sink_logits"}.get(hook, hook)
+            raise ValueError(f"encoding: {type(inner).__name__} already has {method}")
         self.encoding = inner
         #: False for a later layer's wrapper around a shared encoding: the first layer's
         #: wrapper initializes it (reset_parameters draws as the constructors drew).
         self.owns_encoding = True
 
-    # PositionalEncoding's class attributes, read from the wrapped encoding instead
-    @property
-    def num_axes(self) -> int:  # type: ignore[override]
-        return int(getattr(self.encoding, "num_axes", 1))
-
-    @property
-    def causal_only(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.encoding, "causal_only", False))
-
-    @property
-    def shared_across_layers(self) -> bool:  # type: ignore[override]
-        """True when the wrapped encoding is shared and this wrapper has no parameters of
-        its own (a subclass with parameters says False)."""
-        return bool(getattr(self.encoding, "shared_across_layers", False))
-
-    def rewrap(self, encoding: nn.Module) -> SoftmaxWrapper:
+    def rewrap(self, encoding: PositionalEncoding) -> SoftmaxWrapper:
         """A wrapper like this one (same settings, fresh parameters) around ``encoding``."""
         raise NotImplementedError
 
@@ -82,16 +66,14 @@ class SoftmaxWrapper(EncodingWrapper, PositionalEncoding):
         around the same encoding when the method shares it across layers (RoPE, T5), else
         around the encoding's own ``new_layer()`` or a freshly initialized copy."""
         inner = self.encoding
-        shared = bool(getattr(inner, "shared_across_layers", False))
+        shared = inner.shared_across_layers
         if not shared:
-            make = getattr(inner, "new_layer", None)
-            if callable(make):
-                inner = make()
+            made = inner.new_layer()
+            if made is not None:
+                inner = made
             else:
                 inner = copy.deepcopy(inner)
-                reset = getattr(inner, "reset_parameters", None)
-                if callable(reset):
-                    reset()
+                inner.reset_parameters()
         wrapper = self.rewrap(inner)
         wrapper.owns_encoding = not shared
         return wrapper
@@ -99,9 +81,8 @@ class SoftmaxWrapper(EncodingWrapper, PositionalEncoding):
     def reset_parameters(self) -> None:
         """Re-draw the wrapped encoding's parameters (when this wrapper owns it), then this
         wrapper's own, in the constructors' order."""
-        reset = getattr(self.encoding, "reset_parameters", None)
-        if self.owns_encoding and callable(reset):
-            reset()
+        if self.owns_encoding:
+            self.encoding.reset_parameters()
         self.reset_own_parameters()
 
     def reset_own_parameters(self) -> None:

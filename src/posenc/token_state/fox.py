@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from posenc._validate import check_floating_dtype, check_positive_int, validating_values
-from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.protocols import TokenStateEncoding
 
 __all__ = ["ForgettingGate", "fox_bias", "fox_log_gates"]
 
@@ -50,7 +50,7 @@ def fox_bias(c_q: Tensor, c_k: Tensor) -> Tensor:
     return c_q.unsqueeze(-1) - c_k.unsqueeze(-2)
 
 
-class ForgettingGate(PositionalEncoding):
+class ForgettingGate(TokenStateEncoding):
     """FoX (Lin et al., ICLR 2025): the forget-gate bias ``c_i − c_j`` of each head.
 
     .. math::

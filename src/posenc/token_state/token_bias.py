@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor
+
+from posenc.encoding.protocols import TokenStateEncoding
 
 __all__ = ["TokenBias", "check_token_bias_fits"]
 
@@ -39,7 +40,7 @@ class TokenBias:
         k_state: ``(batch, heads, k_len)`` states of every key (cached, then new).
     """
 
-    encoding: Any
+    encoding: TokenStateEncoding
     q_state: Tensor
     k_state: Tensor
 
@@ -66,18 +67,18 @@ class TokenBias:
         return score_mod
 
 
-def check_token_bias_fits(encoding: Any, *, dim: int, num_heads: int) -> None:
+def check_token_bias_fits(encoding: TokenStateEncoding, *, dim: int, num_heads: int) -> None:
     """Raise ``ValueError`` naming ``pos`` unless a token-state encoding reads inputs of the
     attention's width ``dim`` (its ``dim``) and has one state per query head (its
-    ``num_heads``), when it declares them."""
+    ``num_heads``)."""
     name = type(encoding).__name__
-    width = getattr(encoding, "dim", None)
-    if isinstance(width, int) and width != dim:
+    width = encoding.dim
+    if width != dim:
         raise ValueError(
             f"pos: {name} reads inputs of dim={width} but the attention's dim is {dim}"
         )
-    heads = getattr(encoding, "num_heads", None)
-    if isinstance(heads, int) and heads != num_heads:
+    heads = encoding.num_heads
+    if heads != num_heads:
         raise ValueError(
             f"pos: {name} has num_heads={heads} but the attention has num_heads={num_heads}"
         )

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from posenc.encoding.base import (
+from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.protocols import (
     AdditiveEncoding,
     BiasEncoding,
     ContextualEncoding,
-    PositionalEncoding,
     RotaryEncoding,
 )
 from posenc.encoding.registry import ModelDims, build_encoding, encoding_spec

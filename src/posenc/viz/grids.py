@@ -120,7 +120,7 @@ def rotary_score_map(encoding: PositionalEncoding, height: int, width: int) -> T
     if getattr(rotary, "per_head", False):  # MultiAxisRotary's per-head frequencies
         heads = int(rotary.frequencies.shape[0])
     else:  # generators per head (LearnedRotation), else one rotation for every head
-        heads = int(getattr(rotary, "num_heads", 1))
+        heads = 1 if rotary.num_heads is None else int(rotary.num_heads)
     keys = grid_inputs(encoding, height, width)
     centre = (height // 2) * width + width // 2
     query = keys[..., centre : centre + 1]

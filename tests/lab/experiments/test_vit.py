@@ -18,7 +18,7 @@ pytest.importorskip("sklearn")
 
 from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D
 from posenc.attention import build_context, hooks_of
-from posenc.encoding.base import AdditiveEncoding
+from posenc.encoding.protocols import AdditiveEncoding
 from posenc.encoding.registry import (
     EncodingSpec,
     list_encodings,

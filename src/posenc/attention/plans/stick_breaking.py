@@ -11,8 +11,8 @@ from torch import Tensor
 
 from posenc.attention.blocks import over_row_blocks
 from posenc.attention.context import AttentionContext
-from posenc.attention.hooks import Hooks
 from posenc.attention.rows import compute_dtype, expand_heads
+from posenc.encoding.resolve import Hooks
 
 __all__ = ["stick_breaking_attention"]
 
@@ -50,7 +50,8 @@ def _block(
     scale: float,
     dropout_p: float,
 ) -> Tensor:
-    encoding = hooks.encoding
+    encoding = hooks.weights
+    assert encoding is not None
     mask = context.mask
     out_dtype, cdt = q.dtype, compute_dtype(q.dtype)
     heads, rows, end = q.shape[1], q.shape[2], k.shape[2]

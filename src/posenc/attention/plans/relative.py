@@ -4,19 +4,19 @@ Both need default positions (key ``j`` at position ``j``, queries the last keys)
 causal order and key padding only, no gradients (training takes the checkpointed query
 blocks of :mod:`posenc.attention.blocks`), and the CPU flash kernel.
 
-* Shaw (``clipped_relative_tables``): beyond distance ``k`` every key of a row uses the edge
-  vectors. For a block of queries, the keys ``k`` or more before all of them form one part
-  on the kernel: the key term ``scale · q_i · a^K_{−k}`` is one LSE shift per row, and the
-  value term adds ``a^V_{−k}`` to every value, so the part runs with ``v + a^V_{−k}``
-  (likewise after the block without causal order). The band of ``rows + k − 1`` keys around
-  the diagonal is computed explicitly with both terms.
-* Transformer-XL (``distance_terms``): ``u·k_j`` folds into the queries (``q + u``). The
-  position term ``(q_i + v)·W_R R_{i−j}`` is one matmul per block against the projected
-  encodings of the block's distances in descending order, and Transformer-XL's relative
-  shift is a strided view of that product (row stride ``W − 1``), which the kernel reads as
-  its mask: no gather, one part for the keys before the block and one causal part for its
-  diagonal square.
-* DeBERTa (``distance_rows`` and ``position_tables``): both terms read the table row
+* Shaw (:class:`~posenc.encoding.kinds.ClippedRelative`): beyond distance ``k`` every key of a row
+  uses the edge vectors. For a block of queries, the keys ``k`` or more before all of them form one
+  part on the kernel: the key term ``scale · q_i · a^K_{−k}`` is one LSE shift per row, and the
+  value term adds ``a^V_{−k}`` to every value, so the part runs with ``v + a^V_{−k}`` (likewise
+  after the block without causal order). The band of ``rows + k − 1`` keys around the diagonal is
+  computed explicitly with both terms.
+* Transformer-XL (:class:`~posenc.encoding.kinds.SinusoidRelative`): ``u·k_j`` folds into the
+  queries (``q + u``). The position term ``(q_i + v)·W_R R_{i−j}`` is one matmul per block against
+  the projected encodings of the block's distances in descending order, and Transformer-XL's
+  relative shift is a strided view of that product (row stride ``W − 1``), which the kernel reads as
+  its mask: no gather, one part for the keys before the block and one causal part for its diagonal
+  square.
+* DeBERTa (:class:`~posenc.encoding.kinds.DisentangledRelative`): both terms read the table row
   ``c(i − j)``, which stops changing beyond the buckets' reach ``D`` (the edge rows). Keys
   ``D`` or more before every query of a block form one part where c2p, ``q_i · K^r_edge``,
   is an LSE shift per row and p2c, ``k_j · Q^r_edge``, a ``(heads, keys)`` vector read with
@@ -33,10 +33,18 @@ from torch import Tensor
 from posenc.attention.blocks import BLOCK_ELEMENTS, default_block_rows
 from posenc.attention.context import AttentionContext
 from posenc.attention.flash import Part, merge_parts, slices, with_padding
-from posenc.attention.hooks import Hooks
+from posenc.attention.plans.base import FlashPartsPlan, PlanCall
 from posenc.attention.rows import expand_heads
+from posenc.encoding.kinds import ClippedRelative, DisentangledRelative, SinusoidRelative
+from posenc.encoding.resolve import Hooks
 
-__all__ = ["RELATIVE_ROWS", "deberta_plan", "shaw_plan", "xl_plan"]
+__all__ = [
+    "CLIPPED_RELATIVE",
+    "DISENTANGLED_RELATIVE",
+    "RELATIVE_ROWS",
+    "SINUSOID_RELATIVE",
+    "edge_reach",
+]
 
 #: Query rows per block of the Shaw and Transformer-XL plans.
 RELATIVE_ROWS = 256
@@ -45,7 +53,7 @@ RELATIVE_ROWS = 256
 SHAW_TRAIN_ROWS = 64
 
 
-def shaw_plan(
+def _shaw_plan(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -58,7 +66,8 @@ def shaw_plan(
     """Shaw et al.'s keys and values on flash parts (see the module docstring), forward and
     backward: the band is a part with a learnable mask and a value term, the keys beyond it
     kernel parts whose LSE shift and shifted values carry the edge vectors' gradients."""
-    key_table, value_table, reach = hooks.encoding.clipped_relative_tables()
+    assert isinstance(hooks.contextual, ClippedRelative)
+    key_table, value_table, reach = hooks.contextual.clipped_relative_tables()
     key_table = key_table.to(q.dtype)
     value_table = None if value_table is None else value_table.to(q.dtype)
     grad = torch.is_grad_enabled() and any(
@@ -122,7 +131,7 @@ def shaw_plan(
     return torch.cat(outs, dim=2)
 
 
-def xl_plan(
+def _xl_plan(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -138,7 +147,8 @@ def xl_plan(
     follow the query-block budget (:func:`~posenc.attention.blocks.default_block_rows`).
     """
     rows = block_size or min(RELATIVE_ROWS, default_block_rows(q.shape[0], q.shape[1], k.shape[2]))
-    encoding = hooks.encoding
+    encoding = hooks.contextual
+    assert isinstance(encoding, SinusoidRelative)
     u, v_bias = (t.to(q.dtype) for t in encoding.distance_terms())
     q_len, k_len = q.shape[2], k.shape[2]
     causal, offset = context.mask.causal, k_len - q_len
@@ -189,7 +199,7 @@ def xl_plan(
     return torch.cat(outs, dim=2)
 
 
-def deberta_plan(
+def _deberta_plan(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -201,7 +211,8 @@ def deberta_plan(
 ) -> Tensor:
     """DeBERTa's c2p and p2c terms on flash parts (see the module docstring)."""
     rows = block_size or min(RELATIVE_ROWS, default_block_rows(q.shape[0], q.shape[1], k.shape[2]))
-    encoding = hooks.encoding
+    encoding = hooks.contextual
+    assert isinstance(encoding, DisentangledRelative)
     # K^r and Q^r, (heads, 2k, d) or None, with the logit scale folded in.
     key_table, query_table = (
         None if t is None else t * scale for t in encoding.position_tables(q.dtype)
@@ -218,7 +229,7 @@ def deberta_plan(
         per_key_all = query_table @ k_all.transpose(-1, -2)  # (batch, heads, 2k, keys)
     # Row of every distance δ = i − j a pair can have, at [δ + k_len − 1].
     table_rows = encoding.distance_rows(torch.arange(1 - k_len, k_len, device=q.device))
-    past, future = _reach(table_rows[k_len - 1 :]), _reach(table_rows[:k_len].flip(0))
+    past, future = edge_reach(table_rows[k_len - 1 :]), edge_reach(table_rows[:k_len].flip(0))
     edges = {}
     for name, row in (("past", int(table_rows[-1])), ("future", int(table_rows[0]))):
         per_key = None if query_table is None else k_all @ query_table[:, row, :, None]
@@ -273,7 +284,7 @@ def deberta_plan(
     return torch.cat(outs, dim=2)
 
 
-def _reach(rows_by_distance: Tensor) -> int:
+def edge_reach(rows_by_distance: Tensor) -> int:
     """The least ``D`` with the same row at every distance ``≥ D`` (rows indexed by distance
     0, 1, …, the last one the farthest)."""
     differs = (rows_by_distance != rows_by_distance[-1]).nonzero()
@@ -302,3 +313,27 @@ def _deberta_band(
         term = p2c if term is None else term.add_(p2c)
     assert term is not None
     return term
+
+
+def _at_default_positions(call: PlanCall) -> bool:
+    return call.context.index_positions
+
+
+def _forward_at_default_positions(call: PlanCall) -> bool:
+    return call.context.index_positions and not call.grad
+
+
+#: Shaw's relative keys and values, forward and backward, at default positions.
+CLIPPED_RELATIVE = FlashPartsPlan(
+    "clipped relative", ClippedRelative, _at_default_positions, _shaw_plan
+)
+
+#: DeBERTa's c2p and p2c terms, forward only, at default positions.
+DISENTANGLED_RELATIVE = FlashPartsPlan(
+    "disentangled relative", DisentangledRelative, _forward_at_default_positions, _deberta_plan
+)
+
+#: Transformer-XL's terms, forward only, at default positions.
+SINUSOID_RELATIVE = FlashPartsPlan(
+    "sinusoid relative", SinusoidRelative, _forward_at_default_positions, _xl_plan
+)

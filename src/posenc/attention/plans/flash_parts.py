@@ -1,29 +1,28 @@
 """Plans that split a biased attention into flash parts (see :mod:`posenc.attention.flash`).
 
-Two structures an encoding can declare (duck-typed, optional):
+The structures an encoding declares by its kind (:mod:`posenc.encoding.kinds`):
 
-* ``linear_bias_slopes() -> Tensor | None``: ``bias_at(h, q, k) == m_h · (k − q)`` at any
-  positions (causal ALiBi). Two parts per block of queries: the block's diagonal square
-  under the kernel's causal order with the exact dense bias from ``bias_at`` (what the
-  reference adds; the same square for every block at default positions, built once), and
-  the keys before the block, where ``m_h (k_j − q_i) = m_h (k_j − c) + m_h (c − q_i)`` with
-  ``c`` the block's first query position splits into a ``(heads, keys)`` vector read with
-  stride 0 and an exact per-row LSE shift. Both stay small where the softmax weight is
-  (near the diagonal), so the float32 scores keep the reference's precision at any block
-  size.
-* ``depends_on_distance_only = True`` (or ``distance_only_up_to(position)`` True for the
-  call's largest query position: FIRE below its threshold): ``bias_at(h, q, k)`` is a
-  function of ``q − k``
-  (KERPLE, Sandwich, the dynamic bias, T5): at default positions one table of the forward's
-  distances, read by each block as a strided mask (:mod:`posenc.attention.distance`).
+* :class:`~posenc.encoding.kinds.LinearBias` (``linear_bias_slopes() -> Tensor | None``):
+  ``bias_at(h, q, k) == m_h · (k − q)`` at any positions (causal ALiBi). Two parts per block of
+  queries: the block's diagonal square under the kernel's causal order with the exact dense bias
+  from ``bias_at`` (what the reference adds; the same square for every block at default positions,
+  built once), and the keys before the block, where ``m_h (k_j − q_i) = m_h (k_j − c) + m_h (c −
+  q_i)`` with ``c`` the block's first query position splits into a ``(heads, keys)`` vector read
+  with stride 0 and an exact per-row LSE shift. Both stay small where the softmax weight is (near
+  the diagonal), so the float32 scores keep the reference's precision at any block size.
+* :attr:`~posenc.encoding.protocols.BiasEncoding.depends_on_distance_only` (or
+  ``distance_only_up_to(position)`` True for the call's largest query position: FIRE below its
+  threshold): ``bias_at(h, q, k)`` is a function of ``q − k`` (KERPLE, Sandwich, the dynamic bias,
+  T5): at default positions one table of the forward's distances, read by each block as a strided
+  mask (:mod:`posenc.attention.plans.distance`).
 
-Any other pointwise bias, forward only (no gradient tracked), under causal order or none:
-each block of queries gets its bias materialized for the keys it may see (``bias_grid``
-where the encoding has one) and passed to the kernel as the mask of two parts, the keys
-before the block and the block's diagonal square under the kernel's causal order: no mask
-fill, no ``(heads, rows, keys)`` copy, and only the square's upper half computed in vain.
-A scores reader with ``scores_term`` (CoPE, DAPE) runs the same way without gradients: each
-block's scaled logits are computed once for the reader, and what it adds to them is the
+Any other pointwise bias, forward only (no gradient tracked), under causal order or none: each block
+of queries gets its bias materialized for the keys it may see (``bias_grid`` where the encoding has
+one) and passed to the kernel as the mask of two parts, the keys before the block and the block's
+diagonal square under the kernel's causal order: no mask fill, no ``(heads, rows, keys)`` copy, and
+only the square's upper half computed in vain. A scores reader of kind
+:class:`~posenc.encoding.kinds.AdditiveScores` (CoPE, DAPE) runs the same way without gradients:
+each block's scaled logits are computed once for the reader, and what it adds to them is the
 kernel's mask (the kernel adds ``scale · q kᵀ`` itself, fused with its softmax and ``P v``).
 
 All run on the CPU flash kernel, exact in value and gradient, in O(block · keys) memory
@@ -33,117 +32,33 @@ without any ``(heads, L, L)`` tensor; half-precision inputs compute in float32.
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 import torch
 from torch import Tensor
 
-from posenc.attention import flash, relative
 from posenc.attention.blocks import default_block_rows
 from posenc.attention.context import AttentionContext
-from posenc.attention.distance import distance_plan
 from posenc.attention.flash import Part, merge_parts, slices, with_padding
-from posenc.attention.hooks import Hooks
-from posenc.attention.rows import as_4d, compute_dtype, expand_heads
+from posenc.attention.plans.base import FlashPartsPlan, PlanCall
+from posenc.attention.rows import as_4d, expand_heads
+from posenc.encoding.kinds import AdditiveScores, LinearBias
+from posenc.encoding.protocols import BiasEncoding
+from posenc.encoding.resolve import Hooks
 
-__all__ = ["ALIBI_ROWS", "MATERIALIZED_ROWS", "structured_attention"]
-
-Plan = Callable[..., Tensor]
+__all__ = [
+    "ALIBI_ROWS",
+    "LINEAR_BIAS",
+    "MATERIALIZED_BIAS",
+    "MATERIALIZED_ROWS",
+    "SCORES_TERM",
+    "per_block_masks",
+]
 
 #: Query rows per block of the ALiBi plan.
 ALIBI_ROWS = 256
 
 #: Query rows per block of the materialized-bias plan.
 MATERIALIZED_ROWS = 256
-
-
-def structured_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    *,
-    hooks: Hooks,
-    context: AttentionContext,
-    scale: float,
-    dropout_p: float,
-    block_size: int | None = None,
-) -> Tensor | None:
-    """Attention by a flash-parts plan, or None when no plan applies.
-
-    ``block_size`` overrides the plan's query rows per block (:data:`ALIBI_ROWS`,
-    :data:`posenc.attention.distance.DISTANCE_ROWS`).
-
-    A plan needs: the CPU flash kernel, no dropout, a pointwise bias and nothing else
-    (no contextual term, no scores reader), a mask of causal order and key padding only,
-    eager mode, and one of the structures in the module docstring.
-    """
-    mask = context.mask
-    if not flash.available(q) or hooks.bias + hooks.contextual + hooks.scores != 1:
-        return None  # exactly one of a bias, a contextual term or a scores reader
-    if hooks.score_map or hooks.sinks:  # they change the softmax the kernel computes
-        return None
-    if dropout_p > 0.0 or mask.has_pairwise or torch.compiler.is_compiling():
-        return None
-    plan = _plan(hooks, context, q, k, v)
-    if plan is None:
-        return None
-    cdt = compute_dtype(q.dtype)
-    qc, kc, vc = q.to(cdt), k.to(cdt), v.to(cdt)
-    out = plan(qc, kc, vc, hooks, context, _padding(context, cdt), scale, block_size)
-    empty = mask.empty_rows()
-    if empty is not None:
-        out = out.masked_fill(empty, 0.0)
-    return out.to(q.dtype)
-
-
-def _plan(hooks: Hooks, context: AttentionContext, q: Tensor, k: Tensor, v: Tensor) -> Plan | None:
-    """The plan for this encoding and call, or None."""
-    encoding = hooks.encoding
-    if hooks.scores:
-        if callable(getattr(encoding, "scores_term", None)) and not _tracks_grad(hooks, q, k, v):
-            return _scores_plan
-        return None
-    if hooks.bias:
-        linear = getattr(encoding, "linear_bias_slopes", None)
-        slopes = linear() if callable(linear) else None
-        if slopes is not None and context.mask.causal:
-            return partial(_linear_plan, slopes=slopes)
-        if context.index_positions and hooks.distance_only(k.shape[2] - 1):
-            return distance_plan
-        return None if _tracks_grad(hooks, q, k, v) else _materialized_plan
-    # Contextual terms at default positions: Shaw's with gradients too, the others forward
-    # only.
-    if not context.index_positions:
-        return None
-    if callable(getattr(encoding, "clipped_relative_tables", None)):
-        return relative.shaw_plan
-    if _tracks_grad(hooks, q, k, v):
-        return None
-    if callable(getattr(encoding, "distance_rows", None)) and callable(
-        getattr(encoding, "position_tables", None)
-    ):
-        return relative.deberta_plan
-    if callable(getattr(encoding, "distance_terms", None)) and callable(
-        getattr(encoding, "projected", None)
-    ):
-        return relative.xl_plan
-    return None
-
-
-def _tracks_grad(hooks: Hooks, *tensors: Tensor) -> bool:
-    if not torch.is_grad_enabled():
-        return False
-    if any(t.requires_grad for t in tensors):
-        return True
-    return any(p.requires_grad for p in hooks.encoding.parameters())
-
-
-def _padding(context: AttentionContext, dtype: torch.dtype) -> Tensor | None:
-    padding = context.mask.key_padding
-    if padding is None:
-        return None
-    low = torch.finfo(dtype).min
-    return torch.zeros((), dtype=dtype).masked_fill(~padding, low)[:, None, None, :]
 
 
 def _linear_plan(
@@ -155,9 +70,11 @@ def _linear_plan(
     padding: Tensor | None,
     scale: float,
     block_size: int | None,
-    *,
-    slopes: Tensor,
 ) -> Tensor:
+    """ALiBi's two parts per block of queries (see the module docstring)."""
+    assert isinstance(hooks.bias, LinearBias)
+    slopes = hooks.bias.linear_bias_slopes()
+    assert slopes is not None
     rows = block_size or ALIBI_ROWS
     heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
     offset = k_len - q_len
@@ -222,10 +139,10 @@ def _materialized_plan(
         assert out is not None
         return out
 
-    return _per_block_masks(q, k, v, context, padding, scale, rows, bias)
+    return per_block_masks(q, k, v, context, padding, scale, rows, bias)
 
 
-def _per_block_masks(
+def per_block_masks(
     q: Tensor,
     k: Tensor,
     v: Tensor,
@@ -283,7 +200,8 @@ def _scores_plan(
         q_block = q[:, :, start:stop]
         keys = k_all[:, :, :end]
         scores = (q_block @ keys.transpose(-1, -2)).mul_(scale)
-        extra = hooks.encoding.scores_term(
+        assert isinstance(hooks.scores, AdditiveScores)
+        extra = hooks.scores.scores_term(
             scores,
             q=q_block,
             k=keys,
@@ -295,7 +213,7 @@ def _scores_plan(
         assert out is not None
         return out
 
-    return _per_block_masks(q, k, v, context, padding, scale, rows, term)
+    return per_block_masks(q, k, v, context, padding, scale, rows, term)
 
 
 def _diagonal_bias(
@@ -325,3 +243,22 @@ def _diagonal_bias(
     q_pos = context.q_pos[..., start:stop]
     k_pos = context.k_pos[..., first:last]
     return hooks.materialized_bias(q_pos, k_pos, dtype)
+
+
+def _linear_applies(call: PlanCall) -> bool:
+    assert isinstance(call.hooks.bias, LinearBias)
+    return call.context.mask.causal and call.hooks.bias.linear_bias_slopes() is not None
+
+
+#: ALiBi (causal): a key vector and an exact per-row shift beyond each block's diagonal.
+LINEAR_BIAS = FlashPartsPlan("linear bias", LinearBias, _linear_applies, _linear_plan)
+
+#: Any pointwise bias, forward only: each block's bias materialized as the kernel's mask.
+MATERIALIZED_BIAS = FlashPartsPlan(
+    "materialized bias", BiasEncoding, lambda call: not call.grad, _materialized_plan
+)
+
+#: A scores reader that adds a term (CoPE, DAPE), forward only: the term as the mask.
+SCORES_TERM = FlashPartsPlan(
+    "scores term", AdditiveScores, lambda call: not call.grad, _scores_plan
+)

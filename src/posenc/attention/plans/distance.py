@@ -24,17 +24,24 @@ from torch import Tensor
 
 from posenc.attention.blocks import default_block_rows
 from posenc.attention.context import AttentionContext
-from posenc.attention.flash import _BACKWARD, _FORWARD, flush_denormals, slices
-from posenc.attention.hooks import Hooks
+from posenc.attention.flash import (
+    CPU_FLASH_BACKWARD,
+    CPU_FLASH_FORWARD,
+    flush_denormals,
+    slices,
+)
+from posenc.attention.plans.base import FlashPartsPlan, PlanCall
+from posenc.encoding.protocols import BiasEncoding
+from posenc.encoding.resolve import Hooks
 
-__all__ = ["DISTANCE_ROWS", "distance_plan", "distance_table"]
+__all__ = ["DISTANCE_ROWS", "DISTANCE_TABLE", "distance_plan", "distance_table"]
 
 #: Query rows per block (the CPU flash kernel tiles queries by 256 from 768 rows on).
 DISTANCE_ROWS = 1024
 
 
 def distance_table(
-    encoding: Any,
+    encoding: BiasEncoding,
     heads: int,
     q_len: int,
     k_len: int,
@@ -78,9 +85,9 @@ class _TableAttention(torch.autograd.Function):
         scale: float,
         causal: bool,
     ) -> Tensor:
-        assert _FORWARD is not None
+        assert CPU_FLASH_FORWARD is not None
         mask = _expand(_view(table, start, q.shape[-2], k.shape[-2]), q)
-        out, lse = _FORWARD(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+        out, lse = CPU_FLASH_FORWARD(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
         ctx.start, ctx.scale, ctx.causal = start, scale, causal
         ctx.save_for_backward(q, k, v, table, out, lse)
         return out
@@ -88,12 +95,12 @@ class _TableAttention(torch.autograd.Function):
     @staticmethod
     @flush_denormals()
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        assert _BACKWARD is not None
+        assert CPU_FLASH_BACKWARD is not None
         q, k, v, table, out, lse = ctx.saved_tensors
         rows, keys = q.shape[-2], k.shape[-2]
         view = _view(table.detach(), ctx.start, rows, keys)
         grad_out = grad_out.contiguous()
-        dq, dk, dv = _BACKWARD(
+        dq, dk, dv = CPU_FLASH_BACKWARD(
             grad_out, q, k, v, out, lse, 0.0, False, attn_mask=_expand(view, q), scale=ctx.scale
         )
         d_table = None
@@ -167,12 +174,13 @@ def distance_plan(
     scale: float,
     block_size: int | None,
 ) -> Tensor:
-    """The plan of :mod:`posenc.attention.structured` for a bias of the distance alone, at
+    """The plan of :mod:`posenc.attention.plans` for a bias of the distance alone, at
     default positions (query row ``i`` at ``i + k_len − q_len``, key ``j`` at ``j``)."""
     rows = block_size or DISTANCE_ROWS
     if padding is not None and block_size is None:  # the padded mask is built per block
         rows = min(rows, default_block_rows(q.shape[0], q.shape[1], k.shape[2]))
-    encoding = hooks.encoding
+    encoding = hooks.bias
+    assert encoding is not None
     heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
     causal = context.mask.causal
     offset = k_len - q_len
@@ -199,3 +207,11 @@ def distance_plan(
             out = merge_parts(q_rev, [Part(k_part, v_part, mask=mask)], scale)
         outs.append(out.flip(2))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=2)
+
+
+def _distance_applies(call: PlanCall) -> bool:
+    return call.context.index_positions and call.hooks.distance_only(call.k.shape[2] - 1)
+
+
+#: A bias of the distance alone at default positions: one table, strided per block.
+DISTANCE_TABLE = FlashPartsPlan("distance table", BiasEncoding, _distance_applies, distance_plan)
