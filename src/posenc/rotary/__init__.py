@@ -39,7 +39,7 @@ from posenc.rotary.scaling import (
     scaling_from_dict,
     scaling_to_dict,
 )
-from posenc.rotary.scaling_laws import (
+from posenc.rotary.scaling.laws import (
     base_for_context,
     critical_dimension,
     extrapolation_bound,

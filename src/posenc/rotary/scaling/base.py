@@ -2,9 +2,9 @@
 
 :class:`Scaling` (the interface every scaling implements), the field checks that raise
 ``ValueError`` naming the field, and YaRN's correction range and ramp (used by
-:class:`~posenc.rotary.scaling.YaRN` and :class:`~posenc.rotary.scaling_vllm.GeometricYaRN`).
+:class:`~posenc.rotary.scaling.YaRN` and :class:`~posenc.rotary.scaling.vllm.GeometricYaRN`).
 Kept apart from :mod:`posenc.rotary.scaling` so that the scalings of
-:mod:`posenc.rotary.scaling_vllm` and :mod:`posenc.rotary.scaling_per_frequency` build on
+:mod:`posenc.rotary.scaling.vllm` and :mod:`posenc.rotary.scaling.per_frequency` build on
 them while ``scaling``'s dict conversion lists every scaling: the imports run one way
 (``scaling`` → ``scaling_vllm`` / ``scaling_per_frequency`` → ``scaling_base``).
 """

@@ -22,7 +22,7 @@ from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
-from posenc.rotary.scaling_base import (
+from posenc.rotary.scaling.base import (
     Scaling,
     _at_least_one,
     _check_seq_len,

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
-from posenc.rotary.scaling_base import Scaling, _at_least_one, _check_seq_len, _set
+from posenc.rotary.scaling.base import Scaling, _at_least_one, _check_seq_len, _set
 
 __all__ = ["Llama3", "LongRoPE", "Proportional"]
 
@@ -219,7 +219,7 @@ class Proportional(Scaling):
     2024, "Round and Round We Go! What makes Rotary Positional Encodings useful?",
     https://arxiv.org/abs/2410.06205): the highest ``p`` fraction of the frequencies rotate,
     the lowest, which carry little position and go out of distribution first beyond the
-    training length (:mod:`posenc.rotary.scaling_laws`), are removed.
+    training length (:mod:`posenc.rotary.scaling.laws`), are removed.
 
     Args:
         partial_rotary_factor: ``p`` in (0, 1].

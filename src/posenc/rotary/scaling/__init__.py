@@ -9,8 +9,8 @@ Notation: ``b`` base, ``d`` rotary dim, ``s`` factor, ``L0`` original context le
 Every formula of this module reproduces HF transformers 5.23
 ``modeling_rope_utils.ROPE_INIT_FUNCTIONS`` (tested to 1e-6 relative on the frequencies and
 exactly on ``A``), computed in float64. vLLM's fixed and mixed NTK and Grok-1's geometric
-YaRN and base power, which HF lacks, are in :mod:`posenc.rotary.scaling_vllm`; LongRoPE,
-Llama 3 and proportional RoPE in :mod:`posenc.rotary.scaling_per_frequency` (both re-exported
+YaRN and base power, which HF lacks, are in :mod:`posenc.rotary.scaling.vllm`; LongRoPE,
+Llama 3 and proportional RoPE in :mod:`posenc.rotary.scaling.per_frequency` (both re-exported
 here and listed by :func:`scaling_types`).
 
 Differences from HF, all deliberate:
@@ -36,7 +36,7 @@ from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
 from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
-from posenc.rotary.scaling_base import (
+from posenc.rotary.scaling.base import (
     Scaling,
     _at_least_one,
     _check_seq_len,
@@ -46,8 +46,8 @@ from posenc.rotary.scaling_base import (
     yarn_correction_range,
     yarn_ramp,
 )
-from posenc.rotary.scaling_per_frequency import Llama3, LongRoPE, Proportional
-from posenc.rotary.scaling_vllm import BasePower, FixedNTK, GeometricYaRN
+from posenc.rotary.scaling.per_frequency import Llama3, LongRoPE, Proportional
+from posenc.rotary.scaling.vllm import BasePower, FixedNTK, GeometricYaRN
 
 __all__ = [
     "BasePower",
