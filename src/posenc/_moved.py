@@ -89,6 +89,11 @@ MOVED_NAMES: dict[str, dict[str, str]] = {
         "tanh_softcap": "posenc.softmax",
         "xl_sinusoid": "posenc.contextual",
     },
+    "posenc.rotary.rope": {
+        "apply_rotary": "posenc.rotary.functional",
+        "rope_angles": "posenc.rotary.functional",
+        "rope_cos_sin": "posenc.rotary.functional",
+    },
 }
 
 _REMOVAL = "posenc 0.3"

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from posenc.rotary import RotaryEmbedding, XPos, kernels
-from posenc.rotary.kernels import _pair_views, rotary_impl, rotate
+from posenc.rotary.kernels import rotary_impl, rotate
+from posenc.rotary.layouts import pair_views
 
 HAS_NUMBA = "numba" in kernels.available_impls()
 IMPLS = ["torch", pytest.param("numba", marks=pytest.mark.skipif(not HAS_NUMBA, reason="numba"))]
@@ -31,9 +32,9 @@ def _tables(seq: int, rotary_dim: int, dtype: torch.dtype, batch: int | None = N
 
 
 def _reference(x, c, s, layout, rotary_dim):
-    a, b = _pair_views(x.to(c.dtype), rotary_dim, layout)
+    a, b = pair_views(x.to(c.dtype), rotary_dim, layout)
     expected = x.clone()
-    new_a, new_b = _pair_views(expected, rotary_dim, layout)
+    new_a, new_b = pair_views(expected, rotary_dim, layout)
     new_a.copy_(a * c - b * s)
     new_b.copy_(b * c + a * s)
     return expected
@@ -189,7 +190,7 @@ def test_gradients_equal_reference(impl, layout) -> None:
 
 
 def _reference_differentiable(x, c, s, layout):
-    a, b = _pair_views(x, 8, layout)
+    a, b = pair_views(x, 8, layout)
     new = (a * c - b * s, b * c + a * s)
     if layout == "half":
         return torch.cat((*new, x[..., 8:]), dim=-1)

@@ -50,6 +50,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices
+from posenc.rotary.layouts import pair_views
 
 __all__ = [
     "Impl",
@@ -264,13 +265,6 @@ def _fast_serves(name: str, x: Tensor, c: Tensor, s: Tensor) -> bool:
 # -- torch --------------------------------------------------------------------------------
 
 
-def _pair_views(x: Tensor, rotary_dim: int, layout: str) -> tuple[Tensor, Tensor]:
-    """The two members of every pair: ``(x[:d/2], x[d/2:d])`` or ``(x[0:d:2], x[1:d:2])``."""
-    if layout == "half":
-        return x[..., : rotary_dim // 2], x[..., rotary_dim // 2 : rotary_dim]
-    return x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
-
-
 def _torch_rotate(
     x: Tensor,
     c: Tensor,
@@ -288,7 +282,7 @@ def _torch_rotate(
     instead of four full-size ones. Half precision computes in the tables' float32 and
     rounds once; with autograd, plain differentiable ops.
     """
-    a, b = _pair_views(x, rotary_dim, layout)
+    a, b = pair_views(x, rotary_dim, layout)
     if (
         torch.is_grad_enabled() and (x.requires_grad or c.requires_grad or s.requires_grad)
     ) or torch.compiler.is_compiling():
@@ -317,7 +311,7 @@ def _torch_rotate(
             b.mul_(c).add_(scratch)
             return x
         result = torch.empty_like(x) if out is None else out
-        new_a, new_b = _pair_views(result, rotary_dim, layout)
+        new_a, new_b = pair_views(result, rotary_dim, layout)
         torch.mul(b, c, out=new_b).add_(scratch)
         torch.mul(b, s, out=scratch)
         torch.mul(a, c, out=new_a).sub_(scratch)
@@ -329,7 +323,7 @@ def _torch_rotate(
     if inplace or out is not None:
         target = x if inplace else out
         assert target is not None
-        ra, rb = _pair_views(target, rotary_dim, layout)
+        ra, rb = pair_views(target, rotary_dim, layout)
         ra.copy_(new_a)
         rb.copy_(new_b)
         if out is not None and rotary_dim < x.shape[-1]:

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from posenc.rotary.frequencies import rope_inv_freq
-from posenc.rotary.rope import RotaryEmbedding, apply_rotary, rope_cos_sin
+from posenc.rotary.functional import apply_rotary, rope_cos_sin
+from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import (
     DynamicNTK,
     Linear,

@@ -16,6 +16,9 @@ One module per family:
 ``vllm``             :class:`FixedNTK`, :class:`GeometricYaRN`, :class:`BasePower` (vLLM and
                      Grok-1 serve them; HF has no ``rope_type`` for them)
 ``dict_form``        :func:`scaling_from_dict`, :func:`scaling_to_dict`, :func:`scaling_types`
+``length``           :class:`LengthState`: how a length-dependent scaling's frequencies follow
+                     the sequence length in one module (HF's ``dynamic_rope_update``), and
+                     the length rules ``"forward"`` and ``"query"``
 ``laws``             RoPE's periods and the scaling laws of RoPE-based extrapolation
 ===================  ===========================================================================
 
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 from posenc.rotary.scaling.base import Scaling
 from posenc.rotary.scaling.dict_form import scaling_from_dict, scaling_to_dict, scaling_types
+from posenc.rotary.scaling.length import LENGTH_RULES, LengthRule, LengthState, sequence_length
 from posenc.rotary.scaling.linear import Linear
 from posenc.rotary.scaling.ntk import DynamicNTK, NTKAware
 from posenc.rotary.scaling.per_frequency import Llama3, LongRoPE, Proportional
@@ -48,10 +52,13 @@ from posenc.rotary.scaling.vllm import BasePower, FixedNTK, GeometricYaRN
 from posenc.rotary.scaling.yarn import YaRN, check_ramp_fields, yarn_correction_range, yarn_ramp
 
 __all__ = [
+    "LENGTH_RULES",
     "BasePower",
     "DynamicNTK",
     "FixedNTK",
     "GeometricYaRN",
+    "LengthRule",
+    "LengthState",
     "Linear",
     "Llama3",
     "LongRoPE",
@@ -63,6 +70,7 @@ __all__ = [
     "scaling_from_dict",
     "scaling_to_dict",
     "scaling_types",
+    "sequence_length",
     "yarn_correction_range",
     "yarn_ramp",
 ]

@@ -13,6 +13,8 @@ from typing import ClassVar
 
 from torch import Tensor
 
+from posenc.rotary.scaling.length import FollowLength, LengthState
+
 __all__ = ["Scaling"]
 
 
@@ -45,3 +47,10 @@ class Scaling:
         dynamic NTK and dynamic YaRN follow ``seq_len`` beyond their threshold, LongRoPE
         switches to its long factors past ``L0`` (``L0 + 1`` stands for "long")."""
         return None
+
+    def new_state(self) -> LengthState:
+        """A fresh :class:`~posenc.rotary.scaling.length.LengthState` for one module: the
+        rule by which its frequencies follow the sequence length. Static scalings never
+        change; a length-dependent one without a rule of its own follows each call's length
+        exactly (:class:`~posenc.rotary.scaling.length.FollowLength`)."""
+        return FollowLength() if self.depends_on_length else LengthState()

@@ -18,6 +18,7 @@ from posenc._validate import check_in_choices, check_positive_float, check_posit
 from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
 from posenc.rotary.scaling._common import at_least_one, check_seq_len, set_field
 from posenc.rotary.scaling.base import Scaling
+from posenc.rotary.scaling.length import GrowAndReset, LengthState
 
 __all__ = ["DynamicNTK", "NTKAware"]
 
@@ -122,6 +123,12 @@ class DynamicNTK(Scaling):
 
     def frequency_length(self, seq_len: int) -> int | None:
         return seq_len if self.depends_on_length and seq_len > self.length_threshold else None
+
+    def new_state(self) -> LengthState:
+        """HF's grow-and-reset rule in ``"hf"`` mode
+        (:class:`~posenc.rotary.scaling.length.GrowAndReset` at ``L_max``); static in
+        ``"fixed"``."""
+        return GrowAndReset(self.length_threshold) if self.depends_on_length else LengthState()
 
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
         seq_len = check_seq_len(seq_len)

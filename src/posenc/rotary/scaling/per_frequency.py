@@ -20,6 +20,7 @@ from posenc._validate import check_positive_float, check_positive_int
 from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
 from posenc.rotary.scaling._common import at_least_one, check_seq_len, set_field
 from posenc.rotary.scaling.base import Scaling
+from posenc.rotary.scaling.length import LengthState, LengthSwitch
 
 __all__ = ["Llama3", "LongRoPE", "Proportional"]
 
@@ -111,6 +112,11 @@ class LongRoPE(Scaling):
     def frequency_length(self, seq_len: int) -> int | None:
         original = self.original_max_position_embeddings
         return original + 1 if seq_len > original else None
+
+    def new_state(self) -> LengthState:
+        """HF's per-call switch (:class:`~posenc.rotary.scaling.length.LengthSwitch`): the
+        long factors iff ``seq_len > L0``."""
+        return LengthSwitch(self.frequency_length)
 
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
         seq_len = check_seq_len(seq_len)

@@ -19,6 +19,7 @@ from posenc._validate import check_positive_float, check_positive_int
 from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
 from posenc.rotary.scaling._common import at_least_one, check_seq_len, non_negative, set_field
 from posenc.rotary.scaling.base import Scaling
+from posenc.rotary.scaling.length import GrowAndReset, LengthState
 
 __all__ = ["YaRN", "check_ramp_fields", "yarn_correction_range", "yarn_ramp"]
 
@@ -122,6 +123,11 @@ class YaRN(Scaling):
 
     def frequency_length(self, seq_len: int) -> int | None:
         return seq_len if self.dynamic and seq_len > self.length_threshold else None
+
+    def new_state(self) -> LengthState:
+        """Dynamic YaRN: HF's grow-and-reset rule of dynamic NTK
+        (:class:`~posenc.rotary.scaling.length.GrowAndReset` at ``L0``); static otherwise."""
+        return GrowAndReset(self.length_threshold) if self.dynamic else LengthState()
 
     def factor_at(self, seq_len: int | None) -> float:
         """``s``: :attr:`factor`, or for dynamic YaRN ``max(factor, seq_len / L0)``."""
