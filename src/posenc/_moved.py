@@ -48,6 +48,8 @@ MOVED_MODULES: dict[str, str] = {
     "posenc.multimodal_layouts": "posenc.positions.multimodal_layouts",
     "posenc.randomized": "posenc.encoding.randomized",
     "posenc.registry": "posenc.encoding.registry",
+    "posenc.rotary._numba_kernels": "posenc.rotary.kernels._numba",
+    "posenc.rotary._triton_kernels": "posenc.rotary.kernels._triton",
     "posenc.rotary.scaling_base": "posenc.rotary.scaling",
     "posenc.rotary.scaling_laws": "posenc.rotary.scaling.laws",
     "posenc.rotary.scaling_per_frequency": "posenc.rotary.scaling.per_frequency",
