@@ -49,6 +49,10 @@ MOVED_MODULES: dict[str, str] = {
     "posenc.multimodal_layouts": "posenc.positions.multimodal_layouts",
     "posenc.randomized": "posenc.encoding.randomized",
     "posenc.registry": "posenc.encoding.registry",
+    "posenc.rotary.scaling_base": "posenc.rotary.scaling",
+    "posenc.rotary.scaling_laws": "posenc.rotary.scaling.laws",
+    "posenc.rotary.scaling_per_frequency": "posenc.rotary.scaling.per_frequency",
+    "posenc.rotary.scaling_vllm": "posenc.rotary.scaling.vllm",
     "posenc.viz_base": "posenc.viz.base",
     "posenc.viz_graph": "posenc.viz.graph",
     "posenc.viz_grids": "posenc.viz.grids",
@@ -85,6 +89,11 @@ MOVED_NAMES: dict[str, dict[str, str]] = {
         "shaw_values": "posenc.contextual",
         "tanh_softcap": "posenc.softmax",
         "xl_sinusoid": "posenc.contextual",
+    },
+    "posenc.rotary.rope": {
+        "apply_rotary": "posenc.rotary.functional",
+        "rope_angles": "posenc.rotary.functional",
+        "rope_cos_sin": "posenc.rotary.functional",
     },
 }
 

@@ -360,7 +360,7 @@ def to_rope_parameters(rope: RotaryEmbedding) -> dict[str, Any]:
     them outside ``rope_parameters``: ``head_dim`` and ``max_position_embeddings`` (needed by
     ``dynamic``, and by ``longrope`` without ``factor``); nor the layout (HF is half-split).
     posenc-only scalings (``NTKAware``, ``DynamicNTK(mode="fixed")``, dynamic ``YaRN``, ``YaRN``
-    with ``extrapolation_factor`` ≠ 1, the vLLM ones of :mod:`posenc.rotary.scaling_vllm`) have
+    with ``extrapolation_factor`` ≠ 1, the vLLM ones of :mod:`posenc.rotary.scaling.vllm`) have
     no HF form and raise ValueError; so does ``length_rule="query"`` with a length-dependent
     scaling (HF follows each forward's length).
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from posenc.rotary.axial import AxialRotary2D, axial_cos_sin
 from posenc.rotary.fope import FourierRotaryEmbedding, fope_inv_freq, fope_rotate, fope_tables
 from posenc.rotary.frequencies import rope_inv_freq
-from posenc.rotary.layouts import permute_rotary_weight, rotary_channel_permutation
+from posenc.rotary.functional import apply_rotary, rope_angles, rope_cos_sin
+from posenc.rotary.layouts import Layout, permute_rotary_weight, rotary_channel_permutation
 from posenc.rotary.learned_rotation import LearnedRotation
 from posenc.rotary.multi_axis import (
     MultiAxisRotary,
@@ -23,7 +24,7 @@ from posenc.rotary.presets import (
     QWEN2_7B,
     RopePreset,
 )
-from posenc.rotary.rope import Layout, RotaryEmbedding, apply_rotary, rope_angles, rope_cos_sin
+from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import (
     BasePower,
     DynamicNTK,
@@ -39,7 +40,7 @@ from posenc.rotary.scaling import (
     scaling_from_dict,
     scaling_to_dict,
 )
-from posenc.rotary.scaling_laws import (
+from posenc.rotary.scaling.laws import (
     base_for_context,
     critical_dimension,
     extrapolation_bound,

@@ -15,9 +15,10 @@ from posenc._validate import check_in_choices, check_positive_float, check_posit
 from posenc.encoding.protocols import check_rotary_input
 from posenc.positions import grid_coordinates
 from posenc.rotary.frequencies import rope_inv_freq
+from posenc.rotary.functional import rope_cos_sin
 from posenc.rotary.kernels import rotate
+from posenc.rotary.layouts import LAYOUTS, Layout
 from posenc.rotary.multi_axis import MultiAxisRotary
-from posenc.rotary.rope import LAYOUTS, Layout, rope_cos_sin
 
 __all__ = ["AxialRotary2D", "axial_cos_sin"]
 

@@ -10,7 +10,7 @@ where ``d`` is the rotary dimension. Context-extension scalings (PI, NTK, YaRN, 
 these frequencies and may add an attention factor: see :mod:`posenc.rotary.scaling`, whose
 values build on :func:`rope_inv_freq` and plug into
 :class:`posenc.rotary.rope.RotaryEmbedding` (``scaling=``) or, as an ``inv_freq`` tensor and
-``attention_factor``, into :func:`posenc.rotary.rope.rope_cos_sin`. Everything here is a
+``attention_factor``, into :func:`posenc.rotary.functional.rope_cos_sin`. Everything here is a
 plain function of ``(rotary_dim, base)``.
 
 Frequencies are computed in float64 by default: a float32 ``θ_i`` carries a relative error of

@@ -36,7 +36,8 @@ from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.rotary.frequencies import rope_inv_freq
-from posenc.rotary.rope import Layout, RotaryEmbedding
+from posenc.rotary.layouts import Layout
+from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import Scaling
 
 __all__ = ["HighFrequencyOnly", "hope_inv_freq", "hope_rotary"]

@@ -1,23 +1,57 @@
-"""Convert between the two RoPE pair layouts by permuting channels or q/k projection rows.
+"""RoPE's two pair layouts: which channels form a pair, and converting between them.
 
-``"interleaved"`` (GPT-J, Meta Llama) rotates channel pairs ``(2i, 2i + 1)``; ``"half"``
-(GPT-NeoX, HF Llama) rotates ``(i, i + d/2)``, both with frequency ``θ_i``. Moving channel
-``2i`` to ``i`` and ``2i + 1`` to ``i + d/2`` turns one into the other, so a checkpoint trained
-in one layout runs in the other once the rows of its q and k projections are permuted (HF's
-Llama converter does this with ``view(heads, d/2, 2, in).transpose(1, 2)``). The attention
-scores are unchanged because q and k are permuted alike.
+Of the first ``rotary_dim = d`` channels of a head (the rest pass through):
+
+* ``"half"`` (GPT-NeoX, HF Llama): pair ``i`` is ``(i, i + d/2)``;
+* ``"interleaved"`` (GPT-J, Meta Llama, RoFormer): pair ``i`` is ``(2i, 2i + 1)``.
+
+:func:`pair_views` gives the two members of every pair as views (the rotation kernels and
+the cos/sin tables read them).
+
+Both rotate pair ``i`` with frequency ``θ_i``. Moving channel ``2i`` to ``i`` and ``2i + 1``
+to ``i + d/2`` turns one into the other, so a checkpoint trained in one layout runs in the
+other once the rows of its q and k projections are permuted (HF's Llama converter does this
+with ``view(heads, d/2, 2, in).transpose(1, 2)``). The attention scores are unchanged because
+q and k are permuted alike.
 """
 
 from __future__ import annotations
+
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_int
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim
-from posenc.rotary.rope import LAYOUTS, Layout
 
-__all__ = ["permute_rotary_weight", "rotary_channel_permutation"]
+__all__ = [
+    "LAYOUTS",
+    "Layout",
+    "pair_views",
+    "permute_rotary_weight",
+    "rotary_channel_permutation",
+]
+
+Layout = Literal["half", "interleaved"]
+LAYOUTS: tuple[str, ...] = get_args(Layout)
+
+
+def pair_views(x: Tensor, rotary_dim: int, layout: str) -> tuple[Tensor, Tensor]:
+    """The two members of every pair of the first ``rotary_dim`` channels, as views of ``x``.
+
+    ``(x[..., :d/2], x[..., d/2:d])`` for ``"half"``, ``(x[..., 0:d:2], x[..., 1:d:2])`` for
+    ``"interleaved"``; no checks (the hot path).
+
+    Example::
+
+        >>> a, b = pair_views(torch.arange(4), 4, "interleaved")
+        >>> a.tolist(), b.tolist()
+        ([0, 2], [1, 3])
+    """
+    if layout == "half":
+        return x[..., : rotary_dim // 2], x[..., rotary_dim // 2 : rotary_dim]
+    return x[..., 0:rotary_dim:2], x[..., 1:rotary_dim:2]
 
 
 def rotary_channel_permutation(

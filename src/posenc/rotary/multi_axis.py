@@ -57,15 +57,16 @@ from posenc.encoding.protocols import RotaryEncoding
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.kernels import rotate_pair
+from posenc.rotary.layouts import LAYOUTS, Layout
 from posenc.rotary.multi_axis_maps import (
-    _mixed_frequencies,
-    _place,
+    mixed_frequencies,
     mrope_axes,
+    place_frequencies,
     rescaled_grid_positions,
     videorope_axes,
 )
-from posenc.rotary.rope import LAYOUTS, Layout, RotaryEmbedding
-from posenc.rotary.scaling import Scaling, scaling_from_dict
+from posenc.rotary.rope import RotaryEmbedding
+from posenc.rotary.scaling import Scaling, scaling_from_dict, sequence_length
 
 __all__ = ["MultiAxisRotary", "mrope_axes", "rescaled_grid_positions", "videorope_axes"]
 
@@ -162,7 +163,7 @@ class MultiAxisRotary(RotaryEncoding):
                 self.frequencies.copy_(self._initial)
             else:
                 self.frequencies.copy_(
-                    _mixed_frequencies(
+                    mixed_frequencies(
                         self.head_dim,
                         self.frequencies.shape[0],
                         self._mixed_base,
@@ -280,7 +281,7 @@ class MultiAxisRotary(RotaryEncoding):
         pair_axes = torch.tensor(axes, device="cpu")
         rope = cls(
             head_dim,
-            _place(source.inv_freq("cpu"), pair_axes, 3),
+            place_frequencies(source.inv_freq("cpu"), pair_axes, 3),
             layout=layout,
             attention_factor=source.attention_factor,
         )
@@ -343,6 +344,13 @@ class MultiAxisRotary(RotaryEncoding):
         if self._length_source is not None:
             self._length_source.update(seq_len)
 
+    def _update_from(self, *positions: Tensor) -> None:
+        """:meth:`update` to ``max(positions) + 1`` (one host sync) for a length-dependent
+        scaling; nothing otherwise."""
+        source = self._length_source
+        if source is not None and (seq_len := sequence_length(*positions)) is not None:
+            source.update(seq_len)
+
     def _frequencies_on(self, device: torch.device) -> Tensor:
         """``F`` on ``device``: the parameter (learnable); a length-dependent scaling's
         current 1D frequencies, placed (M-RoPE); else the constant, float64 (float32 on MPS),
@@ -352,7 +360,7 @@ class MultiAxisRotary(RotaryEncoding):
         source, pair_axes = self._length_source, self._pair_axes
         if source is not None and pair_axes is not None:  # follows the scaling's state
             host = torch.device("cpu") if device.type == "mps" else device
-            return _place(source.inv_freq(host), pair_axes, self.num_axes).to(device)
+            return place_frequencies(source.inv_freq(host), pair_axes, self.num_axes).to(device)
         if device not in self._memo:
             dtype = torch.float32 if device.type == "mps" else torch.float64
             self._memo[device] = self._initial.to(device=device, dtype=dtype)
@@ -392,8 +400,8 @@ class MultiAxisRotary(RotaryEncoding):
         """One ``(cos, sin)`` value per pair, heads broadcast unless per head (the rotary
         hook, once per forward). A length-dependent scaling first updates to
         ``max(positions) + 1`` (unless ``update=False``: tables at the current frequencies)."""
-        if update and self._length_source is not None:
-            self._length_source._update_from(positions)
+        if update:
+            self._update_from(positions)
         return self._tables(positions, dtype)
 
     def _tables(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -436,8 +444,7 @@ class MultiAxisRotary(RotaryEncoding):
         self.check_rotary_call(q, k, q_pos, k_pos)
         for name, pos in (("q_pos", q_pos), ("k_pos", k_pos)):
             check_positions(pos, name, num_axes=self.num_axes)
-        if self._length_source is not None:  # one update, to max(q_pos, k_pos) + 1
-            self._length_source._update_from(q_pos, k_pos)
+        self._update_from(q_pos, k_pos)  # one update, to max(q_pos, k_pos) + 1
         q_tables = self._tables(q_pos, q.dtype)
         # Self-attention without a cache passes one positions tensor twice: one table.
         same = k_pos is q_pos and k.dtype == q.dtype

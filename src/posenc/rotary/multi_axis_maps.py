@@ -14,7 +14,13 @@ from torch import Tensor
 from posenc._validate import check_positive_int
 from posenc.positions import grid_positions
 
-__all__ = ["mrope_axes", "rescaled_grid_positions", "videorope_axes"]
+__all__ = [
+    "mixed_frequencies",
+    "mrope_axes",
+    "place_frequencies",
+    "rescaled_grid_positions",
+    "videorope_axes",
+]
 
 
 def mrope_axes(sections: Sequence[int], *, interleaved: bool = False) -> list[int]:
@@ -71,9 +77,16 @@ def videorope_axes(sections: Sequence[int]) -> list[int]:
     return [1 + i % 2 for i in range(h + w)] + [0] * t
 
 
-def _place(inv_freq: Tensor, pair_axes: Tensor, num_axes: int) -> Tensor:
+def place_frequencies(inv_freq: Tensor, pair_axes: Tensor, num_axes: int) -> Tensor:
     """The ``(pairs, axes)`` frequency matrix whose row ``i`` holds ``inv_freq[i]`` at column
-    ``pair_axes[i]`` (M-RoPE: each pair reads one axis), float64 on ``inv_freq``'s device."""
+    ``pair_axes[i]`` (M-RoPE: each pair reads one axis), float64 on ``inv_freq``'s device.
+
+    Example::
+
+        >>> place_frequencies(torch.tensor([1.0, 0.5]), torch.tensor([1, 0]), 2)
+        tensor([[0.0000, 1.0000],
+                [0.5000, 0.0000]], dtype=torch.float64)
+    """
     freqs = torch.zeros(len(pair_axes), num_axes, dtype=torch.float64, device=inv_freq.device)
     # rows on inv_freq's device too: under a meta default device (a meta build) an index
     # made there wrote nothing, and M-RoPE's constant frequencies were all zero
@@ -105,7 +118,7 @@ def rescaled_grid_positions(
     return grid_positions(*sizes, device=device).double() * scale.to(device)[:, None]
 
 
-def _mixed_frequencies(
+def mixed_frequencies(
     head_dim: int,
     num_heads: int,
     base: float,

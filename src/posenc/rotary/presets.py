@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
-from posenc.rotary.rope import Layout, RotaryEmbedding
+from posenc.rotary.layouts import Layout
+from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import Llama3, LongRoPE, Scaling, YaRN
 
 __all__ = [

@@ -1,165 +1,42 @@
-"""Rotary position embedding (RoPE): rotate channel pairs of q and k by position-dependent angles.
+"""Rotary position embedding (RoPE) as a module: q and k rotated by their positions.
 
-Paper: RoFormer, Su et al. 2021, https://arxiv.org/abs/2104.09864. A pair of channels
-``(a, b)`` of a query or key at position ``m`` with inverse frequency ``θ_i`` becomes
-
-.. math::
-
-    \\begin{pmatrix} a' \\\\ b' \\end{pmatrix} =
-    \\begin{pmatrix} \\cos mθ_i & -\\sin mθ_i \\\\ \\sin mθ_i & \\cos mθ_i \\end{pmatrix}
-    \\begin{pmatrix} a \\\\ b \\end{pmatrix},
-
-so that ``q_m · k_n`` depends on positions only through ``m - n``. Two layouts say which
-channels form the pair ``i`` of the first ``rotary_dim = d`` channels (the rest pass through):
-
-* ``"half"`` (GPT-NeoX, HF Llama): ``(i, i + d/2)``; ``x' = x·cos + rotate_half(x)·sin`` with
-  ``rotate_half(x) = cat(-x[d/2:], x[:d/2])`` and ``cos = cat(cos mθ, cos mθ)``;
-* ``"interleaved"`` (GPT-J, Meta Llama, RoFormer): ``(2i, 2i + 1)``; ``rotate_every_two(x)``
-  maps ``x[2i] -> -x[2i+1]``, ``x[2i+1] -> x[2i]`` and ``cos = repeat_interleave(cos mθ, 2)``.
-
-Numerics: phases ``m·θ_i`` and their cos/sin are evaluated in float64 (exact to far beyond
-``m = 2^24``) and rounded once to the table dtype; half-precision q/k are rotated with float32
-arithmetic and rounded once to their dtype.
+Paper: RoFormer, Su et al. 2021, https://arxiv.org/abs/2104.09864. The formula, the two pair
+layouts and the numerics are those of :mod:`posenc.rotary.functional`, whose functions this
+module calls; a context-extension scaling (:mod:`posenc.rotary.scaling`) supplies the
+frequencies, the attention factor and, for a length-dependent one, the rule by which they
+follow the sequence length (:mod:`posenc.rotary.scaling.length`).
 """
 
 from __future__ import annotations
 
-import math
-from typing import Literal, get_args
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from posenc._moved import moved_name
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
 from posenc.encoding.protocols import RotaryEncoding, check_rotary_input
 from posenc.positions import check_positions
-from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
-from posenc.rotary.kernels import _pair_views, rotate, rotate_pair
-from posenc.rotary.scaling import DynamicNTK, LongRoPE, Proportional, Scaling, YaRN
+from posenc.rotary.frequencies import resolve_rotary_dim, rope_inv_freq
+from posenc.rotary.functional import (
+    compute_dtype,
+    cos_sin_tables,
+    pair_tables,
+    rotate_by_tables,
+)
+from posenc.rotary.kernels import rotate_pair
+from posenc.rotary.layouts import LAYOUTS, Layout
+from posenc.rotary.scaling import (
+    LENGTH_RULES,
+    LengthRule,
+    LengthState,
+    Proportional,
+    Scaling,
+    sequence_length,
+)
 
-__all__ = [
-    "Layout",
-    "LengthRule",
-    "RotaryEmbedding",
-    "apply_rotary",
-    "rope_angles",
-    "rope_cos_sin",
-]
-
-Layout = Literal["half", "interleaved"]
-LAYOUTS: tuple[str, ...] = get_args(Layout)
-#: How a length-dependent scaling picks its length in a forward of several tokens:
-#: ``"forward"`` (HF) one length for the forward, ``"query"`` each query its own prefix's.
-LengthRule = Literal["forward", "query"]
-LENGTH_RULES: tuple[str, ...] = get_args(LengthRule)
-
-
-def _check_inv_freq(inv_freq: Tensor) -> None:
-    if not isinstance(inv_freq, Tensor) or inv_freq.dim() != 1 or inv_freq.numel() == 0:
-        raise ValueError("inv_freq must be a non-empty 1-D tensor (rotary_dim // 2,)")
-    if not inv_freq.is_floating_point():
-        raise ValueError(f"inv_freq must be a floating tensor, got {inv_freq.dtype}")
-
-
-def rope_angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
-    """Rotation angles ``positions[..., None] * inv_freq``, in float64.
-
-    .. math:: φ_{m,i} = m · θ_i
-
-    Float64 keeps the phase exact where HF's float32 product (``fp32(m)·fp32(θ_i)``) is off
-    by up to ``m·2^-24`` rad. On MPS, which has no float64, the angles are computed and
-    returned on the CPU (:func:`rope_cos_sin` moves its float32 result back).
-
-    Args:
-        positions: integer or floating positions ``(seq,)`` or ``(batch, seq)``; fractional
-            positions (position interpolation) are legal.
-        inv_freq: inverse frequencies ``(rotary_dim // 2,)``, e.g. :func:`rope_inv_freq`.
-
-    Shape:
-        Output: ``(seq, rotary_dim // 2)`` or ``(batch, seq, rotary_dim // 2)``.
-
-    Example::
-
-        >>> rope_angles(torch.tensor([0, 2]), torch.tensor([1.0, 0.5]))
-        tensor([[0., 0.],
-                [2., 1.]], dtype=torch.float64)
-    """
-    check_positions(positions)
-    _check_inv_freq(inv_freq)
-    return _angles(positions, inv_freq)
-
-
-def _angles(positions: Tensor, inv_freq: Tensor) -> Tensor:
-    """:func:`rope_angles` without checks (the per-forward path)."""
-    device = torch.device("cpu") if positions.device.type == "mps" else positions.device
-    positions = positions.to(device=device, dtype=torch.float64)
-    return positions[..., None] * inv_freq.to(device=device, dtype=torch.float64)
-
-
-def rope_cos_sin(
-    positions: Tensor,
-    inv_freq: Tensor,
-    *,
-    layout: Layout = "half",
-    dtype: torch.dtype = torch.float32,
-    attention_factor: float = 1.0,
-) -> tuple[Tensor, Tensor]:
-    """Full-width cos/sin tables of the rotation angles, in the layout's channel order.
-
-    .. math::
-
-        \\cos_{m} = A·\\cos(m θ), \\quad \\sin_{m} = A·\\sin(m θ), \\quad
-        \\text{half: } \\mathrm{cat}(f, f), \\quad
-        \\text{interleaved: } \\mathrm{repeat\\_interleave}(f, 2)
-
-    ``A`` is the attention factor of a context-extension scaling (YaRN, LongRoPE); it scales
-    both q and k, so the logits scale by ``A²`` (HF convention). Plain RoPE has ``A = 1``.
-    Tested against HF ``LlamaRotaryEmbedding`` (half) and rotary-embedding-torch (interleaved).
-
-    Args:
-        positions: ``(seq,)`` or ``(batch, seq)``, integer or floating.
-        inv_freq: ``(rotary_dim // 2,)`` inverse frequencies.
-        layout: ``"half"`` (NeoX/HF) or ``"interleaved"`` (GPT-J/Meta).
-        dtype: dtype of the tables; they are evaluated in float64 and rounded once.
-        attention_factor: ``A`` > 0.
-
-    Shape:
-        Output: two tensors ``(seq, rotary_dim)`` or ``(batch, seq, rotary_dim)``, on
-        ``positions.device``.
-
-    Example::
-
-        >>> cos, sin = rope_cos_sin(torch.arange(3), rope_inv_freq(4), layout="interleaved")
-        >>> cos.shape
-        torch.Size([3, 4])
-    """
-    check_in_choices("layout", layout, LAYOUTS)
-    attention_factor = check_positive_float("attention_factor", attention_factor)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
-    check_positions(positions)
-    _check_inv_freq(inv_freq)
-    return _cos_sin(positions, inv_freq, layout, dtype, attention_factor)
-
-
-def _cos_sin(
-    positions: Tensor, inv_freq: Tensor, layout: str, dtype: torch.dtype, attention_factor: float
-) -> tuple[Tensor, Tensor]:
-    """:func:`rope_cos_sin` without checks (the per-forward path)."""
-    angles = _angles(positions, inv_freq)  # (..., seq, rotary_dim // 2), float64
-    tables = []
-    for fn in (torch.cos, torch.sin):
-        half = fn(angles)
-        if attention_factor != 1.0:
-            half = half * attention_factor
-        half = half.to(dtype)  # one rounding, before the (exact) widening below
-        if layout == "half":
-            full = torch.cat((half, half), dim=-1)
-        else:
-            full = half.repeat_interleave(2, dim=-1)
-        tables.append(full.to(positions.device))
-    return tables[0], tables[1]
-
+__all__ = ["TABLE_CACHE_POSITIONS", "RotaryEmbedding"]
 
 #: :class:`RotaryEmbedding` keeps cos/sin of positions ``0 … n − 1`` for integer CPU positions
 #: below this (at most 2 × 32768 × rotary_dim values: 32 MiB of float32 at rotary_dim 128)
@@ -178,95 +55,10 @@ def _gathers(positions: Tensor) -> bool:
     )
 
 
-def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    # float16/bfloat16 rotate in float32 (one rounding at the end); float64 stays float64.
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor, *, layout: Layout = "half") -> Tensor:
-    """Rotate the first ``rotary_dim`` channels of ``x`` by the angles behind ``cos``/``sin``.
-
-    .. math:: x' = x · \\cos + \\mathrm{rot}(x) · \\sin \\quad \\text{(first } d
-        \\text{ channels; the rest pass through)}
-
-    where ``rot`` is ``rotate_half`` (layout ``"half"``, HF ``apply_rotary_pos_emb``) or
-    ``rotate_every_two`` (layout ``"interleaved"``, rotary-embedding-torch
-    ``apply_rotary_emb``). Paper: https://arxiv.org/abs/2104.09864. Half-precision ``x`` is
-    rotated in float32 and rounded once to ``x.dtype``; float64 stays float64.
-
-    Args:
-        x: queries or keys ``(batch, heads, seq, head_dim)``.
-        cos: ``(seq, rotary_dim)`` or ``(batch, seq, rotary_dim)`` from :func:`rope_cos_sin`;
-            ``rotary_dim = cos.shape[-1]`` is even and ≤ ``head_dim`` (partial rotary when
-            smaller). A batch of 1 broadcasts.
-        sin: same shape as ``cos``.
-        layout: ``"half"`` or ``"interleaved"``; must match the one ``cos``/``sin`` were
-            built with.
-
-    Shape:
-        Output: same shape and dtype as ``x``.
-
-    Example::
-
-        >>> x = torch.randn(1, 2, 5, 8)
-        >>> cos, sin = rope_cos_sin(torch.arange(5), rope_inv_freq(8))
-        >>> apply_rotary(x, cos, sin).shape
-        torch.Size([1, 2, 5, 8])
-    """
-    check_in_choices("layout", layout, LAYOUTS)
-    if not isinstance(x, Tensor) or x.dim() != 4 or not x.is_floating_point():
-        raise ValueError(
-            "x must be a floating tensor (batch, heads, seq, head_dim); "
-            f"got {getattr(x, 'shape', type(x).__name__)}"
-        )
-    for name, table in (("cos", cos), ("sin", sin)):
-        if not isinstance(table, Tensor) or table.dim() not in (2, 3):
-            raise ValueError(
-                f"{name} must be a tensor (seq, rotary_dim) or (batch, seq, rotary_dim)"
-            )
-    if cos.shape != sin.shape:
-        raise ValueError(f"cos and sin must have one shape; got {cos.shape} and {sin.shape}")
-    batch, _, seq, head_dim = x.shape
-    rotary_dim = check_rotary_dim(cos.shape[-1], "cos.shape[-1] (rotary_dim)")
-    if rotary_dim > head_dim:
-        raise ValueError(f"rotary_dim = cos.shape[-1] = {rotary_dim} exceeds head_dim {head_dim}")
-    if cos.shape[-2] != seq:
-        raise ValueError(f"cos has {cos.shape[-2]} positions but x has seq {seq}")
-    if cos.dim() == 3 and cos.shape[0] not in (1, batch):
-        raise ValueError(f"cos has batch {cos.shape[0]} but x has batch {batch}")
-    return _rotate_unchecked(x, cos, sin, layout)
-
-
-def _rotate_unchecked(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """:func:`apply_rotary` without checks, from full-width tables."""
-    return _rotate_halves(x, *_halves_for(x, cos, sin, layout), layout, cos.shape[-1])
-
-
-def _halves_for(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> tuple[Tensor, Tensor]:
-    """Full-width tables as one value per pair in ``x``'s compute dtype, on its device."""
-    compute = _compute_dtype(x.dtype)
-    cos, sin = cos.to(device=x.device, dtype=compute), sin.to(device=x.device, dtype=compute)
-    return _half_tables(cos, sin, layout)
-
-
-def _half_tables(cos: Tensor, sin: Tensor, layout: str) -> tuple[Tensor, Tensor]:
-    """One value per pair from full-width tables, heads broadcast: ``(…, 1, seq, d/2)``."""
-    rotary_dim = cos.shape[-1]
-    c, s = _pair_views(cos, rotary_dim, layout)[0], _pair_views(sin, rotary_dim, layout)[0]
-    if c.dim() == 3:
-        c, s = c[:, None], s[:, None]  # (batch, 1, seq, rotary_dim / 2): broadcast heads
-    return c, s
-
-
-def _rotate_halves(x: Tensor, c: Tensor, s: Tensor, layout: str, rotary_dim: int) -> Tensor:
-    """The hot path of every rotary encoding: ``c``, ``s`` are one value per pair, in the
-    compute dtype on ``x``'s device (:func:`_half_tables`).
-
-    Each pair ``(a, b)`` becomes ``(a·c − b·s, b·c + a·s)`` with the same roundings as HF's
-    ``x·cos + rotate_half(x)·sin`` (bitwise equal), by the implementation
-    :mod:`posenc.rotary.kernels` picks (numba's kernels on the CPU when installed).
-    """
-    return rotate(x, c, s, layout=layout, rotary_dim=rotary_dim)
+def __getattr__(name: str) -> Any:
+    """The functions that moved to :mod:`posenc.rotary.functional` (``apply_rotary``,
+    ``rope_angles``, ``rope_cos_sin``) still resolve here, with a ``DeprecationWarning``."""
+    return moved_name(__name__, name)
 
 
 class RotaryEmbedding(RotaryEncoding):
@@ -292,7 +84,9 @@ class RotaryEmbedding(RotaryEncoding):
     (``scaling.depends_on_length``: DynamicNTK ``"hf"``, LongRoPE, dynamic YaRN) follow
     HF's runtime semantics (``dynamic_rope_update``, the ``"forward"`` length rule): each
     call of :meth:`forward`, :meth:`rotate` or :meth:`cos_sin` takes ``seq_len =
-    max(positions) + 1`` (over q and k) and
+    max(positions) + 1`` (over q and k) and advances :attr:`length_state`, the module's
+    :class:`~posenc.rotary.scaling.LengthState` made by ``scaling.new_state()``, by the
+    scaling's rule (:mod:`posenc.rotary.scaling.length`):
 
     * DynamicNTK and dynamic YaRN: if ``seq_len > max_seq_len_cached`` the frequencies are
       recomputed for ``seq_len`` and ``max_seq_len_cached = seq_len``; else, if ``seq_len``
@@ -301,12 +95,11 @@ class RotaryEmbedding(RotaryEncoding):
       ``max_seq_len_cached`` is the threshold again (its initial value);
     * LongRoPE: the long factors are used iff ``seq_len > original_max_position_embeddings``.
 
-    Each change counts one in :attr:`rebuilds`. This state (current frequencies,
-    :attr:`max_seq_len_cached`, :attr:`rebuilds`) lives in plain attributes of *this
-    module* and is mutated in forward, as in HF: share one module per model (or per layer)
-    accordingly. Reading ``seq_len`` costs one host sync per call, so under
-    ``torch.compile`` the length-dependent path graph-breaks and is not
-    ``fullgraph``-compatible; static scalings add no sync.
+    Each change counts one in :attr:`rebuilds`. This state belongs to *this module* and is
+    mutated in forward, as in HF: share one module per model (or per layer) accordingly.
+    Reading ``seq_len`` costs one host sync per call, so under ``torch.compile`` the
+    length-dependent path graph-breaks and is not ``fullgraph``-compatible; static scalings
+    add no sync.
 
     Under a KV cache, :class:`~posenc.attention.Attention` keeps such an encoding's keys
     unrotated and rotates every key with the current step's frequencies when it reads them
@@ -346,12 +139,13 @@ class RotaryEmbedding(RotaryEncoding):
         >>> q, k = rope(q, k, torch.arange(4, 9), torch.arange(9))
     """
 
+    #: ``A`` of the current frequencies (the scaling's, at the current length).
     attention_factor: float
-    #: frequency changes made by a length-dependent scaling (HF's recomputes and resets).
-    rebuilds: int = 0
+    #: "forward" or "query": how a length-dependent scaling picks its length (a plain
+    #: attribute shadowing RotaryEncoding's property: set by the constructor).
     length_rule: LengthRule = "forward"
-    #: DynamicNTK ("hf"): the longest length the frequencies follow; None otherwise.
-    max_seq_len_cached: int | None
+    #: how the frequencies follow the sequence length (plain RoPE, static scalings: never).
+    length_state: LengthState
 
     def __init__(
         self,
@@ -391,13 +185,7 @@ class RotaryEmbedding(RotaryEncoding):
         check_in_choices("length_rule", length_rule, LENGTH_RULES)
         self.length_rule: LengthRule = length_rule
         self.attention_factor = 1.0 if scaling is None else scaling.attention_factor
-        self.rebuilds = 0
-        threshold = getattr(scaling, "length_threshold", None)
-        self.max_seq_len_cached = (
-            threshold if scaling is not None and scaling.depends_on_length and threshold else None
-        )
-        # seq_len the current frequencies were computed for (None: the initial ones).
-        self._freq_seq_len: int | None = None
+        self.length_state = LengthState() if scaling is None else scaling.new_state()
         self._inv_freq_memo: dict[tuple[object, ...], Tensor] = {}
         self._table_memo: dict[tuple[object, ...], tuple[Tensor, Tensor]] = {}
 
@@ -406,46 +194,37 @@ class RotaryEmbedding(RotaryEncoding):
         """True when the frequencies follow the sequence length (one host sync per call)."""
         return self.scaling is not None and self.scaling.depends_on_length
 
+    @property
+    def rebuilds(self) -> int:
+        """Frequency changes made by a length-dependent scaling (HF's recomputes and resets)."""
+        return self.length_state.rebuilds
+
+    @property
+    def max_seq_len_cached(self) -> int | None:
+        """DynamicNTK (``"hf"``), dynamic YaRN: the longest length the frequencies follow
+        (HF's attribute); None otherwise."""
+        return self.length_state.max_seq_len_cached
+
     def update(self, seq_len: int) -> None:
         """Advance the length-dependent frequencies to ``seq_len`` (HF's
-        ``dynamic_rope_update``); a no-op for plain RoPE and static scalings.
+        ``dynamic_rope_update``, by the rule of the scaling's
+        :class:`~posenc.rotary.scaling.LengthState`); a no-op for plain RoPE and static
+        scalings.
 
         Args:
             seq_len: ``max(positions) + 1`` of the current call, ≥ 1.
         """
         check_positive_int("seq_len", seq_len)
-        scaling = self.scaling
-        if scaling is None or not scaling.depends_on_length:
-            return
-        if isinstance(scaling, (DynamicNTK, YaRN)):
-            original = scaling.length_threshold
-            assert self.max_seq_len_cached is not None
-            if seq_len > self.max_seq_len_cached:  # grow: follow the longest length seen
-                self._set_frequencies(seq_len)
-                self.max_seq_len_cached = seq_len
-            elif seq_len < original < self.max_seq_len_cached:  # reset: back to plain RoPE
-                self._set_frequencies(None)
-                self.max_seq_len_cached = original
-        elif isinstance(scaling, LongRoPE):
-            original = scaling.original_max_position_embeddings
-            target = original + 1 if seq_len > original else None  # long or short factors
-            if target != self._freq_seq_len:
-                self._set_frequencies(target)
-        elif seq_len != self._freq_seq_len:  # any other length-dependent scaling
-            self._set_frequencies(seq_len)
+        if self.length_state.update(seq_len):
+            self.attention_factor = self._attention_factor_at(self.length_state.length)
+            self._inv_freq_memo.clear()
+            self._table_memo.clear()
 
-    def _set_frequencies(self, seq_len: int | None) -> None:
-        self._freq_seq_len = seq_len
-        self.attention_factor = self._attention_factor_at(seq_len)
-        self._inv_freq_memo.clear()
-        self._table_memo.clear()
-        self.rebuilds += 1
-
-    def _attention_factor_at(self, state: int | None) -> float:
-        return 1.0 if self.scaling is None else self.scaling.attention_factor_at(state)
+    def _attention_factor_at(self, length: int | None) -> float:
+        return 1.0 if self.scaling is None else self.scaling.attention_factor_at(length)
 
     def frequency_length(self, seq_len: int) -> int | None:
-        """The state the frequencies take for a sequence of ``seq_len`` positions without
+        """The length the frequencies follow for a sequence of ``seq_len`` positions without
         history (the ``"query"`` length rule: each query's own prefix). None: the initial
         frequencies."""
         scaling = self.scaling
@@ -455,15 +234,8 @@ class RotaryEmbedding(RotaryEncoding):
 
     def _update_from(self, *positions: Tensor) -> None:
         """``update(max(positions) + 1)`` with one host sync; only for length-dependent ones."""
-        if not self.depends_on_length:
-            return
-        maxima = [p.detach().max().to(torch.float64) for p in positions if p.numel() > 0]
-        if not maxima:
-            return
-        largest = maxima[0]
-        for other in maxima[1:]:
-            largest = torch.maximum(largest, other.to(largest.device))
-        self.update(max(math.floor(float(largest)) + 1, 1))  # the host sync
+        if self.depends_on_length and (seq_len := sequence_length(*positions)) is not None:
+            self.update(seq_len)
 
     def inv_freq(self, device: torch.device | str | None = None) -> Tensor:
         """Inverse frequencies ``(rotary_dim // 2,)`` on ``device`` (or the default device).
@@ -474,18 +246,18 @@ class RotaryEmbedding(RotaryEncoding):
         of the current state (see :meth:`update`).
         """
         device = torch.device(device if device is not None else (self.device or "cpu"))
-        key = (device, self.rotary_dim, self.base, self.scaling, self._freq_seq_len)
+        key = (device, self.rotary_dim, self.base, self.scaling, self.length_state.length)
         if key not in self._inv_freq_memo:
-            self._inv_freq_memo[key] = self._inv_freq_at(device, self._freq_seq_len)
+            self._inv_freq_memo[key] = self._inv_freq_at(device, self.length_state.length)
         return self._inv_freq_memo[key]
 
-    def _inv_freq_at(self, device: torch.device, state: int | None) -> Tensor:
-        """The inverse frequencies of length state ``state`` (not memoised)."""
+    def _inv_freq_at(self, device: torch.device, length: int | None) -> Tensor:
+        """The inverse frequencies that follow ``length`` (not memoised)."""
         dtype = torch.float32 if device.type == "mps" else torch.float64
         if self.scaling is None:
             values = rope_inv_freq(self.rotary_dim, self.base)
         else:
-            values = self.scaling.inv_freq(self.rotary_dim, self.base, seq_len=state)
+            values = self.scaling.inv_freq(self.rotary_dim, self.base, seq_len=length)
         return values.to(dtype).to(device)
 
     def cos_sin(self, positions: Tensor, dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
@@ -512,20 +284,22 @@ class RotaryEmbedding(RotaryEncoding):
                 return cos[positions], sin[positions]
         # MPS has no float64: rope_angles works on the CPU there, so take the CPU frequencies.
         device = "cpu" if positions.device.type == "mps" else positions.device
-        return _cos_sin(
+        return cos_sin_tables(
             positions, self.inv_freq(device), self.layout, table_dtype, self.attention_factor
         )
 
     def _position_tables(self, dtype: torch.dtype, length: int) -> tuple[Tensor, Tensor]:
         """cos/sin of positions ``0 … n − 1`` (``n ≥ length``, a power of two), memoised:
-        rows of the same elementwise float64 computation as :func:`_cos_sin`, so a gather
-        from them gives the same bits as computing the positions' own tables."""
-        key = (dtype, self._freq_seq_len, self.base, self.scaling, self.layout, self.rotary_dim)
+        rows of the same elementwise float64 computation as
+        :func:`~posenc.rotary.functional.cos_sin_tables`, so a gather from them gives the same
+        bits as computing the positions' own tables."""
+        current = self.length_state.length
+        key = (dtype, current, self.base, self.scaling, self.layout, self.rotary_dim)
         tables = self._table_memo.get(key)
         if tables is None or tables[0].shape[0] < length:
             size = min(TABLE_CACHE_POSITIONS, max(256, 1 << (length - 1).bit_length()))
             positions = torch.arange(size)
-            tables = _cos_sin(
+            tables = cos_sin_tables(
                 positions, self.inv_freq("cpu"), self.layout, dtype, self.attention_factor
             )
             self._table_memo[key] = tables
@@ -551,29 +325,29 @@ class RotaryEmbedding(RotaryEncoding):
         positions.
         """
         if length is not None:
-            state = self.frequency_length(length)
+            target = self.frequency_length(length)
             device = torch.device("cpu") if positions.device.type == "mps" else positions.device
-            table_dtype = self.dtype or _compute_dtype(dtype)
-            cos, sin = _cos_sin(
+            table_dtype = self.dtype or compute_dtype(dtype)
+            cos, sin = cos_sin_tables(
                 positions,
-                self._inv_freq_at(device, state),
+                self._inv_freq_at(device, target),
                 self.layout,
                 table_dtype,
-                self._attention_factor_at(state),
+                self._attention_factor_at(target),
             )
-            compute = _compute_dtype(dtype)
-            return _half_tables(cos.to(compute), sin.to(compute), self.layout)
+            compute = compute_dtype(dtype)
+            return pair_tables(cos.to(compute), sin.to(compute), self.layout)
         if update:
             self._update_from(positions)
-        return self._half_tables_for(positions, dtype)
+        return self._pair_tables_for(positions, dtype)
 
-    def _half_tables_for(
+    def _pair_tables_for(
         self, positions: Tensor, dtype: torch.dtype, *, gather: bool = False
     ) -> tuple[Tensor, Tensor]:
-        compute = _compute_dtype(dtype)
+        compute = compute_dtype(dtype)
         tables = self._tables(positions, compute, gather=gather)
         cos, sin = (t.to(compute) for t in tables)  # self.dtype: widen
-        return _half_tables(cos, sin, self.layout)
+        return pair_tables(cos, sin, self.layout)
 
     def rotate_qk(
         self,
@@ -608,8 +382,8 @@ class RotaryEmbedding(RotaryEncoding):
         """
         check_rotary_input(x, positions, self.head_dim, "x", "positions", type(self).__name__)
         self._update_from(positions)
-        cos, sin = self._tables(positions.to(x.device), _compute_dtype(x.dtype), gather=True)
-        return _rotate_unchecked(x, cos, sin, self.layout)
+        cos, sin = self._tables(positions.to(x.device), compute_dtype(x.dtype), gather=True)
+        return rotate_by_tables(x, cos, sin, self.layout)
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate q by ``q_pos`` and k by ``k_pos``; returns ``(q_rot, k_rot)``.
@@ -618,11 +392,11 @@ class RotaryEmbedding(RotaryEncoding):
         """
         self.check_rotary_call(q, k, q_pos, k_pos)
         self._update_from(q_pos, k_pos)
-        q_tables = self._half_tables_for(q_pos.to(q.device), q.dtype, gather=True)
+        q_tables = self._pair_tables_for(q_pos.to(q.device), q.dtype, gather=True)
         # Self-attention passes one positions tensor for both: build its tables once.
         same = k_pos is q_pos and k.dtype == q.dtype and k.device == q.device
         k_tables = (
-            q_tables if same else self._half_tables_for(k_pos.to(k.device), k.dtype, gather=True)
+            q_tables if same else self._pair_tables_for(k_pos.to(k.device), k.dtype, gather=True)
         )
         return self.rotate_qk(q, k, q_tables, k_tables)
 

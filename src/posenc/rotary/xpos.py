@@ -35,7 +35,7 @@ long contexts put ``c`` in the middle of the positions in use, or run in float64
 from __future__ import annotations
 
 import math
-from typing import ClassVar, get_args
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -49,12 +49,11 @@ from posenc._validate import (
 from posenc.encoding.protocols import RotaryEncoding, check_rotary_input
 from posenc.positions import check_positions
 from posenc.rotary.frequencies import check_rotary_dim, resolve_rotary_dim, rope_inv_freq
+from posenc.rotary.functional import cos_sin_tables, pair_tables_for, rotate_by_tables
 from posenc.rotary.kernels import rotate_pair
-from posenc.rotary.rope import Layout, _cos_sin, _halves_for, _rotate_unchecked
+from posenc.rotary.layouts import LAYOUTS, Layout
 
 __all__ = ["XPos", "xpos_max_distance", "xpos_scale", "xpos_zeta"]
-
-LAYOUTS: tuple[str, ...] = get_args(Layout)
 
 
 def xpos_zeta(rotary_dim: int) -> Tensor:
@@ -258,13 +257,13 @@ class XPos(RotaryEncoding):
         """Rotate queries by ``positions`` and scale them by ``ζ^{(p − c)/B}``."""
         self._check_call(x, positions, "x", "positions")
         cos, sin, _, _ = self.rotary_tables(positions.to(x.device), x.dtype)
-        return _rotate_unchecked(x, cos, sin, self.layout)
+        return rotate_by_tables(x, cos, sin, self.layout)
 
     def rotate_keys(self, x: Tensor, positions: Tensor) -> Tensor:
         """Rotate keys by ``positions`` and scale them by ``ζ^{-(p − c)/B}``."""
         self._check_call(x, positions, "x", "positions")
         _, _, cos, sin = self.rotary_tables(positions.to(x.device), x.dtype)
-        return _rotate_unchecked(x, cos, sin, self.layout)
+        return rotate_by_tables(x, cos, sin, self.layout)
 
     def forward(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> tuple[Tensor, Tensor]:
         """Rotate and scale q by ``q_pos`` and k by ``k_pos``; returns ``(q', k')``."""
@@ -310,7 +309,7 @@ class XPos(RotaryEncoding):
         """``(cos_q, sin_q, cos_k, sin_k)``: rotation tables times the query and key scales."""
         mps = positions.device.type == "mps"  # no float64 there: tables in float32
         exact = torch.float32 if mps else torch.float64
-        cos, sin = _cos_sin(positions, self._inv_freq, self.layout, exact, 1.0)
+        cos, sin = cos_sin_tables(positions, self._inv_freq, self.layout, exact, 1.0)
         table = self.dtype or (torch.float64 if dtype == torch.float64 else torch.float32)
         tables = []
         for inverse in (False, True):  # query scales, then key scales
@@ -339,8 +338,8 @@ class XPos(RotaryEncoding):
         return rotate_pair(
             q,
             k,
-            _halves_for(q, q_tables[0], q_tables[1], self.layout),
-            _halves_for(k, k_tables[2], k_tables[3], self.layout),
+            pair_tables_for(q, q_tables[0], q_tables[1], self.layout),
+            pair_tables_for(k, k_tables[2], k_tables[3], self.layout),
             layout=self.layout,
             rotary_dim=self.rotary_dim,
             inplace=inplace,

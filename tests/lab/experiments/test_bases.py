@@ -10,7 +10,7 @@ import torch
 
 from posenc.lab.experiments.bases import PRETRAIN_BASE, BasesConfig, predicted_regime, run_bases
 from posenc.lab.seed_claims import claims_of
-from posenc.rotary.scaling_laws import extrapolation_bound
+from posenc.rotary.scaling.laws import extrapolation_bound
 
 TINY = BasesConfig(
     train_len=16,

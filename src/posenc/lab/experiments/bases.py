@@ -11,10 +11,10 @@ The setting of Liu et al. 2023, "Scaling Laws of RoPE-based Extrapolation"
    ``T`` with RoPE's base changed to ``β`` (``out/runs/ft_base<β>``; ``β = 10⁴`` is the
    control: the same fine-tune without a base change), then evaluated at ``m·T``.
 
-The paper's prediction (:mod:`posenc.rotary.scaling_laws`): pre-training at ``T`` completes a
+The paper's prediction (:mod:`posenc.rotary.scaling.laws`): pre-training at ``T`` completes a
 period only in the first ``d_extra = critical_dimension(d, 10⁴, T)`` channels; after tuning at
 base ``β`` the model extrapolates up to ``T_extra = 2π·β^(d_extra/d)`` positions
-(:func:`~posenc.rotary.scaling_laws.extrapolation_bound`), and without limit when ``β`` is so
+(:func:`~posenc.rotary.scaling.laws.extrapolation_bound`), and without limit when ``β`` is so
 small that every channel completes a period within ``T`` (``β ≤ full_period_base(d, T)``).
 Each row carries its base's regime and bound (:func:`predicted_regime`): ``"larger"``
 (``β ≥ 10⁴``, bound ``T_extra``), ``"small"`` (unbounded) or ``"between"`` (the paper states
@@ -49,7 +49,7 @@ from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import length_label, pivot, seed_note, text_table
 from posenc.lab.train import TrainConfig, train
 from posenc.models import DecoderLM, ModelConfig
-from posenc.rotary.scaling_laws import critical_dimension, extrapolation_bound
+from posenc.rotary.scaling.laws import critical_dimension, extrapolation_bound
 
 __all__ = [
     "EXPERIMENT",

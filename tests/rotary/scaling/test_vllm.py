@@ -1,4 +1,4 @@
-"""vLLM's scalings that HF lacks (``posenc.rotary.scaling_vllm``) and YaRN's
+"""vLLM's scalings that HF lacks (``posenc.rotary.scaling.vllm``) and YaRN's
 ``extrapolation_factor``, each against vLLM's formula re-derived from its code in float64
 Python arithmetic (``vllm/model_executor/layers/rotary_embedding``: ``ntk_scaling_rope.py``,
 ``grok1_scaling_rope.py``, ``deepseek_scaling_rope.py``, ``common.py``). The table is

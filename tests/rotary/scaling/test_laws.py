@@ -9,7 +9,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc.rotary import rope_inv_freq
-from posenc.rotary.scaling_laws import (
+from posenc.rotary.scaling.laws import (
     base_for_context,
     critical_dimension,
     extrapolation_bound,

@@ -18,7 +18,9 @@ from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
-from posenc.rotary.scaling_base import Scaling, _at_least_one, _check_seq_len, _set
+from posenc.rotary.scaling._common import at_least_one, check_seq_len, set_field
+from posenc.rotary.scaling.base import Scaling
+from posenc.rotary.scaling.length import LengthState, LengthSwitch
 
 __all__ = ["Llama3", "LongRoPE", "Proportional"]
 
@@ -65,8 +67,8 @@ class LongRoPE(Scaling):
     type_name: ClassVar[str] = "longrope"
 
     def __post_init__(self) -> None:
-        _set(self, "short_factor", _factor_list("short_factor", self.short_factor))
-        _set(self, "long_factor", _factor_list("long_factor", self.long_factor))
+        set_field(self, "short_factor", _factor_list("short_factor", self.short_factor))
+        set_field(self, "long_factor", _factor_list("long_factor", self.long_factor))
         if len(self.long_factor) != len(self.short_factor):
             raise ValueError(
                 f"long_factor has {len(self.long_factor)} entries but short_factor has "
@@ -78,7 +80,7 @@ class LongRoPE(Scaling):
         if original < 2:
             raise ValueError("original_max_position_embeddings must be >= 2 (ln L0 divides)")
         if self.factor is not None:
-            _set(self, "factor", _at_least_one("factor", self.factor))
+            set_field(self, "factor", at_least_one("factor", self.factor))
         if self.max_position_embeddings is not None:
             check_positive_int("max_position_embeddings", self.max_position_embeddings)
             if self.max_position_embeddings < original:
@@ -87,7 +89,7 @@ class LongRoPE(Scaling):
                     f"({original}), got {self.max_position_embeddings}"
                 )
         if self.attention_factor_override is not None:
-            _set(
+            set_field(
                 self,
                 "attention_factor_override",
                 check_positive_float("attention_factor_override", self.attention_factor_override),
@@ -111,8 +113,13 @@ class LongRoPE(Scaling):
         original = self.original_max_position_embeddings
         return original + 1 if seq_len > original else None
 
+    def new_state(self) -> LengthState:
+        """HF's per-call switch (:class:`~posenc.rotary.scaling.length.LengthSwitch`): the
+        long factors iff ``seq_len > L0``."""
+        return LengthSwitch(self.frequency_length)
+
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
-        seq_len = _check_seq_len(seq_len)
+        seq_len = check_seq_len(seq_len)
         check_rotary_dim(rotary_dim)
         if len(self.short_factor) != rotary_dim // 2:
             raise ValueError(
@@ -173,10 +180,12 @@ class Llama3(Scaling):
     type_name: ClassVar[str] = "llama3"
 
     def __post_init__(self) -> None:
-        _set(self, "factor", _at_least_one("factor", self.factor))
-        _set(self, "low_freq_factor", check_positive_float("low_freq_factor", self.low_freq_factor))
+        set_field(self, "factor", at_least_one("factor", self.factor))
+        set_field(
+            self, "low_freq_factor", check_positive_float("low_freq_factor", self.low_freq_factor)
+        )
         high = check_positive_float("high_freq_factor", self.high_freq_factor)
-        _set(self, "high_freq_factor", high)
+        set_field(self, "high_freq_factor", high)
         if self.low_freq_factor > high:
             raise ValueError(
                 f"low_freq_factor must be <= high_freq_factor ({high}), got {self.low_freq_factor}"
@@ -186,7 +195,7 @@ class Llama3(Scaling):
         )
 
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
-        _check_seq_len(seq_len)
+        check_seq_len(seq_len)
         theta = rope_inv_freq(rotary_dim, base)
         original, low, high = (
             self.original_max_position_embeddings,
@@ -219,7 +228,7 @@ class Proportional(Scaling):
     2024, "Round and Round We Go! What makes Rotary Positional Encodings useful?",
     https://arxiv.org/abs/2410.06205): the highest ``p`` fraction of the frequencies rotate,
     the lowest, which carry little position and go out of distribution first beyond the
-    training length (:mod:`posenc.rotary.scaling_laws`), are removed.
+    training length (:mod:`posenc.rotary.scaling.laws`), are removed.
 
     Args:
         partial_rotary_factor: ``p`` in (0, 1].
@@ -234,11 +243,11 @@ class Proportional(Scaling):
         p = check_positive_float("partial_rotary_factor", self.partial_rotary_factor)
         if p > 1.0:
             raise ValueError(f"partial_rotary_factor must be in (0, 1], got {p}")
-        _set(self, "partial_rotary_factor", p)
-        _set(self, "factor", check_positive_float("factor", self.factor))
+        set_field(self, "partial_rotary_factor", p)
+        set_field(self, "factor", check_positive_float("factor", self.factor))
 
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
-        _check_seq_len(seq_len)
+        check_seq_len(seq_len)
         theta = rope_inv_freq(rotary_dim, base)
         rotated = int(self.partial_rotary_factor * rotary_dim // 2)
         theta[rotated:] = 0.0

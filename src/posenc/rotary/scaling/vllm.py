@@ -22,15 +22,9 @@ from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.rotary.frequencies import check_rotary_dim, rope_inv_freq
-from posenc.rotary.scaling_base import (
-    Scaling,
-    _at_least_one,
-    _check_seq_len,
-    _set,
-    check_ramp_fields,
-    yarn_correction_range,
-    yarn_ramp,
-)
+from posenc.rotary.scaling._common import at_least_one, check_seq_len, set_field
+from posenc.rotary.scaling.base import Scaling
+from posenc.rotary.scaling.yarn import check_ramp_fields, yarn_correction_range, yarn_ramp
 
 __all__ = ["BasePower", "FixedNTK", "GeometricYaRN"]
 
@@ -71,12 +65,12 @@ class FixedNTK(Scaling):
     type_name: ClassVar[str] = "fixed_ntk"
 
     def __post_init__(self) -> None:
-        _set(self, "factor", _at_least_one("factor", self.factor))
+        set_field(self, "factor", at_least_one("factor", self.factor))
         if self.mixed_b is not None:
-            _set(self, "mixed_b", check_positive_float("mixed_b", self.mixed_b))
+            set_field(self, "mixed_b", check_positive_float("mixed_b", self.mixed_b))
 
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
-        _check_seq_len(seq_len)
+        check_seq_len(seq_len)
         check_rotary_dim(rotary_dim)
         base = check_positive_float("base", base)
         s = self.factor
@@ -130,7 +124,7 @@ class GeometricYaRN(Scaling):
         check_ramp_fields(self)
 
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
-        _check_seq_len(seq_len)
+        check_seq_len(seq_len)
         low, high = yarn_correction_range(
             rotary_dim,
             base,
@@ -173,7 +167,7 @@ class BasePower(Scaling):
     type_name: ClassVar[str] = "base_power"
 
     def __post_init__(self) -> None:
-        _set(self, "factor", _at_least_one("factor", self.factor))
+        set_field(self, "factor", at_least_one("factor", self.factor))
         original = check_positive_int(
             "original_max_position_embeddings", self.original_max_position_embeddings
         )
@@ -190,6 +184,6 @@ class BasePower(Scaling):
         return math.log(original * self.factor / (2 * math.pi)) / math.log(original / (2 * math.pi))
 
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
-        _check_seq_len(seq_len)
+        check_seq_len(seq_len)
         base = check_positive_float("base", base)
         return rope_inv_freq(rotary_dim, base**self.exponent)

@@ -1,7 +1,7 @@
-"""posenc.rotary._triton_kernels: the Triton rotation gives the torch path's bits.
+"""posenc.rotary.kernels._triton: the Triton rotation gives the torch path's bits.
 
 Every case rotates in place and into ``out`` (strided unlike ``x``, prefilled with NaN) and
-compares whole tensors with :func:`posenc.rotary.kernels._torch_rotate`, bit for bit. On
+compares whole tensors with :func:`posenc.rotary.kernels.torch_path.torch_rotate`, bit for bit. On
 CUDA the cases run here. Without it they run under Triton's interpreter
 (``TRITON_INTERPRET=1``, numpy on CPU tensors), which must be set before triton is imported:
 one child process runs this file as a script over every case, so the variable never reaches
@@ -21,8 +21,8 @@ import torch
 
 pytest.importorskip("triton")
 
-from posenc.rotary._triton_kernels import run_triton
-from posenc.rotary.kernels import _torch_rotate
+from posenc.rotary.kernels._triton import run_triton
+from posenc.rotary.kernels.torch_path import torch_rotate
 
 DTYPES = {
     "float32": torch.float32,
@@ -141,7 +141,7 @@ def check(case: Case, device: str) -> None:
     """Rotate in place and into ``out``; both equal the torch path bit for bit."""
     layout, rotary_dim = case.layout, case.rotary_dim
     for x, c, s in _inputs(case, device):
-        expected = _torch_rotate(x, c, s, layout, rotary_dim, None, False)
+        expected = torch_rotate(x, c, s, layout, rotary_dim, None, False)
 
         rotated = x.clone()
         run_triton(rotated, c, s, layout == "interleaved", rotary_dim, None)

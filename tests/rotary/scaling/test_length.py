@@ -1,14 +1,26 @@
 """Length-dependent RoPE state: HF's dynamic-NTK grow-and-reset and LongRoPE's switch,
-step by step against HF ``LlamaRotaryEmbedding``, with the exact count of rebuilds."""
+step by step against HF ``LlamaRotaryEmbedding``, with the exact count of rebuilds; the
+state objects the scalings make, rule by rule."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import pytest
 import torch
+from torch import Tensor
 
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.rope import RotaryEmbedding
-from posenc.rotary.scaling import DynamicNTK, LongRoPE, YaRN
+from posenc.rotary.scaling import DynamicNTK, Linear, LongRoPE, Scaling, YaRN
+from posenc.rotary.scaling.length import (
+    FollowLength,
+    GrowAndReset,
+    LengthState,
+    LengthSwitch,
+    sequence_length,
+)
 
 HEAD_DIM = 16
 MAX_POS = 16  # L_max of DynamicNTK, L0 of LongRoPE
@@ -234,3 +246,86 @@ def test_dynamic_yarn_has_no_hf_form_and_a_dict_form() -> None:
     assert "dynamic" not in to_rope_parameters(
         RotaryEmbedding(HEAD_DIM, scaling=YaRN(2.0, MAX_POS))
     )
+
+
+# ---- the state objects ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Stretch(Scaling):
+    """A length-dependent scaling with no rule of its own: θ / seq_len."""
+
+    depends_on_length: ClassVar[bool] = True
+
+    def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
+        return rope_inv_freq(rotary_dim, base) / (seq_len or 1)
+
+
+def test_each_scaling_makes_the_state_of_its_rule() -> None:
+    ones = (1.0,) * (HEAD_DIM // 2)
+    cases = [
+        (Linear(2.0), LengthState),
+        (DynamicNTK(4.0, MAX_POS), GrowAndReset),
+        (DynamicNTK(4.0, MAX_POS, mode="fixed", target_length=64), LengthState),
+        (YaRN(2.0, MAX_POS), LengthState),
+        (YaRN(2.0, MAX_POS, dynamic=True), GrowAndReset),
+        (LongRoPE(ones, ones, MAX_POS, factor=2.0), LengthSwitch),
+        (_Stretch(), FollowLength),
+    ]
+    for scaling, kind in cases:
+        state = scaling.new_state()
+        assert type(state) is kind, scaling
+        assert (state.length, state.rebuilds) == (None, 0)
+    assert type(RotaryEmbedding(HEAD_DIM).length_state) is LengthState
+
+
+def test_the_rules_step_by_step() -> None:
+    grow = GrowAndReset(16)
+    steps = [(8, False), (17, True), (17, False), (16, False), (30, True), (10, True), (12, False)]
+    for seq_len, changed in steps:
+        assert grow.update(seq_len) is changed, seq_len
+    assert (grow.length, grow.max_seq_len_cached, grow.rebuilds) == (None, 16, 3)
+
+    switch = LengthSwitch(lambda n: 17 if n > 16 else None)
+    assert [switch.update(n) for n in (3, 17, 40, 16, 2)] == [False, True, False, True, False]
+    assert (switch.length, switch.max_seq_len_cached, switch.rebuilds) == (None, None, 2)
+
+    follow = FollowLength()
+    assert [follow.update(n) for n in (3, 3, 5, 4)] == [True, False, True, True]
+    assert (follow.length, follow.rebuilds) == (4, 3)
+
+    static = LengthState()
+    assert not static.update(100) and (static.length, static.rebuilds) == (None, 0)
+    assert "rebuilds=3" in repr(grow)
+
+
+def test_each_module_owns_its_state() -> None:
+    scaling = DynamicNTK(4.0, MAX_POS)
+    first, second = (RotaryEmbedding(HEAD_DIM, scaling=scaling) for _ in range(2))
+    first.update(40)
+    assert (first.rebuilds, first.max_seq_len_cached) == (1, 40)
+    assert (second.rebuilds, second.max_seq_len_cached) == (0, MAX_POS)
+    assert first.length_state is not second.length_state
+    torch.testing.assert_close(second.inv_freq(), rope_inv_freq(HEAD_DIM))
+    assert scaling == DynamicNTK(4.0, MAX_POS)  # the frozen value is untouched
+
+
+def test_a_scaling_without_a_rule_follows_every_length() -> None:
+    rope = RotaryEmbedding(HEAD_DIM, scaling=_Stretch())
+    x = torch.randn(1, 1, 3, HEAD_DIM, dtype=torch.float64)
+    calls = [(torch.arange(3), 1), (torch.arange(3), 1), (torch.arange(5, 8), 2)]
+    for positions, rebuilds in calls:
+        rope.rotate(x, positions)
+        seq_len = int(positions.max()) + 1
+        assert (rope.rebuilds, rope.length_state.length) == (rebuilds, seq_len)
+        expected = _Stretch().inv_freq(HEAD_DIM, 1e4, seq_len=seq_len)
+        torch.testing.assert_close(rope.inv_freq(), expected, rtol=0, atol=0)
+    assert rope.frequency_length(7) is None  # the stateless rule of the base class
+
+
+def test_sequence_length_is_the_largest_position_plus_one() -> None:
+    assert sequence_length(torch.arange(4)) == 4
+    assert sequence_length(torch.arange(4), torch.tensor([[9, 2]])) == 10
+    assert sequence_length(torch.tensor([2.5])) == 3  # floored, as an integer position
+    assert sequence_length(torch.tensor([-3])) == 1  # at least 1
+    assert sequence_length(torch.zeros(0, dtype=torch.long)) is None

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from posenc.rotary import RotaryEmbedding, XPos, kernels
-from posenc.rotary.kernels import _pair_views, rotary_impl, rotate
+from posenc.rotary.kernels import fast, rotary_impl, rotate, torch_path
+from posenc.rotary.layouts import pair_views
 
 HAS_NUMBA = "numba" in kernels.available_impls()
 IMPLS = ["torch", pytest.param("numba", marks=pytest.mark.skipif(not HAS_NUMBA, reason="numba"))]
@@ -31,9 +32,9 @@ def _tables(seq: int, rotary_dim: int, dtype: torch.dtype, batch: int | None = N
 
 
 def _reference(x, c, s, layout, rotary_dim):
-    a, b = _pair_views(x.to(c.dtype), rotary_dim, layout)
+    a, b = pair_views(x.to(c.dtype), rotary_dim, layout)
     expected = x.clone()
-    new_a, new_b = _pair_views(expected, rotary_dim, layout)
+    new_a, new_b = pair_views(expected, rotary_dim, layout)
     new_a.copy_(a * c - b * s)
     new_b.copy_(b * c + a * s)
     return expected
@@ -151,7 +152,7 @@ def test_torch_blocks_equal_one_pass(monkeypatch) -> None:
     # The torch path splits long inputs into blocks of positions; blocks change nothing.
     x = _x((1, 2, 37, 8), torch.bfloat16)
     c, s = _tables(37, 8, torch.bfloat16)
-    monkeypatch.setattr(kernels, "_BLOCK", 16)
+    monkeypatch.setattr(torch_path, "_BLOCK", 16)
     for mode in ("new", "out", "inplace"):
         y = x.clone()
         got = rotate(
@@ -189,7 +190,7 @@ def test_gradients_equal_reference(impl, layout) -> None:
 
 
 def _reference_differentiable(x, c, s, layout):
-    a, b = _pair_views(x, 8, layout)
+    a, b = pair_views(x, 8, layout)
     new = (a * c - b * s, b * c + a * s)
     if layout == "half":
         return torch.cat((*new, x[..., 8:]), dim=-1)
@@ -279,8 +280,8 @@ def test_without_numba_everything_runs_on_torch(monkeypatch) -> None:
 
     monkeypatch.setattr(builtins, "__import__", no_numba)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
-    kernels._numba_kernels.cache_clear()
-    kernels._triton_kernel.cache_clear()
+    fast.numba_kernels.cache_clear()
+    fast.triton_kernel.cache_clear()
     try:
         assert kernels.available_impls() == ("auto", "torch")
         with pytest.raises(ValueError, match=r"posenc\[fast\]"):
@@ -292,8 +293,8 @@ def test_without_numba_everything_runs_on_torch(monkeypatch) -> None:
         c, s = rope.rotary_tables(positions, torch.float32)
         assert torch.equal(got, _reference(q, c, s, "half", 32))
     finally:
-        kernels._numba_kernels.cache_clear()
-        kernels._triton_kernel.cache_clear()
+        fast.numba_kernels.cache_clear()
+        fast.triton_kernel.cache_clear()
 
 
 def test_triton_serves_cuda_only() -> None:
@@ -341,7 +342,7 @@ def test_serial_and_parallel_numba_kernels_equal_reference(threads, rotary_dim, 
     # One torch thread runs numba's serial kernels (no threading layer), more the parallel.
     # Both inline the same row code, whose every dtype the tests above check; two dtypes
     # here (a wide and a narrow one) keep the cold-cache compile time of the suite down.
-    from posenc.rotary._numba_kernels import kernel_for
+    from posenc.rotary.kernels._numba import kernel_for
 
     assert kernel_for(rotary_dim // 2, 1) is not kernel_for(rotary_dim // 2, 2)
     x = _x((2, 3, 70, 128), dtype, strided=True)  # several jobs of 64 rows
