@@ -17,7 +17,7 @@ from posenc.integrations.hf import (
     mrope_from_config,
     rope_from_config,
 )
-from posenc.integrations.hf_conventions import DEFAULT_IGNORES_PARTIAL, UNDECLARED_MROPE_AXES
+from posenc.integrations.hf.conventions import DEFAULT_IGNORES_PARTIAL, UNDECLARED_MROPE_AXES
 
 transformers = pytest.importorskip("transformers")
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from posenc.integrations.hf import HFRotaryAdapter, patch_rotary, rotary_modules, unpatch_rotary
-from posenc.integrations.hf_patch import _is_text_rotary
+from posenc.integrations.hf.patch import is_text_rotary
 from posenc.rotary.rope import RotaryEmbedding
 
 transformers = pytest.importorskip("transformers")
@@ -37,7 +37,7 @@ def _patched_equal(family: str) -> tuple[torch.nn.Module, list[HFRotaryAdapter]]
     """Patch a tiny ``family`` model; assert every text rotary became an adapter, the adapters
     that ran are the modules HF ran (no silent no-op), and the logits equal HF's."""
     model, inputs = _tiny(family)
-    text = [name for name, m in rotary_modules(model) if _is_text_rotary(m)]
+    text = [name for name, m in rotary_modules(model) if is_text_rotary(m)]
     expected, hf_called = output_and_rotary_calls(model, inputs)
     patch_rotary(model, keep_non_text=True)
     adapters = {n: m for n, m in model.named_modules() if isinstance(m, HFRotaryAdapter)}

@@ -138,7 +138,7 @@ def check_family(
     """Build ``family`` tiny in ``dtype``, patch it with posenc's RoPE and compare outputs
     (see module doc)."""
     from posenc.integrations.hf import patch_rotary
-    from posenc.integrations.hf_patch import _is_text_rotary
+    from posenc.integrations.hf.patch import is_text_rotary
 
     if family in NOT_TEXT_ROPE:
         return FamilyResult(family, "not text RoPE", NOT_TEXT_ROPE[family])
@@ -154,7 +154,7 @@ def check_family(
         if not rotaries:
             why = f"the tiny {name} holds no rotary module (its rotary is in parts not built)"
             return FamilyResult(family, "could not build", why, None, name)
-        if not any(_is_text_rotary(m) for _, m in rotary_modules(model)):
+        if not any(is_text_rotary(m) for _, m in rotary_modules(model)):
             if family in OTHER_CONTRACT:
                 try:
                     patch_rotary(model, keep_non_text=True)
@@ -186,8 +186,8 @@ def check_family(
             return FamilyResult(
                 family, "mismatch", "patched forward: " + _first_line(err), None, name
             )
-    left = [key for key, module in rotary_modules(model) if _is_text_rotary(module)]
-    kept = [key for key, module in rotary_modules(model) if not _is_text_rotary(module)]
+    left = [key for key, module in rotary_modules(model) if is_text_rotary(module)]
+    kept = [key for key, module in rotary_modules(model) if not is_text_rotary(module)]
     if left:
         return FamilyResult(family, "mismatch", f"silent no-op: {left} left unpatched", None, name)
     if called != hf_called:
@@ -206,14 +206,14 @@ def check_family(
 def output_and_rotary_calls(model: nn.Module, inputs: dict[str, Any]) -> tuple[Tensor, set[str]]:
     """The model's output and the names of the text rotary modules (HF's or adapters) that
     ran: after patching, the same names must run as before (else a patch is a no-op)."""
-    from posenc.integrations.hf_patch import HFRotaryAdapter, _is_text_rotary
+    from posenc.integrations.hf.patch import HFRotaryAdapter, is_text_rotary
 
     called: set[str] = set()
     hooks = [
         module.register_forward_hook(lambda *_, key=key: called.add(key))
         for key, module in model.named_modules()
         if isinstance(module, HFRotaryAdapter)
-        or (type(module).__name__.endswith("RotaryEmbedding") and _is_text_rotary(module))
+        or (type(module).__name__.endswith("RotaryEmbedding") and is_text_rotary(module))
     ]
     try:
         return _output(model, inputs), called

@@ -114,7 +114,7 @@ def default_ignores_partial() -> frozenset[str]:
     """Model types whose default RoPE ignores ``partial_rotary_factor``, read from HF's code:
     the model types of every RoPE folder with a rotary class whose
     ``compute_default_rope_parameters`` does not read the factor (the source of
-    :data:`posenc.integrations.hf_conventions.DEFAULT_IGNORES_PARTIAL`)."""
+    :data:`posenc.integrations.hf.conventions.DEFAULT_IGNORES_PARTIAL`)."""
     import inspect
 
     out: set[str] = set()
@@ -137,7 +137,7 @@ def default_ignores_partial() -> frozenset[str]:
 def undeclared_mrope_axes() -> dict[str, int]:
     """Model folders whose rotary expands ``position_ids`` to a literal number of axes other
     than three, with that number (the source of
-    :data:`posenc.integrations.hf_conventions.UNDECLARED_MROPE_AXES`)."""
+    :data:`posenc.integrations.hf.conventions.UNDECLARED_MROPE_AXES`)."""
     expand = re.compile(r"position_ids\.expand\((\d+), -1, -1\)")
     found = {
         family: {int(n) for n in expand.findall(_modeling_source(family))} - {3}

@@ -14,7 +14,7 @@ __all__ = ["DEFAULT_IGNORES_PARTIAL", "UNDECLARED_MROPE_AXES"]
 #: ``mrope_section``, with the number of axes: every rotary that expands ``position_ids`` to
 #: a literal count of axes other than Qwen's three (NeoMME: (row, column), interleaved pair by
 #: pair in ``recomposition_frequencies``). Which pair reads which axis is read off HF's
-#: module by :func:`~posenc.integrations.hf_patch.patch_rotary`.
+#: module by :func:`~posenc.integrations.hf.patch.patch_rotary`.
 UNDECLARED_MROPE_AXES: dict[str, int] = {"neomme": 2}
 
 #: Model types whose default RoPE (their rotary class's ``compute_default_rope_parameters``)

@@ -40,7 +40,8 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from posenc.attention.functional import attend
-from posenc.integrations.hf import HFRotaryAdapter, rope_from_config
+from posenc.integrations.hf.config import rope_from_config
+from posenc.integrations.hf.patch import HFRotaryAdapter
 from posenc.rotary.rope import RotaryEmbedding
 from posenc.segments.base import Region, Segment, SegmentedRotary
 
@@ -186,7 +187,7 @@ def segment_attention(
     if state is None:
         raise ValueError(
             f"{type(module).__name__} runs attention {ATTENTION_NAME!r} but was not patched: "
-            "use posenc.integrations.hf_segments.patch_segments(model)"
+            "use posenc.integrations.hf.segments.patch_segments(model)"
         )
     for name in ("sliding_window", "softcap", "s_aux"):
         if kwargs.get(name) is not None:
