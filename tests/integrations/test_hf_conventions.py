@@ -38,13 +38,13 @@ def _rotary_class(family: str, name: str) -> Any:
 
 @pytest.mark.slow
 def test_default_ignores_partial_is_read_from_transformers() -> None:
-    from posenc.integrations.hf_tiny import default_ignores_partial
+    from tools.hf_sweep.conventions import default_ignores_partial
 
     assert default_ignores_partial() == DEFAULT_IGNORES_PARTIAL
 
 
 def test_undeclared_mrope_axes_is_read_from_transformers() -> None:
-    from posenc.integrations.hf_tiny import undeclared_mrope_axes
+    from tools.hf_sweep.conventions import undeclared_mrope_axes
 
     assert undeclared_mrope_axes() == UNDECLARED_MROPE_AXES
 

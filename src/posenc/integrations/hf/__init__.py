@@ -9,8 +9,8 @@
   (:mod:`posenc.integrations.hf.layers`): per-layer NoPE, chunked local attention and query
   temperature (Llama-4's iRoPE, Qwen-1's log-n) as ``ModelConfig`` options.
 * :func:`patch_rotary` / :func:`unpatch_rotary` (:mod:`posenc.integrations.hf.patch`): run
-  posenc's RoPE in every text rotary module of an HF model (151 of the 198 RoPE families of
-  transformers 5.23.0 give equal logits; see ``docs/hf.md`` for the others and why).
+  posenc's RoPE in every text rotary module of an HF model (``docs/hf.md`` lists the RoPE
+  families of transformers 5.23.0 that give equal logits, and why the others do not).
 
 Nested per-layer-type ``rope_parameters`` are read with ``layer_type=``; which model types'
 default RoPE ignores ``partial_rotary_factor`` comes from HF's code

@@ -1,9 +1,9 @@
 """Conventions of the installed ``transformers`` (5.23.0) that posenc's HF adapter follows, as data.
 
-Each table is read from HF's own code by :mod:`posenc.integrations.hf_sweep` (see
-``conventions_from_transformers``) and checked against the installed version by
-``tests/integrations/test_hf_conventions.py``; regenerate it when transformers changes with
-``python -m posenc.integrations.hf_sweep --conventions``.
+Each table is read from HF's own code by the sweep tooling (``tools/hf_sweep/conventions.py``,
+outside the installed package) and checked against the installed version by
+``tests/integrations/hf/test_conventions.py``; when transformers changes, regenerate both with
+``python -m tools.hf_sweep --conventions`` from the repository root.
 """
 
 from __future__ import annotations
