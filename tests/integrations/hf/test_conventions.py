@@ -1,7 +1,8 @@
-"""HF conventions read by the config adapter (issue 27.1): the default-ignores-partial rule taken
-from HF's code; the keys HF models read beyond their rope type's (Ministral 3's
-llama_4_scaling_beta, PhiMoE's short/long mscale, M-RoPE's mrope_section); nested per-layer-type
-rope_parameters. Each against transformers' own computation, and each bad input named."""
+"""HF conventions read by the config adapter: the default-ignores-partial rule taken from HF's
+code (tools/hf_sweep/conventions.py reads it, hf.conventions holds it); the keys HF models read
+beyond their rope type's (Ministral 3's llama_4_scaling_beta, PhiMoE's short/long mscale,
+M-RoPE's mrope_section); nested per-layer-type rope_parameters. Each against transformers' own
+computation, and each bad input named."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""patch_rotary on the HF conventions beyond Llama's (issue 27): rotaries per layer, per stack and
+"""patch_rotary on the HF conventions beyond Llama's: rotaries per layer, per stack and
 per theta under any name; per-layer-type rope_parameters; M-RoPE with (3, batch, seq) positions,
 consecutive and interleaved sections; interleaved, half-width and complex tables; PhiMoE's
 short/long mscale. Each family is a tiny random model (tools/hf_sweep/tiny.py): the logits
