@@ -225,4 +225,4 @@ def check_cache(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
                 )
     state: SegmentState | None = getattr(module, STATE, None)
     if state is not None:
-        state.positions = None  # the rotary wrapper sets this forward's
+        state.positions = None  # the rotary stand-in sets this forward's
