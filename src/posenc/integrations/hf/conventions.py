@@ -1,9 +1,9 @@
 """Conventions of the installed ``transformers`` (5.23.0) that posenc's HF adapter follows, as data.
 
-Each table is read from HF's own code by :mod:`posenc.integrations.hf_sweep` (see
-``conventions_from_transformers``) and checked against the installed version by
-``tests/integrations/test_hf_conventions.py``; regenerate it when transformers changes with
-``python -m posenc.integrations.hf_sweep --conventions``.
+Each table is read from HF's own code by the sweep tooling (``tools/hf_sweep/conventions.py``,
+outside the installed package) and checked against the installed version by
+``tests/integrations/hf/test_conventions.py``; when transformers changes, regenerate both with
+``python -m tools.hf_sweep --conventions`` from the repository root.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ __all__ = ["DEFAULT_IGNORES_PARTIAL", "UNDECLARED_MROPE_AXES"]
 #: ``mrope_section``, with the number of axes: every rotary that expands ``position_ids`` to
 #: a literal count of axes other than Qwen's three (NeoMME: (row, column), interleaved pair by
 #: pair in ``recomposition_frequencies``). Which pair reads which axis is read off HF's
-#: module by :func:`~posenc.integrations.hf_patch.patch_rotary`.
+#: module by :func:`~posenc.integrations.hf.patch.patch_rotary`.
 UNDECLARED_MROPE_AXES: dict[str, int] = {"neomme": 2}
 
 #: Model types whose default RoPE (their rotary class's ``compute_default_rope_parameters``)

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from posenc.bias import AlibiBias
 from posenc.integrations.hf import patch_rotary, rope_from_config, unpatch_rotary
-from posenc.integrations.hf_segments import (
+from posenc.integrations.hf.segments import (
     ATTENTION_NAME,
     patch_segments,
     segment_attention,

@@ -1,23 +1,23 @@
 """Tiny random-weight models of every RoPE family of the installed ``transformers``.
 
-:func:`rope_families` lists the model folders whose modeling file defines a rotary embedding;
-:func:`build_tiny` builds one family's model with a shrunk default config (2 layers, hidden 64,
+:func:`build_tiny` builds one family's model (a folder of
+:func:`~tools.hf_sweep.families.rope_families`) with a shrunk default config (2 layers, hidden 64,
 4 heads, small experts; per-layer lists cut to the layers kept) and its inputs. Used by
-:mod:`posenc.integrations.hf_sweep` and the conformance test; needs ``transformers``.
+:mod:`tools.hf_sweep.sweep` and the tests of ``patch_rotary``; needs ``transformers``.
 """
 
 from __future__ import annotations
 
 import copy
-import importlib
+import inspect
 import re
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from posenc.integrations.hf_tiny_overrides import (
+from tools.hf_sweep.families import family_model_types, modeling_source
+from tools.hf_sweep.overrides import (
     BATCH,
     EXTRA_INPUTS,
     MODEL_CLASS,
@@ -26,7 +26,6 @@ from posenc.integrations.hf_tiny_overrides import (
     mrope_positions,
 )
 
-_ROTARY = re.compile(r"RotaryEmbedding|rotary_emb")
 LAYERS = 2
 # Config keys set (when the default config has them) to make every model tiny.
 SIZES: dict[str, int] = {
@@ -80,70 +79,6 @@ LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layers", "n_layer", "decoder
 LAYER_LIST_KEYS = ("layer_types", "layers_block_type", "attention_layer_types")
 # Sub-configs that hold the text model (shrunk like the top level).
 _SUB = ("text_config", "decoder_config", "encoder_config", "language_config", "llm_config")
-
-
-def _models_dir() -> Path:
-    import transformers
-
-    return Path(transformers.__file__).parent / "models"
-
-
-def rope_families() -> list[str]:
-    """Model folders of the installed transformers whose modeling file defines a rotary."""
-    out = []
-    for folder in sorted(_models_dir().iterdir()):
-        files = sorted(folder.glob("modeling_*.py"))
-        if any(_ROTARY.search(f.read_text(errors="ignore")) for f in files):
-            out.append(folder.name)
-    return out
-
-
-def family_model_types(family: str) -> list[str]:
-    """The model types whose config class lives in the ``family`` folder (the folder's own
-    type first)."""
-    from transformers.models.auto.configuration_auto import (
-        CONFIG_MAPPING_NAMES,
-        model_type_to_module_name,
-    )
-
-    types = [t for t in CONFIG_MAPPING_NAMES if model_type_to_module_name(t) == family]
-    return sorted(types, key=lambda t: (t != family, not t.endswith("_text"), t))
-
-
-def default_ignores_partial() -> frozenset[str]:
-    """Model types whose default RoPE ignores ``partial_rotary_factor``, read from HF's code:
-    the model types of every RoPE folder with a rotary class whose
-    ``compute_default_rope_parameters`` does not read the factor (the source of
-    :data:`posenc.integrations.hf_conventions.DEFAULT_IGNORES_PARTIAL`)."""
-    import inspect
-
-    out: set[str] = set()
-    for family in rope_families():
-        for path in sorted((_models_dir() / family).glob("modeling_*.py")):
-            module = importlib.import_module(f"transformers.models.{family}.{path.stem}")
-            for name, cls in vars(module).items():
-                default = getattr(cls, "compute_default_rope_parameters", None)
-                if (
-                    isinstance(cls, type)
-                    and name.endswith("RotaryEmbedding")
-                    and cls.__module__ == module.__name__
-                    and default is not None
-                    and "partial_rotary_factor" not in inspect.getsource(default)
-                ):
-                    out.update(family_model_types(family))
-    return frozenset(out)
-
-
-def undeclared_mrope_axes() -> dict[str, int]:
-    """Model folders whose rotary expands ``position_ids`` to a literal number of axes other
-    than three, with that number (the source of
-    :data:`posenc.integrations.hf_conventions.UNDECLARED_MROPE_AXES`)."""
-    expand = re.compile(r"position_ids\.expand\((\d+), -1, -1\)")
-    found = {
-        family: {int(n) for n in expand.findall(_modeling_source(family))} - {3}
-        for family in rope_families()
-    }
-    return {family: axes.pop() for family, axes in found.items() if len(axes) == 1}
 
 
 def rotary_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -295,10 +230,6 @@ def _merge(raw: dict[str, Any], overrides: dict[str, Any]) -> None:
             raw[key] = value() if callable(value) else copy.deepcopy(value)
 
 
-def _modeling_source(family: str) -> str:
-    return "".join(f.read_text() for f in sorted((_models_dir() / family).glob("modeling_*.py")))
-
-
 def _model_class(model_type: str) -> type[nn.Module] | None:
     import transformers
     from transformers.models.auto import modeling_auto as auto
@@ -325,8 +256,6 @@ def _model_class(model_type: str) -> type[nn.Module] | None:
 
 
 def _forward_inputs(model: nn.Module, vocab: int, family: str) -> dict[str, Any] | str:
-    import inspect
-
     params = inspect.signature(model.forward).parameters
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(1, min(vocab, 128), (BATCH, SEQ_LEN), generator=gen)
@@ -366,7 +295,7 @@ def build_tiny(
         try:
             config_cls = type(AutoConfig.for_model(model_type))
             default = config_cls().to_dict()
-            mrope = "mrope_section" in _modeling_source(family)
+            mrope = "mrope_section" in modeling_source(family)
             raw = _shrink(default, mrope)
             _vocab(raw, default)
             overrides = OVERRIDES.get(model_type, OVERRIDES.get(family, {}))

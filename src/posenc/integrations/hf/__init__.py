@@ -6,15 +6,15 @@
   :func:`mrope_from_config`: an M-RoPE config → :class:`MultiAxisRotary`;
   :func:`attention_scale_from_config`: Ministral 3's ``llama_4_scaling_beta`` query scale.
 * :func:`layer_schedule_from_config` / :func:`model_options_from_config`
-  (:mod:`posenc.integrations.hf_layers`): per-layer NoPE, chunked local attention and query
+  (:mod:`posenc.integrations.hf.layers`): per-layer NoPE, chunked local attention and query
   temperature (Llama-4's iRoPE, Qwen-1's log-n) as ``ModelConfig`` options.
-* :func:`patch_rotary` / :func:`unpatch_rotary` (:mod:`posenc.integrations.hf_patch`): run
-  posenc's RoPE in every text rotary module of an HF model (151 of the 198 RoPE families of
-  transformers 5.23.0 give equal logits; see ``docs/hf.md`` for the others and why).
+* :func:`patch_rotary` / :func:`unpatch_rotary` (:mod:`posenc.integrations.hf.patch`): run
+  posenc's RoPE in every text rotary module of an HF model (``docs/hf.md`` lists the RoPE
+  families of transformers 5.23.0 that give equal logits, and why the others do not).
 
 Nested per-layer-type ``rope_parameters`` are read with ``layer_type=``; which model types'
 default RoPE ignores ``partial_rotary_factor`` comes from HF's code
-(:mod:`posenc.integrations.hf_conventions`).
+(:mod:`posenc.integrations.hf.conventions`).
 
 Both config forms are read: the current ``rope_parameters`` dict (``rope_type``, ``rope_theta``,
 ``partial_rotary_factor``, ...) and the legacy one (top-level ``rope_theta`` and
@@ -24,23 +24,29 @@ values raise :class:`ValueError` naming the key. Reference: ``transformers`` 5.2
 ``modeling_rope_utils.py`` (``ROPE_INIT_FUNCTIONS``, ``dynamic_rope_update``); see
 ``docs/hf.md`` for the accepted keys and the measured logit differences.
 
-This module imports without ``transformers``; :func:`patch_rotary` and
+The package, one concept per module: ``rope_parameters`` reads and validates a config's RoPE
+once; ``config`` converts it (the functions above); ``layers`` reads the per-layer attention;
+``patch`` patches the rotary modules; ``segments`` runs segment methods in HF decoders
+(:func:`~posenc.integrations.hf.segments.patch_segments`); ``conventions`` holds HF's
+conventions as data. The conformance sweep over every RoPE family of
+``transformers`` is tooling, outside the package: ``python -m tools.hf_sweep`` (``docs/hf.md``).
+
+This package imports without ``transformers``; :func:`patch_rotary` and
 :func:`unpatch_rotary` do not need it either (they only touch ``torch.nn`` modules).
 """
 
 from __future__ import annotations
 
-from posenc.integrations.hf_config import (
-    DEFAULT_IGNORES_PARTIAL,
+from posenc.integrations.hf.config import (
     attention_scale_from_config,
     frequencies_from_config,
-    layer_schedule_from_config,
-    model_options_from_config,
     mrope_from_config,
     rope_from_config,
     to_rope_parameters,
 )
-from posenc.integrations.hf_patch import (
+from posenc.integrations.hf.conventions import DEFAULT_IGNORES_PARTIAL
+from posenc.integrations.hf.layers import layer_schedule_from_config, model_options_from_config
+from posenc.integrations.hf.patch import (
     HFRotaryAdapter,
     patch_rotary,
     rotary_modules,

@@ -1,8 +1,8 @@
 # ruff: noqa: E501
 """The conformance sweep's table (transformers 5.23.0): every RoPE family whose status is not
-``equal``, with the status and the reason. ``tests/integrations/test_hf_sweep.py`` asserts each
+``equal``, with the status and the reason. ``tests/integrations/hf/test_sweep.py`` asserts each
 family's status against it and ``docs/hf.md`` shows it. Generated from the JSON of
-``python -m posenc.integrations.hf_sweep --json FILE``; a family not listed must be ``equal``.
+``python -m tools.hf_sweep --json FILE``; a family not listed must be ``equal``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""HF conventions read by the config adapter (issue 27.1): the default-ignores-partial rule taken
-from HF's code; the keys HF models read beyond their rope type's (Ministral 3's
-llama_4_scaling_beta, PhiMoE's short/long mscale, M-RoPE's mrope_section); nested per-layer-type
-rope_parameters. Each against transformers' own computation, and each bad input named."""
+"""HF conventions read by the config adapter: the default-ignores-partial rule taken from HF's
+code (tools/hf_sweep/conventions.py reads it, hf.conventions holds it); the keys HF models read
+beyond their rope type's (Ministral 3's llama_4_scaling_beta, PhiMoE's short/long mscale,
+M-RoPE's mrope_section); nested per-layer-type rope_parameters. Each against transformers' own
+computation, and each bad input named."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from posenc.integrations.hf import (
     mrope_from_config,
     rope_from_config,
 )
-from posenc.integrations.hf_conventions import DEFAULT_IGNORES_PARTIAL, UNDECLARED_MROPE_AXES
+from posenc.integrations.hf.conventions import DEFAULT_IGNORES_PARTIAL, UNDECLARED_MROPE_AXES
 
 transformers = pytest.importorskip("transformers")
 
@@ -38,13 +39,13 @@ def _rotary_class(family: str, name: str) -> Any:
 
 @pytest.mark.slow
 def test_default_ignores_partial_is_read_from_transformers() -> None:
-    from posenc.integrations.hf_tiny import default_ignores_partial
+    from tools.hf_sweep.conventions import default_ignores_partial
 
     assert default_ignores_partial() == DEFAULT_IGNORES_PARTIAL
 
 
 def test_undeclared_mrope_axes_is_read_from_transformers() -> None:
-    from posenc.integrations.hf_tiny import undeclared_mrope_axes
+    from tools.hf_sweep.conventions import undeclared_mrope_axes
 
     assert undeclared_mrope_axes() == UNDECLARED_MROPE_AXES
 

@@ -16,16 +16,17 @@ status:
 * ``could not build``: no tiny model could be built or run unpatched here (the error), or no
   text rotary ran on its inputs (an ``equal`` would compare nothing).
 
-Run ``python -m posenc.integrations.hf_sweep [family ...] [--markdown FILE] [--json FILE]``;
-the table printed is the one in ``docs/hf.md``. Needs ``transformers`` (and only this module
-does: :mod:`posenc.integrations.hf` itself does not).
+Run from the repository root: ``python -m tools.hf_sweep [family ...] [--markdown FILE]
+[--json FILE] [--dtype float64]``; the table printed is the one in ``docs/hf.md``, and
+``--conventions`` prints the tables of :mod:`posenc.integrations.hf.conventions` read from the
+installed release instead. Needs ``transformers`` (:mod:`posenc.integrations.hf` itself does
+not).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import json
 import re
@@ -40,14 +41,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posenc.integrations.hf_sweep_table import NOT_EQUAL
-from posenc.integrations.hf_tiny import (
-    SEQ_LEN,
-    build_tiny,
-    family_model_types,
-    rope_families,
-    rotary_modules,
-)
+from posenc.integrations.hf.patch import HFRotaryAdapter, is_text_rotary, patch_rotary
+from tools.hf_sweep.conventions import conventions_source
+from tools.hf_sweep.families import rope_families
+from tools.hf_sweep.table import NOT_EQUAL
+from tools.hf_sweep.tiny import build_tiny, rotary_modules
 
 __all__ = [
     "NOT_EQUAL",
@@ -137,9 +135,6 @@ def check_family(
 ) -> FamilyResult:
     """Build ``family`` tiny in ``dtype``, patch it with posenc's RoPE and compare outputs
     (see module doc)."""
-    from posenc.integrations.hf import patch_rotary
-    from posenc.integrations.hf_patch import _is_text_rotary
-
     if family in NOT_TEXT_ROPE:
         return FamilyResult(family, "not text RoPE", NOT_TEXT_ROPE[family])
     with _quiet():
@@ -154,7 +149,7 @@ def check_family(
         if not rotaries:
             why = f"the tiny {name} holds no rotary module (its rotary is in parts not built)"
             return FamilyResult(family, "could not build", why, None, name)
-        if not any(_is_text_rotary(m) for _, m in rotary_modules(model)):
+        if not any(is_text_rotary(m) for _, m in rotary_modules(model)):
             if family in OTHER_CONTRACT:
                 try:
                     patch_rotary(model, keep_non_text=True)
@@ -186,8 +181,8 @@ def check_family(
             return FamilyResult(
                 family, "mismatch", "patched forward: " + _first_line(err), None, name
             )
-    left = [key for key, module in rotary_modules(model) if _is_text_rotary(module)]
-    kept = [key for key, module in rotary_modules(model) if not _is_text_rotary(module)]
+    left = [key for key, module in rotary_modules(model) if is_text_rotary(module)]
+    kept = [key for key, module in rotary_modules(model) if not is_text_rotary(module)]
     if left:
         return FamilyResult(family, "mismatch", f"silent no-op: {left} left unpatched", None, name)
     if called != hf_called:
@@ -206,14 +201,12 @@ def check_family(
 def output_and_rotary_calls(model: nn.Module, inputs: dict[str, Any]) -> tuple[Tensor, set[str]]:
     """The model's output and the names of the text rotary modules (HF's or adapters) that
     ran: after patching, the same names must run as before (else a patch is a no-op)."""
-    from posenc.integrations.hf_patch import HFRotaryAdapter, _is_text_rotary
-
     called: set[str] = set()
     hooks = [
         module.register_forward_hook(lambda *_, key=key: called.add(key))
         for key, module in model.named_modules()
         if isinstance(module, HFRotaryAdapter)
-        or (type(module).__name__.endswith("RotaryEmbedding") and _is_text_rotary(module))
+        or (type(module).__name__.endswith("RotaryEmbedding") and is_text_rotary(module))
     ]
     try:
         return _output(model, inputs), called
@@ -265,7 +258,15 @@ def main(argv: Sequence[str] | None = None) -> list[FamilyResult]:
     parser.add_argument(
         "--dtype", choices=("float32", "float64"), default="float32", help="models and inputs"
     )
+    parser.add_argument(
+        "--conventions",
+        action="store_true",
+        help="print posenc.integrations.hf.conventions' tables read from transformers; no sweep",
+    )
     args = parser.parse_args(argv)
+    if args.conventions:
+        print(conventions_source(), end="")
+        return []
     torch.set_num_threads(1)
     results = sweep(args.families or None, progress=True, dtype=getattr(torch, args.dtype))
     table = table_markdown(results)
@@ -276,8 +277,6 @@ def main(argv: Sequence[str] | None = None) -> list[FamilyResult]:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
     return results
 
-
-_ = (importlib, family_model_types, SEQ_LEN)
 
 if __name__ == "__main__":
     main()

@@ -20,13 +20,21 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from posenc.integrations.hf_config import _read, _rope_module, mrope_from_config
-from posenc.integrations.hf_conventions import UNDECLARED_MROPE_AXES
-from posenc.integrations.hf_keys import _head_dim, _layer_types
+from posenc.integrations.hf._common import config_head_dim, rope_layer_types
+from posenc.integrations.hf.config import mrope_from_config
+from posenc.integrations.hf.conventions import UNDECLARED_MROPE_AXES
+from posenc.integrations.hf.rope_parameters import RopeParameters, read_rope_parameters
 from posenc.rotary.multi_axis import MultiAxisRotary
 from posenc.rotary.rope import RotaryEmbedding
 
-__all__ = ["HFRotaryAdapter", "TableFormat", "patch_rotary", "rotary_modules", "unpatch_rotary"]
+__all__ = [
+    "HFRotaryAdapter",
+    "TableFormat",
+    "is_text_rotary",
+    "patch_rotary",
+    "rotary_modules",
+    "unpatch_rotary",
+]
 
 #: How an HF rotary module hands its tables to attention: ``"half"`` cos/sin
 #: ``(…, seq, rotary_dim)`` as ``cat(c, c)`` (Llama), ``"interleaved"`` as
@@ -133,7 +141,7 @@ class HFRotaryAdapter(nn.Module):
         return cos.to(x.dtype), sin.to(x.dtype)
 
 
-def _is_text_rotary(module: nn.Module) -> bool:
+def is_text_rotary(module: nn.Module) -> bool:
     """HF's text rotary contract: ``forward(x, position_ids[, layer_type])``, and not a
     vision tower's ``axial`` rope type (Qwen2-VL's vision rotary shares the signature)."""
     if isinstance(module, HFRotaryAdapter):
@@ -170,7 +178,7 @@ def _table_format(
     x = torch.zeros(1, device=device)
     positions = torch.arange(3, device=device)[None]
     kwargs = {}
-    types = _layer_types(config)
+    types = rope_layer_types(config)
     if types and "layer_type" in inspect.signature(original.forward).parameters:
         held = [t for t in types if _inv_freq_numel(original, config, t) is not None]
         kwargs["layer_type"] = layer_type or (held or types)[0]
@@ -187,7 +195,7 @@ def _table_format(
 
 
 def _mrope(
-    original: nn.Module, config: Any, read: Any, layer_type: str | None, axes: int
+    original: nn.Module, config: Any, read: RopeParameters, layer_type: str | None, axes: int
 ) -> MultiAxisRotary:
     """posenc's M-RoPE for HF's M-RoPE module: which of t, h, w each frequency pair reads is
     read off one call at t, h, w = 1, 2, 3 (one position per section; each half of each
@@ -198,11 +206,11 @@ def _mrope(
     pair→axis map with the same frequencies. Pairs whose two halves read different axes
     (HunYuan-VL) are not a rotation on image positions: refused. ``axes``: how many
     position rows the module reads (``len(mrope_section)``, else
-    :data:`~posenc.integrations.hf_conventions.UNDECLARED_MROPE_AXES`)."""
+    :data:`~posenc.integrations.hf.conventions.UNDECLARED_MROPE_AXES`)."""
     from posenc.rotary.multi_axis import mrope_axes
 
     sections = list(read.mrope[0]) if read.mrope is not None else None
-    source = _rope_module(read)
+    source = read.rotary_embedding()
     inv_freq = source.inv_freq("cpu")  # (pairs,) float64, scaled
     pairs = inv_freq.numel()
     table_format = _table_format(original, config, pairs, layer_type)
@@ -248,7 +256,7 @@ def _inv_freq_numel(original: nn.Module, config: Any, layer_type: str | None = N
         ours = name == wanted or (layer_type is None and name.endswith("_inv_freq"))
         if ours and not name.endswith("original_inv_freq"):
             return buffer.numel()
-    return None if layer_type is not None else _head_dim(config) // 2
+    return None if layer_type is not None else config_head_dim(config) // 2
 
 
 def _module_config(module: nn.Module, model: nn.Module) -> Any:
@@ -271,8 +279,9 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
         raise ValueError(f"{type(module).__name__} holds no HF rotary module to patch")
     config = _module_config(original, model) if rope is None or hasattr(model, "config") else None
     layer_ropes: dict[str, RotaryEmbedding] = {}
-    types = _layer_types(config) if config is not None else []
-    reads = [_read(config, t) for t in types] if types else [_read(config)] if config else []
+    types = rope_layer_types(config) if config is not None else []
+    keys: list[str | None] = [*types] or [None]  # a flat rope dict: one read, no layer type
+    reads = [read_rope_parameters(config, t) for t in keys] if config is not None else []
     mropes: dict[str, MultiAxisRotary] = {}
     undeclared = UNDECLARED_MROPE_AXES.get(str(getattr(config, "model_type", "")))
     if reads and (undeclared or any(r.mrope is not None for r in reads)):
@@ -286,8 +295,8 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
             mropes[layer_type or ""] = _mrope(original, config, read, layer_type, axes)
     mrope = next(iter(mropes.values()), None)
     if rope is None:
-        layer_ropes = {t: _rope_module(r) for t, r in zip(types, reads, strict=False) if types}
-        rope = layer_ropes[types[0]] if types else _rope_module(reads[0])
+        layer_ropes = {t: r.rotary_embedding() for t, r in zip(types, reads, strict=False) if types}
+        rope = layer_ropes[types[0]] if types else reads[0].rotary_embedding()
     elif mrope is not None:
         raise ValueError("the model's config is M-RoPE (mrope_section): patch it with rope=None")
     if not isinstance(rope, RotaryEmbedding):
@@ -297,9 +306,9 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
             "rope.layout must be 'half': HF attention applies rotate_half; convert an interleaved "
             "checkpoint's q/k weights with posenc.rotary.permute_rotary_weight instead"
         )
-    if config is not None and rope.head_dim != _head_dim(config):
+    if config is not None and rope.head_dim != config_head_dim(config):
         raise ValueError(
-            f"rope.head_dim {rope.head_dim} != the model's head_dim {_head_dim(config)}"
+            f"rope.head_dim {rope.head_dim} != the model's head_dim {config_head_dim(config)}"
         )
     checks = list(layer_ropes.items()) if layer_ropes else [(None, rope)]
     for layer_type, r in checks:
@@ -359,13 +368,13 @@ def patch_rotary(
             "model has no rotary module (a submodule whose class name ends with "
             "'RotaryEmbedding', HF's naming): nothing to patch"
         )
-    other = [name for name, module in found if not _is_text_rotary(module)]
+    other = [name for name, module in found if not is_text_rotary(module)]
     if other and not keep_non_text:
         raise ValueError(
             f"rotary modules {other} do not take (x, position_ids) (vision / audio 2D rotaries, "
             "not a text RoPE); pass keep_non_text=True to leave them to HF"
         )
-    text = [(name, module) for name, module in found if _is_text_rotary(module)]
+    text = [(name, module) for name, module in found if is_text_rotary(module)]
     if not text:
         raise ValueError(f"model has no text rotary module (found only {other})")
     adapters = {id(module): _adapter(module, model, rope) for _, module in text}

@@ -1,30 +1,11 @@
-"""Long context without retraining inside HF ``transformers`` models: :func:`patch_segments`.
+"""Patching an HF decoder for a segment method: :func:`patch_segments`, :func:`unpatch_segments`.
 
-A segment method (:mod:`posenc.segments`: Self-Extend, Dual Chunk Attention, ReRoPE,
-LM-Infinite, attention sinks) positions each (query, key) pair by the segment it lies in, so
-it needs the *unrotated* queries and keys and all the cached keys. :func:`patch_segments`
-gives it that in an HF decoder in three moves, all public extension points of
-``transformers`` 5.23:
-
-* the decoder's shared rotary module (``model.model.rotary_emb``) is wrapped so that it
-  returns identity tables (cos = 1, sin = 0): every layer's ``apply_rotary_pos_emb`` leaves q
-  and k alone, bit for bit, and HF's ``DynamicCache`` stores unrotated keys;
-* an attention function is registered with ``AttentionInterface`` under
-  :data:`ATTENTION_NAME`: it runs :func:`posenc.attention.attend` with the method on the
-  layer's q, all its cached k and v, their positions and the key padding;
-* a mask builder is registered with ``AttentionMaskInterface`` under the same name: it hands
-  the attention function the 2-D key padding (HF drops the padding for a name without one).
-
-Positions: the queries' are the ``position_ids`` the rotary module is called with (once per
-forward), the keys' follow from the cache (the last key is the last query):
-``k_pos = q_pos[:, -1:] − (k_len − 1) + arange(k_len)``. With ``method=None`` the method is
-plain RoPE from the config, so the patched model equals the unpatched one (≤ 1e-5, tested);
-keys are rotated when read with the current frequencies, which makes dynamic NTK exact under
-a KV cache (HF's cached keys keep stale rotations: transformers issue #25104).
-
-The registered functions are stateless (per-model data lives on the patched modules), so
-registering again is a no-op and nothing leaks when a model is unpatched. Design notes and
-the family survey: ``docs/hf.md`` ("Long context without retraining in HF models").
+Finds the decoder's one shared rotary module and its attention layers, refuses what cannot be
+served exactly (checked at patching, before anything changes), picks the method (the given
+one, or the model's own RoPE as one segment) and installs the pieces of
+:mod:`posenc.integrations.hf.segments.forward`. The registered functions are stateless
+(per-model data lives on the patched modules), so registering again is a no-op and nothing
+leaks when a model is unpatched.
 
 This module imports without ``transformers``; the functions import it when called.
 """
@@ -32,25 +13,28 @@ This module imports without ``transformers``; the functions import it when calle
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.utils.hooks import RemovableHandle
 
-from posenc.attention.functional import attend
-from posenc.integrations.hf import HFRotaryAdapter, rope_from_config
+from posenc.integrations.hf.config import rope_from_config
+from posenc.integrations.hf.patch import HFRotaryAdapter
+from posenc.integrations.hf.segments._common import STATE, SegmentState
+from posenc.integrations.hf.segments.forward import (
+    ATTENTION_NAME,
+    IdentityRotary,
+    check_cache,
+    key_padding_mask,
+    segment_attention,
+)
 from posenc.rotary.rope import RotaryEmbedding
 from posenc.segments.base import Region, Segment, SegmentedRotary
 
-__all__ = ["ATTENTION_NAME", "patch_segments", "segment_attention", "unpatch_segments"]
+__all__ = ["BACKENDS", "patch_segments", "unpatch_segments"]
 
-#: The name under which the attention function and the mask builder are registered (a hub
-#: kernel id would contain "/").
-ATTENTION_NAME = "posenc_segments"
+#: ``attend``'s backends a patched model may use.
 BACKENDS = ("auto", "sdpa", "chunked", "flex")
-_STATE = "_posenc_segments"  # attribute of the patched attention modules
 # Layer types (HF's config.layer_types) that hold no attention, or full causal attention.
 _SERVED_LAYER_TYPES = frozenset(
     {"full_attention", "attention", "hybrid", "conv", "linear_attention", "mamba"}
@@ -74,225 +58,12 @@ class _PlainRotary(SegmentedRotary):
         return (Segment("all", Region()),)
 
 
-@dataclass(frozen=True)
-class _Positions:
-    """The queries' positions of one forward, read once by the rotary wrapper."""
-
-    q_pos: Tensor  # (batch | 1, q_len), int64
-    start: int | None  # s when every row is arange(s, s + q_len), else None
-
-
-@dataclass
-class _State:
-    """What a patched model's layers share (attached to each attention module and the decoder),
-    and what :func:`unpatch_segments` puts back."""
-
-    method: SegmentedRotary
-    backend: str
-    original: nn.Module
-    previous_attention: str
-    positions: _Positions | None = None  # this forward's, set by the rotary wrapper
-    modules: list[nn.Module] = field(default_factory=list)
-    hook: RemovableHandle | None = None
-
-
-class _IdentityRotary(nn.Module):
-    """Stands in for the decoder's rotary module: the original's tables as cos = 1, sin = 0
-    (same shapes and dtype), and the positions recorded for the attention layers."""
-
-    original: nn.Module
-    state: _State
-
-    def __init__(self, original: nn.Module, state: _State) -> None:
-        super().__init__()
-        # Kept out of the module tree: state_dict, .to() and named_modules are unchanged.
-        self.__dict__["original"] = original
-        self.__dict__["state"] = state
-
-    @torch.no_grad()
-    def forward(self, x: Tensor, position_ids: Tensor, *args: Any, **kwargs: Any) -> Any:
-        self.state.positions = _read_positions(position_ids)
-        tables = self.original(x, position_ids, *args, **kwargs)
-        if not (isinstance(tables, tuple) and len(tables) == 2):
-            raise ValueError(
-                f"model: its rotary module {type(self.original).__name__} does not return "
-                "(cos, sin); patch_segments cannot serve it"
-            )
-        cos, sin = tables
-        return torch.ones_like(cos), torch.zeros_like(sin)
-
-
-def _read_positions(position_ids: Tensor) -> _Positions:
-    """Validate one forward's ``position_ids`` (one host read) and note default positions."""
-    if not isinstance(position_ids, Tensor) or position_ids.dim() != 2:
-        shape = getattr(position_ids, "shape", None)
-        raise ValueError(
-            "position_ids must be (batch, seq); multi-axis positions (M-RoPE, 3-D) are not "
-            f"supported by patch_segments, got shape {None if shape is None else tuple(shape)}"
-        )
-    if position_ids.is_floating_point() or position_ids.numel() == 0:
-        raise ValueError(f"position_ids must be non-empty integers, got {position_ids.dtype}")
-    pos = position_ids.long()
-    steps = pos.diff(dim=-1)
-    # a row is consecutive, or left padding (position 0 repeated) then consecutive: steps 0…0 1…1
-    valid = ((steps == 0) | (steps == 1)).all() & (steps.diff(dim=-1) >= 0).all()
-    default = (steps == 1).all() & (pos == pos[:1]).all()
-    is_valid, is_default, first = torch.stack([valid.long(), default.long(), pos[0, 0]]).tolist()
-    if not is_valid:
-        raise ValueError(
-            "position_ids must increase by one along each row (left padding may repeat 0 first); "
-            "packed sequences and right-padded generation are not supported by patch_segments"
-        )
-    return _Positions(pos, first if is_default else None)
-
-
-# ------------------------------------------------------------------------- the HF callables
-
-
-@dataclass(frozen=True)
-class _RefusedMask:
-    """What the mask builder returns for a mask it cannot serve: a layer that receives it
-    raises (models such as Gemma2 build a sliding-window mask even when no layer uses it)."""
-
-    reason: str
-
-
-def segment_attention(
-    module: nn.Module,
-    query: Tensor,
-    key: Tensor,
-    value: Tensor,
-    attention_mask: Tensor | _RefusedMask | None,
-    scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs: Any,
-) -> tuple[Tensor, None]:
-    """The attention function registered as :data:`ATTENTION_NAME` (HF's interface).
-
-    Args:
-        module: a patched attention layer (its method and positions hang on it).
-        query: unrotated ``(batch, heads, q_len, head_dim)``.
-        key, value: unrotated, all cached ``(batch, kv_heads, k_len, head_dim)``.
-        attention_mask: the key padding ``(batch, k_len)`` (True = real token) from the
-            registered mask builder, or None.
-        scaling: the logit scale (default ``head_dim ** -0.5``).
-        dropout: on the attention probabilities (HF passes 0 in eval mode).
-        kwargs: HF's extras; ``sliding_window``, ``softcap`` and ``s_aux`` raise when set.
-
-    Returns:
-        ``(output (batch, q_len, heads, head_dim), None)``: HF's layout; no weights.
-    """
-    state: _State | None = getattr(module, _STATE, None)
-    if state is None:
-        raise ValueError(
-            f"{type(module).__name__} runs attention {ATTENTION_NAME!r} but was not patched: "
-            "use posenc.integrations.hf_segments.patch_segments(model)"
-        )
-    for name in ("sliding_window", "softcap", "s_aux"):
-        if kwargs.get(name) is not None:
-            raise ValueError(
-                f"{name}: {type(module).__name__} asks for {name}={kwargs[name]!r}, which "
-                "patch_segments does not serve (sliding windows, logit soft-capping and "
-                "attention-sink logits are refused)"
-            )
-    positions = state.positions
-    batch, _, q_len, _ = query.shape
-    k_len = key.shape[-2]
-    if positions is None or positions.q_pos.shape[-1] != q_len:
-        raise ValueError(
-            "position_ids: the rotary module was not called with this forward's positions "
-            "(is the decoder's rotary_emb still the one patch_segments installed?)"
-        )
-    q_pos: Tensor | None = None
-    k_pos: Tensor | None = None
-    if positions.start != k_len - q_len:  # else the default positions: the fastest path
-        q_pos = positions.q_pos.to(query.device).expand(batch, q_len)
-        k_pos = q_pos[:, -1:] - (k_len - 1) + torch.arange(k_len, device=query.device)
-    if isinstance(attention_mask, _RefusedMask):
-        raise ValueError(attention_mask.reason)
-    if attention_mask is not None and attention_mask.dim() != 2:
-        raise ValueError(
-            "attention_mask: patch_segments takes the 2-D padding mask (batch, seq); got a "
-            f"{attention_mask.dim()}-D mask (custom 4-D masks are not supported)"
-        )
-    out = attend(
-        query,
-        key,
-        value,
-        pos=state.method,
-        q_pos=q_pos,
-        k_pos=k_pos,
-        causal=True,
-        key_padding_mask=attention_mask,
-        scale=scaling,
-        dropout_p=dropout,
-        backend=state.backend,
-    )
-    return out.transpose(1, 2).contiguous(), None
-
-
-def key_padding_mask(
-    batch_size: int,
-    q_length: int,
-    kv_length: int,
-    q_offset: Any = 0,
-    kv_offset: int = 0,
-    mask_function: Any = None,
-    attention_mask: Tensor | None = None,
-    **kwargs: Any,
-) -> Tensor | _RefusedMask | None:
-    """The mask builder registered as :data:`ATTENTION_NAME`: the ``(batch, kv_length)`` bool
-    key padding (True = real token), or None when there is none.
-
-    Only HF's plain causal mask is served; for another one (a sliding window, packed
-    sequences, a bidirectional mask, a multimodal overlay) the layers that use it raise.
-    """
-    from transformers.masking_utils import causal_mask_function, prepare_padding_mask
-
-    if mask_function is not causal_mask_function:
-        name = getattr(mask_function, "__name__", type(mask_function).__name__)
-        return _RefusedMask(
-            f"attention_mask: patch_segments serves HF's plain causal mask only; this layer "
-            f"uses {name} (a sliding window, packed sequences, a bidirectional mask or a "
-            "mask overlay)"
-        )
-    if attention_mask is None:
-        return None
-    padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
-    assert padding is not None
-    padding = padding[:, kv_offset : kv_offset + kv_length].to(torch.bool)
-    return None if bool(padding.all()) else padding
-
-
-def _check_cache(module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-    """Forward pre-hook of the decoder: only caches whose keys are the last ``k_len`` tokens
-    in order (dynamic, not sliding) keep the key positions right."""
-    from transformers.cache_utils import Cache, StaticLayer
-
-    for value in (*args, *kwargs.values()):
-        if not isinstance(value, Cache):
-            continue
-        for layer in value.layers:
-            if isinstance(layer, StaticLayer) or getattr(layer, "is_sliding", False):
-                raise ValueError(
-                    f"past_key_values: {type(value).__name__} with {type(layer).__name__} is "
-                    "not supported by patch_segments (a static or sliding-window cache "
-                    "breaks the key positions); use a DynamicCache (generate's default)"
-                )
-    state: _State | None = getattr(module, _STATE, None)
-    if state is not None:
-        state.positions = None  # the rotary wrapper sets this forward's
-
-
-# ------------------------------------------------------------------------- patch / unpatch
-
-
 def _find_rotary(model: nn.Module) -> tuple[nn.Module, str, nn.Module]:
     """(parent, attribute, module) of the decoder's single shared rotary module."""
     found: list[tuple[str, nn.Module]] = []
     for name, module in model.named_modules():
         inside = any(name.startswith(f"{outer}.") for outer, _ in found)  # patch_rotary's rope
-        kinds = (HFRotaryAdapter, _IdentityRotary)
+        kinds = (HFRotaryAdapter, IdentityRotary)
         if not inside and (
             type(module).__name__.endswith("RotaryEmbedding") or isinstance(module, kinds)
         ):
@@ -471,7 +242,7 @@ def patch_segments(
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     parent, attr, original = _find_rotary(model)
-    if isinstance(original, _IdentityRotary):
+    if isinstance(original, IdentityRotary):
         raise ValueError("model is already patched by patch_segments; unpatch_segments first")
     attentions = [
         m
@@ -509,12 +280,12 @@ def patch_segments(
             f"model: {type(model).__name__} refused set_attn_implementation({ATTENTION_NAME!r}) "
             "(its attention does not dispatch through AttentionInterface)"
         )
-    state = _State(segmented, backend, original=original, previous_attention=previous)
+    state = SegmentState(segmented, backend, original=original, previous_attention=previous)
     state.modules = [*attentions, parent]
     for module in state.modules:
-        module.__dict__[_STATE] = state
-    state.hook = parent.register_forward_pre_hook(_check_cache, with_kwargs=True)
-    setattr(parent, attr, _IdentityRotary(original, state))
+        module.__dict__[STATE] = state
+    state.hook = parent.register_forward_pre_hook(check_cache, with_kwargs=True)
+    setattr(parent, attr, IdentityRotary(original, state))
     return model
 
 
@@ -523,14 +294,14 @@ def unpatch_segments(model: nn.Module) -> nn.Module:
     implementation come back (logits bit-identical to before patching). A model that is not
     patched raises ValueError. Caches built while patched hold unrotated keys: drop them."""
     parent, attr, module = _find_rotary(model)
-    if not isinstance(module, _IdentityRotary):
+    if not isinstance(module, IdentityRotary):
         raise ValueError("model is not patched by patch_segments (nothing to undo)")
     state = module.state
     setattr(parent, attr, state.original)
     if state.hook is not None:
         state.hook.remove()
     for patched in state.modules:
-        patched.__dict__.pop(_STATE, None)
+        patched.__dict__.pop(STATE, None)
     set_attention: Any = model.set_attn_implementation
     set_attention(state.previous_attention)
     return model

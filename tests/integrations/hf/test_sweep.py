@@ -1,7 +1,8 @@
-"""The conformance sweep (issue 27.2): every RoPE family of the installed transformers, built tiny
-with random weights, gives HF's logits after patch_rotary (≤ 5e-6) unless hf_sweep.NOT_EQUAL
-states why not; a family that changes status fails here so that the table in docs/hf.md stays
-true. Slow (about 5 minutes on one core for all 198 families); `make test-slow` runs it."""
+"""The conformance sweep: every RoPE family of the installed transformers, built tiny with random
+weights, gives HF's logits after patch_rotary (≤ 5e-6) unless the sweep's table
+(tools/hf_sweep/table.py, NOT_EQUAL) states why not; a family that changes status fails here so
+that the table in docs/hf.md stays true. Slow (about 5 minutes on one core for all 198
+families); `make test-slow` runs it."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from posenc.integrations import hf_sweep  # noqa: E402
-from posenc.integrations.hf_sweep import NOT_EQUAL, STATUSES, check_family  # noqa: E402
-from posenc.integrations.hf_tiny import rope_families  # noqa: E402
+from tools.hf_sweep import sweep  # noqa: E402
+from tools.hf_sweep.families import rope_families  # noqa: E402
+from tools.hf_sweep.sweep import NOT_EQUAL, STATUSES, check_family  # noqa: E402
 
 FAMILIES = rope_families()
 
@@ -26,7 +27,7 @@ def test_every_stated_family_is_installed_and_has_a_reason() -> None:
 def test_a_family_whose_rotaries_never_run_is_not_equal(monkeypatch: pytest.MonkeyPatch) -> None:
     """Nemotron 3.5 Transcribe builds and runs on token ids, but its text decoder is NoPE and
     its rotaries are the audio encoder's: no rotary runs, so 'equal' would be vacuous."""
-    monkeypatch.delitem(hf_sweep.NOT_TEXT_ROPE, "nemotron3_5_transcribe")
+    monkeypatch.delitem(sweep.NOT_TEXT_ROPE, "nemotron3_5_transcribe")
     result = check_family("nemotron3_5_transcribe")
     assert (result.status, result.detail) == (
         "could not build",

@@ -1,190 +1,49 @@
-"""HF ``transformers`` RoPE configs read into posenc: the functions that
-:mod:`posenc.integrations.hf` exports (see its docstring) and the readers
-:mod:`posenc.integrations.hf_patch` builds each patched module with.
+"""HF ``transformers`` RoPE configs to posenc and back: the conversions that
+:mod:`posenc.integrations.hf` exports.
 
-Kept apart from :mod:`posenc.integrations.hf` so that the patching module can read configs
-without importing the module that re-exports it (no import cycle).
+* :func:`frequencies_from_config`: ``(inv_freq, attention_factor)`` as ``transformers``
+  computes them;
+* :func:`rope_from_config` / :func:`to_rope_parameters`: config ↔ :class:`RotaryEmbedding`;
+* :func:`mrope_from_config`: an M-RoPE config → :class:`MultiAxisRotary`;
+* :func:`attention_scale_from_config`: Ministral 3's ``llama_4_scaling_beta`` query scale.
+
+Each reads the config once with
+:func:`~posenc.integrations.hf.rope_parameters.read_rope_parameters`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from posenc.integrations.hf_conventions import DEFAULT_IGNORES_PARTIAL
-from posenc.integrations.hf_keys import (
-    _EXTRA_KEYS,
-    _get,
-    _head_dim,
-    _integer,
-    _max_positions,
-    _number,
-    _original_max_position,
-    _read_extras,
-    _rope_dict,
+from posenc.integrations.hf._common import original_max_position, positive_integer, rope_dict
+from posenc.integrations.hf.rope_parameters import (
+    FIELD_OF_KEY,
+    SCALINGS,
+    read_rope_parameters,
 )
-from posenc.integrations.hf_layers import layer_schedule_from_config, model_options_from_config
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.multi_axis import MultiAxisRotary
 from posenc.rotary.rope import RotaryEmbedding
-from posenc.rotary.scaling import (
-    DynamicNTK,
-    Linear,
-    Llama3,
-    LongRoPE,
-    Proportional,
-    Scaling,
-    YaRN,
-)
+from posenc.rotary.scaling import Proportional
 
 __all__ = [
-    "DEFAULT_IGNORES_PARTIAL",
     "attention_scale_from_config",
     "frequencies_from_config",
-    "layer_schedule_from_config",
-    "model_options_from_config",
     "mrope_from_config",
     "rope_from_config",
     "to_rope_parameters",
 ]
 
-DEFAULT_THETA = 10000.0  # HF's RotaryEmbeddingConfigMixin.default_theta
-
-_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
-_L0 = "original_max_position_embeddings"
-# rope_type -> (required, optional) keys beyond _COMMON_KEYS. original_max_position_embeddings
-# is optional: like HF we fill it from the config (see _original_max_position).
-_YARN_OPTIONAL = ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim")
-_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "default": ((), ()),
-    "linear": (("factor",), ()),
-    "dynamic": (("factor",), ()),
-    "yarn": (("factor",), (_L0, "truncate", *_YARN_OPTIONAL)),
-    "longrope": (("short_factor", "long_factor"), (_L0, "factor", "attention_factor")),
-    "llama3": (("factor", "low_freq_factor", "high_freq_factor"), (_L0,)),
-    "proportional": ((), ("factor",)),
-}
-_CLASSES: dict[str, type[Scaling]] = {
-    cls.type_name: cls for cls in (Linear, DynamicNTK, YaRN, LongRoPE, Llama3, Proportional)
-}
-_FIELD = {"attention_factor": "attention_factor_override"}  # HF key -> dataclass field
-_HF_KEY = {field: key for key, field in _FIELD.items()}
+_HF_KEY = {field: key for key, field in FIELD_OF_KEY.items()}  # scaling field -> HF key
 # Scaling fields HF keeps outside rope_parameters (or has no notion of).
 _NOT_IN_ROPE_PARAMETERS = frozenset(
     {"max_position_embeddings", "mode", "target_length", "dynamic", "extrapolation_factor"}
 )
-# GPT-NeoX's legacy names; their defaults are model-specific (rotary_pct defaults to 0.25).
-_MODEL_ALIASES = frozenset({"rotary_pct", "rotary_emb_base"})
-
-# ------------------------------------------------------------------------- reading a config
-
-
-@dataclass(frozen=True)
-class _HFRope:
-    """A config's RoPE, read and validated once: what every function below works from."""
-
-    rope_type: str
-    base: float
-    head_dim: int
-    rotary_dim: int
-    scaling: Scaling | None
-    #: PhiMoE's LongRoPE ``(short_mscale, long_mscale, L0)``: the attention factor by length.
-    mscales: tuple[float, float, int] | None = None
-    #: Ministral 3 / Mistral 4's query scale β (an attention temperature, not a RoPE key).
-    llama_4_scaling_beta: float | None = None
-    #: M-RoPE ``(mrope_section, interleaved)`` (Qwen2/2.5/3-VL, GLM-4V, ...).
-    mrope: tuple[tuple[int, ...], bool] | None = None
-
-
-def _read(config: Any, layer_type: str | None = None) -> _HFRope:
-    """Validate a config's RoPE (the ``layer_type`` entry of a nested one) and map it onto
-    posenc's scaling dataclasses."""
-    if not isinstance(config, Mapping) and not hasattr(config, "to_dict"):
-        raise ValueError(
-            f"config must be a transformers PretrainedConfig or a dict, got {config!r}"
-        )
-    if isinstance(config, Mapping):
-        aliases = sorted(k for k in _MODEL_ALIASES if k in config)
-        if aliases:
-            raise ValueError(
-                f"model-specific key(s) {aliases}: load the dict with transformers.AutoConfig "
-                "(which converts them with the model's defaults) and pass the config object"
-            )
-    params = _rope_dict(config, layer_type)
-    rope_type = params["rope_type"]
-    if rope_type not in _KEYS:
-        raise ValueError(f"rope_type must be one of {sorted(_KEYS)}, got {rope_type!r}")
-    required, optional = _KEYS[rope_type]
-    extras = {k: params.pop(k) for k in _EXTRA_KEYS if k in params}
-    unknown = sorted(set(params) - _COMMON_KEYS - set(required) - set(optional))
-    if unknown:
-        raise ValueError(f"unknown key(s) {unknown} in rope_parameters for rope_type {rope_type!r}")
-    missing = sorted(k for k in required if params.get(k) is None)
-    if missing:
-        raise ValueError(f"missing required key(s) {missing} in rope_parameters for {rope_type!r}")
-
-    theta = params.get("rope_theta")
-    theta = _get(config, "rope_theta") if theta is None else theta
-    base = _number("rope_theta", DEFAULT_THETA if theta is None else theta)
-    partial = params.get("partial_rotary_factor")
-    partial = _get(config, "partial_rotary_factor") if partial is None else partial
-    partial = 1.0 if partial is None else _number("partial_rotary_factor", partial)
-    if partial > 1.0:
-        raise ValueError(
-            f"rope_parameters['partial_rotary_factor'] must be in (0, 1], got {partial}"
-        )
-    head_dim = _head_dim(config)
-    rotary_dim = int(head_dim * partial)  # HF's truncation
-    ignores_partial = (
-        rope_type == "default" and _get(config, "model_type") in DEFAULT_IGNORES_PARTIAL
-    )
-    if rope_type == "proportional" or ignores_partial:
-        rotary_dim = head_dim
-    if rotary_dim == head_dim and head_dim % 2:
-        source = next(
-            (key for key in ("head_dim", "qk_rope_head_dim") if _get(config, key) is not None),
-            "hidden_size // num_attention_heads",
-        )
-        raise ValueError(
-            f"head_dim must be even (RoPE rotates channel pairs); the config's {source} gives "
-            f"{head_dim}"
-        )
-    if rotary_dim < 2 or rotary_dim % 2:
-        raise ValueError(
-            f"rope_parameters['partial_rotary_factor'] = {partial} gives an odd or empty rotary "
-            f"dim int({head_dim}·{partial}) = {rotary_dim}; it must be even and >= 2"
-        )
-
-    mscales, beta, mrope = _read_extras(config, extras, rope_type, rotary_dim, params)
-    if mscales is not None:  # HF's PhiMoE recomputes the init (short) frequencies every call
-        params["long_factor"] = params["short_factor"]
-    scaling: Scaling | None = None
-    if rope_type != "default":
-        kwargs = {
-            _FIELD.get(key, key): value
-            for key, value in params.items()
-            if key not in _COMMON_KEYS and value is not None  # None: unset, as in HF
-        }
-        if rope_type in ("yarn", "longrope", "llama3"):
-            kwargs[_L0] = _original_max_position(config, params)
-        if rope_type == "dynamic" or (rope_type == "longrope" and "factor" not in kwargs):
-            kwargs["max_position_embeddings"] = _max_positions(config, rope_type)
-        if rope_type == "proportional":
-            kwargs["partial_rotary_factor"] = partial
-        try:
-            scaling = _CLASSES[rope_type](**kwargs)
-            scaling.inv_freq(rotary_dim, base)  # e.g. LongRoPE factor lists of the wrong length
-        except (ValueError, TypeError) as err:
-            raise ValueError(f"rope_parameters for rope_type {rope_type!r}: {err}") from None
-    return _HFRope(rope_type, base, head_dim, rotary_dim, scaling, mscales, beta, mrope)
-
-
-# ------------------------------------------------------------------------- public conversions
 
 
 def frequencies_from_config(
@@ -221,8 +80,8 @@ def frequencies_from_config(
         tensor([1.0000, 0.3162, 0.1000, 0.0316])
     """
     if seq_len is not None:
-        _integer("seq_len", seq_len)
-    rope = _read(config, layer_type)
+        positive_integer("seq_len", seq_len)
+    rope = read_rope_parameters(config, layer_type)
     if rope.scaling is None:
         inv_freq = rope_inv_freq(rope.rotary_dim, rope.base)
         return inv_freq.to(torch.float32), 1.0
@@ -250,11 +109,11 @@ def attention_scale_from_config(config: Any, positions: Tensor) -> Tensor:
     Returns:
         float32 tensor of the positions' shape.
     """
-    rope = _read(config)
+    rope = read_rope_parameters(config)
     if rope.llama_4_scaling_beta is None:
         return torch.ones(positions.shape, dtype=torch.float32, device=positions.device)
-    params = _rope_dict(config)
-    original_max = _original_max_position(config, params)
+    params = rope_dict(config)
+    original_max = original_max_position(config, params)
     steps = torch.floor(positions.float() / original_max)
     return 1 + rope.llama_4_scaling_beta * torch.log(1 + steps)
 
@@ -269,7 +128,8 @@ def rope_from_config(
     """The :class:`RotaryEmbedding` (half layout) an HF config describes.
 
     ``rotary_dim = int(head_dim · partial_rotary_factor)`` (full ``head_dim`` for
-    ``proportional`` and for the default type of :data:`DEFAULT_IGNORES_PARTIAL` models),
+    ``proportional`` and for the default type of the models of
+    :data:`~posenc.integrations.hf.conventions.DEFAULT_IGNORES_PARTIAL`),
     ``base = rope_theta`` and the scaling of ``rope_type``; dynamic NTK uses HF's runtime
     mode. Inverse of :func:`to_rope_parameters`.
 
@@ -285,7 +145,7 @@ def rope_from_config(
         >>> rope.base, rope.rotary_dim
         (500000.0, 64)
     """
-    rope = _read(config, layer_type)
+    rope = read_rope_parameters(config, layer_type)
     if rope.mscales is not None:
         raise ValueError(
             "rope_parameters['short_mscale'] / ['long_mscale'] (PhiMoE) switch the attention "
@@ -297,7 +157,7 @@ def rope_from_config(
             "rope_parameters['mrope_section'] describes M-RoPE over (t, h, w) positions: build it "
             "with posenc.integrations.hf.mrope_from_config, or patch_rotary the model"
         )
-    return _rope_module(rope, device, dtype)
+    return rope.rotary_embedding(device, dtype)
 
 
 def mrope_from_config(
@@ -318,27 +178,13 @@ def mrope_from_config(
         >>> mrope.head_dim
         16
     """
-    rope = _read(config, layer_type)
+    rope = read_rope_parameters(config, layer_type)
     if rope.mrope is None:
         raise ValueError("config has no rope_parameters['mrope_section']: use rope_from_config")
     sections, configured = rope.mrope
     interleaved = configured if interleaved is None else interleaved
     return MultiAxisRotary.mrope(
         rope.rotary_dim, sections, base=rope.base, interleaved=interleaved, scaling=rope.scaling
-    )
-
-
-def _rope_module(
-    rope: _HFRope, device: torch.device | str | None = None, dtype: torch.dtype | None = None
-) -> RotaryEmbedding:
-    return RotaryEmbedding(
-        rope.head_dim,
-        rotary_dim=rope.rotary_dim,
-        base=rope.base,
-        layout="half",
-        scaling=rope.scaling,
-        device=device,
-        dtype=dtype,
     )
 
 
@@ -383,7 +229,7 @@ def to_rope_parameters(rope: RotaryEmbedding) -> dict[str, Any]:
         or getattr(scaling, "dynamic", False)
         or getattr(scaling, "extrapolation_factor", 1.0) != 1.0  # vLLM's YaRN key, not HF's
     )
-    if rope_type not in _CLASSES or posenc_only:
+    if rope_type not in SCALINGS or posenc_only:
         raise ValueError(
             f"scaling {scaling!r} has no HF rope_type (HF knows default, linear, dynamic in HF "
             "mode, static yarn, longrope, llama3 and proportional)"

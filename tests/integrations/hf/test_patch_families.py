@@ -1,7 +1,7 @@
-"""patch_rotary on the HF conventions beyond Llama's (issue 27): rotaries per layer, per stack and
+"""patch_rotary on the HF conventions beyond Llama's: rotaries per layer, per stack and
 per theta under any name; per-layer-type rope_parameters; M-RoPE with (3, batch, seq) positions,
 consecutive and interleaved sections; interleaved, half-width and complex tables; PhiMoE's
-short/long mscale. Each family is a tiny random model (posenc.integrations.hf_tiny): the logits
+short/long mscale. Each family is a tiny random model (tools/hf_sweep/tiny.py): the logits
 after patching must equal HF's (≤ 5e-6), every text rotary must be an adapter, and each adapter
 must be called. Refusals name what they refuse."""
 
@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from posenc.integrations.hf import HFRotaryAdapter, patch_rotary, rotary_modules, unpatch_rotary
-from posenc.integrations.hf_patch import _is_text_rotary
+from posenc.integrations.hf.patch import is_text_rotary
 from posenc.rotary.rope import RotaryEmbedding
 
 transformers = pytest.importorskip("transformers")
-from posenc.integrations.hf_sweep import TOLERANCE, output_and_rotary_calls  # noqa: E402
-from posenc.integrations.hf_tiny import build_tiny, mrope_positions  # noqa: E402
+from tools.hf_sweep.overrides import mrope_positions  # noqa: E402
+from tools.hf_sweep.sweep import TOLERANCE, output_and_rotary_calls  # noqa: E402
+from tools.hf_sweep.tiny import build_tiny  # noqa: E402
 
 
 def _tiny(family: str) -> tuple[torch.nn.Module, dict[str, Any]]:
@@ -37,7 +38,7 @@ def _patched_equal(family: str) -> tuple[torch.nn.Module, list[HFRotaryAdapter]]
     """Patch a tiny ``family`` model; assert every text rotary became an adapter, the adapters
     that ran are the modules HF ran (no silent no-op), and the logits equal HF's."""
     model, inputs = _tiny(family)
-    text = [name for name, m in rotary_modules(model) if _is_text_rotary(m)]
+    text = [name for name, m in rotary_modules(model) if is_text_rotary(m)]
     expected, hf_called = output_and_rotary_calls(model, inputs)
     patch_rotary(model, keep_non_text=True)
     adapters = {n: m for n, m in model.named_modules() if isinstance(m, HFRotaryAdapter)}
@@ -118,7 +119,7 @@ def test_mrope_per_layer_type() -> None:
 
 def test_mrope_axes_undeclared_in_the_config() -> None:
     """NeoMME's rotary reads (row, column) pair by pair with no mrope_section in its config
-    (hf_conventions.UNDECLARED_MROPE_AXES): two axes, per layer type, on differing rows."""
+    (hf.conventions.UNDECLARED_MROPE_AXES): two axes, per layer type, on differing rows."""
     _, inputs = _tiny("neomme")
     assert inputs["position_ids"].shape[0] == 2
     _, adapters = _patched_equal("neomme")

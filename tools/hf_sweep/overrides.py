@@ -1,4 +1,4 @@
-"""Per-family fixes of the tiny HF builder (:mod:`posenc.integrations.hf_tiny`).
+"""Per-family fixes of the tiny HF builder (:mod:`tools.hf_sweep.tiny`).
 
 A shrunk default config does not validate or run for every family: some need a value set so
 that the tiny model has a text RoPE at all, some a size kept consistent with another one the

@@ -20,7 +20,7 @@ Keys read (a ``PretrainedConfig`` or a ``config.json`` dict; Llama-4's text part
   ``QueryScale.logn(seq_length)`` on every layer (Qwen applies it in eval mode only).
 * Ministral 3 / Mistral 4: ``rope_parameters['llama_4_scaling_beta']``:
   ``QueryScale.ministral3(β, original_max_position_embeddings)`` on every layer (the same
-  factor as :func:`~posenc.integrations.hf_config.attention_scale_from_config`).
+  factor as :func:`~posenc.integrations.hf.attention_scale_from_config`).
 
 Not read: Llama-4's ``use_qk_norm`` (an L2 norm of q and k on the RoPE layers, no part of
 positions) and other ``layer_types`` (``sliding_attention``: a window, no chunk).
@@ -28,11 +28,16 @@ positions) and other ``layer_types`` (``sliding_attention``: a window, no chunk)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from posenc.integrations.hf_keys import _get, _integer, _original_max_position, _rope_dict
+from posenc.integrations.hf._common import (
+    config_value,
+    nonnegative_number,
+    original_max_position,
+    positive_integer,
+    rope_dict,
+)
 from posenc.models import LayerAttention, ModelConfig
 from posenc.softmax.query_scale import QueryScale
 
@@ -54,8 +59,8 @@ def _text_config(config: Any) -> Any:
         raise ValueError(
             f"config must be a transformers PretrainedConfig or a dict, got {config!r}"
         )
-    text = _get(config, "text_config")
-    if text is None or _get(config, "num_hidden_layers") is not None:
+    text = config_value(config, "text_config")
+    if text is None or config_value(config, "num_hidden_layers") is not None:
         return config
     if isinstance(text, Mapping) and "model_type" not in text and _is_llama4_type(config):
         return {**text, "model_type": "llama4_text"}  # Llama4Config's text part, HF's defaults
@@ -66,12 +71,14 @@ def _is_llama4(config: Any) -> bool:
     """True for a config with Llama-4's layer keys (SmolLM3's NoPE layers share two, and
     its ``model_type`` defaults to them as HF's ``SmolLM3Config``)."""
     keys = ("no_rope_layers", "no_rope_layer_interval", "attn_temperature_tuning")
-    smollm3 = _get(config, "model_type") == "smollm3"
-    return _is_llama4_type(config) or smollm3 or any(_get(config, k) is not None for k in keys)
+    smollm3 = config_value(config, "model_type") == "smollm3"
+    return (
+        _is_llama4_type(config) or smollm3 or any(config_value(config, k) is not None for k in keys)
+    )
 
 
 def _is_llama4_type(config: Any) -> bool:
-    return str(_get(config, "model_type") or "").startswith("llama4")
+    return str(config_value(config, "model_type") or "").startswith("llama4")
 
 
 def _llama4(config: Any, key: str) -> Any:
@@ -79,7 +86,7 @@ def _llama4(config: Any, key: str) -> Any:
     defaults that switch something on (``attention_chunk_size``'s chunks,
     ``attn_temperature_tuning``) are ``Llama4TextConfig``'s only: a dict of another
     ``model_type`` that omits them (SmolLM3's ``no_rope_layers``) gets neither."""
-    value = _get(config, key)
+    value = config_value(config, key)
     if isinstance(config, Mapping) and key not in config:
         switches = key in ("attention_chunk_size", "attn_temperature_tuning")
         return None if switches and not _is_llama4_type(config) else LLAMA4_DEFAULTS[key]
@@ -88,9 +95,11 @@ def _llama4(config: Any, key: str) -> Any:
 
 def _rope_flags(config: Any, depth: int) -> list[bool]:
     """Per layer, True when the layer rotates (HF ``no_rope_layers[i]``, 1 = RoPE)."""
-    flags = _get(config, "no_rope_layers")
+    flags = config_value(config, "no_rope_layers")
     if not flags:  # HF: `self.no_rope_layers if self.no_rope_layers else default`
-        interval = _integer("no_rope_layer_interval", _llama4(config, "no_rope_layer_interval"))
+        interval = positive_integer(
+            "no_rope_layer_interval", _llama4(config, "no_rope_layer_interval")
+        )
         return [(i + 1) % interval != 0 for i in range(depth)]
     if (
         isinstance(flags, (str, bytes))
@@ -108,7 +117,7 @@ def _rope_flags(config: Any, depth: int) -> list[bool]:
 def _chunk_flags(config: Any, rope: list[bool]) -> list[bool]:
     """Per layer, True when its attention is chunked (``layer_types``, default the RoPE
     layers as HF's ``Llama4TextConfig`` when there is a chunk size, else none)."""
-    types = _get(config, "layer_types")
+    types = config_value(config, "layer_types")
     if types is None:
         chunks = _llama4(config, "attention_chunk_size") is not None or _is_llama4_type(config)
         return list(rope) if chunks else [False] * len(rope)
@@ -127,35 +136,27 @@ def _chunk_flags(config: Any, rope: list[bool]) -> list[bool]:
     return [t == "chunked_attention" for t in types]
 
 
-def _beta(key: str, value: Any) -> float:
-    """A temperature's β: a finite number ≥ 0 (``QueryScale``'s range), else ``ValueError``
-    naming the config ``key``."""
-    number = not isinstance(value, bool) and isinstance(value, (int, float))
-    if not number or not math.isfinite(value) or value < 0:
-        raise ValueError(f"{key} must be a finite number >= 0, got {value!r}")
-    return float(value)
-
-
 def _scales(config: Any) -> tuple[QueryScale | None, bool]:
     """The config's query scale and whether it goes to the NoPE layers only (Llama-4)."""
     found: list[tuple[QueryScale, bool]] = []
     if _is_llama4(config) and _llama4(config, "attn_temperature_tuning"):
-        floor = _integer("floor_scale", _llama4(config, "floor_scale"))
+        floor = positive_integer("floor_scale", _llama4(config, "floor_scale"))
         beta = _llama4(config, "attn_scale")
-        found.append((QueryScale.llama4(floor, _beta("attn_scale", beta)), True))
-    if _get(config, "use_logn_attn"):
-        seq_length = _get(config, "seq_length")
+        found.append((QueryScale.llama4(floor, nonnegative_number("attn_scale", beta)), True))
+    if config_value(config, "use_logn_attn"):
+        seq_length = config_value(config, "seq_length")
         if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 2:
             raise ValueError(
                 f"seq_length must be an int >= 2 with use_logn_attn (Qwen's trained length); "
                 f"got {seq_length!r}"
             )
         found.append((QueryScale.logn(seq_length), False))
-    raw = _get(config, "rope_parameters") or _get(config, "rope_scaling")
+    raw = config_value(config, "rope_parameters") or config_value(config, "rope_scaling")
     if isinstance(raw, Mapping) and raw.get("llama_4_scaling_beta") is not None:
-        params = _rope_dict(config)  # validated only when it holds β (nested ones have none)
-        original = _original_max_position(config, params)
-        beta = _beta("rope_parameters['llama_4_scaling_beta']", params["llama_4_scaling_beta"])
+        params = rope_dict(config)  # validated only when it holds β (nested ones have none)
+        original = original_max_position(config, params)
+        key = "rope_parameters['llama_4_scaling_beta']"
+        beta = nonnegative_number(key, params["llama_4_scaling_beta"])
         found.append((QueryScale.ministral3(beta, original), False))
     if len(found) > 1:
         raise ValueError(
@@ -195,7 +196,7 @@ def layer_schedule_from_config(config: Any) -> tuple[LayerAttention, ...]:
         QueryScale(mode='floor_log', length=8192, beta=0.1, shift=1)
     """
     config = _text_config(config)
-    depth = _integer("num_hidden_layers", _get(config, "num_hidden_layers"))
+    depth = positive_integer("num_hidden_layers", config_value(config, "num_hidden_layers"))
     scale, nope_only = _scales(config)
     if not _is_llama4(config):
         return tuple(LayerAttention(query_scale=scale) for _ in range(depth))
@@ -203,7 +204,7 @@ def layer_schedule_from_config(config: Any) -> tuple[LayerAttention, ...]:
     chunked = _chunk_flags(config, rope)
     chunk = _llama4(config, "attention_chunk_size")
     if any(chunked) and chunk is not None:
-        chunk = _integer("attention_chunk_size", chunk)
+        chunk = positive_integer("attention_chunk_size", chunk)
     elif any(chunked):  # HF's create_chunked_causal_mask raises too
         raise ValueError("attention_chunk_size must be set for chunked_attention layers")
     return tuple(
