@@ -146,7 +146,7 @@ def attend(
     (:class:`~posenc.attention.Attention` does it before caching keys); additive ones act on
     the token embeddings. A segment method (:mod:`posenc.segments`) is the exception: it
     rotates q and k per segment itself, so they come *unrotated* (what a patched Hugging Face
-    attention passes, :func:`posenc.integrations.hf_segments.patch_segments`). Queries are the
+    attention passes, :func:`posenc.integrations.hf.segments.patch_segments`). Queries are the
     last ``q_len`` of the ``k_len`` keys for the causal order and the default positions.
 
     Args:

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from posenc.encoding.protocols import RotaryEncoding
 from posenc.integrations.hf.config import rope_from_config
 from posenc.integrations.hf.patch import HFRotaryAdapter
 from posenc.integrations.hf.segments._common import STATE, SegmentState
@@ -167,10 +168,10 @@ def _method_for(
                 scaling=rope.scaling,
             )
         method = rope
-    if not isinstance(method, nn.Module):
-        raise ValueError(f"{allowed}; got {type(method).__name__}")
     if isinstance(method, SegmentedRotary):
         return method
+    if not isinstance(method, RotaryEncoding):
+        raise ValueError(f"{allowed}; got {type(method).__name__}")
     try:
         return _PlainRotary(method)
     except ValueError as err:
