@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.posenc-installed
 
-.PHONY: demo test test-slow lint typecheck clean
+.PHONY: demo test test-slow lint imports typecheck clean
 
 # pytest exits 5 when it collects nothing: a run that tests nothing fails, and says why.
 NO_TESTS = { status=$$?; [ $$status -ne 5 ] || echo "pytest collected no test (exit 5)" >&2; exit $$status; }
@@ -37,6 +37,10 @@ test-slow: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/ruff format --check src tests benchmarks examples
+
+# The layering contracts of pyproject.toml's [tool.importlinter] (import-linter).
+imports: $(STAMP)
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from posenc.encoding.registry import ModelDims, build_encoding, encoding_spec, list_encodings
 from posenc.positions import grid_positions
+from posenc.registry import ModelDims, build_encoding, encoding_spec, list_encodings
 
 # Every registered encoding, plus the variants whose code paths differ.
 ALL_CASES: list[tuple[str, dict[str, Any]]] = [

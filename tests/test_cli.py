@@ -11,8 +11,8 @@ pytest.importorskip("matplotlib")
 
 from posenc.checks import run_checks
 from posenc.cli import BENCH_SUITES, FIGURE_NAMES, main, plain_help
-from posenc.encoding.registry import Family, list_encodings
 from posenc.graph.catalogue import list_graph_methods
+from posenc.registry import Family, list_encodings
 
 
 def test_list_names_every_method_with_family_and_paper(capsys) -> None:

@@ -1,6 +1,6 @@
-"""Layers import downward only (the design notes: cli → lab → model → attention → encodings
-→ positions → base; :data:`LAYERS` below places every module): no module of ``posenc``
-imports one that imports it back, and no module imports a module of a higher layer.
+"""No module of ``posenc`` imports one that imports it back; the package loads its names on
+first use. (The layers themselves are import-linter contracts in pyproject.toml, checked by
+``make imports``.)
 
 The graph is read from the source with :mod:`ast`, not by importing: an edge ``a → b`` is any
 ``import posenc.b`` or ``from posenc.b import name`` in ``a`` (or ``from posenc.b import c``
@@ -29,80 +29,6 @@ import pytest
 
 SOURCE = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "posenc"
-
-# The layers, lowest first; a module belongs to the layer of its longest listed prefix.
-# DESIGN.md's order with what it leaves implicit made explicit:
-# * ``positions`` and ``base`` are one layer: ``base.py`` validates positions with
-#   ``positions.check_positions`` (DESIGN lists positions above base; the code has them the
-#   other way round, and neither may import anything higher). ``multimodal`` builds M-RoPE
-#   position ids, ``multimodal_layouts`` VideoRoPE's and V2PE's: positions.
-# * ``attention.hooks`` is the duck-typed hook contract the encodings implement (DESIGN,
-#   "Hooks"): the segment methods and randomized positions read it, so it sits with ``base``
-#   although it lives in ``attention/``.
-# * ``registry`` (encodings by name) and ``integrations`` (HF configs and models) sit with
-#   the model, which chooses its encoding by name.
-# * ``graph`` (positions from structure: node encodings, Graphormer's bias, L-STEP) is an
-#   encoding family; the graph transformer that uses them lives in the lab.
-# * ``viz*``, ``checks``, ``bench`` and ``demo`` are tools over the model: the lab's layer.
-LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    (
-        "positions and base",
-        (
-            "posenc._validate",
-            "posenc._moved",
-            "posenc.positions",
-            "posenc.positions.multimodal",
-            "posenc.positions.multimodal_layouts",
-            "posenc.encoding",
-            "posenc.encoding.base",
-            "posenc.encoding.resolve",
-        ),
-    ),
-    (
-        "encodings",
-        (
-            "posenc.additive",
-            "posenc.rotary",
-            "posenc.bias",
-            "posenc.contextual",
-            "posenc.scores",
-            "posenc.softmax",
-            "posenc.token_state",
-            "posenc.segments",
-            "posenc.encoding.randomized",
-            "posenc.graph",
-        ),
-    ),
-    ("attention", ("posenc.attention",)),
-    (
-        "model",
-        (
-            "posenc.models",
-            "posenc.models.config",
-            "posenc.models.layout",
-            "posenc.encoding.registry",
-            "posenc.integrations",
-        ),
-    ),
-    (
-        "lab",
-        (
-            "posenc.lab",
-            "posenc.viz",
-            "posenc.viz.grids",
-            "posenc.viz.segments",
-            "posenc.viz.graph",
-            "posenc.viz.rope",
-            "posenc.viz.softmax",
-            "posenc.viz.base",
-            "posenc.checks",
-            "posenc.checks.graph",
-            "posenc.bench",
-            "posenc.lab.demo",
-        ),
-    ),
-    ("cli", ("posenc.cli", "posenc")),  # and the package's __init__, which re-exports
-]
 
 
 def package_modules(source: Path = SOURCE) -> dict[str, Path]:
@@ -214,19 +140,6 @@ def _cycle_in(start: str, component: set[str], graph: Mapping[str, set[str]]) ->
     raise AssertionError(f"{start} is in no cycle")  # pragma: no cover
 
 
-def layer_of(module: str) -> int:
-    """The index in :data:`LAYERS` of the longest prefix of ``module`` (the package itself,
-    ``posenc``, names only its ``__init__``: a new module must be given a layer); -1 for
-    none."""
-    best, best_length = -1, -1
-    for rank, (_, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            inside = prefix != PACKAGE and module.startswith(prefix + ".")
-            if (module == prefix or inside) and len(prefix) > best_length:
-                best, best_length = rank, len(prefix)
-    return best
-
-
 GRAPH = import_graph(package_modules())
 
 
@@ -270,21 +183,6 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
     assert not found, "import cycles (one per set of modules that import each other):\n" + (
         "\n".join(" → ".join(c) for c in found)
     )
-
-
-def test_every_module_has_a_layer() -> None:
-    unplaced = [module for module in GRAPH if layer_of(module) < 0]
-    assert not unplaced, f"add these modules to LAYERS: {unplaced}"
-
-
-def test_layers_import_downward_only() -> None:
-    upward = [
-        f"{module} ({LAYERS[layer_of(module)][0]}) → {target} ({LAYERS[layer_of(target)][0]})"
-        for module in sorted(GRAPH)
-        for target in sorted(GRAPH[module])
-        if layer_of(target) > layer_of(module)
-    ]
-    assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
 
 
 def test_the_package_loads_its_names_on_first_use() -> None:

@@ -17,8 +17,8 @@ from torch import Tensor, nn
 
 from posenc.attention import Attention, KVCache, attend, hooks_of
 from posenc.encoding.base import NoPE
-from posenc.encoding.registry import encoding_spec
 from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
+from posenc.registry import encoding_spec
 from tests.cases import SEQ, build_case, case_positions, registered_cases
 
 META = torch.device("meta")

@@ -18,8 +18,8 @@ from torch import Tensor, nn
 from torch.testing import assert_close
 
 from posenc.attention import Attention, hooks_of
-from posenc.encoding.registry import encoding_spec
 from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
+from posenc.registry import encoding_spec
 from tests.cases import ALL_CASES, SEQ, build_case, case_id, case_positions, registered_cases
 
 X = torch.randn(2, SEQ, 32, generator=torch.Generator().manual_seed(5))

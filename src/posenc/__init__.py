@@ -43,7 +43,6 @@ if TYPE_CHECKING:
         ContextualEncoding,
         RotaryEncoding,
     )
-    from posenc.encoding.registry import ModelDims, build_encoding, list_encodings
     from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
     from posenc.positions import (
         document_mask,
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
         positions_from_length,
         positions_from_padding_mask,
     )
+    from posenc.registry import ModelDims, build_encoding, list_encodings
     from posenc.rotary import RotaryEmbedding, apply_rotary, permute_rotary_weight
 
 __version__ = "0.1.0"
@@ -81,9 +81,9 @@ _EXPORTS = {
     "packed_positions": "posenc.positions",
     "positions_from_length": "posenc.positions",
     "positions_from_padding_mask": "posenc.positions",
-    "ModelDims": "posenc.encoding.registry",
-    "build_encoding": "posenc.encoding.registry",
-    "list_encodings": "posenc.encoding.registry",
+    "ModelDims": "posenc.registry",
+    "build_encoding": "posenc.registry",
+    "list_encodings": "posenc.registry",
     "RotaryEmbedding": "posenc.rotary",
     "apply_rotary": "posenc.rotary",
     "permute_rotary_weight": "posenc.rotary",

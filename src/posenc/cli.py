@@ -95,8 +95,8 @@ def _parse_kwargs(pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    from posenc.encoding.registry import list_encodings
     from posenc.graph.catalogue import list_graph_methods
+    from posenc.registry import list_encodings
 
     # two catalogues, one table: the sequence encodings (built from a model's shape, which
     # fills their required arguments), then the graph methods (computed from a graph)
@@ -156,8 +156,8 @@ def check_plot_arguments(name: str, kwargs: dict[str, Any]) -> None:
         ValueError: naming ``METHOD`` and listing the figures and the encodings, or naming the
             unknown ``--set`` keys and listing the allowed ones.
     """
-    from posenc.encoding.registry import list_encodings
     from posenc.graph.catalogue import list_graph_methods
+    from posenc.registry import list_encodings
 
     encodings = [spec.name for spec in list_encodings()]
     graph = [method.name for method in list_graph_methods()]

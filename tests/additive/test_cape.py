@@ -9,8 +9,8 @@ import torch
 from torch.testing import assert_close
 
 from posenc.additive import CAPE, SinusoidalEncoding, cape_augment
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.models import DecoderLM, ModelConfig
+from posenc.registry import ModelDims, build_encoding
 
 POSITIONS = torch.arange(64, dtype=torch.float64).expand(4096, 64)
 

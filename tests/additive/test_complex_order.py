@@ -20,9 +20,9 @@ from posenc.additive.complex_order import (
 )
 from posenc.additive.sinusoidal import sinusoidal_encoding, sinusoidal_inv_freq
 from posenc.attention import hooks_of
-from posenc.encoding.registry import EncodingSpec, ModelDims, register_encoding, unregister_encoding
 from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
 from posenc.positions import positions_from_padding_mask
+from posenc.registry import EncodingSpec, ModelDims, register_encoding, unregister_encoding
 
 NAME = "complex_order_under_test"
 VOCAB, DIM = 23, 32

@@ -10,7 +10,7 @@ from torch import Tensor, nn
 from torch.testing import assert_close
 
 from posenc.attention import Backend, attend
-from posenc.encoding.registry import ModelDims, build_encoding
+from posenc.registry import ModelDims, build_encoding
 from tests.attention.toys import CumulativeGate
 from tests.cases import ALL_CASES, case_id
 

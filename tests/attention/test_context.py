@@ -10,9 +10,9 @@ import torch
 from torch.testing import assert_close
 
 from posenc.attention import Attention, KVCache
-from posenc.encoding.registry import EncodingSpec, register_encoding, unregister_encoding
 from posenc.models import DecoderLM, ModelConfig
 from posenc.positions import grid_positions
+from posenc.registry import EncodingSpec, register_encoding, unregister_encoding
 from tests.attention.toys import ThreeAxisRotary
 
 DIM, HEADS = 48, 4  # head_dim 12: 6 pairs, 2 per axis

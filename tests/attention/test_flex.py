@@ -9,7 +9,7 @@ from torch.testing import assert_close
 
 from posenc.attention import Backend, attend, hooks_of
 from posenc.attention.flex import flex_available, score_mod_of
-from posenc.encoding.registry import ModelDims, build_encoding, list_encodings
+from posenc.registry import ModelDims, build_encoding, list_encodings
 
 pytestmark = pytest.mark.skipif(not flex_available(), reason="torch has no FlexAttention")
 

@@ -12,8 +12,8 @@ from torch import Tensor
 
 from posenc.attention import Attention, Backend, KVCache
 from posenc.attention.linear import feature_map, linear_attention
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary import RotaryEmbedding
 
 F64 = torch.float64

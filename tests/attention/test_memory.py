@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from posenc.attention import Backend, attend, blocks, flex
-from posenc.encoding.registry import ModelDims, build_encoding
+from posenc.registry import ModelDims, build_encoding
 
 LENGTH, HEADS, HEAD_DIM = 1024, 2, 8
 # Compiled flex's kernel keeps a 128 × 128 block of scores per thread (O(threads · block²),

@@ -8,8 +8,8 @@ from torch import Tensor, nn
 from torch.testing import assert_close
 
 from posenc.attention import Attention, Backend, KVCache, attend, causal_mask, hooks_of
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.positions import document_mask, packed_positions
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary.kernels import Impl, available_impls, rotary_impl
 from tests.cases import CAUSAL_ONLY, attention_side_cases
 

@@ -9,9 +9,9 @@ from torch.testing import assert_close
 from posenc.bias import AlibiBias
 from posenc.encoding.base import NoPE
 from posenc.encoding.randomized import RandomizedPositions
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.models import DecoderLM, ModelConfig
 from posenc.positions import randomized_positions
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary import MultiAxisRotary, RotaryEmbedding
 
 L = 64

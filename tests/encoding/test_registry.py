@@ -6,7 +6,7 @@ import torch
 from posenc.additive import Sinusoidal2D
 from posenc.attention import hooks_of
 from posenc.encoding import base
-from posenc.encoding.registry import ModelDims, build_encoding, encoding_spec, list_encodings
+from posenc.registry import ModelDims, build_encoding, encoding_spec, list_encodings
 from posenc.rotary import AxialRotary2D
 
 DIMS = ModelDims(dim=32, num_heads=4, max_seq_len=64, vocab_size=50)

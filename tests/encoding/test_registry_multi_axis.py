@@ -8,9 +8,9 @@ import torch
 from torch.testing import assert_close
 
 from posenc.attention import hooks_of
-from posenc.encoding.registry import ModelDims, build_encoding, list_encodings
 from posenc.models import DecoderLM, ModelConfig
 from posenc.positions.multimodal import IMAGE, TEXT, mrope_position_ids
+from posenc.registry import ModelDims, build_encoding, list_encodings
 from posenc.rotary import MultiAxisRotary
 
 

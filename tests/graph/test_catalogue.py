@@ -7,9 +7,9 @@ import inspect
 
 import pytest
 
-from posenc.encoding.registry import ModelDims, build_encoding, list_encodings
 from posenc.graph import laplacian_pe
 from posenc.graph.catalogue import FAMILY, graph_method, list_graph_methods
+from posenc.registry import ModelDims, build_encoding, list_encodings
 
 METHODS = list_graph_methods()
 

@@ -11,7 +11,6 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from posenc.encoding.registry import ModelDims
 from posenc.lab.atlas import atlas_pivot, atlas_table, condition_labels
 from posenc.lab.signal_models import (
     SignalRunConfig,
@@ -20,6 +19,7 @@ from posenc.lab.signal_models import (
     fit_signal_model,
 )
 from posenc.positions import grid_positions
+from posenc.registry import ModelDims
 
 
 def _model(encoding: str, grid: tuple[int, ...] = (2, 3, 4)) -> SignalTransformer:

@@ -12,7 +12,6 @@ import torch
 from torch import Tensor
 from torch.testing import assert_close
 
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.lab.data.scenes import camera_views, image_patches, make_scenes
 from posenc.lab.experiments import get_experiment
 from posenc.lab.experiments.vla import (
@@ -25,6 +24,7 @@ from posenc.lab.experiments.vla import (
     run_vla,
 )
 from posenc.lab.runner import Run
+from posenc.registry import ModelDims, build_encoding
 
 TINY: dict[str, Any] = {
     "encodings": ("none", "rope", "mrope", "rope_axial"),

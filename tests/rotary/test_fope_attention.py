@@ -13,8 +13,8 @@ from torch import Tensor
 from torch.testing import assert_close
 
 from posenc.attention import Attention, Backend, KVCache
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary import FourierRotaryEmbedding
 from tests.rotary.test_fope import F64, HEAD_DIM, HEADS, KV_HEADS, L, make
 

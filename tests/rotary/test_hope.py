@@ -10,8 +10,8 @@ from torch.testing import assert_close
 
 from posenc.attention import Attention, Backend
 from posenc.attention.flex import flex_available
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.models import DecoderLM, ModelConfig
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary.hope import HighFrequencyOnly, hope_inv_freq, hope_rotary
 from posenc.rotary.scaling import scaling_to_dict
 

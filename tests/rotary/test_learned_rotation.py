@@ -13,8 +13,8 @@ from torch import Tensor
 from torch.testing import assert_close
 
 from posenc.attention import Attention, Backend, KVCache
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.positions import grid_positions
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary import LearnedRotation, MultiAxisRotary
 
 KINDS = ["liere", "comrope_ap", "comrope_ld"]

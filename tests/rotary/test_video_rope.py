@@ -11,9 +11,9 @@ import torch
 from torch.testing import assert_close
 
 from posenc.attention import Attention, Backend, KVCache
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.positions.multimodal import IMAGE, TEXT, VIDEO
 from posenc.positions.multimodal_layouts import v2pe_position_ids, videorope_position_ids
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary import RotaryEmbedding
 from posenc.rotary.multi_axis import MultiAxisRotary, videorope_axes
 

@@ -12,8 +12,8 @@ from torch.testing import assert_close
 from posenc.attention import Backend, attend
 from posenc.attention.flex import flex_available
 from posenc.bias import AlibiBias
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.models import DecoderLM, ModelConfig
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary import RotaryEmbedding
 from posenc.segments import SelfExtend
 from posenc.softmax import LearnedSinks, SoftCap

@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from posenc.encoding.registry import list_encodings
 from posenc.lab.experiments import extend, longctx, temporal_links, vit
 from posenc.lab.graph_models import GRAPH_ENCODINGS
+from posenc.registry import list_encodings
 from posenc.viz.base import (
     ENCODING_COLORS,
     encoding_color,

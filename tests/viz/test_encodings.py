@@ -13,7 +13,7 @@ pytest.importorskip("matplotlib")
 
 from posenc import viz
 from posenc.cli import main
-from posenc.encoding.registry import ModelDims, build_encoding
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import Linear, YaRN
 from posenc.rotary.xpos import XPos

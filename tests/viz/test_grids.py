@@ -11,7 +11,7 @@ pytest.importorskip("matplotlib")
 
 from posenc import viz
 from posenc.additive import SinusoidalGrid
-from posenc.encoding.registry import list_encodings
+from posenc.registry import list_encodings
 from posenc.rotary import AxialRotary2D, MultiAxisRotary
 from posenc.viz.grids import (
     grid_inputs,

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_positive_float
-from posenc.additive.sinusoidal import _check_dtype, sinusoidal_encoding
+from posenc.additive.sinusoidal import check_table_dtype, sinusoidal_encoding
 from posenc.encoding.protocols import AdditiveEncoding, PositionTransform
 
 __all__ = ["CAPE", "cape_augment"]
@@ -145,7 +145,7 @@ class CAPE(AdditiveEncoding, PositionTransform):
         if not isinstance(normalize, bool):
             raise ValueError(f"normalize must be a bool, got {normalize!r}")
         self.normalize = normalize
-        self.dtype = _check_dtype(torch.get_default_dtype() if dtype is None else dtype)
+        self.dtype = check_table_dtype(torch.get_default_dtype() if dtype is None else dtype)
         self.generator: torch.Generator | None = None
 
     @property

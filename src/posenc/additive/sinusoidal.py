@@ -20,7 +20,9 @@ __all__ = [
     "ScaledSinusoidalEncoding",
     "SinusoidalEncoding",
     "SinusoidalLayout",
+    "check_table_dtype",
     "sinusoidal_encoding",
+    "sinusoidal_float64",
     "sinusoidal_inv_freq",
 ]
 
@@ -38,7 +40,7 @@ def _check_args(dim: int, base: float, layout: str) -> float:
     return base
 
 
-def _check_dtype(dtype: torch.dtype) -> torch.dtype:
+def check_table_dtype(dtype: torch.dtype) -> torch.dtype:
     if dtype not in _FLOAT_DTYPES:
         allowed = ", ".join(str(d) for d in _FLOAT_DTYPES)
         raise ValueError(f"dtype must be one of {allowed}; got {dtype}")
@@ -112,12 +114,12 @@ def sinusoidal_encoding(
         tensor([[0., 1., 0.]])
     """
     base = _check_args(dim, base, layout)
-    _check_dtype(dtype)
+    check_table_dtype(dtype)
     check_positions(positions)
-    return _encoding_float64(positions, dim, base, layout).to(positions.device, dtype)
+    return sinusoidal_float64(positions, dim, base, layout).to(positions.device, dtype)
 
 
-def _encoding_float64(positions: Tensor, dim: int, base: float, layout: str) -> Tensor:
+def sinusoidal_float64(positions: Tensor, dim: int, base: float, layout: str) -> Tensor:
     """The float64 values of the formula, on ``positions.device`` (on the CPU for MPS)."""
     device = positions.device
     # MPS has no float64: evaluate on the CPU; callers move the cast result back.
@@ -174,7 +176,7 @@ class SinusoidalEncoding(AdditiveEncoding):
         self.base = _check_args(dim, base, layout)
         self.dim = dim
         self.layout: SinusoidalLayout = layout
-        self.dtype = _check_dtype(torch.get_default_dtype() if dtype is None else dtype)
+        self.dtype = check_table_dtype(torch.get_default_dtype() if dtype is None else dtype)
 
     def forward(self, positions: Tensor) -> Tensor:
         return sinusoidal_encoding(positions, self.dim, self.base, self.layout, self.dtype)
@@ -231,7 +233,7 @@ class ScaledSinusoidalEncoding(AdditiveEncoding):
         self.dim = dim
         self.layout: SinusoidalLayout = layout
         if dtype is not None:
-            _check_dtype(dtype)
+            check_table_dtype(dtype)
         self.gain = nn.Parameter(torch.empty((), device=device, dtype=dtype))
         self.reset_parameters()
 
@@ -242,7 +244,7 @@ class ScaledSinusoidalEncoding(AdditiveEncoding):
 
     def forward(self, positions: Tensor) -> Tensor:
         check_positions(positions, device=self.gain.device)
-        pe = _encoding_float64(positions, self.dim, self.base, self.layout)
+        pe = sinusoidal_float64(positions, self.dim, self.base, self.layout)
         gain = self.gain.to(device=pe.device, dtype=torch.float64)
         return (pe * gain).to(positions.device, self.gain.dtype)
 

@@ -54,7 +54,7 @@ from posenc._validate import (
     check_positive_float,
     check_positive_int,
 )
-from posenc.additive.sinusoidal import _check_dtype, _encoding_float64, sinusoidal_inv_freq
+from posenc.additive.sinusoidal import check_table_dtype, sinusoidal_float64, sinusoidal_inv_freq
 from posenc.encoding.protocols import AdditiveEncoding
 from posenc.positions import check_positions, grid_positions
 
@@ -121,7 +121,7 @@ def sinusoidal_grid_encoding(
     """
     check_in_choices("layout", layout, _LAYOUTS)
     base = check_positive_float("base", base)
-    _check_dtype(dtype)
+    check_table_dtype(dtype)
     if not isinstance(coords, Tensor) or coords.dim() < 1:
         raise ValueError("coords must be a tensor (axes, *shape) with at least one axis")
     if coords.dtype == torch.bool or coords.is_complex():
@@ -135,7 +135,7 @@ def sinusoidal_grid_encoding(
     device = torch.device("cpu") if coords.device.type == "mps" else coords.device  # no float64
     points = coords.to(device=device, dtype=torch.float64)
     if layout == "factorized":
-        table = sum(_encoding_float64(points[a], dim, base, "interleaved") for a in range(axes))
+        table = sum(sinusoidal_float64(points[a], dim, base, "interleaved") for a in range(axes))
         assert isinstance(table, Tensor)
         return table.to(coords.device, dtype)
     angles = points[..., None] * sinusoidal_inv_freq(2 * freqs, base, device=device)
@@ -217,7 +217,7 @@ class SinusoidalGrid(AdditiveEncoding):
         self.dim = dim
         self.base = check_positive_float("base", base)
         self.layout: SinusoidalGridLayout = layout
-        self.dtype = _check_dtype(torch.get_default_dtype() if dtype is None else dtype)
+        self.dtype = check_table_dtype(torch.get_default_dtype() if dtype is None else dtype)
 
     def forward(self, positions: Tensor) -> Tensor:
         check_positions(positions, num_axes=self.num_axes)

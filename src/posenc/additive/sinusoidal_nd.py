@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
-from posenc.additive.sinusoidal import _check_dtype
+from posenc.additive.sinusoidal import check_table_dtype
 from posenc.additive.sinusoidal_grid import sinusoidal_grid_encoding
 from posenc.encoding.protocols import AdditiveEncoding
 from posenc.positions import grid_coordinates
@@ -189,7 +189,7 @@ class Sinusoidal2D(AdditiveEncoding):
         self.base = check_positive_float("base", base)
         check_in_choices("layout", layout, _LAYOUTS)
         self.layout: Sinusoidal2DLayout = layout
-        self.dtype = _check_dtype(torch.get_default_dtype() if dtype is None else dtype)
+        self.dtype = check_table_dtype(torch.get_default_dtype() if dtype is None else dtype)
 
     def forward(self, positions: Tensor) -> Tensor:
         rows, cols = grid_coordinates(positions, self.height, self.width)

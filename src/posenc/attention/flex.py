@@ -35,7 +35,12 @@ from posenc.attention.mask import AttentionMask
 from posenc.attention.rows import compute_dtype
 from posenc.encoding.resolve import Hooks
 
-__all__ = ["flex_attention_backend", "flex_available", "score_mod_of"]
+__all__ = [
+    "compiled_flex",
+    "flex_attention_backend",
+    "flex_available",
+    "score_mod_of",
+]
 
 ScoreMod = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
@@ -99,7 +104,7 @@ def block_mask_of(mask: AttentionMask, context: AttentionContext) -> Any:
 
 
 @functools.lru_cache(maxsize=1)
-def _compiled_flex() -> Callable[..., Tensor]:
+def compiled_flex() -> Callable[..., Tensor]:
     from torch.nn.attention.flex_attention import flex_attention
 
     compiled: Callable[..., Tensor] = torch.compile(flex_attention, dynamic=False)
@@ -136,7 +141,7 @@ def flex_attention_backend(
         then = None if hooks.score_map is None else hooks.score_map.map_scores  # soft-capped
         score_mod = context.token_bias.score_mod(then)
     block_mask = block_mask_of(mask, context)
-    run: Callable[..., Tensor] = _compiled_flex() if compile else flex_attention  # type: ignore[assignment]
+    run: Callable[..., Tensor] = compiled_flex() if compile else flex_attention  # type: ignore[assignment]
     sinks = (
         None if hooks.sinks is None else hooks.sinks.sink_logits(compute_dtype(q.dtype), q.device)
     )

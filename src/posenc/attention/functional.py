@@ -123,6 +123,63 @@ def _check_position_arg(
     return positions
 
 
+def _call_context(
+    hooks: Hooks,
+    q: Tensor,
+    k: Tensor,
+    *,
+    q_pos: Tensor | None,
+    k_pos: Tensor | None,
+    causal: bool,
+    key_padding_mask: Tensor | None,
+    document_ids: Tensor | None,
+    attn_mask: Tensor | MaskMod | None,
+) -> AttentionContext:
+    """The validated positions and mask of one :func:`attend` call (default positions: the
+    queries are the last ``q_len`` of the ``k_len`` keys)."""
+    batch, q_len, k_len = q.shape[0], q.shape[-2], k.shape[-2]
+    if q_len > k_len and (causal or document_ids is not None):
+        raise ValueError(
+            f"q_len ({q_len}) must be <= k_len ({k_len}): the queries are the last keys"
+        )
+    index_positions = q_pos is None and k_pos is None
+    if q_pos is None:
+        q_pos = torch.arange(k_len - q_len, k_len, device=q.device)
+        if hooks.num_axes > 1:
+            q_pos = q_pos.expand(hooks.num_axes, q_len)
+    if k_pos is None:
+        k_pos = torch.arange(k_len, device=q.device)
+        if hooks.num_axes > 1:
+            k_pos = k_pos.expand(hooks.num_axes, k_len)
+    q_pos = _check_position_arg("q_pos", q_pos, q_len, batch, hooks.num_axes, q.device)
+    k_pos = _check_position_arg("k_pos", k_pos, k_len, batch, hooks.num_axes, q.device)
+    if validating_values():
+        hooks.validate_positions(q_pos, "q_pos")
+        hooks.validate_positions(k_pos, "k_pos")
+    padding = None
+    if key_padding_mask is not None:
+        padding = check_key_padding_mask(key_padding_mask, batch, k_len, device=q.device)
+    k_docs = (
+        None
+        if document_ids is None
+        else check_document_ids(document_ids, batch, k_len, device=q.device)
+    )
+    dense, predicate = mask_predicate(attn_mask, batch, q_len, k_len, q.device)
+    mask = AttentionMask(
+        batch=batch,
+        q_len=q_len,
+        k_len=k_len,
+        device=q.device,
+        causal=causal,
+        key_padding=padding,
+        q_documents=None if k_docs is None else k_docs[..., k_len - q_len :],
+        k_documents=k_docs,
+        predicate=predicate,
+        dense=dense,
+    )
+    return AttentionContext(q_pos, k_pos, mask, index_positions)
+
+
 def attend(
     q: Tensor,
     k: Tensor,
@@ -180,51 +237,21 @@ def attend(
             f"pos: {type(pos).__name__} reads the layer's hidden states (token_state), which "
             "attend does not get; use posenc.attention.Attention"
         )
-    batch, q_len, k_len = q.shape[0], q.shape[-2], k.shape[-2]
-    if q_len > k_len and (causal or document_ids is not None):
-        raise ValueError(
-            f"q_len ({q_len}) must be <= k_len ({k_len}): the queries are the last keys"
-        )
-    index_positions = q_pos is None and k_pos is None
-    if q_pos is None:
-        q_pos = torch.arange(k_len - q_len, k_len, device=q.device)
-        if hooks.num_axes > 1:
-            q_pos = q_pos.expand(hooks.num_axes, q_len)
-    if k_pos is None:
-        k_pos = torch.arange(k_len, device=q.device)
-        if hooks.num_axes > 1:
-            k_pos = k_pos.expand(hooks.num_axes, k_len)
-    q_pos = _check_position_arg("q_pos", q_pos, q_len, batch, hooks.num_axes, q.device)
-    k_pos = _check_position_arg("k_pos", k_pos, k_len, batch, hooks.num_axes, q.device)
-    if validating_values():
-        hooks.validate_positions(q_pos, "q_pos")
-        hooks.validate_positions(k_pos, "k_pos")
-    padding = None
-    if key_padding_mask is not None:
-        padding = check_key_padding_mask(key_padding_mask, batch, k_len, device=q.device)
-    k_docs = (
-        None
-        if document_ids is None
-        else check_document_ids(document_ids, batch, k_len, device=q.device)
-    )
-    dense, predicate = mask_predicate(attn_mask, batch, q_len, k_len, q.device)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
-    mask = AttentionMask(
-        batch=batch,
-        q_len=q_len,
-        k_len=k_len,
-        device=q.device,
+    context = _call_context(
+        hooks,
+        q,
+        k,
+        q_pos=q_pos,
+        k_pos=k_pos,
         causal=causal,
-        key_padding=padding,
-        q_documents=None if k_docs is None else k_docs[..., k_len - q_len :],
-        k_documents=k_docs,
-        predicate=predicate,
-        dense=dense,
+        key_padding_mask=key_padding_mask,
+        document_ids=document_ids,
+        attn_mask=attn_mask,
     )
     chosen = resolve_backend(backend)
     chosen.check(hooks, dropout=dropout_p)
-    context = AttentionContext(q_pos, k_pos, mask, index_positions)
     scale = hooks.scale(q.shape[-1]) if scale is None else float(scale)
     if hooks.segments:
         if not causal:

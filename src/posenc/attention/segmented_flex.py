@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from posenc.attention.context import AttentionContext
-from posenc.attention.flex import _compiled_flex
+from posenc.attention.flex import compiled_flex
 from posenc.attention.flex_mask import block_mask_by_rows
 
 __all__ = ["flex_segments"]
@@ -48,7 +48,7 @@ def flex_segments(
     def lookup(positions: Tensor, b: Tensor, index: Tensor) -> Tensor:
         return positions[b, index] if positions.dim() == 2 else positions[index]
 
-    run: Any = _compiled_flex() if compile else flex_attention
+    run: Any = compiled_flex() if compile else flex_attention
     outs, lses = [], []
     for index, part in enumerate(rotated):
         region = part.region

@@ -19,7 +19,7 @@ Suites (each a function returning rows; :func:`run` runs the chosen ones):
 * ``decode``: one decoding step of the module with a 4096-token KV cache against the same
   projections around bare SDPA over a preallocated cache, per layer.
 * ``relative``: the :class:`~posenc.attention.Attention` module (dim 512, 8 heads, 2048
-  tokens, causal, backend ``auto``) with each relative method of issue 12 (KERPLE, Sandwich,
+  tokens, causal, backend ``auto``) with each relative method (KERPLE, Sandwich,
   FIRE, the dynamic bias, DeBERTa, CoPE, DAPE around ALiBi) and ALiBi/T5 for reference,
   registry defaults: one forward (no grad) and one training step (forward + backward), each
   against the same projections around bare SDPA ``is_causal``.
@@ -50,8 +50,8 @@ from posenc.bench import (
     run_suites,
 )
 from posenc.bench.decoding import prefilled_stack, stack_step
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.models import DecoderLM, ModelConfig
+from posenc.registry import ModelDims, build_encoding
 
 __all__ = ["SUITES", "run"]
 

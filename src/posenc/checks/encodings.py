@@ -52,7 +52,7 @@ def _encoder(name: str, kwargs: dict[str, Any] | None = None) -> EncoderClassifi
 
 def equivariance_gaps(names: list[str] | None = None, seq: int = 16) -> dict[str, float]:
     """``max |f(Px) − P f(x)|`` of a bidirectional encoder per encoding (float64)."""
-    from posenc.encoding.registry import list_encodings
+    from posenc.registry import list_encodings
 
     # a bidirectional encoder's property: causal-only methods (xPos, CoPE, the segment
     # methods) are refused by it
@@ -308,7 +308,7 @@ def run_checks(progress: Callable[[str], None] | None = None) -> list[CheckResul
     ``progress`` receives each result's line (:func:`format_result`) as soon as it is
     measured, so that ``posenc check`` shows its rows while the run goes on.
     """
-    from posenc.encoding.registry import list_encodings
+    from posenc.registry import list_encodings
 
     results: list[CheckResult] = []
 

@@ -16,13 +16,13 @@ from posenc._validate import (
     check_positive_int,
 )
 from posenc.contextual.deberta_logits import (
-    _TERMS,
+    POSITION_TERMS,
     PositionTerm,
-    _rows,
     check_deberta_span,
     deberta_index,
     deberta_log_bucket,
     disentangled_logits,
+    relative_rows,
 )
 from posenc.contextual.shaw import check_head_tensor
 from posenc.encoding.base import empty_linear
@@ -363,7 +363,9 @@ class DebertaRelative(DisentangledRelative):
         """The table row ``c`` of integer ``q_pos − k_pos`` (any shape), int64: the rows both
         terms read. The chunked backend's plan reads it per distance (the rows stop changing
         beyond the buckets' reach, where both terms become row and key vectors)."""
-        return _rows(relative, self.span, self.position_buckets, self.max_relative_positions)
+        return relative_rows(
+            relative, self.span, self.position_buckets, self.max_relative_positions
+        )
 
     def logit_term(
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
@@ -374,7 +376,9 @@ class DebertaRelative(DisentangledRelative):
         if k.shape[0] != q.shape[0]:
             raise ValueError(f"k must have the batch size of q ({q.shape[0]}); got {k.shape[0]}")
         relative = (q_pos[..., :, None] - k_pos[..., None, :]).to(torch.int64)
-        index = _rows(relative, self.span, self.position_buckets, self.max_relative_positions)
+        index = relative_rows(
+            relative, self.span, self.position_buckets, self.max_relative_positions
+        )
         keys, queries = self.position_tables(q.dtype)
         return disentangled_logits(q, k, index, scale, position_keys=keys, position_queries=queries)
 
@@ -394,9 +398,9 @@ def _check_terms(pos_att_type: object) -> tuple[PositionTerm, ...]:
             f"pos_att_type must be a sequence of 'c2p' and/or 'p2c', got {pos_att_type!r}"
         )
     terms = list(pos_att_type)
-    if not terms or len(set(terms)) != len(terms) or any(t not in _TERMS for t in terms):
+    if not terms or len(set(terms)) != len(terms) or any(t not in POSITION_TERMS for t in terms):
         raise ValueError(
             "pos_att_type must be a non-empty subset of ('c2p', 'p2c') without repeats; "
             f"got {pos_att_type!r}"
         )
-    return tuple(t for t in _TERMS if t in terms)
+    return tuple(t for t in POSITION_TERMS if t in terms)

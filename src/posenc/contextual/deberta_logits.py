@@ -14,19 +14,21 @@ from torch import Tensor
 
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.bias.alibi import relative_distances
-from posenc.contextual.shaw import _expand_index
+from posenc.contextual.shaw import expand_index
 
 __all__ = [
     "MIN_KEY_SLICE",
+    "POSITION_TERMS",
     "PositionTerm",
     "check_deberta_span",
     "deberta_index",
     "deberta_log_bucket",
     "disentangled_logits",
+    "relative_rows",
 ]
 
 PositionTerm = Literal["c2p", "p2c"]
-_TERMS: tuple[PositionTerm, ...] = ("c2p", "p2c")
+POSITION_TERMS: tuple[PositionTerm, ...] = ("c2p", "p2c")
 #: Least keys per p2c slice (``q_len`` if larger): O(q_len · 2k) memory per slice, and
 #: one-token decoding does not loop over single keys.
 MIN_KEY_SLICE = 256
@@ -87,7 +89,7 @@ def _log_bucket(relative: Tensor, position_buckets: int, max_relative_positions:
     return torch.where(exact, relative, far)
 
 
-def _rows(relative: Tensor, span: int, position_buckets: int, max_relative: int) -> Tensor:
+def relative_rows(relative: Tensor, span: int, position_buckets: int, max_relative: int) -> Tensor:
     if position_buckets > 0:
         relative = _log_bucket(relative, position_buckets, max_relative)
     return (relative + span).clamp(0, 2 * span - 1)
@@ -104,7 +106,7 @@ def deberta_index(
     """
     span = check_deberta_span(max_relative_positions, position_buckets)
     relative = -relative_distances(q_pos, k_pos, whole=True)  # q_pos_i − k_pos_j
-    return _rows(relative, span, position_buckets, max_relative_positions)
+    return relative_rows(relative, span, position_buckets, max_relative_positions)
 
 
 def disentangled_logits(
@@ -135,7 +137,7 @@ def disentangled_logits(
     """
     batch, heads, q_len, _ = q.shape
     k_len = k.shape[-2]
-    rows = _expand_index(index, batch, heads)  # (batch, heads, q_len, k_len), a view
+    rows = expand_index(index, batch, heads)  # (batch, heads, q_len, k_len), a view
     term: Tensor | None = None
     if position_keys is not None:
         per_row = q @ position_keys.to(q.dtype).transpose(-1, -2)  # (batch, heads, q, 2k)

@@ -9,7 +9,14 @@ from posenc._validate import check_floating_tensor, check_integer_valued, check_
 from posenc.bias.alibi import relative_distances
 from posenc.encoding.kinds import ClippedRelative
 
-__all__ = ["ShawRelative", "check_head_tensor", "shaw_index", "shaw_logits", "shaw_values"]
+__all__ = [
+    "ShawRelative",
+    "check_head_tensor",
+    "expand_index",
+    "shaw_index",
+    "shaw_logits",
+    "shaw_values",
+]
 
 
 def check_head_tensor(
@@ -29,7 +36,7 @@ def check_head_tensor(
         raise ValueError(f"{name} must have num_heads={num_heads} heads; got {x.shape[1]}")
 
 
-def _expand_index(index: Tensor, batch: int, heads: int) -> Tensor:
+def expand_index(index: Tensor, batch: int, heads: int) -> Tensor:
     """``(q, k)`` or ``(B, q, k)`` index to ``(batch, heads, q, k)`` (B must be 1 or batch)."""
     if index.dim() == 3 and index.shape[0] not in (1, batch):
         raise ValueError(
@@ -67,7 +74,7 @@ def shaw_logits(q: Tensor, key_table: Tensor, index: Tensor, scale: float) -> Te
         ``(batch, heads, q_len, k_len)``.
     """
     per_row = (q @ key_table.to(q.dtype).T) * scale  # (batch, heads, q_len, 2k + 1): small
-    return per_row.gather(-1, _expand_index(index, q.shape[0], q.shape[1]))
+    return per_row.gather(-1, expand_index(index, q.shape[0], q.shape[1]))
 
 
 def shaw_values(probs: Tensor, value_table: Tensor, index: Tensor) -> Tensor:
@@ -84,7 +91,7 @@ def shaw_values(probs: Tensor, value_table: Tensor, index: Tensor) -> Tensor:
     batch, heads, q_len, _ = probs.shape
     rows = value_table.shape[0]
     per_row = probs.new_zeros(batch, heads, q_len, rows)
-    per_row = per_row.scatter_add(-1, _expand_index(index, batch, heads), probs)
+    per_row = per_row.scatter_add(-1, expand_index(index, batch, heads), probs)
     return per_row @ value_table.to(probs.dtype)
 
 

@@ -7,7 +7,7 @@ from torch import Tensor, nn
 
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.bias.alibi import relative_distances
-from posenc.contextual.shaw import _expand_index, check_head_tensor
+from posenc.contextual.shaw import check_head_tensor, expand_index
 from posenc.encoding.base import empty_linear
 from posenc.encoding.kinds import SinusoidRelative
 
@@ -214,7 +214,7 @@ class TransformerXLRelative(SinusoidRelative):
         distances = torch.arange(r_min, r_max + 1, device=r.device)
         projected = self.projected(distances).to(q.dtype)  # (H, n, d)
         per_distance = (q + self.v.to(q.dtype)[:, None]) @ projected.transpose(-1, -2)
-        return per_distance.gather(-1, _expand_index(r - r_min, batch, heads))
+        return per_distance.gather(-1, expand_index(r - r_min, batch, heads))
 
     def logit_term_contiguous(
         self, q: Tensor, k: Tensor, q_start: int, k_start: int, scale: float, causal: bool

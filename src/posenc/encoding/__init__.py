@@ -8,7 +8,7 @@
 * :mod:`~posenc.encoding.kinds`: structures an encoding may declare for attention's plans;
 * :mod:`~posenc.encoding.resolve`: :func:`hooks_of`, the one resolved description attention
   reads;
-* :mod:`~posenc.encoding.registry`: encodings by name (``posenc list``).
+* :mod:`~posenc.registry`: encodings by name (``posenc list``).
 """
 
 from __future__ import annotations

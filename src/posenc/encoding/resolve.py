@@ -174,7 +174,7 @@ class Hooks:
 
 
 # what each place's method was called, for the message to a module that has the method but
-# not the base class (an encoding written for the duck-typed hooks of earlier releases)
+# not the base class (an encoding written for the method names alone)
 _PLACES: dict[str, str] = {
     "position_embedding": "AdditiveEncoding",
     "embed_tokens": "TokenEmbedding",

@@ -1,6 +1,6 @@
 """The graph methods by name: what ``posenc list`` shows beside the sequence encodings.
 
-The registry (:mod:`posenc.encoding.registry`) builds *sequence* encodings from a model's shape
+The registry (:mod:`posenc.registry`) builds *sequence* encodings from a model's shape
 (``build_encoding(name, ModelDims)``); a model's ``pos=`` and the lab's ``--encodings``
 choose among those. Graph encodings are not built that way: their positions are a graph's
 structure (Laplacian eigenvectors and random walks are functions of a

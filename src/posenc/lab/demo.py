@@ -65,7 +65,7 @@ def run_checks_and_figures(folder: Path, echo: Callable[[str], None]) -> dict[st
     """Run the property checks, print them, write figures and ``checks.json`` to ``folder``."""
     from posenc import viz
     from posenc.checks import equivariance_gaps, format_result, run_checks
-    from posenc.encoding.registry import ModelDims, build_encoding
+    from posenc.registry import ModelDims, build_encoding
 
     folder.mkdir(parents=True, exist_ok=True)
     results = run_checks()

@@ -8,8 +8,8 @@ encoding (added to the features, or inside every attention layer, as :mod:`posen
 lays it out), runs bidirectional pre-norm blocks (:class:`posenc.models.Block`) and returns
 the normed hidden states; the experiment pools and classifies them.
 
-Encodings are built by name from :mod:`posenc.encoding.registry` for the model's shape
-(:class:`~posenc.encoding.registry.ModelDims` with the token grid of the training data, e.g.
+Encodings are built by name from :mod:`posenc.registry` for the model's shape
+(:class:`~posenc.registry.ModelDims` with the token grid of the training data, e.g.
 ``(frames,)``, ``(time, frequency)`` or ``(frames, rows, columns)``), or ``"none"``.
 """
 
@@ -26,9 +26,9 @@ from torch import Tensor, nn
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.attention import build_context
 from posenc.encoding.base import PositionalEncoding
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.lab.runner import check_encoding_names, check_pos_kwargs_names, check_seeds
 from posenc.models import Block, ModelConfig, layer_encodings
+from posenc.registry import ModelDims, build_encoding
 
 __all__ = [
     "NONE",

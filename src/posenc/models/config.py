@@ -14,7 +14,7 @@ from typing import Any
 from posenc._validate import check_positive_int
 from posenc.attention import QueryScale
 from posenc.attention.backends import NAMES as BACKENDS
-from posenc.encoding.registry import ModelDims
+from posenc.registry import ModelDims
 
 __all__ = ["LayerAttention", "ModelConfig"]
 

@@ -4,7 +4,7 @@
 * :class:`EncoderClassifier`: bidirectional pre-norm encoder with mean pooling.
 
 Both take a :class:`ModelConfig`; ``pos`` and ``pos_kwargs`` select the encoding through
-:mod:`posenc.encoding.registry`, so an experiment can sweep encodings by name. Llama-4's iRoPE
+:mod:`posenc.registry`, so an experiment can sweep encodings by name. Llama-4's iRoPE
 layout is three more fields: ``nope_layers`` (layers without the encoding), ``chunk_size``
 (chunked local attention on the other layers) and ``query_scale`` (a query temperature on
 the NoPE layers); see :meth:`ModelConfig.layer_attention`.
@@ -35,10 +35,10 @@ from posenc.attention import (
 )
 from posenc.encoding.base import PositionalEncoding
 from posenc.encoding.protocols import TokenEmbedding
-from posenc.encoding.registry import build_encoding
 from posenc.encoding.resolve import Hooks
 from posenc.models.config import LayerAttention, ModelConfig
 from posenc.models.layout import LayerEncodings, check_tokens, layer_encodings
+from posenc.registry import build_encoding
 
 __all__ = [
     "Block",

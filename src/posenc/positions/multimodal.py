@@ -46,8 +46,11 @@ __all__ = [
     "TEXT",
     "VIDEO",
     "MRopeVersion",
+    "check_grid_thw",
+    "check_grids",
     "mrope_position_ids",
     "sequence_position_ids",
+    "type_runs",
     "vision_position_ids",
 ]
 
@@ -57,7 +60,7 @@ MRopeVersion = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 _VERSIONS: tuple[str, ...] = get_args(MRopeVersion)
 
 
-def _check_grid_thw(
+def check_grid_thw(
     grid_thw: Tensor | Sequence[int], spatial_merge_size: int
 ) -> tuple[int, int, int, int]:
     """One vision run's ``(t, h, w)`` and merge size, checked: three sizes >= 1, height and
@@ -89,7 +92,7 @@ def vision_position_ids(
         >>> vision_position_ids(5, (2, 4, 4), spatial_merge_size=2).tolist()[0]
         [5, 5, 5, 5, 6, 6, 6, 6]
     """
-    t, h, w, merge = _check_grid_thw(grid_thw, spatial_merge_size)
+    t, h, w, merge = check_grid_thw(grid_thw, spatial_merge_size)
     times = (torch.arange(t) * interval).long() + start  # floor after the multiply
     rows = torch.arange(h // merge) + start
     cols = torch.arange(w // merge) + start
@@ -97,7 +100,7 @@ def vision_position_ids(
     return torch.stack(grid).reshape(3, -1)
 
 
-def _runs(types: list[int]) -> list[tuple[int, int]]:
+def type_runs(types: list[int]) -> list[tuple[int, int]]:
     """``(type, length)`` of each run of equal token type."""
     return [(kind, len(list(group))) for kind, group in itertools.groupby(types)]
 
@@ -148,8 +151,8 @@ def mrope_position_ids(
             f"attention_mask must have the shape of token_types {tuple(types.shape)}, "
             f"got {tuple(attention_mask.shape)}"
         )
-    images = _grids("image_grid_thw", image_grid_thw)
-    videos = _grids("video_grid_thw", video_grid_thw)
+    images = check_grids("image_grid_thw", image_grid_thw)
+    videos = check_grids("video_grid_thw", video_grid_thw)
     seconds = (
         [1.0] * len(videos) if second_per_grid_ts is None else list(map(float, second_per_grid_ts))
     )
@@ -175,7 +178,7 @@ def mrope_position_ids(
             else attention_mask[row].cpu().bool()
         )
         pieces, position = [], 0
-        for kind, length in _runs(types[row][keep].tolist()):
+        for kind, length in type_runs(types[row][keep].tolist()):
             if kind == TEXT:
                 pieces.append((torch.arange(length) + position).expand(3, length))
                 position += length
@@ -213,7 +216,9 @@ def mrope_position_ids(
     return position_ids.to(token_types.device), deltas.to(token_types.device)
 
 
-def _grids(name: str, grids: Tensor | Sequence[Sequence[int]] | None) -> list[tuple[int, int, int]]:
+def check_grids(
+    name: str, grids: Tensor | Sequence[Sequence[int]] | None
+) -> list[tuple[int, int, int]]:
     if grids is None:
         return []
     rows = grids.tolist() if isinstance(grids, Tensor) else [list(g) for g in grids]
@@ -307,7 +312,7 @@ def sequence_position_ids(
             count = check_positive_int(f"runs[{index}] length", size)
             token = TEXT
         else:
-            grid = _grids(f"runs[{index}]", [size])[0]
+            grid = check_grids(f"runs[{index}]", [size])[0]
             (images if kind == "image" else videos).append(grid)
             count = grid[0] * (grid[1] // merge) * (grid[2] // merge)
             token = IMAGE if kind == "image" else VIDEO

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
-from posenc.positions.multimodal import IMAGE, TEXT, VIDEO, _check_grid_thw, _grids, _runs
+from posenc.positions.multimodal import IMAGE, TEXT, VIDEO, check_grid_thw, check_grids, type_runs
 
 __all__ = ["v2pe_position_ids", "videorope_position_ids", "videorope_vision_ids"]
 
@@ -75,7 +75,7 @@ def videorope_vision_ids(
     """
     spacing = check_positive_float("temporal_spacing", temporal_spacing)
     start = _finite("start", start)
-    t, h, w, merge = _check_grid_thw(grid_thw, spatial_merge_size)
+    t, h, w, merge = check_grid_thw(grid_thw, spatial_merge_size)
     rows, cols = h // merge, w // merge
     f64 = torch.float64
     times = start + spacing * torch.arange(t, dtype=f64)
@@ -120,15 +120,15 @@ def videorope_position_ids(
     spacing = check_positive_float("temporal_spacing", temporal_spacing)
     merge = check_positive_int("spatial_merge_size", spatial_merge_size)
     types, keep_mask, squeeze = _types_and_mask(token_types, attention_mask)
-    queues = {IMAGE: _grids("image_grid_thw", image_grid_thw)}
-    queues[VIDEO] = _grids("video_grid_thw", video_grid_thw)
+    queues = {IMAGE: check_grids("image_grid_thw", image_grid_thw)}
+    queues[VIDEO] = check_grids("video_grid_thw", video_grid_thw)
     batch, seq = types.shape
     ids = torch.zeros(3, batch, seq, dtype=torch.float64)
     deltas = torch.zeros(batch, 1, dtype=torch.float64)
     for row in range(batch):
         keep = keep_mask[row]
         pieces, position = [], 0.0
-        for kind, length in _runs(types[row][keep].tolist()):
+        for kind, length in type_runs(types[row][keep].tolist()):
             if kind == TEXT:
                 pieces.append((torch.arange(length, dtype=torch.float64) + position).expand(3, -1))
                 position += length
@@ -198,7 +198,7 @@ def v2pe_position_ids(
         for i, s in enumerate(steps)
     ]
     batch, seq = types.shape
-    rows = [_runs(types[row][keep_mask[row]].tolist()) for row in range(batch)]
+    rows = [type_runs(types[row][keep_mask[row]].tolist()) for row in range(batch)]
     visual_runs = sum(kind != TEXT for runs in rows for kind, _ in runs)
     if per_run and len(steps) != visual_runs:
         raise ValueError(

@@ -15,9 +15,9 @@ A pair with ``θ = 0`` is left unrotated, so its part of ``q·k`` is the plain d
 of its channels at any positions (the "position-independent components"). This is p-RoPE's
 (Barbero et al. 2024) and Gemma 4's proportional RoPE (:class:`~posenc.rotary.scaling.
 Proportional`) cut, with the fraction kept set by the training length instead of a
-number. No reference implementation was at hand to test against: tested against a float64
-evaluation of the formula. The cut-off (a pair is "low" when its period exceeds ``L``) is
-issue 27's reading of the paper, not checked against the paper's text in this session.
+number. No reference implementation is public: tested against a float64 evaluation of the
+formula. The cut-off (a pair is "low" when its period ``2π/θ_i`` exceeds ``L``) is our
+reading of the paper (docs/rotary.md, HoPE).
 
 :class:`HighFrequencyOnly` is the scaling (frequencies only, ``A = 1``) and
 :func:`hope_rotary` the RoPE built with it, what the registry's ``hope`` builds. It is not in

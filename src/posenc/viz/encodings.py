@@ -26,7 +26,7 @@ from posenc.encoding.protocols import (
     ContextualEncoding,
     RotaryEncoding,
 )
-from posenc.encoding.registry import ModelDims, build_encoding, encoding_spec
+from posenc.registry import ModelDims, build_encoding, encoding_spec
 from posenc.viz.base import encoding_color, new_figure
 from posenc.viz.graph import (
     graph_method_figure,

@@ -19,12 +19,6 @@ pytest.importorskip("sklearn")
 from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D
 from posenc.attention import build_context, hooks_of
 from posenc.encoding.protocols import AdditiveEncoding
-from posenc.encoding.registry import (
-    EncodingSpec,
-    list_encodings,
-    register_encoding,
-    unregister_encoding,
-)
 from posenc.lab.experiments import vit as vit_module
 from posenc.lab.experiments.vit import (
     ALIASES,
@@ -38,6 +32,12 @@ from posenc.lab.experiments.vit import (
 )
 from posenc.lab.results import read_results_csv
 from posenc.models import Block, ModelConfig
+from posenc.registry import (
+    EncodingSpec,
+    list_encodings,
+    register_encoding,
+    unregister_encoding,
+)
 from posenc.rotary import AxialRotary2D
 
 ENCODINGS = ["none", *ALIASES, *(spec.name for spec in list_encodings())]

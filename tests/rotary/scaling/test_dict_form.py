@@ -67,7 +67,7 @@ def test_dict_form_normalises_numbers_and_lists() -> None:
 
 
 def test_registry_converts_the_dict_form_once() -> None:
-    from posenc.encoding.registry import ModelDims, build_encoding
+    from posenc.registry import ModelDims, build_encoding
 
     dims = ModelDims(dim=64, num_heads=4)
     spec = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}

@@ -67,7 +67,6 @@ from torch import Tensor, nn
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.additive.learned import LearnedPositionalEmbedding, resize_table
 from posenc.additive.learned_grid import FactorizedLearned, LearnedGrid
-from posenc.encoding.registry import encoding_spec
 from posenc.lab.atlas import atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.audio import (
@@ -89,6 +88,7 @@ from posenc.lab.signal_models import (
     fit_signal_model,
 )
 from posenc.positions import grid_positions
+from posenc.registry import encoding_spec
 
 __all__ = [
     "DEFAULT_ENCODINGS",

@@ -32,7 +32,6 @@ from torch import Tensor
 
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.attention.backends import NAMES as BACKENDS
-from posenc.encoding.registry import sequence_encoding_spec
 from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows, load_corpus
 from posenc.lab.results import Row
 from posenc.lab.runner import Experiment, Run, check_pos_kwargs, check_seeds, run_experiment
@@ -40,6 +39,7 @@ from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import length_label, pivot, seed_note, text_table
 from posenc.lab.train import TrainConfig, peak_memory_bytes, train
 from posenc.models import DecoderLM, ModelConfig
+from posenc.registry import sequence_encoding_spec
 
 __all__ = [
     "EXPERIMENT",

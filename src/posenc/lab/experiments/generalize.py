@@ -40,7 +40,6 @@ import torch
 from torch import nn
 
 from posenc._validate import check_non_negative_int, check_positive_int
-from posenc.encoding.registry import sequence_encoding_spec
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.data.tasks import TASKS, TaskSource, accuracy, make_task
 from posenc.lab.runner import Experiment, Run, check_pos_kwargs, check_seeds, run_experiment
@@ -49,6 +48,7 @@ from posenc.lab.tables import pivot, seed_note, text_table, with_variant
 from posenc.lab.train import TrainConfig, train
 from posenc.models import DecoderLM, ModelConfig
 from posenc.positions import randomized_positions
+from posenc.registry import sequence_encoding_spec
 
 __all__ = ["EXPERIMENT", "TasksConfig", "evaluate_task", "format_tasks_table", "run_tasks"]
 

@@ -25,7 +25,6 @@ import torch
 from torch import nn
 
 from posenc._validate import check_non_negative_int, check_positive_int
-from posenc.encoding.registry import sequence_encoding_spec
 from posenc.lab.batch import Batch
 from posenc.lab.data.corpus import LMSource, eval_windows, load_corpus
 from posenc.lab.distributed import rank_and_world
@@ -34,6 +33,7 @@ from posenc.lab.runner import Experiment, Run, check_seeds
 from posenc.lab.tables import text_table
 from posenc.lab.train import TrainConfig, lm_loss, train
 from posenc.models import DecoderLM, ModelConfig
+from posenc.registry import sequence_encoding_spec
 
 __all__ = ["EXPERIMENT", "LmConfig", "format_lm_table"]
 

@@ -37,7 +37,6 @@ from typing import Any
 from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
-from posenc.encoding.registry import ModelDims, build_encoding
 from posenc.lab.data.corpus import CorpusSplits, load_corpus
 from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
 from posenc.lab.experiments import extend
@@ -45,6 +44,7 @@ from posenc.lab.runner import Experiment, Run, check_builds, check_seeds, run_ex
 from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, text_table
 from posenc.models import DecoderLM, ModelConfig
+from posenc.registry import ModelDims, build_encoding
 from posenc.rotary.scaling import scaling_from_dict
 
 __all__ = [

@@ -73,7 +73,6 @@ from torch import Tensor, nn
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.additive.learned import resize_table
 from posenc.additive.learned_grid import FactorizedLearned, resample_grid_table
-from posenc.encoding.registry import ModelDims, encoding_spec
 from posenc.lab.atlas import atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.digits import IMAGE_SIZE, load_digits_splits
@@ -90,6 +89,7 @@ from posenc.lab.signal_models import (
 from posenc.positions import grid_positions
 from posenc.positions.multimodal import VIDEO, mrope_position_ids
 from posenc.positions.multimodal_layouts import v2pe_position_ids, videorope_position_ids
+from posenc.registry import ModelDims, encoding_spec
 
 __all__ = [
     "DEFAULT_ENCODINGS",

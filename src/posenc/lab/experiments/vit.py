@@ -11,8 +11,8 @@ them.
 
 Encodings are chosen by name: ``"none"`` (no position at all; the model sees a bag of
 patches and is exactly invariant to permuting them) or any encoding of
-:mod:`posenc.encoding.registry` (``posenc list``), built by
-:func:`~posenc.encoding.registry.build_encoding`
+:mod:`posenc.registry` (``posenc list``), built by
+:func:`~posenc.registry.build_encoding`
 for this model: ``ModelDims(dim, num_heads, max_seq_len=16, causal=False, grid=(4, 4))``
 plus the encoding's ``pos_kwargs``. Grid encodings (``needs_grid``: ``"sinusoidal_2d"``, the
 MAE 2D sin-cos table; ``"rope_2d"``, RoPE-ViT's axial RoPE, base 100) take the 4×4 grid;
@@ -52,7 +52,6 @@ from torch import Tensor, nn
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.attention import build_context, hooks_of
 from posenc.encoding.base import PositionalEncoding
-from posenc.encoding.registry import ModelDims, build_encoding, encoding_spec
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.digits import (
     IMAGE_SIZE,
@@ -75,6 +74,7 @@ from posenc.lab.seed_claims import claims_of
 from posenc.lab.train import TrainConfig, TrainResult, train
 from posenc.models import Block, ModelConfig, layer_encodings
 from posenc.positions import grid_coordinates
+from posenc.registry import ModelDims, build_encoding, encoding_spec
 
 __all__ = [
     "ALIASES",
@@ -175,7 +175,7 @@ class DigitsViTConfig:
 
     @property
     def registry_name(self) -> str | None:
-        """The encoding's name in :mod:`posenc.encoding.registry` (None for ``"none"``)."""
+        """The encoding's name in :mod:`posenc.registry` (None for ``"none"``)."""
         return None if self.encoding == NONE else ALIASES.get(self.encoding, self.encoding)
 
     def dims(self) -> ModelDims:

@@ -68,7 +68,6 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_positive_float, check_positive_int
-from posenc.encoding.registry import ModelDims, encoding_spec
 from posenc.lab.atlas import atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.scenes import (
@@ -87,6 +86,7 @@ from posenc.lab.seed_claims import claims_of
 from posenc.lab.signal_models import NONE, SignalRunConfig, SignalTransformer, fit_signal_model
 from posenc.lab.tables import pivot, text_table
 from posenc.positions.multimodal import RUN_KINDS
+from posenc.registry import ModelDims, encoding_spec
 
 __all__ = ["EXPERIMENT", "LAYOUT_AXES", "VlaConfig", "VlaModel", "format_vla_table", "run_vla"]
 

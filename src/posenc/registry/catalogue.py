@@ -1,0 +1,419 @@
+"""The built-in encodings: one :class:`~posenc.registry.specs.EncodingSpec` each, in the
+order ``posenc list`` shows them (a new method is one entry here, or one
+:func:`~posenc.registry.specs.register_encoding` call of its own)."""
+
+from __future__ import annotations
+
+from posenc.encoding.base import NoPE
+from posenc.registry.builders import (
+    DYNAMIC_REACH,
+    SEGMENT_SPECS,
+    additive_package,
+    bias_package,
+    build_dape,
+    build_learned_sinks,
+    build_softcap,
+    contextual_package,
+    coordinate_axes,
+    grid_size,
+    grid_sizes_by_axis,
+    half_width,
+    hope_factory,
+    learned_rotation_kwargs,
+    mrope_sections,
+    rope_kwargs,
+    rotary_package,
+    scores_package,
+    stick_breaking_class,
+    token_state_package,
+    vocabulary_size,
+)
+from posenc.registry.specs import EncodingSpec
+
+__all__ = ["BUILTIN_SPECS"]
+
+BUILTIN_SPECS: tuple[EncodingSpec, ...] = (
+    EncodingSpec(
+        "nope",
+        "none",
+        "Kazemnejad et al. 2023, https://arxiv.org/abs/2305.19466",
+        "no positional information (causal masks still leak order)",
+        lambda: NoPE,
+        lambda d: {},
+    ),
+    EncodingSpec(
+        "sinusoidal",
+        "additive",
+        "Vaswani et al. 2017, https://arxiv.org/abs/1706.03762",
+        "fixed sin/cos of position added to token embeddings",
+        lambda: additive_package().SinusoidalEncoding,
+        lambda d: {"dim": d.dim},
+    ),
+    EncodingSpec(
+        "scaled_sinusoidal",
+        "additive",
+        "Hua et al. 2022, https://arxiv.org/abs/2202.10447",
+        "sinusoidal times a learned scalar gain",
+        lambda: additive_package().ScaledSinusoidalEncoding,
+        lambda d: {"dim": d.dim},
+    ),
+    EncodingSpec(
+        "cape",
+        "additive",
+        "Likhomanenko et al. 2021 (CAPE), https://arxiv.org/abs/2106.03143",
+        "sinusoidal of continuous positions, in training shifted globally and per token and "
+        "scaled per sequence (max_global_shift, max_local_shift, max_global_scaling: 0, 0, 1 "
+        "by default, the reference's)",
+        lambda: additive_package().CAPE,
+        lambda d: {"dim": d.dim},
+    ),
+    EncodingSpec(
+        "learned",
+        "additive",
+        "Gehring et al. 2017, https://arxiv.org/abs/1705.03122; Devlin et al. 2019",
+        "a trained table of absolute position vectors (finite length, resizable)",
+        lambda: additive_package().LearnedPositionalEmbedding,
+        lambda d: {"dim": d.dim, "max_seq_len": d.max_seq_len},
+    ),
+    EncodingSpec(
+        "complex_order",
+        "additive",
+        "Wang et al. 2020, https://arxiv.org/abs/1912.12333",
+        "token embedding r_j·e^{i(ω_j·pos + θ_j)} per token, real view [Re | Im] (replaces "
+        "the token embedding)",
+        lambda: additive_package().ComplexOrderEmbedding,
+        lambda d: {"vocab_size": vocabulary_size("complex_order", d), "dim": d.dim},
+    ),
+    EncodingSpec(
+        "rope",
+        "rotary",
+        "Su et al. 2021, https://arxiv.org/abs/2104.09864",
+        "rotate q and k pairs by position-proportional angles",
+        lambda: rotary_package().RotaryEmbedding,
+        lambda d: {"head_dim": d.resolved_head_dim},
+        convert=rope_kwargs,
+    ),
+    EncodingSpec(
+        "xpos",
+        "rotary",
+        "Sun et al. 2022, https://arxiv.org/abs/2212.10554",
+        "RoPE whose q·k decays as ζ^((n − m)/B) per channel pair (for causal attention)",
+        lambda: rotary_package().XPos,
+        lambda d: {"head_dim": d.resolved_head_dim},
+        causal_only=True,
+    ),
+    EncodingSpec(
+        "pope",
+        "rotary",
+        "Gopalakrishnan et al. 2025 (PoPE), https://arxiv.org/abs/2509.10534",
+        "polar coordinates: softplus(q_c)·softplus(k_c)·cos((i − j)θ_c − δ_hc), magnitudes "
+        "from content and phases from position, a learned phase bias per head and channel",
+        lambda: rotary_package().PolarEmbedding,
+        lambda d: {"head_dim": d.resolved_head_dim, "num_heads": d.num_heads},
+    ),
+    EncodingSpec(
+        "fope",
+        "rotary",
+        "Hua et al. 2024 (FoPE), https://arxiv.org/abs/2412.17739",
+        "Fourier position embedding: each pair's cos and sin are learned per-KV-head mixes of "
+        "the cos and sin of all frequencies; those slower than one period per max_seq_len are "
+        "dropped (their pairs do not rotate); vLLM's FourierRotaryEmbedding",
+        lambda: rotary_package().FourierRotaryEmbedding,
+        lambda d: {
+            "head_dim": d.resolved_head_dim,
+            "num_kv_heads": d.resolved_num_kv_heads,
+            "train_length": d.max_seq_len,
+        },
+    ),
+    EncodingSpec(
+        "hope",
+        "rotary",
+        "Chen et al. 2025 (HoPE, ACL), https://arxiv.org/abs/2410.21216",
+        "RoPE whose low-frequency pairs (period 2π/θ_i > the training length, max_seq_len) "
+        "do not rotate: only high-frequency pairs carry position",
+        hope_factory,
+        lambda d: {"head_dim": d.resolved_head_dim, "train_length": d.max_seq_len},
+    ),
+    EncodingSpec(
+        "alibi",
+        "bias",
+        "Press et al. 2022, https://arxiv.org/abs/2108.12409",
+        "linear distance penalty with a geometric slope per head",
+        lambda: bias_package().AlibiBias,
+        lambda d: {"num_heads": d.num_heads, "mode": "causal" if d.causal else "symmetric"},
+    ),
+    EncodingSpec(
+        "t5",
+        "bias",
+        "Raffel et al. 2020, https://arxiv.org/abs/1910.10683",
+        "learned scalar per head and log-spaced distance bucket, shared by all layers",
+        lambda: bias_package().T5RelativeBias,
+        lambda d: {"num_heads": d.num_heads, "bidirectional": not d.causal},
+    ),
+    EncodingSpec(
+        "kerple",
+        "bias",
+        "Chi et al. 2022, https://arxiv.org/abs/2205.09921",
+        "learned log (or power) kernel of the distance per head, -r1·ln(1 + r2·|i-j|)",
+        lambda: bias_package().KerpleBias,
+        lambda d: {"num_heads": d.num_heads},
+    ),
+    EncodingSpec(
+        "sandwich",
+        "bias",
+        "Chi et al. 2023, https://arxiv.org/abs/2212.10356",
+        "parameter-free: the sinusoidal encoding's dot product Σ cos((i-j)ω_k) - d/2, per head",
+        lambda: bias_package().SandwichBias,
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim},
+    ),
+    EncodingSpec(
+        "fire",
+        "bias",
+        "Li et al. 2023, https://arxiv.org/abs/2310.04418",
+        "learned MLP of the progressively normalized log distance ψ(i-j)/ψ(max(i, L·s))",
+        lambda: bias_package().FireBias,
+        lambda d: {"num_heads": d.num_heads},
+    ),
+    EncodingSpec(
+        "dynamic",
+        "bias",
+        "x-transformers DynamicPositionBias; Liu et al. 2022 (Swin-v2), "
+        "https://arxiv.org/abs/2111.09883",
+        "MLP of the (optionally log-scaled) signed distance, one bias per head",
+        lambda: bias_package().DynamicPositionBias,
+        lambda d: {
+            "num_heads": d.num_heads,
+            "hidden": max(d.dim // 4, 1),
+            # the reach of its distance table, not a training length: the MLP is meant to
+            # be evaluated beyond T (test-long sweeps go to 16k)
+            "max_seq_len": max(d.max_seq_len, DYNAMIC_REACH),
+        },
+    ),
+    EncodingSpec(
+        "shaw",
+        "contextual",
+        "Shaw et al. 2018, https://arxiv.org/abs/1803.02155",
+        "learned relative key and value vectors for clipped distances",
+        lambda: contextual_package().ShawRelative,
+        lambda d: {"head_dim": d.resolved_head_dim},
+    ),
+    EncodingSpec(
+        "xl",
+        "contextual",
+        "Dai et al. 2019, https://arxiv.org/abs/1901.02860",
+        "Transformer-XL relative attention: u, v and projected sinusoidal R_{i-j}",
+        lambda: contextual_package().TransformerXLRelative,
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim, "dim": d.dim},
+    ),
+    EncodingSpec(
+        "deberta",
+        "contextual",
+        "He et al. 2021 (DeBERTa), https://arxiv.org/abs/2006.03654",
+        "disentangled attention: content-to-position and position-to-content terms over "
+        "log-bucketed relative positions, 1/√(3d) (v3 defaults)",
+        lambda: contextual_package().DebertaRelative,
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim, "dim": d.dim},
+    ),
+    EncodingSpec(
+        "cope",
+        "scores",
+        "Golovneva et al. 2024 (CoPE), https://arxiv.org/abs/2405.18719",
+        "contextual positions: a sigmoid gate per key, positions counted over gated keys, "
+        "interpolated position embeddings (for causal attention)",
+        lambda: scores_package().CoPE,
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim},
+        causal_only=True,
+    ),
+    EncodingSpec(
+        "dape",
+        "scores",
+        "Zheng et al. 2024 (DAPE), https://arxiv.org/abs/2405.14722",
+        "MLP over every pair's logits and static bias across heads, around any bias "
+        "(inner: alibi, kerple, fire, ...)",
+        lambda: build_dape,
+        lambda d: {"dims": d},
+    ),
+    EncodingSpec(
+        "softcap",
+        "softmax",
+        "Gemma Team 2024 (Gemma 2), https://arxiv.org/abs/2408.00118",
+        "tanh soft-capping of the logits, c·tanh(s/c) (c = 50), around any encoding "
+        "(inner: rope by default)",
+        lambda: build_softcap,
+        lambda d: {"dims": d},
+    ),
+    EncodingSpec(
+        "learned_sinks",
+        "softmax",
+        "OpenAI 2025 (gpt-oss), https://arxiv.org/abs/2508.10925",
+        "a learned sink logit per head in every row's softmax, with no value, around any "
+        "encoding (inner: rope by default)",
+        lambda: build_learned_sinks,
+        lambda d: {"dims": d},
+    ),
+    EncodingSpec(
+        "fox",
+        "token_state",
+        "Lin et al. 2025 (Forgetting Transformer, ICLR), "
+        "https://github.com/zhixuan-lin/forgetting-transformer",
+        "a forget gate per head and token from the hidden state; logits += Σ log f over the "
+        "tokens between key and query (data-dependent ALiBi; for causal attention)",
+        lambda: token_state_package().ForgettingGate,
+        lambda d: {"dim": d.dim, "num_heads": d.num_heads},
+        causal_only=True,
+    ),
+    EncodingSpec(
+        "stick_breaking",
+        "softmax",
+        "Tan et al. 2024 (stick-breaking attention), https://arxiv.org/abs/2410.17980",
+        "no softmax and no positions: key j takes σ(q·k) of what the keys between it and the "
+        "query left, the rest times a learned vector (for causal attention)",
+        stick_breaking_class,
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim},
+        causal_only=True,
+    ),
+    *SEGMENT_SPECS,
+    EncodingSpec(
+        "sinusoidal_2d",
+        "additive",
+        "He et al. 2021 (MAE), https://arxiv.org/abs/2111.06377; "
+        "Dosovitskiy et al. 2020 (ViT), https://arxiv.org/abs/2010.11929",
+        "fixed sin/cos of a patch's row and column added to its embedding (needs a grid)",
+        lambda: additive_package().Sinusoidal2D,
+        lambda d: {**grid_sizes_by_axis(d), "dim": d.dim},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "sinusoidal_grid",
+        "additive",
+        "He et al. 2021 (MAE), https://arxiv.org/abs/2111.06377; "
+        "Vaswani et al. 2017, https://arxiv.org/abs/1706.03762",
+        "fixed sin/cos of each grid axis (row, column; time) in a chosen channel layout "
+        "(MAE, timm, positional-encodings, factorized); any grid size per call (needs a grid)",
+        lambda: additive_package().SinusoidalGrid,
+        lambda d: {"num_axes": len(grid_size(d)), "dim": d.dim},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "learned_2d",
+        "additive",
+        "Dosovitskiy et al. 2020 (ViT), https://arxiv.org/abs/2010.11929",
+        "a learned table over the patch grid (row-major), resampled to a new grid bicubically "
+        "as timm's resample_abs_pos_embed (needs a grid)",
+        lambda: additive_package().LearnedGrid,
+        lambda d: {"size": tuple(grid_sizes_by_axis(d).values()), "dim": d.dim},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "learned_factorized",
+        "additive",
+        "Feichtenhofer et al. 2022 (MAE-ST), https://arxiv.org/abs/2205.09113",
+        "a sum of learned per-axis tables, R[row] + C[column] (groups of axes: MAE-ST's "
+        "separable space + time) (needs a grid)",
+        lambda: additive_package().FactorizedLearned,
+        lambda d: {"size": grid_size(d), "dim": d.dim},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "fourier",
+        "additive",
+        "Tancik et al. 2020, https://arxiv.org/abs/2006.10739",
+        "random Gaussian Fourier features [cos 2πBv | sin 2πBv] of a token's coordinates "
+        "(its position, or its row and column on a grid)",
+        lambda: additive_package().GaussianFourierFeatures,
+        lambda d: {"in_dim": coordinate_axes(d), "num_features": half_width("fourier", d.dim)},
+    ),
+    EncodingSpec(
+        "learnable_fourier",
+        "additive",
+        "Li et al. 2021, https://arxiv.org/abs/2106.02795",
+        "learned Fourier features of a token's coordinates through a GELU MLP (Algorithm 1)",
+        lambda: additive_package().LearnableFourierFeatures,
+        lambda d: {"in_dim": coordinate_axes(d), "dim": d.dim},
+    ),
+    EncodingSpec(
+        "rope_axial",
+        "rotary",
+        "Heo et al. 2024 (RoPE-ViT), https://arxiv.org/abs/2403.13298",
+        "axial RoPE on multi-axis grid positions: pair groups rotate by the column and the row "
+        "(MultiAxisRotary.axial; any grid per call) (needs a grid)",
+        lambda: rotary_package().MultiAxisRotary.axial,
+        lambda d: {"head_dim": d.resolved_head_dim, "num_axes": len(grid_size(d))},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "rope_mixed",
+        "rotary",
+        "Heo et al. 2024 (RoPE-ViT, RoPE-Mixed), https://arxiv.org/abs/2403.13298",
+        "learnable per-head frequencies over row and column, one set per layer "
+        "(MultiAxisRotary.mixed) (needs a grid)",
+        lambda: rotary_package().MultiAxisRotary.mixed,
+        lambda d: (
+            {"head_dim": d.resolved_head_dim, "num_heads": d.num_heads}
+            if grid_sizes_by_axis(d)  # (row, column) only: refuses another grid naming it
+            else {}
+        ),
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "mrope",
+        "rotary",
+        "Wang et al. 2024 (Qwen2-VL), https://arxiv.org/abs/2409.12191",
+        "M-RoPE: pairs rotate by a token's time, row or column (positions (3, batch, seq) "
+        "from posenc.positions.multimodal.mrope_position_ids; text-only: three equal axes); "
+        "interleaved=True is Qwen3-VL's layout (MultiAxisRotary.mrope)",
+        lambda: rotary_package().MultiAxisRotary.mrope,
+        lambda d: {"head_dim": d.resolved_head_dim, "sections": mrope_sections(d)},
+        convert=rope_kwargs,
+    ),
+    EncodingSpec(
+        "videorope",
+        "rotary",
+        "Wei et al. 2025 (VideoRoPE), https://arxiv.org/abs/2502.05173",
+        "M-RoPE's frequencies with time on the lowest and row/column interleaved on the "
+        "highest (positions (3, batch, seq), diagonal layout and temporal spacing from "
+        "posenc.positions.multimodal_layouts.videorope_position_ids) (MultiAxisRotary.videorope)",
+        lambda: rotary_package().MultiAxisRotary.videorope,
+        lambda d: {"head_dim": d.resolved_head_dim, "sections": mrope_sections(d, "videorope")},
+        convert=rope_kwargs,
+    ),
+    EncodingSpec(
+        "rope_2d",
+        "rotary",
+        "Heo et al. 2024, https://arxiv.org/abs/2403.13298",
+        "axial RoPE: half the pairs rotate by a patch's column, half by its row (needs a grid)",
+        lambda: rotary_package().AxialRotary2D,
+        lambda d: {"head_dim": d.resolved_head_dim, **grid_sizes_by_axis(d)},
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "liere",
+        "rotary",
+        "Ostmeier et al. 2024 (LieRE), https://arxiv.org/abs/2406.10322",
+        "learned rotations exp(Σ p_a A_a) with free skew-symmetric block generators per axis "
+        "and head, one set per layer; not relative (LearnedRotation.liere) (needs a grid)",
+        lambda: rotary_package().LearnedRotation.liere,
+        learned_rotation_kwargs,
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "comrope_ap",
+        "rotary",
+        "Yu et al. 2025 (ComRoPE-AP), https://arxiv.org/abs/2506.03737",
+        "learned rotations exp(Σ p_a A_a), block j rotating by axis j mod N (commuting: "
+        "relative), one set per layer (LearnedRotation.comrope_ap) (needs a grid)",
+        lambda: rotary_package().LearnedRotation.comrope_ap,
+        learned_rotation_kwargs,
+        needs_grid=True,
+    ),
+    EncodingSpec(
+        "comrope_ld",
+        "rotary",
+        "Yu et al. 2025 (ComRoPE-LD), https://arxiv.org/abs/2506.03737",
+        "learned rotations exp(Σ p_a A_a), one generator per block scaled per axis "
+        "(commuting: relative), one set per layer (LearnedRotation.comrope_ld) (needs a grid)",
+        lambda: rotary_package().LearnedRotation.comrope_ld,
+        learned_rotation_kwargs,
+        needs_grid=True,
+    ),
+)
