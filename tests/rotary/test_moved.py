@@ -39,13 +39,3 @@ def test_functions_moved_out_of_rope_still_resolve_there(name) -> None:
         assert getattr(rope, name) is getattr(functional, name)
     with pytest.raises(AttributeError, match="nope"):
         rope.nope  # noqa: B018
-
-
-def test_the_numba_kernels_old_path_forwards_to_the_kernels_package() -> None:
-    pytest.importorskip("numba")
-    from posenc.rotary.kernels import _numba
-
-    sys.modules.pop("posenc.rotary._numba_kernels", None)
-    with pytest.warns(DeprecationWarning, match="posenc.rotary.kernels._numba"):
-        module = importlib.import_module("posenc.rotary._numba_kernels")
-    assert module.kernel_for is _numba.kernel_for

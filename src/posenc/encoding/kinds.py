@@ -25,6 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from posenc.encoding._common import required
 from posenc.encoding.protocols import BiasEncoding, ContextualEncoding, ScoresReader
 
 __all__ = [
@@ -36,10 +37,6 @@ __all__ = [
 ]
 
 
-def _required(owner: object, method: str) -> NotImplementedError:
-    return NotImplementedError(f"{type(owner).__name__} must implement {method}")
-
-
 class LinearBias(BiasEncoding):
     """A bias linear in the distance, ``m_h · (k_pos - q_pos)`` (causal ALiBi): attention
     splits it into a key vector and an exact per-row shift."""
@@ -47,7 +44,7 @@ class LinearBias(BiasEncoding):
     def linear_bias_slopes(self) -> Tensor | None:
         """The slopes ``m_h`` ``(heads,)`` when the bias is linear in this configuration,
         else None (symmetric ALiBi)."""
-        raise _required(self, "linear_bias_slopes")
+        raise required(self, "linear_bias_slopes")
 
 
 class AdditiveScores(ScoresReader):
@@ -66,7 +63,7 @@ class AdditiveScores(ScoresReader):
     ) -> Tensor:
         """What :meth:`~posenc.encoding.protocols.ScoresReader.transform_scores` adds to
         ``scores`` (same arguments)."""
-        raise _required(self, "scores_term")
+        raise required(self, "scores_term")
 
 
 class ClippedRelative(ContextualEncoding):
@@ -75,7 +72,7 @@ class ClippedRelative(ContextualEncoding):
     def clipped_relative_tables(self) -> tuple[Tensor, Tensor | None, int]:
         """``(key_table, value_table or None, reach)``; tables ``(2 · reach + 1, head_dim)``
         indexed by ``clip(k - q, -reach, reach) + reach``."""
-        raise _required(self, "clipped_relative_tables")
+        raise required(self, "clipped_relative_tables")
 
 
 class SinusoidRelative(ContextualEncoding):
@@ -84,11 +81,11 @@ class SinusoidRelative(ContextualEncoding):
 
     def distance_terms(self) -> tuple[Tensor, Tensor]:
         """The global content and position biases ``(u, v)``, each ``(heads, head_dim)``."""
-        raise _required(self, "distance_terms")
+        raise required(self, "distance_terms")
 
     def projected(self, distances: Tensor) -> Tensor:
         """The projected sinusoids of ``distances`` ``(n,)``: ``(heads, n, head_dim)``."""
-        raise _required(self, "projected")
+        raise required(self, "projected")
 
 
 class DisentangledRelative(ContextualEncoding):
@@ -97,8 +94,8 @@ class DisentangledRelative(ContextualEncoding):
 
     def position_tables(self, dtype: torch.dtype) -> tuple[Tensor | None, Tensor | None]:
         """The projected position keys and queries (None for a term the method leaves out)."""
-        raise _required(self, "position_tables")
+        raise required(self, "position_tables")
 
     def distance_rows(self, relative: Tensor) -> Tensor:
         """The table rows of relative distances ``relative`` (bucketed and clipped)."""
-        raise _required(self, "distance_rows")
+        raise required(self, "distance_rows")

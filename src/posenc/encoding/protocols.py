@@ -40,6 +40,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from posenc.encoding._common import required
 from posenc.encoding.base import PositionalEncoding, state_device
 from posenc.positions import check_positions
 
@@ -59,10 +60,6 @@ __all__ = [
     "check_rotary_input",
     "materialize_bias",
 ]
-
-
-def _required(owner: object, method: str) -> NotImplementedError:
-    return NotImplementedError(f"{type(owner).__name__} must implement {method}")
 
 
 class AdditiveEncoding(PositionalEncoding):
@@ -85,7 +82,7 @@ class TokenEmbedding(PositionalEncoding):
 
     def embed_tokens(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """``(..., seq)`` token ids at validated ``positions`` → ``(..., seq, dim)``."""
-        raise _required(self, "embed_tokens")
+        raise required(self, "embed_tokens")
 
 
 class RotaryEncoding(PositionalEncoding):
@@ -135,7 +132,7 @@ class RotaryEncoding(PositionalEncoding):
         sequence of ``length`` positions, its state untouched (the ``"query"`` rule). A rotary
         whose frequencies do not follow the length ignores both.
         """
-        raise _required(self, "rotary_tables")
+        raise required(self, "rotary_tables")
 
     def frequency_length(self, seq_len: int) -> int | None:
         """The state the frequencies take for a sequence of ``seq_len`` positions without
@@ -151,7 +148,7 @@ class RotaryEncoding(PositionalEncoding):
         ``inplace=True`` may overwrite q and k (attention asks for it when no gradient is
         needed: its q and k are fresh projections); an encoding may still return new tensors.
         """
-        raise _required(self, "rotate_qk")
+        raise required(self, "rotate_qk")
 
     def check_rotary_call(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> None:
         """Validate a public call (shapes, dtypes, positions); errors name the argument."""
@@ -179,7 +176,7 @@ class SegmentEncoding(RotaryEncoding):
 
     def segments(self) -> tuple[Any, ...]:
         """The :class:`posenc.segments.Segment` s that split the visible pairs."""
-        raise _required(self, "segments")
+        raise required(self, "segments")
 
     def query_scale(self, positions: Tensor) -> Tensor | None:
         """A factor per query position multiplying q before rotation (log-n), or None."""
@@ -187,7 +184,7 @@ class SegmentEncoding(RotaryEncoding):
 
     def keeps(self, k_pos: Tensor, q_min: Tensor | float) -> Tensor:
         """Which cached keys a query at ``q_min`` or later may still see (a rolling cache)."""
-        raise _required(self, "keeps")
+        raise required(self, "keeps")
 
 
 class BiasEncoding(PositionalEncoding):
@@ -210,7 +207,7 @@ class BiasEncoding(PositionalEncoding):
         ``q_pos (..., 1, q, 1)``, ``k_pos (..., 1, 1, k)``) and on the scalars FlexAttention
         passes to a ``score_mod``. Returns the bias in ``dtype``.
         """
-        raise _required(self, "bias_at")
+        raise required(self, "bias_at")
 
     def prepare_bias(
         self, device: torch.device, dtype: torch.dtype, *, reach: int | None = None
@@ -301,7 +298,7 @@ class ContextualEncoding(PositionalEncoding):
         self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, scale: float
     ) -> Tensor:
         """The term added to ``scale · q kᵀ``: ``(batch, heads, q_len, k_len)``."""
-        raise _required(self, "logit_term")
+        raise required(self, "logit_term")
 
     def logit_term_contiguous(
         self, q: Tensor, k: Tensor, q_start: int, k_start: int, scale: float, causal: bool
@@ -360,7 +357,7 @@ class ScoresReader(PositionalEncoding):
     ) -> Tensor:
         """``(batch, heads, rows, keys)`` scores → new scores of that shape. ``allowed``:
         the visible pairs (bool, broadcastable), None when all are."""
-        raise _required(self, "transform_scores")
+        raise required(self, "transform_scores")
 
 
 class ScoreMap(PositionalEncoding):
@@ -368,7 +365,7 @@ class ScoreMap(PositionalEncoding):
     soft-capping); FlexAttention takes it inside its ``score_mod``."""
 
     def map_scores(self, scores: Tensor) -> Tensor:
-        raise _required(self, "map_scores")
+        raise required(self, "map_scores")
 
 
 class SinkLogits(PositionalEncoding):
@@ -379,7 +376,7 @@ class SinkLogits(PositionalEncoding):
 
     def sink_logits(self, dtype: torch.dtype, device: torch.device) -> Tensor:
         """``(heads,)`` logits in ``dtype`` on ``device``."""
-        raise _required(self, "sink_logits")
+        raise required(self, "sink_logits")
 
 
 class AttentionWeights(PositionalEncoding):
@@ -391,7 +388,7 @@ class AttentionWeights(PositionalEncoding):
 
     def attention_weights(self, scores: Tensor, visible: Tensor | None) -> Tensor:
         """Weights ``(batch, heads, rows, keys)`` from scaled scores; ``visible`` as a mask."""
-        raise _required(self, "attention_weights")
+        raise required(self, "attention_weights")
 
     def remainder_term(self, remaining: Tensor) -> Tensor | None:
         """What the mass no key took adds to the output ``(batch, heads, rows, ·)``, or None."""
@@ -411,11 +408,11 @@ class TokenStateEncoding(PositionalEncoding):
     def token_state(self, x: Tensor, previous: Tensor | None, real: Tensor | None) -> Tensor:
         """``(batch, heads, seq)`` states of the new tokens, continuing ``previous`` (the last
         cached key's state); ``real`` marks the non-padding tokens."""
-        raise _required(self, "token_state")
+        raise required(self, "token_state")
 
     def state_bias(self, q_state: Tensor, k_state: Tensor) -> Tensor:
         """The bias between queries and keys of those states (broadcastable)."""
-        raise _required(self, "state_bias")
+        raise required(self, "state_bias")
 
 
 class PositionTransform(PositionalEncoding):
@@ -432,7 +429,7 @@ class PositionTransform(PositionalEncoding):
         self, positions: Tensor, *, batch: int, continuing: bool = False
     ) -> Tensor:
         """New positions of ``batch`` rows; ``continuing``: the call extends a KV cache."""
-        raise _required(self, "transform_positions")
+        raise required(self, "transform_positions")
 
 
 def check_rotary_input(

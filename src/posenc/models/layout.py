@@ -15,7 +15,6 @@ from torch import Tensor
 
 from posenc._validate import validating_values
 from posenc.encoding.base import PositionalEncoding
-from posenc.encoding.protocols import AdditiveEncoding, TokenEmbedding
 from posenc.encoding.resolve import Hooks, hooks_of
 
 __all__ = ["LayerEncodings", "check_tokens", "layer_encodings"]
@@ -58,10 +57,10 @@ class LayerEncodings:
             token ids: ``embed_tokens``), else None.
     """
 
-    additive: AdditiveEncoding | None
+    additive: PositionalEncoding | None
     layers: list[PositionalEncoding | None]
     hooks: Hooks
-    token_embedding: TokenEmbedding | None = None
+    token_embedding: PositionalEncoding | None = None
 
 
 def layer_encodings(
@@ -101,4 +100,11 @@ def layer_encodings(
             layers.append(build())
     uses_positions = acts_in_attention or hooks.additive or hooks.token_embedding
     positions = hooks if uses_positions else hooks_of(None)
-    return LayerEncodings(hooks.additive, layers, positions, hooks.token_embedding)
+    # the encoding as built (a wrapper's outer module: its parameters and settings), where
+    # it adds to or replaces the embeddings; the model calls the hooks' typed objects
+    return LayerEncodings(
+        first if hooks.additive else None,
+        layers,
+        positions,
+        first if hooks.token_embedding else None,
+    )

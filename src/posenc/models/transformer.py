@@ -170,8 +170,8 @@ class _Trunk(nn.Module):
         )
         self.additive = laid.additive
         self.token_embedding = laid.token_embedding
-        if self.token_embedding is not None:
-            _check_token_embedding(self.token_embedding, config)
+        if laid.hooks.token_embedding is not None:
+            _check_token_embedding(laid.hooks.token_embedding, config)
             # The encoding is the token embedding: no table of our own. (It is still drawn
             # above, first, so that every other encoding's initialization is unchanged.)
             self.embed = None
@@ -266,15 +266,14 @@ class _Trunk(nn.Module):
             attn_mask=attn_mask,
             cache=None if cache is None else cache[0],
         )
-        if self.token_embedding is not None:
-            embedding: Any = self.token_embedding  # implements the token-embedding hook
-            x = embedding.embed_tokens(tokens, context.q_pos)
+        hooks = self.position_hooks
+        if hooks.token_embedding is not None:
+            x = hooks.token_embedding.embed_tokens(tokens, context.q_pos)
         else:
             assert self.embed is not None
             x = self.embed(tokens) * self.embed_scale
-        if self.additive is not None:
-            additive: Any = self.additive  # implements the additive hook
-            x = x + additive.position_embedding(context.q_pos).to(x.dtype)
+        if hooks.additive is not None:
+            x = x + hooks.additive.position_embedding(context.q_pos).to(x.dtype)
         for index, block in enumerate(self.blocks):
             x = block(x, cache=None if cache is None else cache[index], context=context)
         return self.norm(x)
