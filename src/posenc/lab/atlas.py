@@ -67,15 +67,15 @@ def atlas_figure(rows: Sequence[Row], experiment: str, title: str) -> Figure:
     """Accuracy against the test condition, one line per encoding: the mean over seeds, the
     range of the seeds shaded; the trained condition is the first column. An experiment that
     compares layouts gets one panel per layout (the same y axis)."""
-    from posenc.lab.figures import _figure
-    from posenc.viz_base import encoding_color
+    from posenc.lab.figures import encoding_color, new_figure
 
     selected = [row for row in rows if row.get("experiment") == experiment]
     labels = condition_labels(selected)
     conditions = sorted(labels)
     layouts = list(dict.fromkeys(str(row.get("layout", "")) for row in selected))
     panels = len(layouts)
-    fig = _figure(figsize=(4.2 * panels + (1.4 if panels > 1 else 3.2), 3.8), layout="constrained")
+    size = (4.2 * panels + (1.4 if panels > 1 else 3.2), 3.8)
+    fig = new_figure(figsize=size, layout="constrained")
     axes = fig.subplots(1, panels, sharey=True, squeeze=False)[0]
     for ax, layout in zip(axes, layouts, strict=True):
         series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))

@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "accuracy_vs_length",
+    "encoding_color",
     "extension_curves",
     "loss_vs_length",
+    "new_figure",
     "passkey_heatmaps",
     "separation_over_time",
     "temporal_link_precision",
@@ -39,10 +41,6 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
-
-
-def _figure(**kwargs: Any) -> Figure:
-    return new_figure(**kwargs)
 
 
 def _finite(value: Any) -> bool:
@@ -79,7 +77,7 @@ def loss_vs_length(rows: Sequence[Row]) -> Figure:
     for row in rows:
         if row.get("experiment") == "extrapolate" and _finite(row.get("ppl")):
             series[row["encoding"]].append((row["eval_len"] / row["train_len"], row["ppl"]))
-    fig = _figure(figsize=(7.5, 4.2), layout="constrained")
+    fig = new_figure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for name, points in series.items():
         _mean_line(ax, points, marker="o", label=name, color=encoding_color(name))
@@ -108,7 +106,7 @@ def extension_curves(rows: Sequence[Row]) -> Figure:
         if row.get("experiment") == "extend" and _finite(row.get("ppl")):
             series[(row["method"], row["stage"])].append((row["eval_len"], row["ppl"]))
     stages = list(dict.fromkeys(stage for _, stage in series)) or ["no_ft"]
-    fig = _figure(figsize=(4 * max(len(stages), 2), 4.2), layout="constrained")
+    fig = new_figure(figsize=(4 * max(len(stages), 2), 4.2), layout="constrained")
     axes = fig.subplots(1, len(stages), sharey=True, squeeze=False)[0]
     lengths = sorted({x for points in series.values() for x, _ in points})
     ppl = [y for points in series.values() for _, y in points]
@@ -143,7 +141,8 @@ def passkey_heatmaps(rows: Sequence[Row]) -> Figure:
     }
     count = max(len(panels), 1)
     columns = min(count, 4)
-    fig = _figure(figsize=(3.2 * columns, 2.8 * math.ceil(count / columns)), layout="constrained")
+    size = (3.2 * columns, 2.8 * math.ceil(count / columns))
+    fig = new_figure(figsize=size, layout="constrained")
     for index, ((method, stage), cells) in enumerate(sorted(panels.items())):
         ax = fig.add_subplot(math.ceil(count / columns), columns, index + 1)
         depths = sorted({d for d, _ in cells})
@@ -169,7 +168,8 @@ def accuracy_vs_length(rows: Sequence[Row]) -> Figure:
             tasks[row["task"]][key].append((row["length"], row["seq_acc"]))
     count = max(len(tasks), 1)
     columns = min(count, 3)
-    fig = _figure(figsize=(4.2 * columns, 3.2 * math.ceil(count / columns)), layout="constrained")
+    size = (4.2 * columns, 3.2 * math.ceil(count / columns))
+    fig = new_figure(figsize=size, layout="constrained")
     for index, (task, series) in enumerate(sorted(tasks.items())):
         ax = fig.add_subplot(math.ceil(count / columns), columns, index + 1)
         for (encoding, randomized), points in sorted(series.items()):
@@ -195,7 +195,7 @@ def encoding_bars(
     by_encoding: dict[str, list[float]] = defaultdict(list)
     for mean in seed_means(finite, (value,)):
         by_encoding[mean["encoding"]].append(mean[value])
-    fig = _figure(figsize=(6, 3.4), layout="constrained")
+    fig = new_figure(figsize=(6, 3.4), layout="constrained")
     ax = fig.add_subplot()
     names = list(by_encoding)
     means = [sum(v) / len(v) for v in by_encoding.values()]
@@ -238,7 +238,7 @@ def temporal_link_precision(rows: Sequence[Row]) -> Figure:
     for row in rows:
         if row.get("experiment") == "temporal_links" and _finite(row.get("ap")):
             cells[row["dataset"]][(row["encoding"], row["negatives"])].append(row["ap"])
-    fig = _figure(figsize=(5.2 * max(len(cells), 1), 3.6), layout="constrained")
+    fig = new_figure(figsize=(5.2 * max(len(cells), 1), 3.6), layout="constrained")
     for index, (dataset, cell) in enumerate(cells.items()):
         ax = fig.add_subplot(1, len(cells), index + 1)
         encodings = list(dict.fromkeys(encoding for encoding, _ in cell))
@@ -276,7 +276,7 @@ def separation_over_time(traces: Mapping[str, Sequence[Mapping[str, Any]]]) -> F
             by_encoding[_without_seed(name)].append((record["time"], record["separation"]))
             if record["split"] == "test":
                 test_start = min(test_start, record["time"])
-    fig = _figure(figsize=(7, 3.6), layout="constrained")
+    fig = new_figure(figsize=(7, 3.6), layout="constrained")
     ax = fig.add_subplot()
     for encoding, points in sorted(by_encoding.items()):
         _mean_line(ax, points, marker=".", label=encoding, color=encoding_color(encoding))
@@ -352,7 +352,7 @@ def training_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure
     keys = list(dict.fromkeys([*train, *evaluated]))
     colour, style = _run_styles(keys)
     panels = [("training loss", train)] + ([(metric, evaluated)] if evaluated else [])
-    fig = _figure(figsize=(10, 4.2), layout="constrained")
+    fig = new_figure(figsize=(10, 4.2), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     handles: dict[str, Any] = {}
     for ax, (label, series) in zip(axes, panels, strict=True):
