@@ -10,21 +10,31 @@ The audio, video and VLA experiments write rows with
 
 :func:`atlas_table` pivots them (encoding × condition, mean ± std over seeds) and
 :func:`atlas_figure` draws accuracy against the condition, one line per encoding, the
-seeds' spread shaded; the report (:mod:`posenc.lab.report`) shows both for each domain.
+seeds' spread shaded; each domain's :func:`atlas_section` shows both in the report
+(:mod:`posenc.lab.report`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from posenc.lab.tables import pivot, seed_note, text_table
+from posenc.lab.runner import Section
+from posenc.lab.tables import Table, pivot, seed_note, text_table
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["atlas_figure", "atlas_pivot", "atlas_table", "condition_labels"]
+__all__ = [
+    "atlas_figure",
+    "atlas_pivot",
+    "atlas_section",
+    "atlas_table",
+    "atlas_tables",
+    "condition_labels",
+]
 
 Row = dict[str, Any]
 
@@ -61,6 +71,24 @@ def atlas_table(rows: Sequence[Row], experiment: str, title: str) -> str:
         return ""
     selected = [row for row in rows if row.get("experiment") == experiment]
     return f"{title}; accuracy, {seed_note(selected)}\n" + text_table(header, body)
+
+
+def atlas_tables(experiment: str, heading: str, rows: Sequence[Row]) -> list[Table]:
+    """The report's table of ``experiment``'s rows (:func:`atlas_pivot`), captioned."""
+    header, body = atlas_pivot(rows, experiment)
+    return [(f"{heading}; accuracy, {seed_note(rows)}", header, body)] if header else []
+
+
+def atlas_section(experiment: str, heading: str) -> Section:
+    """The report's section of one domain: its table and ``<experiment>.png``
+    (:func:`atlas_figure`), under ``heading``."""
+    figure = functools.partial(_figure_of, experiment, heading)
+    tables = functools.partial(atlas_tables, experiment, heading)
+    return Section(heading, tables, {f"{experiment}.png": figure})
+
+
+def _figure_of(experiment: str, heading: str, rows: Sequence[Row]) -> Figure:
+    return atlas_figure(rows, experiment, heading)
 
 
 def atlas_figure(rows: Sequence[Row], experiment: str, title: str) -> Figure:

@@ -32,8 +32,10 @@ Config fields the runner reads when present: ``workers`` (default 1), ``isolate`
 bars would overwrite each other), ``device`` (checked usable at the start,
 :func:`check_device`).
 
-Adding an experiment is one module defining ``EXPERIMENT = Experiment(...)`` plus its line in
-:mod:`posenc.lab.experiments` (see docs/lab.md).
+An experiment also carries what the page says of its rows (:class:`Section`: a heading, its
+tables and figures) and the claims its rows test, so that adding an experiment is one module
+defining ``EXPERIMENT = Experiment(...)`` plus its line in :mod:`posenc.lab.experiments`
+(see docs/lab.md): the report (:mod:`posenc.lab.report`) finds every section in the registry.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 import torch.distributed
@@ -57,10 +59,15 @@ from posenc.lab.claims import Claim, applicable, format_verdicts, judge_all, ver
 from posenc.lab.distributed import rank_and_world
 from posenc.lab.results import Row, check_out_dir, prepare_out_dir, write_results_csv
 from posenc.lab.run import atomic_write_text, torch_threads
+from posenc.lab.tables import Table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "Experiment",
     "Run",
+    "Section",
     "check_builds",
     "check_device",
     "check_encoding_names",
@@ -92,6 +99,29 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Section:
+    """What the report shows of one kind of rows: a heading, its tables and its figures.
+
+    Attributes:
+        heading: the section's title on the page.
+        tables: rows -> the page's tables of them (:data:`posenc.lab.tables.Table`: caption,
+            header, body); None = the rows are shown raw only.
+        figures: file name under ``figures/`` -> rows -> a matplotlib ``Figure``.
+        rows: the ``experiment`` column of the rows it shows; None = the experiment's name
+            (an experiment writing rows of two kinds, as ``extend`` writes ``passkey`` rows
+            beside its own, has a section for each).
+
+    The functions get only the rows of that kind (of every run the page gathers) and must be
+    module-level, as the experiment's are.
+    """
+
+    heading: str
+    tables: Callable[[Sequence[Row]], list[Table]] | None = None
+    figures: Mapping[str, Callable[[Sequence[Row]], Figure]] = field(default_factory=dict)
+    rows: str | None = None
+
+
+@dataclass(frozen=True)
 class Experiment(Generic[C]):
     """What is particular to one experiment; the functions must be module-level (they are
     sent to worker processes by reference).
@@ -107,8 +137,10 @@ class Experiment(Generic[C]):
         table: the rows as the table the terminal prints.
         prepare: optional early check of a config in the parent (e.g. load the corpus), so a
             bad config fails before the out folder is written and any run starts.
-        claims: the seed claims its rows test (:mod:`posenc.lab.seed_claims`), judged after
-            every run into ``claims.json``, printed after the table and leading the report.
+        claims: the published findings its rows test (:class:`~posenc.lab.claims.Claim`),
+            judged after every run into ``claims.json``, printed after the table and leading
+            the report.
+        sections: what the report shows of its rows (:class:`Section`), in order.
     """
 
     name: str
@@ -120,6 +152,11 @@ class Experiment(Generic[C]):
     table: Callable[[Sequence[Row]], str]
     prepare: Callable[[C], object] | None = None
     claims: tuple[Claim, ...] = ()
+    sections: tuple[Section, ...] = ()
+
+    def section_rows(self) -> dict[str, Section]:
+        """Each section by the ``experiment`` column of the rows it shows."""
+        return {section.rows or self.name: section for section in self.sections}
 
 
 def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
@@ -331,7 +368,7 @@ def run_experiment(
         return rows
     write_results_csv(rows, folder / "results.csv")
     records = record_claims(folder, experiment.claims, rows)
-    write_report(folder, title=experiment.title)
+    write_report(folder, title=experiment.title, experiments=(experiment,))
     say(experiment.table(rows))
     if records:
         say(format_verdicts(records))

@@ -62,7 +62,7 @@ for _module in (
     triangles,
     temporal_links,
     audio,
-    vla,
     video,
+    vla,
 ):
     register_experiment(_module.EXPERIMENT)

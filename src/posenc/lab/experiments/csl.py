@@ -32,21 +32,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from posenc.lab.data.graphs import csl_dataset, csl_folds
+from posenc.lab.figures import encoding_bars
 from posenc.lab.graph_models import (
     GraphRunConfig,
     encoding_table,
     evaluate_graph_model,
     graph_tensors,
 )
-from posenc.lab.runner import Experiment, Run, run_experiment
+from posenc.lab.runner import Experiment, Run, Section, run_experiment
 from posenc.lab.seed_claims import claims_of
+from posenc.lab.tables import Table, per_encoding_table, seed_means
 
-__all__ = ["EXPERIMENT", "CslConfig", "format_csl_table", "run_csl"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["EXPERIMENT", "CslConfig", "csl_accuracy", "format_csl_table", "run_csl"]
 
 Row = dict[str, Any]
 
@@ -117,6 +122,21 @@ def run_csl(config: CslConfig, out: str | Path, **kwargs: Any) -> list[Row]:
     return run_experiment(EXPERIMENT, config, out, **kwargs)
 
 
+def _tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's table: test and validation accuracy per encoding (each seed's folds
+    averaged first), mean ± std over seeds."""
+    values = [("test accuracy", "test_accuracy", 4), ("val accuracy", "val_accuracy", 4)]
+    folds = len({row.get("fold") for row in rows})
+    caption = f"Test accuracy per graph encoding (each seed: the mean of {folds} fold(s))"
+    return per_encoding_table(seed_means(rows, [v for _, v, _ in values]), caption, values)
+
+
+def csl_accuracy(rows: Sequence[Row]) -> Figure:
+    """CSL test accuracy per graph encoding (each seed's folds averaged)."""
+    title = "CSL: 10 classes of 4-regular graphs (chance 0.1)"
+    return encoding_bars(rows, "csl", "test_accuracy", "test accuracy", title, unit=True)
+
+
 EXPERIMENT: Experiment[CslConfig] = Experiment(
     name="csl",
     summary="CSL graphs: which encodings separate 1-WL-equivalent graphs (Benchmarking GNNs)",
@@ -126,4 +146,5 @@ EXPERIMENT: Experiment[CslConfig] = Experiment(
     execute=_execute,
     table=format_csl_table,
     claims=claims_of("csl"),
+    sections=(Section("CSL graphs", _tables, {"csl.png": csl_accuracy}),),
 )

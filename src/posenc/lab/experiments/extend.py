@@ -48,10 +48,12 @@ from __future__ import annotations
 
 import functools
 import math
+import statistics
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -60,24 +62,46 @@ from posenc._validate import check_non_negative_int, check_positive_float, check
 from posenc.lab.data.corpus import CorpusSplits, LMSource, load_corpus
 from posenc.lab.data.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
 from posenc.lab.experiments.extrapolate import evaluate_lm
-from posenc.lab.runner import Experiment, Run, check_builds, check_seeds, run_experiment
+from posenc.lab.figures import (
+    encoding_color,
+    finite,
+    log_ticks,
+    mean_line,
+    new_figure,
+    set_log_ticks,
+)
+from posenc.lab.runner import Experiment, Run, Section, check_builds, check_seeds, run_experiment
 from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import depth_means, length_label, pivot, seed_note, text_table
+from posenc.lab.tables import (
+    Table,
+    complete_rows,
+    depth_means,
+    length_label,
+    pivot,
+    seed_note,
+    text_table,
+)
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.rotary import scaling as rotary_scaling
 from posenc.rotary.scaling import scaling_from_dict
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "ALIASES",
     "DEFAULT_METHODS",
     "EXPERIMENT",
     "METHODS",
+    "SECTIONS",
     "ExtendConfig",
     "ModelAt",
     "evaluate_model",
+    "extension_curves",
     "final_state",
     "format_extend_tables",
+    "passkey_heatmaps",
     "run_extend",
     "scaling_for",
     "scaling_types",
@@ -588,6 +612,99 @@ def format_extend_tables(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def _extend_tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's perplexity table: (method, stage) × evaluation length."""
+    rows = complete_rows(rows, ["method", "stage", "eval_len"])
+    if not rows:
+        return []
+    header, body = pivot(rows, ["method", "stage"], "eval_len", "ppl", label=length_label)
+    caption = f"Perplexity (bytes) by evaluation length, per scaling and stage; {seed_note(rows)}."
+    return [(caption, header, body)]
+
+
+def _passkey_tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's passkey table: (method, stage) × context length, per seed the mean over
+    depths first."""
+    rows = complete_rows(rows, ["method", "context_len"])
+    means = depth_means(rows)  # per seed the mean over depths, then mean ± std over seeds
+    if not means:
+        return []
+    header, body = pivot(
+        means, ["method", "stage"], "context_len", "accuracy", digits=2, label=length_label
+    )
+    caption = f"Passkey accuracy by context length (mean over depths per seed); {seed_note(rows)}."
+    return [(caption, header, body)]
+
+
+_STAGE_TITLES = {"no_ft": "no fine-tuning", "zero": "no fine-tuning", "ft": "after fine-tuning"}
+
+
+def extension_curves(rows: Sequence[Row]) -> Figure:
+    """Perplexity against evaluation length per RoPE scaling, one panel per stage (before and
+    after fine-tuning)."""
+    series: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        if row.get("experiment") == "extend" and finite(row.get("ppl")):
+            series[(row["method"], row["stage"])].append((row["eval_len"], row["ppl"]))
+    stages = list(dict.fromkeys(stage for _, stage in series)) or ["no_ft"]
+    fig = new_figure(figsize=(4 * max(len(stages), 2), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(stages), sharey=True, squeeze=False)[0]
+    lengths = sorted({x for points in series.values() for x, _ in points})
+    ppl = [y for points in series.values() for _, y in points]
+    for ax, stage in zip(axes, stages, strict=True):
+        for (method, s), points in sorted(series.items()):
+            if s == stage:  # one colour per method on every panel and page
+                mean_line(ax, points, marker="o", label=method, color=encoding_color(method))
+        ax.set(xlabel="evaluation length", title=_STAGE_TITLES.get(stage, stage))
+        if lengths:
+            set_log_ticks(ax, "x", lengths)
+            ax.tick_params(axis="x", labelrotation=45 if len(lengths) > 5 else 0)
+            set_log_ticks(ax, "y", log_ticks(min(ppl), max(ppl)))
+        if ax.has_data():
+            ax.legend(fontsize=8)
+    axes[0].set_ylabel("perplexity (bytes)")
+    return fig
+
+
+def passkey_heatmaps(rows: Sequence[Row]) -> Figure:
+    """Passkey accuracy over (depth, context length), one panel per method and stage; each
+    cell is the mean over seeds."""
+    seeds: dict[tuple[str, str], dict[tuple[float, int], list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for row in rows:
+        if row.get("experiment") == "passkey" and finite(row.get("accuracy")):
+            key = (row["method"], row.get("stage") or "")
+            seeds[key][(row["depth"], row["context_len"])].append(row["accuracy"])
+    panels = {
+        key: {cell: statistics.fmean(values) for cell, values in cells.items()}
+        for key, cells in seeds.items()
+    }
+    count = max(len(panels), 1)
+    columns = min(count, 4)
+    size = (3.2 * columns, 2.8 * math.ceil(count / columns))
+    fig = new_figure(figsize=size, layout="constrained")
+    for index, ((method, stage), cells) in enumerate(sorted(panels.items())):
+        ax = fig.add_subplot(math.ceil(count / columns), columns, index + 1)
+        depths = sorted({d for d, _ in cells})
+        lengths = sorted({n for _, n in cells})
+        grid = [[cells.get((d, n), float("nan")) for n in lengths] for d in depths]
+        image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=7)
+        ax.set_yticks(range(len(depths)), [f"{d:.2f}" for d in depths], fontsize=7)
+        ax.set(title=f"{method} ({stage})", xlabel="context length", ylabel="depth")
+        fig.colorbar(image, ax=ax, shrink=0.8, label="passkey accuracy")
+    return fig
+
+
+#: The report's sections of ``extend`` and ``passkey`` rows (``longctx`` writes both kinds too).
+SECTIONS = (
+    Section("RoPE context extension", _extend_tables, {"extension.png": extension_curves}),
+    Section(
+        "Passkey retrieval", _passkey_tables, {"passkey.png": passkey_heatmaps}, rows="passkey"
+    ),
+)
+
 EXPERIMENT = Experiment(
     name="extend",
     summary="RoPE trained at T, extended by PI/NTK/dynamic NTK/YaRN/Llama-3 (any scaling); passkey",
@@ -598,4 +715,5 @@ EXPERIMENT = Experiment(
     table=format_extend_tables,
     prepare=_prepare,
     claims=claims_of("extend", "passkey"),
+    sections=SECTIONS,
 )

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import json
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -33,13 +34,39 @@ from torch import Tensor
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.attention.backends import NAMES as BACKENDS
 from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows, load_corpus
+from posenc.lab.figures import (
+    encoding_color,
+    finite,
+    label_line_ends,
+    mean_line,
+    new_figure,
+    set_log_ticks,
+)
 from posenc.lab.results import Row
-from posenc.lab.runner import Experiment, Run, check_pos_kwargs, check_seeds, run_experiment
+from posenc.lab.runner import (
+    Experiment,
+    Run,
+    Section,
+    check_pos_kwargs,
+    check_seeds,
+    run_experiment,
+)
 from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import length_label, pivot, seed_note, text_table
+from posenc.lab.tables import (
+    Table,
+    complete_rows,
+    has_column,
+    length_label,
+    pivot,
+    seed_note,
+    text_table,
+)
 from posenc.lab.train import TrainConfig, peak_memory_bytes, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import sequence_encoding_spec
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "EXPERIMENT",
@@ -48,6 +75,7 @@ __all__ = [
     "evaluate_lm",
     "evaluate_lm_windows",
     "format_ppl_table",
+    "loss_vs_length",
     "run_extrapolate",
 ]
 
@@ -354,6 +382,55 @@ def format_ppl_table(rows: Sequence[Row]) -> str:
     return title + "\n" + text_table(header, body)
 
 
+def _tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's table: perplexity by encoding × evaluation length, tokens/s, memory."""
+    rows = complete_rows(rows, ["encoding", "eval_len"])
+    if not rows:
+        return []
+    extra = [
+        (title, column, 0)
+        for title, column in (("tok/s", "tokens_per_s"), ("mem MB", "peak_memory_mb"))
+        if has_column(rows, column)
+    ]
+    header, body = pivot(rows, ["encoding"], "eval_len", "ppl", label=length_label, extra=extra)
+    trained = ", ".join(str(t) for t in dict.fromkeys(row.get("train_len") for row in rows))
+    caption = f"Perplexity (bytes) by evaluation length; trained at T={trained}; {seed_note(rows)}."
+    return [(caption, header, body)]
+
+
+def _times(value: float) -> str:
+    """A length multiplier as a tick label: ``1×``, ``1.25×``, ``8×``."""
+    return f"{value:g}×"
+
+
+def loss_vs_length(rows: Sequence[Row]) -> Figure:
+    """Perplexity against evaluation length / training length, one line per encoding.
+
+    Rows: ``experiment == "extrapolate"`` with ``encoding, train_len, eval_len, ppl``;
+    undefined points (learned past its table) are left out of the line.
+    """
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        if row.get("experiment") == "extrapolate" and finite(row.get("ppl")):
+            series[row["encoding"]].append((row["eval_len"] / row["train_len"], row["ppl"]))
+    fig = new_figure(figsize=(7.5, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    for name, points in series.items():
+        mean_line(ax, points, marker="o", label=name, color=encoding_color(name))
+    ax.axvline(1.0, color="gray", lw=0.8, ls=":")
+    ax.set(
+        xlabel="evaluation length / training length",
+        ylabel="perplexity (bytes)",
+        title="train short, test long",
+    )
+    multipliers = sorted({x for points in series.values() for x, _ in points})
+    if multipliers:
+        set_log_ticks(ax, "x", multipliers, _times)
+        set_log_ticks(ax, "y")
+        label_line_ends(ax)
+    return fig
+
+
 EXPERIMENT = Experiment(
     name="extrapolate",
     summary="train each encoding at T, perplexity at 1x..16x T (ALiBi Tables 1-3)",
@@ -364,4 +441,5 @@ EXPERIMENT = Experiment(
     table=format_ppl_table,
     prepare=_load,
     claims=claims_of("extrapolate"),
+    sections=(Section("Train short, test long", _tables, {"loss_vs_length.png": loss_vs_length}),),
 )

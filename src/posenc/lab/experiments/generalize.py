@@ -31,10 +31,12 @@ Example::
 
 from __future__ import annotations
 
+import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -42,15 +44,41 @@ from torch import nn
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.data.tasks import TASKS, TaskSource, accuracy, make_task
-from posenc.lab.runner import Experiment, Run, check_pos_kwargs, check_seeds, run_experiment
+from posenc.lab.figures import encoding_color, finite, mean_line, new_figure
+from posenc.lab.runner import (
+    Experiment,
+    Run,
+    Section,
+    check_pos_kwargs,
+    check_seeds,
+    run_experiment,
+)
 from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import pivot, seed_note, text_table, with_variant
+from posenc.lab.tables import (
+    Table,
+    complete_rows,
+    has_column,
+    pivot,
+    seed_note,
+    text_table,
+    with_variant,
+)
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.positions import randomized_positions
 from posenc.registry import sequence_encoding_spec
 
-__all__ = ["EXPERIMENT", "TasksConfig", "evaluate_task", "format_tasks_table", "run_tasks"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "EXPERIMENT",
+    "TasksConfig",
+    "accuracy_vs_length",
+    "evaluate_task",
+    "format_tasks_table",
+    "run_tasks",
+]
 
 Row = dict[str, Any]
 
@@ -367,6 +395,58 @@ def format_tasks_table(rows: Sequence[Row], metric: str = "seq_acc") -> str:
     return "\n".join(lines)
 
 
+def _tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's tables: per task, exact-match and token accuracy by variant × length."""
+    rows = with_variant(complete_rows(rows, ["task", "encoding", "length"]))
+    tables = []
+    for task in dict.fromkeys(row["task"] for row in rows):
+        cells = [row for row in rows if row["task"] == task]
+        train = {row["length"] for row in cells if row.get("split") == "train"}
+
+        def label(n: Any, train: set[Any] = train) -> str:
+            return f"{n}*" if n in train else str(n)
+
+        for metric, what in (("seq_acc", "exact-match accuracy"), ("token_acc", "token accuracy")):
+            if has_column(cells, metric):
+                header, body = pivot(cells, ["variant"], "length", metric, digits=2, label=label)
+                caption = (
+                    f"{task}: {what} ({metric}) by length (* = a training length; "
+                    f"+rand = randomized positions); {seed_note(cells)}."
+                )
+                tables.append((caption, header, body))
+    return tables
+
+
+def accuracy_vs_length(rows: Sequence[Row]) -> Figure:
+    """Sequence accuracy against test length per task (mean over seeds); dashed lines are
+    randomized positions."""
+    tasks: dict[str, dict[tuple[str, bool], list[tuple[int, float]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for row in rows:
+        if row.get("experiment") == "tasks" and finite(row.get("seq_acc")):
+            key = (row["encoding"], bool(row["randomized"]))
+            tasks[row["task"]][key].append((row["length"], row["seq_acc"]))
+    count = max(len(tasks), 1)
+    columns = min(count, 3)
+    size = (4.2 * columns, 3.2 * math.ceil(count / columns))
+    fig = new_figure(figsize=size, layout="constrained")
+    for index, (task, series) in enumerate(sorted(tasks.items())):
+        ax = fig.add_subplot(math.ceil(count / columns), columns, index + 1)
+        for (encoding, randomized), points in sorted(series.items()):
+            mean_line(
+                ax,
+                points,
+                marker=".",
+                ls="--" if randomized else "-",
+                color=encoding_color(encoding),
+                label=f"{encoding}{' (rand)' if randomized else ''}",
+            )
+        ax.set(title=task, xlabel="test length", ylabel="exact-match accuracy", ylim=(-0.02, 1.02))
+        ax.legend(fontsize=7)
+    return fig
+
+
 EXPERIMENT = Experiment(
     name="tasks",
     summary="length generalization on synthetic tasks, plain and randomized positions",
@@ -376,4 +456,5 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_tasks_table,
     claims=claims_of("tasks"),
+    sections=(Section("Length generalization tasks", _tables, {"tasks.png": accuracy_vs_length}),),
 )

@@ -29,8 +29,8 @@ from posenc.lab.batch import Batch
 from posenc.lab.data.corpus import LMSource, eval_windows, load_corpus
 from posenc.lab.distributed import rank_and_world
 from posenc.lab.results import Row
-from posenc.lab.runner import Experiment, Run, check_seeds
-from posenc.lab.tables import text_table
+from posenc.lab.runner import Experiment, Run, Section, check_seeds
+from posenc.lab.tables import Table, per_encoding_table, text_table
 from posenc.lab.train import TrainConfig, lm_loss, train
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import sequence_encoding_spec
@@ -175,6 +175,18 @@ def format_lm_table(rows: Sequence[Row]) -> str:
     return "byte-level LM, validation split\n" + text_table(header, body)
 
 
+def _tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's table: validation loss and perplexity, training loss and tokens/s per
+    encoding, mean ± std over seeds."""
+    values = [
+        ("val loss", "val_loss", 4),
+        ("val ppl", "val_ppl", 3),
+        ("train loss", "train_loss", 4),
+        ("tok/s", "tokens_per_s", 0),
+    ]
+    return per_encoding_table(rows, "Validation loss per positional encoding", values)
+
+
 EXPERIMENT = Experiment(
     name="lm",
     summary="the byte-level LM trainer (torchrun-ready): validation loss per encoding",
@@ -184,4 +196,5 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_lm_table,
     prepare=_load,
+    sections=(Section("Language model (torchrun)", _tables),),
 )

@@ -518,4 +518,5 @@ EXPERIMENT = Experiment(
     table=format_longctx_tables,
     prepare=_prepare,
     claims=claims_of("extend", "passkey"),
+    sections=extend.SECTIONS,
 )

@@ -23,22 +23,33 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from posenc._validate import check_positive_int
 from posenc.lab.data.graphs import triangle_dataset
+from posenc.lab.figures import encoding_bars
 from posenc.lab.graph_models import (
     GraphRunConfig,
     encoding_table,
     evaluate_graph_model,
     graph_tensors,
 )
-from posenc.lab.runner import Experiment, Run, run_experiment
+from posenc.lab.runner import Experiment, Run, Section, run_experiment
 from posenc.lab.seed_claims import claims_of
+from posenc.lab.tables import Table, per_encoding_table
 
-__all__ = ["EXPERIMENT", "TrianglesConfig", "format_triangles_table", "run_triangles"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "EXPERIMENT",
+    "TrianglesConfig",
+    "format_triangles_table",
+    "run_triangles",
+    "triangles_error",
+]
 
 Row = dict[str, Any]
 
@@ -114,6 +125,26 @@ def run_triangles(config: TrianglesConfig, out: str | Path, **kwargs: Any) -> li
     return run_experiment(EXPERIMENT, config, out, **kwargs)
 
 
+def _tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's table: test MAE over the constant predictor's, per encoding."""
+    values = [
+        ("test MAE / constant", "relative_mae", 3),
+        ("test MAE", "test_mae", 3),
+        ("constant MAE", "constant_mae", 3),
+    ]
+    return per_encoding_table(rows, "Triangle count error per graph encoding", values)
+
+
+def triangles_error(rows: Sequence[Row]) -> Figure:
+    """Triangle counting: test MAE over the constant predictor's, per graph encoding."""
+    fig = encoding_bars(
+        rows, "triangles", "relative_mae", "MAE / constant MAE",
+        "Triangles in 3-regular graphs (1 = no better than a constant)", unit=False,
+    )  # fmt: skip
+    fig.axes[0].axhline(1.0, color="tab:red", lw=1, ls="--")
+    return fig
+
+
 EXPERIMENT: Experiment[TrianglesConfig] = Experiment(
     name="triangles",
     summary="triangle counts of 3-regular graphs: random-walk against eigenvector encodings",
@@ -123,4 +154,5 @@ EXPERIMENT: Experiment[TrianglesConfig] = Experiment(
     execute=_execute,
     table=format_triangles_table,
     claims=claims_of("triangles"),
+    sections=(Section("Triangle counts", _tables, {"triangles.png": triangles_error}),),
 )

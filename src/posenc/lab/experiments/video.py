@@ -72,7 +72,7 @@ from torch import Tensor, nn
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.additive.learned import resize_table
 from posenc.additive.learned_grid import FactorizedLearned, resample_grid_table
-from posenc.lab.atlas import atlas_table
+from posenc.lab.atlas import atlas_section, atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.digits import IMAGE_SIZE, load_digits_splits
 from posenc.lab.data.moving_digits import NUM_CLASSES, make_moving_digits, tubelets
@@ -449,4 +449,5 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_video_table,
     claims=claims_of("video"),
+    sections=(atlas_section("video", "Video: moving digits"),),
 )

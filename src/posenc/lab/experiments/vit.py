@@ -43,7 +43,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -61,19 +61,25 @@ from posenc.lab.data.digits import (
     DigitsSplits,
     load_digits_splits,
 )
+from posenc.lab.figures import encoding_bars
 from posenc.lab.runner import (
     Experiment,
     Run,
+    Section,
     check_encoding_names,
     check_pos_kwargs_names,
     check_seeds,
     run_experiment,
 )
 from posenc.lab.seed_claims import claims_of
+from posenc.lab.tables import Table, per_encoding_table
 from posenc.lab.train import TrainConfig, TrainResult, train
 from posenc.model import Block, ModelConfig, layer_encodings
 from posenc.positions import grid_coordinates
 from posenc.registry import ModelDims, build_encoding, encoding_spec
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "ALIASES",
@@ -87,6 +93,7 @@ __all__ = [
     "prepare_digits",
     "run_vit",
     "train_digits_vit",
+    "vit_accuracy",
 ]
 
 Row = dict[str, Any]
@@ -553,6 +560,18 @@ def format_vit_table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def _tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's table: test and train accuracy per encoding, mean ± std over seeds."""
+    values = [("test accuracy", "accuracy", 4), ("train accuracy", "train_accuracy", 4)]
+    return per_encoding_table(rows, "Test accuracy per positional encoding", values)
+
+
+def vit_accuracy(rows: Sequence[Row]) -> Figure:
+    """Test accuracy of the digits ViT per positional encoding: mean over seeds, each seed a dot."""
+    title = "ViT on sklearn digits (8x8, 2x2 patches)"
+    return encoding_bars(rows, "vit", "accuracy", "test accuracy", title, unit=True)
+
+
 EXPERIMENT = Experiment(
     name="vit",
     summary="digits ViT: none, 1D learned, 2D sin-cos, 2D axial RoPE (any registered encoding)",
@@ -563,4 +582,5 @@ EXPERIMENT = Experiment(
     table=format_vit_table,
     prepare=prepare_digits,
     claims=claims_of("vit"),
+    sections=(Section("ViT on digits", _tables, {"vit.png": vit_accuracy}),),
 )

@@ -68,7 +68,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_positive_float, check_positive_int
-from posenc.lab.atlas import atlas_table
+from posenc.lab.atlas import atlas_section, atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.scenes import (
     ACTIONS,
@@ -468,4 +468,5 @@ EXPERIMENT: Experiment[VlaConfig] = Experiment(
     execute=_execute,
     table=format_vla_table,
     claims=claims_of("vla"),
+    sections=(atlas_section("vla", "Vision-language-action: grid scenes"),),
 )
