@@ -152,7 +152,6 @@ def extend_zero_shot(
     from posenc.lab.results import read_results_csv, write_results_csv
     from posenc.lab.run import as_json, atomic_write_text, torch_threads
     from posenc.lab.runner import record_claims
-    from posenc.lab.seed_claims import claims_of
 
     out = folder / "extension"
     if (out / "results.csv").is_file():
@@ -180,8 +179,9 @@ def extend_zero_shot(
         atomic_write_text(out / "config.json", json.dumps(record, indent=2))
         write_results_csv(rows, out / "results.csv")
     # The zero-shot claims; those about fine-tuning need `posenc lab extend` (it fine-tunes).
-    claims = [c for c in claims_of("extend") if c.name.endswith("_zero_shot")]
-    claims += [c for c in claims_of("extend") if c.name == f"{SEGMENT_METHOD}_flat_8x"]
+    # (longctx carries extend's claims beside its own)
+    claims = [c for c in longctx.EXPERIMENT.claims if c.name.endswith("_zero_shot")]
+    claims += [c for c in longctx.EXPERIMENT.claims if c.name == f"{SEGMENT_METHOD}_flat_8x"]
     records = record_claims(out, claims, rows)
     echo(extend.format_extend_tables(rows))
     echo(format_verdicts(records))

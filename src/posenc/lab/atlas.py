@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from posenc.lab.claims import Claim, difference_at
 from posenc.lab.runner import Section
 from posenc.lab.tables import Table, pivot, seed_note, text_table
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "accuracy_gap",
     "atlas_figure",
     "atlas_pivot",
     "atlas_section",
@@ -71,6 +73,32 @@ def atlas_table(rows: Sequence[Row], experiment: str, title: str) -> str:
         return ""
     selected = [row for row in rows if row.get("experiment") == experiment]
     return f"{title}; accuracy, {seed_note(selected)}\n" + text_table(header, body)
+
+
+def accuracy_gap(
+    name: str,
+    experiment: str,
+    text: str,
+    paper: str,
+    published: str,
+    where: dict[str, Any],
+    better: dict[str, Any],
+    worse: dict[str, Any],
+) -> Claim:
+    """A published finding's direction as a claim on atlas rows: ``accuracy`` of ``better``
+    minus ``worse`` at ``where`` (a test condition), paired by seed, ≥ 0. The papers measure
+    benchmarks not on this machine; the threshold is the finding's direction, set before any
+    run, and the verdict is ``undecided`` when the seeds' spread cannot tell."""
+    return Claim(
+        name=name,
+        text=text,
+        paper=paper,
+        published=published,
+        experiment=experiment,
+        statistic=difference_at(experiment, where, "accuracy", better, worse),
+        threshold=0.0,
+        direction=">=",
+    )
 
 
 def atlas_tables(experiment: str, heading: str, rows: Sequence[Row]) -> list[Table]:

@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc.lab.experiments.bases import PRETRAIN_BASE, BasesConfig, predicted_regime, run_bases
-from posenc.lab.seed_claims import claims_of
+from posenc.lab.experiments.bases import (
+    EXPERIMENT,
+    PRETRAIN_BASE,
+    BasesConfig,
+    predicted_regime,
+    run_bases,
+)
 from posenc.rotary.scaling_laws import extrapolation_bound
 
 TINY = BasesConfig(
@@ -78,7 +83,7 @@ def test_regimes():
 
 
 def test_the_claims_read_these_rows():
-    names = {c.name for c in claims_of("bases")}
+    names = {c.name for c in EXPERIMENT.claims}
     assert names == {
         "small_base_flat_16x",
         "large_base_holds_within_bound",

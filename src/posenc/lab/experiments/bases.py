@@ -41,11 +41,11 @@ from typing import Any
 import torch
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
+from posenc.lab.claims import Claim, Statistic, ratio_at
 from posenc.lab.data.corpus import CorpusSplits, LMSource, load_corpus
 from posenc.lab.experiments.extend import ExtendConfig, final_state, train_base
 from posenc.lab.experiments.extrapolate import evaluate_lm
 from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
-from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import length_label, pivot, seed_note, text_table
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
@@ -188,6 +188,66 @@ class BasesConfig:
         )
 
 
+# --- the published findings its rows test ---------------------------------------------
+
+_LIU = "Liu et al. 2023, Scaling Laws of RoPE-based Extrapolation, https://arxiv.org/abs/2310.05209"
+_LIU_PUBLISHED = (
+    "LLaMA 2 7B/13B tuned at 4K (= pre-training length): base 500 keeps perplexity from "
+    "exploding far beyond 4K; base 1e6 holds to about its bound 2π·1e6^(92/128) ≈ 129K "
+    "(Theorems 1-2, Figure 1; no table of ours to compare: figures only)"
+)
+
+
+def _tuned_growth(base: float, multiplier: float, over: float = 1.0) -> Statistic:
+    """ppl after tuning at ``base``: at ``multiplier``·T over at ``over``·T (bases sweep)."""
+    return ratio_at(
+        "bases",
+        {"base": base, "stage": "ft"},
+        "ppl",
+        {"multiplier": multiplier},
+        {"multiplier": over},
+    )
+
+
+#: The scaling laws' claims its rows test, in report order.
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        name="small_base_flat_16x",
+        text="Tuned at T with a base so small that every pair completes a period within T "
+        "(10 here; the full-period base is 24.9 at head_dim 32, T = 128), perplexity does "
+        "not explode beyond T: ppl(16T) / ppl(T) ≤ 1.5 (no bound in the small-base regime).",
+        paper=_LIU,
+        published=_LIU_PUBLISHED,
+        experiment="bases",
+        statistic=_tuned_growth(10.0, 16.0),
+        threshold=1.5,
+        direction="<=",
+    ),
+    Claim(
+        name="large_base_holds_within_bound",
+        text="Tuned at T with base 1e6, perplexity holds up to the predicted bound "
+        "2π·β^(d_extra/d) (1117 positions = 8.7·T here): ppl(8T) / ppl(T) ≤ 1.5.",
+        paper=_LIU,
+        published=_LIU_PUBLISHED,
+        experiment="bases",
+        statistic=_tuned_growth(1_000_000.0, 8.0),
+        threshold=1.5,
+        direction="<=",
+    ),
+    Claim(
+        name="large_base_fails_beyond_bound",
+        text="Beyond its bound the base-1e6 model degrades: ppl(16T) / ppl(8T) ≥ 1.2 "
+        "(16T = 2048 > 1117 ≥ 8T).",
+        paper=_LIU,
+        published=_LIU_PUBLISHED,
+        experiment="bases",
+        statistic=_tuned_growth(1_000_000.0, 16.0, over=8.0),
+        threshold=1.2,
+        direction=">=",
+    ),
+)
+
+
 def _load(config: BasesConfig) -> CorpusSplits:
     return load_corpus(config.corpus or None, seed=config.split_seed, max_bytes=config.corpus_bytes)
 
@@ -312,5 +372,5 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_bases_tables,
     prepare=_load,
-    claims=claims_of("bases"),
+    claims=CLAIMS,
 )

@@ -51,6 +51,9 @@ over the validation and test time of every seed (``separation.png``).
 Rows: ``experiment="temporal_links"``, ``dataset``, ``encoding``, ``seed``, ``negatives``,
 ``ap``, ``auc``, ``val_ap``, ``best_epoch``, ``separation``, ``nodes``, ``train_events``,
 ``test_events``, ``train_seconds``.
+
+The package: this module (config, runs, evaluation, tables and figures) and :mod:`.claims`
+(the findings its rows test).
 """
 
 from __future__ import annotations
@@ -83,10 +86,10 @@ from posenc.lab.data.temporal import (
     drifting_communities,
     period_communities,
 )
+from posenc.lab.experiments.temporal_links.claims import CLAIMS
 from posenc.lab.figures import encoding_color, finite, mean_line, new_figure, without_seed
 from posenc.lab.run import atomic_write_text
 from posenc.lab.runner import Experiment, Run, Section, check_seeds, run_experiment
-from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import Table, complete_rows, has_column, pivot, seed_note, text_table
 from posenc.lab.train_links import (
     VALIDATION_SALT,
@@ -472,7 +475,7 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_temporal_links_table,
     prepare=_prepare,
-    claims=claims_of("temporal_links"),
+    claims=CLAIMS,
     sections=(
         Section(
             "Temporal link prediction (L-STEP)",

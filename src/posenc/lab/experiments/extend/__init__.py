@@ -42,18 +42,19 @@ plain RoPE.
 Example::
 
     rows = run_extend(ExtendConfig(), "runs/extend")
+
+The package: this module (config, runs, evaluation), :mod:`.scalings` (the methods),
+:mod:`.report` (tables and figures of its rows) and :mod:`.claims` (the findings they test).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-import statistics
-from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import MISSING, dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -61,33 +62,25 @@ from torch import Tensor
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.lab.data.corpus import CorpusSplits, LMSource, load_corpus
 from posenc.lab.data.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
+from posenc.lab.experiments.extend.claims import CLAIMS
+from posenc.lab.experiments.extend.report import (
+    SECTIONS,
+    extension_curves,
+    format_extend_tables,
+    passkey_heatmaps,
+)
+from posenc.lab.experiments.extend.scalings import (
+    ALIASES,
+    DEFAULT_METHODS,
+    METHODS,
+    scaling_for,
+    scaling_types,
+)
 from posenc.lab.experiments.extrapolate import evaluate_lm
-from posenc.lab.figures import (
-    encoding_color,
-    finite,
-    log_ticks,
-    mean_line,
-    new_figure,
-    set_log_ticks,
-)
-from posenc.lab.runner import Experiment, Run, Section, check_builds, check_seeds, run_experiment
-from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import (
-    Table,
-    complete_rows,
-    depth_means,
-    length_label,
-    pivot,
-    seed_note,
-    text_table,
-)
+from posenc.lab.runner import Experiment, Run, check_builds, check_seeds, run_experiment
 from posenc.lab.train import TrainConfig, train
 from posenc.model import DecoderLM, ModelConfig
-from posenc.rotary import scaling as rotary_scaling
 from posenc.rotary.scaling import scaling_from_dict
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 __all__ = [
     "ALIASES",
@@ -110,78 +103,6 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
-
-#: No scaling: the plain RoPE the base model is trained with.
-ROPE = "rope"
-#: The papers' names of two scaling types (PI; dynamic NTK): method -> the conversion's type.
-ALIASES = {"pi": "linear", "dynamic_ntk": "dynamic"}
-#: The documented setting, and the methods of the first results and of the seed claims.
-DEFAULT_METHODS = (ROPE, "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
-
-
-def scaling_types() -> dict[str, type[rotary_scaling.Scaling]]:
-    """The scaling types :func:`~posenc.rotary.scaling_from_dict` accepts, by type name."""
-    return rotary_scaling.scaling_types()  # the conversion's own table: no second list here
-
-
-def _known(factor: float, train_len: int) -> dict[str, Any]:
-    """All the experiment knows about a scaling, under the conversion's keys."""
-    return {
-        "factor": float(factor),  # s
-        "original_max_position_embeddings": train_len,  # L0 = T (YaRN, Llama-3, LongRoPE)
-        "max_position_embeddings": train_len,  # L_max = T: dynamic NTK is plain RoPE up to T
-        "low_freq_factor": 1.0,  # Llama-3.1's smoothing band
-        "high_freq_factor": 4.0,
-    }
-
-
-def _missing(kind: str) -> list[str]:
-    """Required fields of scaling type ``kind`` that :func:`_known` does not fill."""
-    known = _known(1.0, 1)
-    return [
-        f.name
-        for f in fields(scaling_types()[kind])
-        if f.default is MISSING and f.default_factory is MISSING and f.name not in known
-    ]
-
-
-#: Every method name: ``rope``, the aliases, and each scaling type the experiment can fill.
-METHODS = (ROPE, *ALIASES, *(kind for kind in scaling_types() if not _missing(kind)))
-
-
-def scaling_for(method: str, factor: float, train_len: int) -> dict[str, Any] | None:
-    """posenc's dict form of ``method``'s scaling at extension factor ``factor`` (None = rope).
-
-    The dict holds the keys of :func:`_known` that the type's dataclass has; the model turns
-    it into a :class:`~posenc.rotary.Scaling` through
-    :func:`~posenc.rotary.scaling_from_dict`.
-
-    Raises:
-        ValueError: naming ``method`` when it is not a method, or naming the fields a
-            scaling type needs that the experiment cannot supply.
-
-    Example::
-
-        >>> scaling_for("yarn", 4.0, 128)
-        {'type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 128}
-    """
-    if method == ROPE:
-        return None
-    kind = ALIASES.get(method, method)
-    types = scaling_types()
-    if kind not in types:
-        hint = " ('default' is plain RoPE: name it 'rope')" if kind == "default" else ""
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}{hint}")
-    missing = _missing(kind)
-    if missing:
-        raise ValueError(
-            f"method {method!r} needs {', '.join(missing)}, which the extend experiment cannot "
-            f"supply: it fills only {', '.join(_known(1.0, 1))} from the factor s and the "
-            "training length T"
-        )
-    names = {f.name for f in fields(types[kind])}
-    known = _known(factor, train_len)
-    return {"type": kind, **{key: value for key, value in known.items() if key in names}}
 
 
 def _lengths(name: str, multipliers: tuple[float, ...], train_len: int) -> tuple[int, ...]:
@@ -586,125 +507,6 @@ def run_extend(
     return run_experiment(EXPERIMENT, config, out, echo=echo)
 
 
-def format_extend_tables(rows: Sequence[Row]) -> str:
-    """Perplexity by (method, stage) and evaluation length, then passkey accuracy (mean over
-    depths) by context length; mean ± std over seeds."""
-    lines: list[str] = []
-    extend = [r for r in rows if r.get("experiment") == "extend"]
-    if extend:
-        lines.append(
-            f"perplexity (bytes); RoPE trained at T={extend[0]['train_len']}; {seed_note(extend)}"
-        )
-        header, body = pivot(extend, ["method", "stage"], "eval_len", "ppl", label=length_label)
-        lines.append(text_table(header, body))
-    passkey = [r for r in rows if r.get("experiment") == "passkey"]
-    if passkey:
-        lines.append("passkey accuracy (mean over depths per seed)")
-        header, body = pivot(
-            depth_means(passkey),
-            ["method", "stage"],
-            "context_len",
-            "accuracy",
-            digits=2,
-            label=length_label,
-        )
-        lines.append(text_table(header, body))
-    return "\n".join(lines)
-
-
-def _extend_tables(rows: Sequence[Row]) -> list[Table]:
-    """The report's perplexity table: (method, stage) × evaluation length."""
-    rows = complete_rows(rows, ["method", "stage", "eval_len"])
-    if not rows:
-        return []
-    header, body = pivot(rows, ["method", "stage"], "eval_len", "ppl", label=length_label)
-    caption = f"Perplexity (bytes) by evaluation length, per scaling and stage; {seed_note(rows)}."
-    return [(caption, header, body)]
-
-
-def _passkey_tables(rows: Sequence[Row]) -> list[Table]:
-    """The report's passkey table: (method, stage) × context length, per seed the mean over
-    depths first."""
-    rows = complete_rows(rows, ["method", "context_len"])
-    means = depth_means(rows)  # per seed the mean over depths, then mean ± std over seeds
-    if not means:
-        return []
-    header, body = pivot(
-        means, ["method", "stage"], "context_len", "accuracy", digits=2, label=length_label
-    )
-    caption = f"Passkey accuracy by context length (mean over depths per seed); {seed_note(rows)}."
-    return [(caption, header, body)]
-
-
-_STAGE_TITLES = {"no_ft": "no fine-tuning", "zero": "no fine-tuning", "ft": "after fine-tuning"}
-
-
-def extension_curves(rows: Sequence[Row]) -> Figure:
-    """Perplexity against evaluation length per RoPE scaling, one panel per stage (before and
-    after fine-tuning)."""
-    series: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
-    for row in rows:
-        if row.get("experiment") == "extend" and finite(row.get("ppl")):
-            series[(row["method"], row["stage"])].append((row["eval_len"], row["ppl"]))
-    stages = list(dict.fromkeys(stage for _, stage in series)) or ["no_ft"]
-    fig = new_figure(figsize=(4 * max(len(stages), 2), 4.2), layout="constrained")
-    axes = fig.subplots(1, len(stages), sharey=True, squeeze=False)[0]
-    lengths = sorted({x for points in series.values() for x, _ in points})
-    ppl = [y for points in series.values() for _, y in points]
-    for ax, stage in zip(axes, stages, strict=True):
-        for (method, s), points in sorted(series.items()):
-            if s == stage:  # one colour per method on every panel and page
-                mean_line(ax, points, marker="o", label=method, color=encoding_color(method))
-        ax.set(xlabel="evaluation length", title=_STAGE_TITLES.get(stage, stage))
-        if lengths:
-            set_log_ticks(ax, "x", lengths)
-            ax.tick_params(axis="x", labelrotation=45 if len(lengths) > 5 else 0)
-            set_log_ticks(ax, "y", log_ticks(min(ppl), max(ppl)))
-        if ax.has_data():
-            ax.legend(fontsize=8)
-    axes[0].set_ylabel("perplexity (bytes)")
-    return fig
-
-
-def passkey_heatmaps(rows: Sequence[Row]) -> Figure:
-    """Passkey accuracy over (depth, context length), one panel per method and stage; each
-    cell is the mean over seeds."""
-    seeds: dict[tuple[str, str], dict[tuple[float, int], list[float]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    for row in rows:
-        if row.get("experiment") == "passkey" and finite(row.get("accuracy")):
-            key = (row["method"], row.get("stage") or "")
-            seeds[key][(row["depth"], row["context_len"])].append(row["accuracy"])
-    panels = {
-        key: {cell: statistics.fmean(values) for cell, values in cells.items()}
-        for key, cells in seeds.items()
-    }
-    count = max(len(panels), 1)
-    columns = min(count, 4)
-    size = (3.2 * columns, 2.8 * math.ceil(count / columns))
-    fig = new_figure(figsize=size, layout="constrained")
-    for index, ((method, stage), cells) in enumerate(sorted(panels.items())):
-        ax = fig.add_subplot(math.ceil(count / columns), columns, index + 1)
-        depths = sorted({d for d, _ in cells})
-        lengths = sorted({n for _, n in cells})
-        grid = [[cells.get((d, n), float("nan")) for n in lengths] for d in depths]
-        image = ax.imshow(grid, vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
-        ax.set_xticks(range(len(lengths)), [str(n) for n in lengths], fontsize=7)
-        ax.set_yticks(range(len(depths)), [f"{d:.2f}" for d in depths], fontsize=7)
-        ax.set(title=f"{method} ({stage})", xlabel="context length", ylabel="depth")
-        fig.colorbar(image, ax=ax, shrink=0.8, label="passkey accuracy")
-    return fig
-
-
-#: The report's sections of ``extend`` and ``passkey`` rows (``longctx`` writes both kinds too).
-SECTIONS = (
-    Section("RoPE context extension", _extend_tables, {"extension.png": extension_curves}),
-    Section(
-        "Passkey retrieval", _passkey_tables, {"passkey.png": passkey_heatmaps}, rows="passkey"
-    ),
-)
-
 EXPERIMENT = Experiment(
     name="extend",
     summary="RoPE trained at T, extended by PI/NTK/dynamic NTK/YaRN/Llama-3 (any scaling); passkey",
@@ -714,6 +516,6 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_extend_tables,
     prepare=_prepare,
-    claims=claims_of("extend", "passkey"),
+    claims=CLAIMS,
     sections=SECTIONS,
 )

@@ -14,7 +14,7 @@ import torch
 
 from posenc.lab.claims import judge
 from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
-from posenc.lab.experiments import extend
+from posenc.lab.experiments import all_claims, extend
 from posenc.lab.experiments.longctx import (
     DEFAULT_METHODS,
     EXPERIMENT,
@@ -25,7 +25,6 @@ from posenc.lab.experiments.longctx import (
     run_longctx,
 )
 from posenc.lab.results import read_results_csv
-from posenc.lab.seed_claims import SEED_CLAIMS
 from posenc.model import DecoderLM
 from tests.lab.claim_rows import replicate_seeds
 
@@ -457,7 +456,7 @@ LONGCTX_CASES: dict[str, dict[str, Any]] = {
     "lm_infinite_passkey_lost_outside_window": _lost_cases("lm_infinite"),
     "sinks_passkey_lost_outside_window": _lost_cases("sinks"),
 }
-_CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}
+_CLAIMS = {claim.name: claim for claim in all_claims()}
 
 
 @pytest.mark.parametrize("name", sorted(LONGCTX_CASES))

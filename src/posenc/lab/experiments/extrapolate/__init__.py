@@ -15,6 +15,9 @@ undefined (``defined = False``, no loss), never crashed or clamped.
 Example::
 
     rows = run_extrapolate(ExtrapolateConfig(encodings=("alibi", "rope")), "runs/extrapolate")
+
+The package: this module (config, runs, evaluation, tables and figure) and :mod:`.claims`
+(the findings its rows test).
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from torch import Tensor
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.attention.backends import NAMES as BACKENDS
 from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows, load_corpus
+from posenc.lab.experiments.extrapolate.claims import CLAIMS
 from posenc.lab.figures import (
     encoding_color,
     finite,
@@ -51,7 +55,6 @@ from posenc.lab.runner import (
     check_seeds,
     run_experiment,
 )
-from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import (
     Table,
     complete_rows,
@@ -440,6 +443,6 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_ppl_table,
     prepare=_load,
-    claims=claims_of("extrapolate"),
+    claims=CLAIMS,
     sections=(Section("Train short, test long", _tables, {"loss_vs_length.png": loss_vs_length}),),
 )

@@ -23,6 +23,9 @@ inside what the question's query sees (``key_in_window``).
 Example::
 
     rows = run_longctx(LongCtxConfig(seeds=(0, 1, 2)), "runs/longctx")
+
+The package: this module (config, runs, evaluation) and :mod:`.claims` (the findings its
+rows test, beside ``extend``'s).
 """
 
 from __future__ import annotations
@@ -40,8 +43,8 @@ from posenc._validate import check_positive_float, check_positive_int
 from posenc.lab.data.corpus import CorpusSplits, load_corpus
 from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
 from posenc.lab.experiments import extend
+from posenc.lab.experiments.longctx.claims import CLAIMS
 from posenc.lab.runner import Experiment, Run, check_builds, check_seeds, run_experiment
-from posenc.lab.seed_claims import claims_of
 from posenc.lab.tables import pivot, text_table
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import ModelDims, build_encoding
@@ -517,6 +520,6 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_longctx_tables,
     prepare=_prepare,
-    claims=claims_of("extend", "passkey"),
+    claims=(*extend.EXPERIMENT.claims, *CLAIMS),
     sections=extend.SECTIONS,
 )
