@@ -12,7 +12,8 @@ from posenc.lab.experiments import lm
 from posenc.lab.experiments.__main__ import main
 
 TINY_LM = (
-    "--seq-len 16 --batch-size 4 --steps 2 --dim 16 --depth 1 --num-heads 2 --max-bytes 20000"
+    "--train-len 16 --batch-size 4 --steps 2 --dim 16 --depth 1 --num-heads 2"
+    " --corpus-bytes 20000"
     " --encodings alibi --eval-windows 2 --no-progress --threads 1"
 )
 
@@ -22,7 +23,7 @@ def test_package_entry_runs_like_the_lab_command(tmp_path: Path) -> None:
     out = tmp_path / "lm"
     assert main(["lm", "--out", str(out), *TINY_LM.split()]) == 0
     config = json.loads((out / "config.json").read_text())
-    assert config["encodings"] == ["alibi"] and config["steps"] == 2
+    assert config["encodings"] == ["alibi"] and config["train"]["steps"] == 2
     assert (out / "results.csv").is_file()
 
 

@@ -63,7 +63,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,6 +80,7 @@ from posenc.graph.link_prediction import (
     LSTEPState,
     PositionMode,
 )
+from posenc.lab.config import RunnerArgs
 from posenc.lab.data.temporal import (
     TemporalEvents,
     debian_changelog_events,
@@ -128,7 +129,7 @@ _POSITIONS: dict[str, PositionMode] = {
 }
 _POSITIVE = (
     "drift_steps drift_period position_dim history_len hidden_dim time_dim num_neighbors "
-    "time_gap epochs batch_size workers"
+    "time_gap epochs batch_size"
 )
 
 
@@ -158,8 +159,7 @@ class TemporalLinksConfig:
         epochs: passes over the training events; the best by validation AP is kept.
         batch_size: positive events per batch (and as many negatives).
         lr: Adam's learning rate.
-        threads: torch intra-op threads per run (``None`` = leave as is).
-        workers: runs at once, each in its own process.
+        runner: how the runs execute.
     """
 
     datasets: tuple[str, ...] = DATASETS
@@ -179,8 +179,7 @@ class TemporalLinksConfig:
     epochs: int = 30
     batch_size: int = 200
     lr: float = 1e-3
-    threads: int | None = 1
-    workers: int = 1
+    runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -199,8 +198,6 @@ class TemporalLinksConfig:
             check_positive_int(name, getattr(self, name))
         check_non_negative_int("data_seed", self.data_seed)
         check_positive_float("lr", self.lr)
-        if self.threads is not None:
-            check_positive_int("threads", self.threads)
 
 
 def load_events(config: TemporalLinksConfig, dataset: str) -> TemporalEvents:

@@ -52,6 +52,7 @@ from torch import Tensor, nn
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import derive_seed
 from posenc.lab.claims import Claim, difference_at
+from posenc.lab.config import RunnerArgs
 from posenc.lab.data.digits import (
     NUM_IMAGES,
     DigitsSource,
@@ -152,8 +153,7 @@ class VitConfig:
         weight_decay: AdamW's weight decay.
         warmup_steps: linear warmup steps.
         device: torch device of training and evaluation.
-        threads: torch intra-op threads while running (``None`` = leave as is).
-        progress: progress bars.
+        runner: how the runs execute.
     """
 
     encodings: tuple[str, ...] = DEFAULT_ENCODINGS
@@ -172,8 +172,7 @@ class VitConfig:
     weight_decay: float = 0.05
     warmup_steps: int = 40
     device: str = "cpu"
-    threads: int | None = 1
-    progress: bool = True
+    runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
         # JSON (CLI --set, config.json) gives lists; keep the tuples hashable and comparable.
@@ -189,8 +188,6 @@ class VitConfig:
                 f"test_size + batch_size must be <= {NUM_IMAGES} images, got "
                 f"{self.test_size} + {self.batch_size}"
             )
-        if self.threads is not None:
-            check_positive_int("threads", self.threads)
         # The model fields first, naming them; then each encoding on that valid shape.
         DigitsViTConfig(NONE, self.patch_size, self.dim, self.depth, self.num_heads, self.mlp_ratio)
         for encoding in self.encodings:
@@ -227,7 +224,7 @@ class VitConfig:
             weight_decay=self.weight_decay,
             seed=seed,
             device=self.device,
-            progress=self.progress,
+            progress=self.runner.progress,
         )
 
 
