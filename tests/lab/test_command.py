@@ -124,3 +124,17 @@ def test_an_unusable_device_is_refused_before_the_folder_is_written(
     assert experiment_main(lm.EXPERIMENT, argv) == 2
     assert "device 'cuda:99' is not usable on this machine" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_lab_help_lists_exactly_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    """``posenc lab --help`` names every registered experiment and nothing else, each with
+    its summary (an experiment added by register_experiment too)."""
+    from posenc.cli import main as posenc
+    from posenc.lab.experiments import EXPERIMENTS
+
+    assert posenc(["lab", "--help"]) == 0
+    listed = capsys.readouterr().out.split("experiments:\n", 1)[1].splitlines()
+    names = [line.split()[0] for line in listed if line.strip()]
+    assert names == sorted(EXPERIMENTS)
+    for line, name in zip(listed, names, strict=True):
+        assert " ".join(EXPERIMENTS[name].summary.split()[:3]) in line
