@@ -22,9 +22,10 @@ inside what the question's query sees (``key_in_window``).
 
 Example::
 
-    rows = run_longctx(LongCtxConfig(seeds=(0, 1, 2)), "runs/longctx")
+    rows = run_longctx(LongCtxConfig(train=TrainArgs(seeds=(0, 1, 2))), "runs/longctx")
 
-The package: this module (config, runs, evaluation) and :mod:`.claims` (the findings its
+The package: this module (config, runs, evaluation), :mod:`.report` (its terminal tables;
+the report shows its rows with ``extend``'s sections) and :mod:`.claims` (the findings its
 rows test, beside ``extend``'s).
 """
 
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -45,9 +46,9 @@ from posenc.lab.data.corpus import CorpusSplits
 from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
 from posenc.lab.experiments import extend
 from posenc.lab.experiments.longctx.claims import CLAIMS
+from posenc.lab.experiments.longctx.report import WINDOWED, format_longctx_tables
 from posenc.lab.run import as_json
 from posenc.lab.runner import Experiment, Run, check_builds, run_experiment
-from posenc.lab.tables import pivot, text_table
 from posenc.model import DecoderLM, ModelConfig
 from posenc.registry import ModelDims, build_encoding
 from posenc.rotary.scaling import scaling_from_dict
@@ -76,8 +77,6 @@ SEGMENT_METHODS = {
     "lm_infinite": "lm_infinite",
     "sinks": "sinks",
 }
-#: Methods whose queries see only a window and the first tokens (the rest is dropped).
-WINDOWED = ("lm_infinite", "sinks")
 DEFAULT_METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn", *SEGMENT_METHODS)
 #: Config fields per segment method (errors of its constructor name them).
 _FIELDS = {
@@ -477,27 +476,6 @@ def run_longctx(
             ``base_run`` when its bases are missing or differ.
     """
     return run_experiment(EXPERIMENT, config, out, echo=echo)
-
-
-def format_longctx_tables(rows: Sequence[Row]) -> str:
-    """``extend``'s tables (perplexity, passkey by length), then passkey accuracy by depth for
-    the windowed methods with each cell's key distance."""
-    lines = [extend.format_extend_tables(rows)]
-    windowed = [
-        {**r, "at": f"{r['method']} L={r['context_len']}"}
-        for r in rows
-        if r.get("experiment") == "passkey" and r.get("method") in WINDOWED
-    ]
-    if windowed:
-        lines.append("passkey accuracy by depth, windowed methods (* = key outside the window)")
-        header, body = pivot(windowed, ["at"], "depth", "accuracy", digits=2, label="d={}".format)
-        outside = {(r["at"], r["depth"]) for r in windowed if r.get("key_in_window") is False}
-        depths = sorted({r["depth"] for r in windowed})
-        for line in body:
-            for index, depth in enumerate(depths, start=1):
-                line[index] += "*" if (line[0], depth) in outside else ""
-        lines.append(text_table(header, body))
-    return "\n".join(lines)
 
 
 EXPERIMENT = Experiment(

@@ -27,6 +27,9 @@ task alone (12 models) took 14 min of wall time with ``workers = 2`` on a machin
 Example::
 
     rows = run_tasks(TasksConfig(tasks=("reverse",), encodings=("nope", "rope")), "runs/tasks")
+
+The package: this module (config, runs, evaluation, tables and figure) and :mod:`.claims`
+(the findings its rows test).
 """
 
 from __future__ import annotations
@@ -44,9 +47,9 @@ from torch import nn
 
 from posenc._validate import check_positive_int
 from posenc.lab.batch import Batch, derive_seed
-from posenc.lab.claims import Claim, difference_at
 from posenc.lab.config import ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.data.tasks import TASKS, TaskSource, accuracy, make_task
+from posenc.lab.experiments.generalize.claims import CLAIMS
 from posenc.lab.figures import encoding_color, finite, mean_line, new_figure
 from posenc.lab.runner import (
     Experiment,
@@ -275,90 +278,6 @@ def evaluate_task(
 
 def _run_name(task: str, encoding: str, randomized: bool) -> str:
     return f"{task}-{encoding}-{'rand' if randomized else 'plain'}"
-
-
-# --- the published findings its rows test ---------------------------------------------
-
-_RUOSS = "Ruoss et al. 2023, Randomized Positional Encodings, https://arxiv.org/abs/2305.16843"
-
-
-def _randomized_helps(encoding: str, published: str) -> Claim:
-    return Claim(
-        name=f"randomized_{encoding}_raises_ood_accuracy",
-        text=f"Randomized positions raise {encoding}'s out-of-distribution token accuracy on "
-        "reverse: mean over test lengths of token_acc, randomized minus plain, paired by seed, "
-        "≥ 0.05 (5 points, under half the published average gain of 12). Per-token accuracy, "
-        "as the paper measures it.",
-        paper=_RUOSS,
-        published=published,
-        experiment="tasks",
-        statistic=difference_at(
-            "tasks",
-            {"task": "reverse", "encoding": encoding, "split": "test"},
-            "token_acc",
-            {"randomized": True},
-            {"randomized": False},
-            mean_over=("length",),
-        ),
-        threshold=0.05,
-        direction=">=",
-    )
-
-
-_COPE = (
-    "Golovneva et al. 2024, Contextual Position Encoding (CoPE), https://arxiv.org/abs/2405.18719"
-)
-
-
-def _cope_beats_rope(task: str, what: str, published: str) -> Claim:
-    return Claim(
-        name=f"cope_beats_rope_{task}_ood",
-        text=f"On {what}, CoPE's out-of-distribution token accuracy exceeds RoPE's: mean over "
-        "test lengths of token_acc, cope minus rope (plain positions), paired by seed, ≥ 0.05 "
-        "(5 points, a third of the published gap or less).",
-        paper=_COPE,
-        published=published,
-        experiment="tasks",
-        statistic=difference_at(
-            "tasks",
-            {"task": task, "randomized": False, "split": "test"},
-            "token_acc",
-            {"encoding": "cope"},
-            {"encoding": "rope"},
-            mean_over=("length",),
-        ),
-        threshold=0.05,
-        direction=">=",
-    )
-
-
-#: The claims of Ruoss et al. and CoPE its rows test, in report order.
-CLAIMS: tuple[Claim, ...] = (
-    _randomized_helps(
-        "sinusoidal",
-        "Abstract: +12.0 % test accuracy on average over 15 tasks (Table 1 not retrieved); "
-        "DAPE Table 2 (Ruoss's setup): randomized sin/cos 67.28 % per-token accuracy on "
-        "reverse string, chance 50 %",
-    ),
-    _randomized_helps(
-        "rope",
-        "Abstract: +12.0 % test accuracy on average over 15 tasks (Table 1 not retrieved); "
-        "DAPE Table 2 (Ruoss's setup): randomized RoPE 65.23 % per-token accuracy on reverse "
-        "string, chance 50 %",
-    ),
-    _cope_beats_rope(
-        "flip_flop",
-        "flip-flop (longer sequences than trained on)",
-        "Table 2: flip-flop OOD test error RoPE 20.3 %, CoPE 4.9 % (a 15.4-point gap; "
-        "in distribution 1.8 % and 0.0 %)",
-    ),
-    _cope_beats_rope(
-        "counting",
-        "counting (one variable here; more ops than trained on)",
-        "Table 3: counting test error, relative PE vs CoPE: 1.1 % vs 0.0 % (1 variable), "
-        "17.8 % vs 1.2 % (3 variables, a 16.6-point gap), 22.4 % vs 7.4 % (5 variables)",
-    ),
-)
 
 
 def _plan(config: TasksConfig) -> list[Run]:

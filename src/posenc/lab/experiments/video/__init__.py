@@ -53,6 +53,9 @@ Rows: ``experiment="video"``, ``encoding`` (the label), ``seed``, ``condition`` 
 ``condition_label`` (``"F=4"``, ``"2F=8"``, ``"4F=16"``, ``"canvas 24"``),
 ``in_distribution`` (condition 0), ``accuracy``, plus ``frames``, ``canvas``, ``tokens``
 and the run's ``train_loss``.
+
+The package: this module (config, model, runs, tables) and :mod:`.claims` (the findings its
+rows test).
 """
 
 from __future__ import annotations
@@ -72,11 +75,11 @@ from torch import Tensor, nn
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.additive.learned import resize_table
 from posenc.additive.learned_grid import FactorizedLearned, resample_grid_table
-from posenc.lab.atlas import accuracy_gap, atlas_section, atlas_table
+from posenc.lab.atlas import atlas_section, atlas_table
 from posenc.lab.batch import derive_seed
-from posenc.lab.claims import Claim
 from posenc.lab.data.digits import IMAGE_SIZE, load_digits_splits
 from posenc.lab.data.moving_digits import NUM_CLASSES, make_moving_digits, tubelets
+from posenc.lab.experiments.video.claims import CLAIMS
 from posenc.lab.runner import Experiment, Run, check_pos_kwargs, run_experiment
 from posenc.lab.signal_models import (
     NONE,
@@ -426,81 +429,6 @@ def _execute(config: VideoConfig, run: Run, run_dir: Path) -> list[Row]:
             }
         )
     return rows
-
-
-# --- the published findings its rows test ---------------------------------------------
-
-_COMROPE = (
-    "Yu et al. 2025, ComRoPE: Scalable and Robust Rotary Position Embedding Parameterized "
-    "by Trainable Commuting Angle Matrices (CVPR), https://arxiv.org/abs/2506.03737"
-)
-_COMROPE_PUBLISHED = (
-    "ImageNet-1K, ViT trained at 224 px: ComRoPE above the best earlier RoPE (RoPE-Mixed, "
-    "LieRE) by 1.6 points at the training resolution and 2.9 at a higher one (abstract); a "
-    "2D image result, tested here on video (3 axes) against axial 3D RoPE"
-)
-_LIERE = (
-    "Ostmeier et al. 2025, LieRE: Lie Rotational Positional Encodings (ICML), "
-    "https://arxiv.org/abs/2406.10322"
-)
-_VIDEOROPE = (
-    "Wei et al. 2025, VideoRoPE: What Makes for Good Video Rotary Position Embedding? "
-    "(ICML), https://arxiv.org/abs/2502.05173"
-)
-
-#: ComRoPE's, LieRE's and VideoRoPE's findings (on ImageNet, 3D images and video LLM
-#: benchmarks) as the claims their direction makes on moving digits (:func:`accuracy_gap`).
-CLAIMS: tuple[Claim, ...] = (
-    accuracy_gap(
-        "comrope_beats_axial_rope_video",
-        "video",
-        "ComRoPE-AP classifies moving digits at least as well as axial 3D RoPE at the trained "
-        "frames and canvas: accuracy, comrope_ap minus rope_axial, paired by seed, ≥ 0.",
-        _COMROPE,
-        _COMROPE_PUBLISHED,
-        {"condition": 0},
-        {"encoding": "comrope_ap"},
-        {"encoding": "rope_axial"},
-    ),
-    accuracy_gap(
-        "comrope_beats_axial_rope_larger_canvas",
-        "video",
-        "ComRoPE-AP holds up better on a larger canvas (the higher-resolution test): "
-        "accuracy on the larger canvas, comrope_ap minus rope_axial, paired by seed, ≥ 0.",
-        _COMROPE,
-        _COMROPE_PUBLISHED,
-        {"condition": 3},
-        {"encoding": "comrope_ap"},
-        {"encoding": "rope_axial"},
-    ),
-    accuracy_gap(
-        "liere_beats_absolute_video",
-        "video",
-        "LieRE beats the absolute 3D sin-cos embedding at the trained frames and canvas: "
-        "accuracy, liere minus sinusoidal_grid, paired by seed, ≥ 0.",
-        _LIERE,
-        "Three image datasets, 2D and 3D classification: LieRE above the best baselines by "
-        "1.5 points on 2D and 1 point on 3D tasks (v4 abstract; the v3 abstract says 2 % and "
-        "1.5 % relative); the per-method tables were not retrievable here",
-        {"condition": 0},
-        {"encoding": "liere"},
-        {"encoding": "sinusoidal_grid"},
-    ),
-    accuracy_gap(
-        "videorope_beats_mrope_longer_video",
-        "video",
-        "VideoRoPE generalizes to 4× the trained frames at least as well as M-RoPE: accuracy "
-        "at 4F, videorope minus mrope, paired by seed, ≥ 0.",
-        _VIDEOROPE,
-        "VideoRoPE above M-RoPE and other RoPE variants on long video retrieval (V-NIAH-D), "
-        "understanding (LongVideoBench, MLVU, Video-MME) and hallucination, trained on "
-        "Qwen2-7B at 8k-16k context and tested to 64k (abstract, Tables 1-3; the tables' "
-        "numbers were not retrievable here)",
-        {"condition": 2},
-        {"encoding": "videorope"},
-        {"encoding": "mrope"},
-    ),
-)
 
 
 def format_video_table(rows: Sequence[Row]) -> str:
