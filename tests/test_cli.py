@@ -82,7 +82,7 @@ def test_lab_command_takes_config_fields_as_options(tmp_path: Path, capsys) -> N
     assert (out / "results.csv").is_file() and (out / "report.html").is_file()
     config = json.loads((out / "config.json").read_text())
     assert config["encodings"] == ["alibi"] and config["multipliers"] == [1.0, 2.0]
-    assert config["steps"] == 2 and config["isolate"] is False
+    assert config["train"]["steps"] == 2 and config["runner"]["isolate"] is False
     with pytest.raises(SystemExit) as exit_info:
         main(["lab", "extrapolate", "--out", str(out), "--stepz", "3"])
     assert exit_info.value.code == 2
@@ -104,6 +104,7 @@ def test_lab_command_takes_config_fields_as_options(tmp_path: Path, capsys) -> N
 def test_lab_help_lists_every_config_field(capsys) -> None:
     import dataclasses
 
+    from posenc.lab.config import sections
     from posenc.lab.experiments import EXPERIMENTS
 
     for name, experiment in EXPERIMENTS.items():
@@ -111,8 +112,14 @@ def test_lab_help_lists_every_config_field(capsys) -> None:
         text = " ".join(capsys.readouterr().out.split())
         # the field docs come from docstrings; their Sphinx markup is gone
         assert "``" not in text and not re.search(r":[a-z]+:`", text), name
-        for field in dataclasses.fields(experiment.config):
-            flag = "--" + field.name.replace("_", "-")
+        parts = sections(experiment.config)  # a section's fields are --section.field
+        paths = [
+            f"{field.name}.{leaf.name}" if field.name in parts else field.name
+            for field in dataclasses.fields(experiment.config)
+            for leaf in (dataclasses.fields(parts[field.name]) if field.name in parts else [field])
+        ]
+        for path in paths:
+            flag = "--" + path.replace("_", "-")
             found = re.search(re.escape(flag) + "[ ,]", text)
             assert found, (name, flag)
             # its doc: the words between the flag (and its metavar) and "(default"

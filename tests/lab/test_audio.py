@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+from posenc.lab.config import RunnerArgs
 from posenc.lab.data.audio import FREQ_BINS, AudioDataset, make_audio_dataset
 from posenc.lab.experiments.audio import (
     EXPERIMENT,
@@ -35,7 +36,7 @@ TINY = AudioConfig(
     epochs=1,
     batch_size=8,
     warmup_steps=1,
-    progress=False,
+    runner=RunnerArgs(progress=False),
 )
 SCHEMA = {"experiment", "encoding", "seed", "condition", "condition_label", "in_distribution"}
 

@@ -27,12 +27,12 @@ from posenc.lab.claims import (
     value_at,
     verdict_record,
 )
-from posenc.lab.seed_claims import SEED_CLAIMS
+from posenc.lab.experiments import all_claims
 from tests.lab.claim_rows import replicate_seeds
+from tests.lab.experiments.extrapolate.test_claims import METHOD_CASES
+from tests.lab.experiments.longctx.test_longctx import LONGCTX_CASES
+from tests.lab.experiments.temporal_links.test_temporal_links import TEMPORAL_CASES
 from tests.lab.experiments.test_csl import GRAPH_CASES
-from tests.lab.experiments.test_longctx import LONGCTX_CASES
-from tests.lab.experiments.test_temporal_links import TEMPORAL_CASES
-from tests.lab.test_method_claims import METHOD_CASES
 from tests.lab.test_signal_claims import SIGNAL_CASES
 
 Row = dict[str, Any]
@@ -635,6 +635,7 @@ CASES.update(TEMPORAL_CASES)  # so do the temporal link prediction claims'
 CASES.update(GRAPH_CASES)  # and the graph experiments' (CSL, triangles)
 CASES.update(SIGNAL_CASES)  # and the signal atlas's (ViT, video, VLA)
 CASES.update(METHOD_CASES)  # and the newest methods' in the extrapolate sweep
+SEED_CLAIMS = all_claims()  # every registered experiment's
 CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}
 
 

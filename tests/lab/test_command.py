@@ -12,7 +12,8 @@ from posenc.lab.experiments import lm
 from posenc.lab.experiments.__main__ import main
 
 TINY_LM = (
-    "--seq-len 16 --batch-size 4 --steps 2 --dim 16 --depth 1 --num-heads 2 --max-bytes 20000"
+    "--train-len 16 --batch-size 4 --steps 2 --dim 16 --depth 1 --num-heads 2"
+    " --corpus-bytes 20000"
     " --encodings alibi --eval-windows 2 --no-progress --threads 1"
 )
 
@@ -22,7 +23,7 @@ def test_package_entry_runs_like_the_lab_command(tmp_path: Path) -> None:
     out = tmp_path / "lm"
     assert main(["lm", "--out", str(out), *TINY_LM.split()]) == 0
     config = json.loads((out / "config.json").read_text())
-    assert config["encodings"] == ["alibi"] and config["steps"] == 2
+    assert config["encodings"] == ["alibi"] and config["train"]["steps"] == 2
     assert (out / "results.csv").is_file()
 
 
@@ -123,3 +124,17 @@ def test_an_unusable_device_is_refused_before_the_folder_is_written(
     assert experiment_main(lm.EXPERIMENT, argv) == 2
     assert "device 'cuda:99' is not usable on this machine" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_lab_help_lists_exactly_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
+    """``posenc lab --help`` names every registered experiment and nothing else, each with
+    its summary (an experiment added by register_experiment too)."""
+    from posenc.cli import main as posenc
+    from posenc.lab.experiments import EXPERIMENTS
+
+    assert posenc(["lab", "--help"]) == 0
+    listed = capsys.readouterr().out.split("experiments:\n", 1)[1].splitlines()
+    names = [line.split()[0] for line in listed if line.strip()]
+    assert names == sorted(EXPERIMENTS)
+    for line, name in zip(listed, names, strict=True):
+        assert " ".join(EXPERIMENTS[name].summary.split()[:3]) in line

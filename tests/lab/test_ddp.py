@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from posenc.lab.batch import Batch, shard_slice
+from posenc.lab.config import replace_fields
 from posenc.lab.data.corpus import LMSource
 from posenc.lab.distributed import rank_and_world, spawn
 from posenc.lab.results import read_results_csv
@@ -98,7 +99,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     assert not (tmp_path / "ddp-odd").exists() or not any((tmp_path / "ddp-odd").iterdir())
 
 
-LM = dict(seq_len=16, batch_size=4, steps=3, dim=16, depth=1, num_heads=2, max_bytes=20_000)
+LM = dict(train_len=16, batch_size=4, steps=3, dim=16, depth=1, num_heads=2, corpus_bytes=20_000)
 
 
 def lm_rank(rank: int, world_size: int, out: str) -> None:
@@ -106,7 +107,8 @@ def lm_rank(rank: int, world_size: int, out: str) -> None:
     from posenc.lab.runner import run_experiment
 
     torch.set_num_threads(1)
-    config = LmConfig(encodings=("alibi",), eval_windows=4, progress=False, **LM)
+    base = LmConfig(encodings=("alibi",), eval_windows=4)
+    config = replace_fields(base, progress=False, **LM)
     rows = run_experiment(EXPERIMENT, config, out, echo=None)
     assert rows[0]["world_size"] == world_size
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 import html
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("matplotlib")
 
+from posenc.lab.config import replace_fields
 from posenc.lab.demo import DEMO_CONFIG, EXTENSION_METHODS, SEGMENT_METHOD, claim_counts, run_demo
 from posenc.lab.results import read_results_csv
 
 
 def test_demo_writes_checks_results_and_one_report(tmp_path: Path) -> None:
-    tiny = replace(
+    tiny = replace_fields(
         DEMO_CONFIG,
         steps=4,
         warmup_steps=1,
@@ -44,15 +44,15 @@ def test_demo_writes_checks_results_and_one_report(tmp_path: Path) -> None:
     with open(tmp_path / "results.csv") as handle:
         header = handle.readline().strip().split(",")
     assert {"encoding", "train_len", "eval_len", "loss", "ppl"} <= set(header)
-    lengths, seeds = len(tiny.multipliers), len(tiny.seeds)
+    lengths, seeds = len(tiny.multipliers), len(tiny.train.seeds)
     methods = [*EXTENSION_METHODS, SEGMENT_METHOD]
     assert len(summary["rows"]) == (4 + len(methods)) * lengths * seeds
     # step 3: the extension methods on each seed's RoPE model, zero-shot
     extension = read_results_csv(tmp_path / "extension" / "results.csv")
     assert [(r["seed"], r["method"]) for r in extension[::lengths]] == [
-        (seed, method) for seed in tiny.seeds for method in methods
+        (seed, method) for seed in tiny.train.seeds for method in methods
     ]
-    for seed in tiny.seeds:
+    for seed in tiny.train.seeds:
         plain = [r["loss"] for r in extension if r["method"] == "rope" and r["seed"] == seed]
         rope = [
             r["loss"]
@@ -62,10 +62,11 @@ def test_demo_writes_checks_results_and_one_report(tmp_path: Path) -> None:
         assert plain == rope  # the same model and bytes
     # step 3's config.json records what ran: the weights it evaluated and how they were trained
     config = json.loads((tmp_path / "extension" / "config.json").read_text())
-    assert (config["steps"], config["warmup_steps"]) == (tiny.steps, tiny.warmup_steps)
-    assert config["segment_method"]["steps"] == tiny.steps
-    assert config["seeds"] == list(tiny.seeds) and config["ft_methods"] == []
-    assert config["trained_by"] == {"config": "../config.json", "workers": tiny.workers}
+    train = config["train"]
+    assert (train["steps"], train["warmup_steps"]) == (tiny.train.steps, tiny.train.warmup_steps)
+    assert config["segment_method"]["train"]["steps"] == tiny.train.steps
+    assert train["seeds"] == list(tiny.train.seeds) and config["ft_methods"] == []
+    assert config["trained_by"] == {"config": "../config.json", "workers": tiny.runner.workers}
     for path in config["evaluated"]:
         assert (tmp_path / "extension" / path).resolve().is_file()
     # one report with every claim of steps 2 and 3, and where each claim's numbers are

@@ -14,8 +14,9 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from posenc.lab import figures
+from posenc.lab.experiments import extend, extrapolate, generalize, temporal_links, vit
 from posenc.viz.base import encoding_color
-from tests.viz.test_base import colorbar_labels, line_colors, overlaps, tick_label_overlaps
+from tests.test_viz_base import colorbar_labels, line_colors, overlaps, tick_label_overlaps
 
 ENCODINGS = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5")
 MULTIPLIERS = (1.0, 1.25, 2.0, 4.0, 8.0)
@@ -55,7 +56,7 @@ def curves() -> dict[str, list[dict[str, Any]]]:
 
 
 def test_each_encoding_has_one_colour_on_both_figures_of_the_page() -> None:
-    loss = figures.loss_vs_length(extrapolate_rows())
+    loss = extrapolate.loss_vs_length(extrapolate_rows())
     training = figures.training_curves(curves())
     on_loss = line_colors(loss.axes[0])
     assert set(on_loss) == set(ENCODINGS)
@@ -68,7 +69,7 @@ def test_each_encoding_has_one_colour_on_both_figures_of_the_page() -> None:
 
 
 def test_loss_vs_length_ticks_at_the_evaluated_multipliers_with_plain_labels() -> None:
-    fig = figures.loss_vs_length(extrapolate_rows())
+    fig = extrapolate.loss_vs_length(extrapolate_rows())
     (ax,) = fig.axes
     fig.canvas.draw()
     assert list(ax.get_xticks()) == list(MULTIPLIERS)
@@ -81,7 +82,7 @@ def test_loss_vs_length_ticks_at_the_evaluated_multipliers_with_plain_labels() -
 
 
 def test_loss_vs_length_names_each_line_at_its_end_without_overlaps() -> None:
-    fig = figures.loss_vs_length(extrapolate_rows())
+    fig = extrapolate.loss_vs_length(extrapolate_rows())
     (ax,) = fig.axes
     ends = [t for t in ax.texts if t.get_text() in ENCODINGS]
     assert sorted(t.get_text() for t in ends) == sorted(set(ENCODINGS) - {"learned"})
@@ -99,7 +100,7 @@ def test_extension_curves_tick_at_the_evaluated_lengths_in_the_methods_colours()
         for stage in ("no_ft", "ft")
         for n in lengths
     ]  # fmt: skip
-    fig = figures.extension_curves(rows)
+    fig = extend.extension_curves(rows)
     fig.canvas.draw()
     for ax in fig.axes:
         assert list(ax.get_xticks()) == list(lengths)
@@ -116,7 +117,7 @@ def test_passkey_heatmaps_label_their_colour_bars() -> None:
         for d in (0.0, 0.5, 1.0)
         for n in (64, 128, 256)
     ]  # fmt: skip
-    fig = figures.passkey_heatmaps(rows)
+    fig = extend.passkey_heatmaps(rows)
     assert colorbar_labels(fig) == ["passkey accuracy"]
     assert tick_label_overlaps(fig) == []
 
@@ -129,7 +130,7 @@ def test_task_and_separation_lines_take_their_encodings_colours() -> None:
         for randomized in (False, True)
         for n in (8, 16)
     ]  # fmt: skip
-    (ax,) = figures.accuracy_vs_length(rows).axes
+    (ax,) = generalize.accuracy_vs_length(rows).axes
     assert line_colors(ax) == {
         "rope": encoding_color("rope"), "rope (rand)": encoding_color("rope"),
         "alibi": encoding_color("alibi"), "alibi (rand)": encoding_color("alibi"),
@@ -138,7 +139,7 @@ def test_task_and_separation_lines_take_their_encodings_colours() -> None:
         f"{name}/seed0": [{"split": "test", "time": t, "separation": 0.1} for t in (1.0, 2.0)]
         for name in ("lstep", "none")
     }
-    (ax,) = figures.separation_over_time(traces).axes
+    (ax,) = temporal_links.separation_over_time(traces).axes
     assert line_colors(ax) == {name: encoding_color(name) for name in ("lstep", "none")}
 
 
@@ -151,7 +152,7 @@ def test_bars_per_encoding_take_the_encodings_colours_and_labels_fit() -> None:
         for name in names
         for seed in (0, 1)
     ]
-    fig = figures.vit_accuracy(rows)
+    fig = vit.vit_accuracy(rows)
     (ax,) = fig.axes
     assert [to_hex(bar.get_facecolor()[:3]) for bar in ax.patches] == [
         encoding_color(name) for name in names

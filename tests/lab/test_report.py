@@ -486,18 +486,20 @@ def test_a_run_folder_in_use_by_another_process_is_refused(tmp_path: Path) -> No
     import subprocess
     import sys
 
+    from posenc.lab.config import DataArgs
     from posenc.lab.experiments.extrapolate import ExtrapolateConfig
     from posenc.lab.results import prepare_out_dir
 
-    config = ExtrapolateConfig(encodings=("alibi",), train_len=8, eval_tokens=128)
+    config = ExtrapolateConfig(encodings=("alibi",), eval_tokens=128, data=DataArgs(train_len=8))
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import sys, time; from posenc.lab.results import prepare_out_dir; "
             "from posenc.lab.experiments.extrapolate import ExtrapolateConfig as C; "
+            "from posenc.lab.config import DataArgs; "
             f"prepare_out_dir({str(tmp_path)!r}, 'extrapolate', "
-            "C(encodings=('alibi',), train_len=8, eval_tokens=128)); "
+            "C(encodings=('alibi',), eval_tokens=128, data=DataArgs(train_len=8))); "
             "print('locked', flush=True); time.sleep(30)",
         ],
         stdout=subprocess.PIPE,

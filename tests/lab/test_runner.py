@@ -20,9 +20,10 @@ TOY = '''
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from posenc.lab.config import RunnerArgs
 from posenc.lab.runner import Experiment, Run
 
 
@@ -33,14 +34,14 @@ class ToyConfig:
     Args:
         values: one run per value.
         scale: multiplies every value.
-        workers: processes running at once.
         log: file that each execution appends its run name to.
+        runner: how the runs execute (workers: processes running at once).
     """
 
     values: tuple[int, ...] = (1, 2, 3)
     scale: float = 1.0
-    workers: int = 1
     log: str = ""
+    runner: RunnerArgs = field(default_factory=RunnerArgs)
 
 
 def plan(config: ToyConfig) -> list[Run]:

@@ -7,10 +7,12 @@ from typing import Any
 
 import pytest
 
-from posenc.lab.experiments import get_experiment
-from posenc.lab.signal_claims import SIGNAL_CLAIMS
+from posenc.lab.experiments import get_experiment, video, vit, vla
 
 Row = dict[str, Any]
+
+#: The signal experiments' claims, each in its experiment's module.
+SIGNAL_CLAIMS = (*vit.CLAIMS, *video.CLAIMS, *vla.CLAIMS)
 
 
 def _rows(

@@ -14,6 +14,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc.additive.learned_grid import FactorizedLearned
+from posenc.lab.config import RunnerArgs
 from posenc.lab.data.moving_digits import NUM_CLASSES, make_moving_digits, tubelets
 from posenc.lab.experiments import video
 from posenc.lab.experiments.video import (
@@ -40,7 +41,7 @@ TINY: dict[str, Any] = {
     "test_canvas": 16,
     "train_repeats": 1,
     "test_size": 40,
-    "progress": False,
+    "runner": RunnerArgs(progress=False),
 }
 ENCODINGS = ("rope_axial", "learned_factorized", "none")
 

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 from torch.testing import assert_close
 
+from posenc.lab.config import RunnerArgs
 from posenc.lab.data.scenes import camera_views, image_patches, make_scenes
 from posenc.lab.experiments import get_experiment
 from posenc.lab.experiments.vla import (
@@ -36,7 +37,7 @@ TINY: dict[str, Any] = {
     "train_size": 24,
     "test_size": 8,
     "batch_size": 8,
-    "progress": False,
+    "runner": RunnerArgs(progress=False),
 }
 
 

@@ -10,21 +10,33 @@ The audio, video and VLA experiments write rows with
 
 :func:`atlas_table` pivots them (encoding × condition, mean ± std over seeds) and
 :func:`atlas_figure` draws accuracy against the condition, one line per encoding, the
-seeds' spread shaded; the report (:mod:`posenc.lab.report`) shows both for each domain.
+seeds' spread shaded; each domain's :func:`atlas_section` shows both in the report
+(:mod:`posenc.lab.report`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from posenc.lab.tables import pivot, seed_note, text_table
+from posenc.lab.claims import Claim, difference_at
+from posenc.lab.runner import Section
+from posenc.lab.tables import Table, pivot, seed_note, text_table
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["atlas_figure", "atlas_pivot", "atlas_table", "condition_labels"]
+__all__ = [
+    "accuracy_gap",
+    "atlas_figure",
+    "atlas_pivot",
+    "atlas_section",
+    "atlas_table",
+    "atlas_tables",
+    "condition_labels",
+]
 
 Row = dict[str, Any]
 
@@ -63,19 +75,63 @@ def atlas_table(rows: Sequence[Row], experiment: str, title: str) -> str:
     return f"{title}; accuracy, {seed_note(selected)}\n" + text_table(header, body)
 
 
+def accuracy_gap(
+    name: str,
+    experiment: str,
+    text: str,
+    paper: str,
+    published: str,
+    where: dict[str, Any],
+    better: dict[str, Any],
+    worse: dict[str, Any],
+) -> Claim:
+    """A published finding's direction as a claim on atlas rows: ``accuracy`` of ``better``
+    minus ``worse`` at ``where`` (a test condition), paired by seed, ≥ 0. The papers measure
+    benchmarks not on this machine; the threshold is the finding's direction, set before any
+    run, and the verdict is ``undecided`` when the seeds' spread cannot tell."""
+    return Claim(
+        name=name,
+        text=text,
+        paper=paper,
+        published=published,
+        experiment=experiment,
+        statistic=difference_at(experiment, where, "accuracy", better, worse),
+        threshold=0.0,
+        direction=">=",
+    )
+
+
+def atlas_tables(experiment: str, heading: str, rows: Sequence[Row]) -> list[Table]:
+    """The report's table of ``experiment``'s rows (:func:`atlas_pivot`), captioned."""
+    header, body = atlas_pivot(rows, experiment)
+    return [(f"{heading}; accuracy, {seed_note(rows)}", header, body)] if header else []
+
+
+def atlas_section(experiment: str, heading: str) -> Section:
+    """The report's section of one domain: its table and ``<experiment>.png``
+    (:func:`atlas_figure`), under ``heading``."""
+    figure = functools.partial(_figure_of, experiment, heading)
+    tables = functools.partial(atlas_tables, experiment, heading)
+    return Section(heading, tables, {f"{experiment}.png": figure})
+
+
+def _figure_of(experiment: str, heading: str, rows: Sequence[Row]) -> Figure:
+    return atlas_figure(rows, experiment, heading)
+
+
 def atlas_figure(rows: Sequence[Row], experiment: str, title: str) -> Figure:
     """Accuracy against the test condition, one line per encoding: the mean over seeds, the
     range of the seeds shaded; the trained condition is the first column. An experiment that
     compares layouts gets one panel per layout (the same y axis)."""
-    from posenc.lab.figures import _figure
-    from posenc.viz.base import encoding_color
+    from posenc.lab.figures import encoding_color, new_figure
 
     selected = [row for row in rows if row.get("experiment") == experiment]
     labels = condition_labels(selected)
     conditions = sorted(labels)
     layouts = list(dict.fromkeys(str(row.get("layout", "")) for row in selected))
     panels = len(layouts)
-    fig = _figure(figsize=(4.2 * panels + (1.4 if panels > 1 else 3.2), 3.8), layout="constrained")
+    size = (4.2 * panels + (1.4 if panels > 1 else 3.2), 3.8)
+    fig = new_figure(figsize=size, layout="constrained")
     axes = fig.subplots(1, panels, sharey=True, squeeze=False)[0]
     for ax, layout in zip(axes, layouts, strict=True):
         series: dict[str, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))

@@ -43,10 +43,12 @@ The numbers judged, per seed and over seeds, come from :mod:`posenc.lab.quantiti
 
 Example::
 
-    verdicts = judge_all(SEED_CLAIMS, read_results_csv("runs/extrapolate/results.csv"))
+    claims = get_experiment("extrapolate").claims
+    verdicts = judge_all(claims, read_results_csv("runs/extrapolate/results.csv"))
     print("\\n".join(v.summary for v in verdicts))
 
-The catalogue of seed claims is :mod:`posenc.lab.seed_claims`.
+Each experiment carries the claims its rows test (``Experiment.claims``, defined in its own
+module); :func:`posenc.lab.experiments.all_claims` lists every registered experiment's.
 """
 
 from __future__ import annotations

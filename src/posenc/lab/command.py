@@ -1,9 +1,10 @@
 """An experiment run from command-line options: ``posenc lab NAME [--out DIR] OPTIONS`` and
 ``python -m posenc.lab.experiments NAME ...`` (what ``torchrun`` starts).
 
-Every option is a field of the experiment's config dataclass, parsed by tyro; dict-valued
-fields take one JSON object. The run goes into ``--out`` (default ``runs/NAME``) and resumes
-there.
+Every option is a field of the experiment's config dataclass, parsed by tyro: a field of one
+of its sections (:mod:`posenc.lab.config`) as ``--model.dim`` or by its own name alone
+(``--dim``); dict-valued fields take one JSON object. The run goes into ``--out`` (default
+``runs/NAME``) and resumes there.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from posenc.lab.config import expand_flat_options
 from posenc.lab.results import Row
 from posenc.lab.runner import Experiment, run_experiment
 
@@ -30,10 +32,11 @@ def run_with_options(
 
     config = tyro.cli(
         experiment.config,
-        args=list(options),
+        args=expand_flat_options(experiment.config, options),
         prog=f"posenc lab {experiment.name} [--out DIR]",
         description=f"{experiment.summary}. Every option is a field of "
-        f"{experiment.config.__name__}; the run resumes in its out folder.",
+        f"{experiment.config.__name__}; a section's field (--model.dim) may be named alone "
+        "(--dim); the run resumes in its out folder.",
         registry=json_dicts(),
     )
     return run_experiment(experiment, config, out or f"runs/{experiment.name}")

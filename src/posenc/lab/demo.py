@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.experiments import extend, longctx
 from posenc.lab.experiments.extrapolate import ExtrapolateConfig, run_extrapolate
 
@@ -43,21 +44,12 @@ __all__ = ["DEMO_CONFIG", "claim_counts", "run_demo"]
 #: two trainings at a time; the whole demo took 202 s on 2 idle CPU cores.
 DEMO_CONFIG = ExtrapolateConfig(
     encodings=("nope", "sinusoidal", "learned", "rope", "alibi", "t5"),
-    train_len=64,
     multipliers=(1.0, 1.25, 2.0, 4.0, 8.0),
-    dim=64,
-    depth=2,
-    num_heads=4,
-    steps=600,
-    batch_size=32,
-    lr=3e-3,
-    warmup_steps=30,
     eval_tokens=8192,
-    corpus_bytes=2_000_000,
-    seeds=(0, 1, 2),
-    workers=2,
-    threads=1,
-    progress=False,
+    model=ModelArgs(dim=64, depth=2, num_heads=4),
+    train=TrainArgs(seeds=(0, 1, 2), steps=600, batch_size=32, lr=3e-3, warmup_steps=30),
+    data=DataArgs(train_len=64, corpus_bytes=2_000_000),
+    runner=RunnerArgs(workers=2, threads=1, isolate=True, progress=False),
 )
 
 
@@ -104,41 +96,24 @@ EXTENSION_METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn")
 SEGMENT_METHOD = "rerope"
 
 
-#: fields step 3's configs take from the extrapolation run: the model, its training and the
-#: evaluation (so ``OUT/extension/config.json`` records the model that was evaluated)
-_SHARED = (
-    "train_len",
-    "dim",
-    "depth",
-    "num_heads",
-    "steps",
-    "batch_size",
-    "lr",
-    "warmup_steps",
-    "multipliers",
-    "eval_tokens",
-    "corpus",
-    "corpus_bytes",
-    "seeds",
-    "split_seed",
-    "threads",
-)
-
-
 def _extension_configs(
     config: ExtrapolateConfig,
 ) -> tuple[extend.ExtendConfig, longctx.LongCtxConfig]:
     """Step 3's two configs: evaluation only (no fine-tuning, no passkey), in this process,
-    of the RoPE models step 2 trained; every field they share with ``config`` is its value."""
-    shared: dict[str, Any] = {name: getattr(config, name) for name in _SHARED}
-    off: dict[str, Any] = {
+    of the RoPE models step 2 trained; the model, its training, the data and the evaluation
+    lengths are ``config``'s (so ``OUT/extension/config.json`` records the model evaluated)."""
+    shared: dict[str, Any] = {
+        "model": config.model,
+        "train": config.train,
+        "data": config.data,
+        "multipliers": config.multipliers,
+        "eval_tokens": config.eval_tokens,
         "passkey_steps": 0,
         "passkey_lengths": (),
-        "workers": 1,
-        "progress": False,
+        "runner": RunnerArgs(workers=1, threads=config.runner.threads, progress=False),
     }
-    ext = extend.ExtendConfig(**shared, **off, methods=EXTENSION_METHODS, ft_methods=())
-    segment = longctx.LongCtxConfig(**shared, **off, methods=(SEGMENT_METHOD,))
+    ext = extend.ExtendConfig(**shared, methods=EXTENSION_METHODS, ft_methods=())
+    segment = longctx.LongCtxConfig(**shared, methods=(SEGMENT_METHOD,))
     return ext, segment
 
 
@@ -152,17 +127,17 @@ def extend_zero_shot(
     from posenc.lab.results import read_results_csv, write_results_csv
     from posenc.lab.run import as_json, atomic_write_text, torch_threads
     from posenc.lab.runner import record_claims
-    from posenc.lab.seed_claims import claims_of
 
     out = folder / "extension"
     if (out / "results.csv").is_file():
         rows = read_results_csv(out / "results.csv")
     else:
         ext, segment = _extension_configs(config)
-        weights = [f"runs/rope/seed{seed}/final.pt" for seed in config.seeds]
+        seeds = config.train.seeds
+        weights = [f"runs/rope/seed{seed}/final.pt" for seed in seeds]
         rows = []
-        with torch_threads(config.threads):
-            for seed, path in zip(config.seeds, weights, strict=True):
+        with torch_threads(config.runner.threads):
+            for seed, path in zip(seeds, weights, strict=True):
                 state = torch.load(folder / path, map_location="cpu", weights_only=True)
                 done = json.loads((folder / path).with_name("done.json").read_text())
                 loss = done["final_loss"]
@@ -173,15 +148,16 @@ def extend_zero_shot(
             "experiment": "extend",
             # what ran: zero-shot evaluation of these weights, trained by ../config.json
             "evaluated": [f"../{path}" for path in weights],
-            "trained_by": {"config": "../config.json", "workers": config.workers},
+            "trained_by": {"config": "../config.json", "workers": config.runner.workers},
             **as_json(ext),
             "segment_method": {"experiment": "longctx", **as_json(segment)},
         }
         atomic_write_text(out / "config.json", json.dumps(record, indent=2))
         write_results_csv(rows, out / "results.csv")
     # The zero-shot claims; those about fine-tuning need `posenc lab extend` (it fine-tunes).
-    claims = [c for c in claims_of("extend") if c.name.endswith("_zero_shot")]
-    claims += [c for c in claims_of("extend") if c.name == f"{SEGMENT_METHOD}_flat_8x"]
+    # (longctx carries extend's claims beside its own)
+    claims = [c for c in longctx.EXPERIMENT.claims if c.name.endswith("_zero_shot")]
+    claims += [c for c in longctx.EXPERIMENT.claims if c.name == f"{SEGMENT_METHOD}_flat_8x"]
     records = record_claims(out, claims, rows)
     echo(extend.format_extend_tables(rows))
     echo(format_verdicts(records))
@@ -218,13 +194,13 @@ def run_demo(
     )
     echo("1. property checks")
     checks = run_checks_and_figures(folder / "checks", echo)
-    seeds = ", ".join(str(s) for s in config.seeds)
+    seeds = ", ".join(str(s) for s in config.train.seeds)
     echo(
         "2. train short, test long: "
         + ", ".join(config.encodings)
-        + f" at T={config.train_len}, evaluated at "
+        + f" at T={config.data.train_len}, evaluated at "
         + ", ".join(f"{m:g}x" for m in config.multipliers)
-        + f"; seed{'s' if len(config.seeds) > 1 else ''} {seeds}"
+        + f"; seed{'s' if len(config.train.seeds) > 1 else ''} {seeds}"
     )
     rows = run_extrapolate(config, folder, echo=echo)
     if "rope" in config.encodings:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Literal
 
 import torch
@@ -53,7 +53,7 @@ from posenc.graph import (
     random_walk_pe,
 )
 from posenc.lab.claims import aggregate, format_mean_std
-from posenc.lab.runner import check_seeds
+from posenc.lab.config import RunnerArgs, check_seeds
 from posenc.lab.tables import seed_means, text_table
 
 __all__ = [
@@ -376,8 +376,7 @@ class GraphRunConfig:
         epochs: passes over the training graphs (AdamW, cosine decay).
         batch_size: graphs per step.
         lr: peak learning rate.
-        workers: runs in parallel (processes).
-        threads: torch intra-op threads per run (``None`` = leave as is).
+        runner: how the runs execute.
     """
 
     encodings: tuple[str, ...] = GRAPH_ENCODINGS
@@ -392,8 +391,7 @@ class GraphRunConfig:
     epochs: int = 60
     batch_size: int = 32
     lr: float = 3e-3
-    workers: int = 1
-    threads: int | None = 1
+    runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seeds", check_seeds(self.seeds))
@@ -404,7 +402,7 @@ class GraphRunConfig:
             )
         check_in_choices("attention", self.attention, ("graph", "full"))
         check_non_negative_int("data_seed", self.data_seed)
-        for name in ("k", "steps", "dim", "num_heads", "depth", "epochs", "batch_size", "workers"):
+        for name in ("k", "steps", "dim", "num_heads", "depth", "epochs", "batch_size"):
             check_positive_int(name, getattr(self, name))
         check_positive_float("lr", self.lr)
 

@@ -4,11 +4,13 @@ The page, top to bottom:
 
 1. the claims (``claims.json``, judged by :mod:`posenc.lab.runner`): verdict, the measured
    mean ± std over seeds, the threshold and the paper's published number;
-2. the tables: per experiment, the pivot of :func:`posenc.lab.tables.pivot` (encoding ×
-   length, mean ± std over seeds);
-3. the figures: the result figures of :mod:`posenc.lab.figures`, the training curves of every
-   ``runs/**/metrics.jsonl``, and the property-check figures that ``posenc demo`` writes to
-   ``RUN_DIR/checks/``;
+2. the tables: per kind of rows (their ``experiment`` column), the tables of the
+   :class:`~posenc.lab.runner.Section` an experiment of the registry
+   (:mod:`posenc.lab.experiments`) declares for them (pivots of :func:`posenc.lab.tables.pivot`:
+   encoding × length, mean ± std over seeds);
+3. the figures: the sections' result figures, the training curves of every
+   ``runs/**/metrics.jsonl`` (:func:`posenc.lab.figures.training_curves`), and the
+   property-check figures that ``posenc demo`` writes to ``RUN_DIR/checks/``;
 4. the configuration (``config.json``) and the environment the page was written in;
 5. the raw rows of ``results.csv``, collapsed.
 
@@ -25,7 +27,6 @@ written to ``RUN_DIR/figures/``. Tables wrap to the page width; only the raw row
 from __future__ import annotations
 
 import base64
-import functools
 import html
 import io
 import json
@@ -33,25 +34,24 @@ import math
 import os
 import platform
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from posenc.lab import figures
-from posenc.lab.atlas import atlas_figure, atlas_pivot
-from posenc.lab.claims import aggregate, format_mean_std
+from posenc.lab.figures import training_curves
 from posenc.lab.gather import RunFolder, gather
 from posenc.lab.run import atomic_write_text, read_metrics
-from posenc.lab.tables import depth_means, length_label, pivot, seed_means, seed_note, with_variant
+from posenc.lab.tables import Table
+
+if TYPE_CHECKING:
+    from posenc.lab.runner import Experiment, Section
 
 __all__ = ["write_report"]
 
 Row = dict[str, Any]
-# A table of the page: (caption, header, body), every cell a string.
-Table = tuple[str, list[str], list[list[str]]]
 
 _STYLE = """
 * { box-sizing: border-box; }
@@ -130,210 +130,6 @@ def _html_table(table: Table, css: str = "pivot") -> str:
         f"<table class='{css}'><caption>{html.escape(caption)}</caption>"
         f"<thead><tr>{head}</tr></thead><tbody>{lines}</tbody></table>"
     )
-
-
-# --- the pivot tables of each experiment -----------------------------------------------------
-
-
-def _complete(rows: Sequence[Row], keys: Sequence[str]) -> list[Row]:
-    """The rows holding every key (a row missing one cannot be placed in the pivot)."""
-    return [row for row in rows if all(row.get(k) not in (None, "") for k in keys)]
-
-
-def _has(rows: Sequence[Row], column: str) -> bool:
-    return any(row.get(column) not in (None, "") for row in rows)
-
-
-def _extrapolate_tables(rows: Sequence[Row]) -> list[Table]:
-    rows = _complete(rows, ["encoding", "eval_len"])
-    if not rows:
-        return []
-    extra = [
-        (title, column, 0)
-        for title, column in (("tok/s", "tokens_per_s"), ("mem MB", "peak_memory_mb"))
-        if _has(rows, column)
-    ]
-    header, body = pivot(rows, ["encoding"], "eval_len", "ppl", label=length_label, extra=extra)
-    trained = ", ".join(str(t) for t in dict.fromkeys(row.get("train_len") for row in rows))
-    caption = f"Perplexity (bytes) by evaluation length; trained at T={trained}; {seed_note(rows)}."
-    return [(caption, header, body)]
-
-
-def _extend_tables(rows: Sequence[Row]) -> list[Table]:
-    rows = _complete(rows, ["method", "stage", "eval_len"])
-    if not rows:
-        return []
-    header, body = pivot(rows, ["method", "stage"], "eval_len", "ppl", label=length_label)
-    caption = f"Perplexity (bytes) by evaluation length, per scaling and stage; {seed_note(rows)}."
-    return [(caption, header, body)]
-
-
-def _passkey_tables(rows: Sequence[Row]) -> list[Table]:
-    rows = _complete(rows, ["method", "context_len"])
-    means = depth_means(rows)  # per seed the mean over depths, then mean ± std over seeds
-    if not means:
-        return []
-    header, body = pivot(
-        means, ["method", "stage"], "context_len", "accuracy", digits=2, label=length_label
-    )
-    caption = f"Passkey accuracy by context length (mean over depths per seed); {seed_note(rows)}."
-    return [(caption, header, body)]
-
-
-def _tasks_tables(rows: Sequence[Row]) -> list[Table]:
-    rows = with_variant(_complete(rows, ["task", "encoding", "length"]))
-    tables = []
-    for task in dict.fromkeys(row["task"] for row in rows):
-        cells = [row for row in rows if row["task"] == task]
-        train = {row["length"] for row in cells if row.get("split") == "train"}
-
-        def label(n: Any, train: set[Any] = train) -> str:
-            return f"{n}*" if n in train else str(n)
-
-        for metric, what in (("seq_acc", "exact-match accuracy"), ("token_acc", "token accuracy")):
-            if _has(cells, metric):
-                header, body = pivot(cells, ["variant"], "length", metric, digits=2, label=label)
-                caption = (
-                    f"{task}: {what} ({metric}) by length (* = a training length; "
-                    f"+rand = randomized positions); {seed_note(cells)}."
-                )
-                tables.append((caption, header, body))
-    return tables
-
-
-def _per_encoding(
-    rows: Sequence[Row], caption: str, values: Sequence[tuple[str, str, int]]
-) -> list[Table]:
-    """One line per encoding: the seeds, then each ``(title, column, digits)`` as mean ± std
-    over seeds, the first also as min–max."""
-    rows = _complete(rows, ["encoding"])
-    values = [value for value in values if _has(rows, value[1])]
-    if not rows or not values:
-        return []
-    stats = [
-        {g["encoding"]: g for g in aggregate(rows, ["encoding"], column)} for _, column, _ in values
-    ]
-    header = ["encoding", "seeds", values[0][0], "min–max", *(title for title, _, _ in values[1:])]
-    body = []
-    for encoding, first in stats[0].items():
-        places = values[0][2]
-        spread = (
-            "–" if first["min"] is None else f"{first['min']:.{places}f}–{first['max']:.{places}f}"
-        )
-        cells = [
-            format_mean_std(table[encoding]["mean"], table[encoding]["std"], digits)
-            for table, (_, _, digits) in zip(stats, values, strict=True)
-        ]
-        body.append([str(encoding), str(first["n"]), cells[0], spread, *cells[1:]])
-    return [(f"{caption}; {seed_note(rows)}.", header, body)]
-
-
-def _vit_tables(rows: Sequence[Row]) -> list[Table]:
-    values = [("test accuracy", "accuracy", 4), ("train accuracy", "train_accuracy", 4)]
-    return _per_encoding(rows, "Test accuracy per positional encoding", values)
-
-
-def _lm_tables(rows: Sequence[Row]) -> list[Table]:
-    values = [
-        ("val loss", "val_loss", 4),
-        ("val ppl", "val_ppl", 3),
-        ("train loss", "train_loss", 4),
-        ("tok/s", "tokens_per_s", 0),
-    ]
-    return _per_encoding(rows, "Validation loss per positional encoding", values)
-
-
-#: The signal domains of the atlas (:mod:`posenc.lab.atlas`) and their headings.
-_ATLAS = {
-    "audio": "Audio: keyword spotting on spectrograms",
-    "video": "Video: moving digits",
-    "vla": "Vision-language-action: grid scenes",
-}
-
-
-def _atlas_tables(name: str, heading: str, rows: Sequence[Row]) -> list[Table]:
-    header, body = atlas_pivot(rows, name)
-    return [(f"{heading}; accuracy, {seed_note(rows)}", header, body)] if header else []
-
-
-def _atlas_figure(name: str, heading: str, rows: Sequence[Row]) -> Any:
-    return atlas_figure(rows, name, heading)
-
-
-def _csl_tables(rows: Sequence[Row]) -> list[Table]:
-    values = [("test accuracy", "test_accuracy", 4), ("val accuracy", "val_accuracy", 4)]
-    folds = len({row.get("fold") for row in rows})
-    caption = f"Test accuracy per graph encoding (each seed: the mean of {folds} fold(s))"
-    return _per_encoding(seed_means(rows, [v for _, v, _ in values]), caption, values)
-
-
-def _triangles_tables(rows: Sequence[Row]) -> list[Table]:
-    values = [
-        ("test MAE / constant", "relative_mae", 3),
-        ("test MAE", "test_mae", 3),
-        ("constant MAE", "constant_mae", 3),
-    ]
-    return _per_encoding(rows, "Triangle count error per graph encoding", values)
-
-
-def _temporal_links_tables(rows: Sequence[Row]) -> list[Table]:
-    rows = _complete(rows, ["dataset", "encoding", "negatives"])
-    tables = []
-    for value, what in (("ap", "average precision"), ("auc", "ROC AUC")):
-        if _has(rows, value):
-            header, body = pivot(rows, ["dataset", "encoding"], "negatives", value)
-            caption = f"Test {what} by negative sampling; {seed_note(rows)}."
-            tables.append((caption, header, body))
-    return tables
-
-
-# Experiment name -> (section title, its tables, its figures with their file names).
-_SECTIONS: dict[
-    str,
-    tuple[
-        str,
-        Callable[[Sequence[Row]], list[Table]],
-        list[tuple[str, Callable[[Sequence[Row]], Any]]],
-    ],
-] = {
-    "extrapolate": (
-        "Train short, test long",
-        _extrapolate_tables,
-        [("loss_vs_length.png", figures.loss_vs_length)],
-    ),
-    "extend": (
-        "RoPE context extension",
-        _extend_tables,
-        [("extension.png", figures.extension_curves)],
-    ),
-    "passkey": ("Passkey retrieval", _passkey_tables, [("passkey.png", figures.passkey_heatmaps)]),
-    "tasks": (
-        "Length generalization tasks",
-        _tasks_tables,
-        [("tasks.png", figures.accuracy_vs_length)],
-    ),
-    "vit": ("ViT on digits", _vit_tables, [("vit.png", figures.vit_accuracy)]),
-    "lm": ("Language model (torchrun)", _lm_tables, []),
-    "csl": ("CSL graphs", _csl_tables, [("csl.png", figures.csl_accuracy)]),
-    "triangles": (
-        "Triangle counts",
-        _triangles_tables,
-        [("triangles.png", figures.triangles_error)],
-    ),
-    "temporal_links": (
-        "Temporal link prediction (L-STEP)",
-        _temporal_links_tables,
-        [("temporal_links.png", figures.temporal_link_precision)],
-    ),
-    **{
-        name: (
-            heading,
-            functools.partial(_atlas_tables, name, heading),
-            [(f"{name}.png", functools.partial(_atlas_figure, name, heading))],
-        )
-        for name, heading in _ATLAS.items()
-    },
-}
 
 
 # --- sections --------------------------------------------------------------------------------
@@ -513,16 +309,33 @@ def _runs_section(runs: Sequence[RunFolder]) -> list[str]:
     return ["<h2 id='runs'>Runs</h2>", _html_table((caption, header, body), "config")]
 
 
+def _sections(experiments: Sequence[Experiment[Any]]) -> dict[str, Section]:
+    """The section of each kind of rows: those of ``experiments``, then of every registered
+    experiment (:mod:`posenc.lab.experiments`), in that order; the first to claim a kind
+    keeps it (``extend`` and ``longctx`` share one section of their rows)."""
+    from posenc.lab.experiments import EXPERIMENTS
+
+    found: dict[str, Section] = {}
+    for experiment in [*experiments, *EXPERIMENTS.values()]:
+        for kind, section in experiment.section_rows().items():
+            found.setdefault(kind, section)
+    return found
+
+
 def write_report(
     run_dir: str | Path,
     *,
     title: str | None = None,
     runs: Sequence[str | Path] | None = None,
+    experiments: Sequence[Experiment[Any]] = (),
 ) -> Path:
     """Write ``RUN_DIR/report.html`` (and ``RUN_DIR/figures/*.png``) from the runs' rows.
 
     ``runs``: the run folders the page gathers (:func:`posenc.lab.gather.gather`); ``None``
     = ``run_dir`` when it holds a ``results.csv`` and each sub-folder of it that holds one.
+    ``experiments``: experiments whose sections (:class:`~posenc.lab.runner.Section`) the page
+    uses before the registry's (one run without being registered); rows of a kind no section
+    shows get a heading of their own name and their raw rows.
 
     Raises:
         ValueError: naming ``run_dir`` when it holds no run (no ``results.csv`` in it or its
@@ -537,14 +350,15 @@ def write_report(
         )
     folder.mkdir(parents=True, exist_ok=True)
     rows = [row for run in gathered for row in run.rows]
-    # Known experiments first, in a fixed order, then any other experiment's rows.
+    # Kinds of rows with a section first, in the registry's order, then any other kind's.
+    sections = _sections(experiments)
     names = dict.fromkeys(str(row["experiment"]) for row in rows if row.get("experiment"))
-    experiments = [name for name in _SECTIONS if name in names]
-    experiments += [name for name in names if name not in _SECTIONS]
+    kinds = [name for name in sections if name in names]
+    kinds += [name for name in names if name not in sections]
     selected = {name: [row for row in rows if row.get("experiment") == name] for name in names}
 
     def heading(name: str) -> str:
-        return html.escape(_SECTIONS[name][0] if name in _SECTIONS else name)
+        return html.escape(sections[name].heading if name in sections else name)
 
     records = [record for run in gathered for record in run.claims]
     claims = _claims_section(records)
@@ -559,8 +373,9 @@ def write_report(
     page += sources
 
     page.append("<h2 id='tables'>Tables</h2>")
-    for name in experiments:
-        tables = _SECTIONS[name][1](selected[name]) if name in _SECTIONS else []
+    for name in kinds:
+        tabulate = sections[name].tables if name in sections else None
+        tables = tabulate(selected[name]) if tabulate is not None else []
         page.append(f"<h3>{heading(name)}</h3>")
         page += [_html_table(table) for table in tables] or [
             "<p>No summary table for this experiment; its rows are under raw rows.</p>"
@@ -569,10 +384,10 @@ def write_report(
     page.append("<h2 id='figures'>Figures</h2>")
     figure_dir = folder / "figures"
     figure_dir.mkdir(exist_ok=True)
-    for name in experiments:
-        makers = _SECTIONS[name][2] if name in _SECTIONS else []
-        for filename, make in makers:
-            png = _png(make(selected[name]))
+    for name in kinds:
+        makers = sections[name].figures if name in sections else {}
+        for filename, draw in makers.items():
+            png = _png(draw(selected[name]))
             (figure_dir / filename).write_bytes(png)
             page.append(_image(png, filename, f"{heading(name)} (figures/{filename})"))
     curves = {
@@ -581,7 +396,7 @@ def write_report(
         for name, records in _training_curves(run.path).items()
     }
     if curves:
-        png = _png(figures.training_curves(curves))
+        png = _png(training_curves(curves))
         (figure_dir / "training_curves.png").write_bytes(png)
         page.append("<h3>Training curves</h3>")
         caption = f"{len(curves)} runs from runs/**/metrics.jsonl (figures/training_curves.png)"
@@ -605,7 +420,7 @@ def write_report(
         for run in gathered
     )
     page.append(f"<h2 id='raw'>Raw rows</h2><p>{len(rows)} rows of {files}.</p>")
-    page += [_raw_rows(name, selected[name]) for name in experiments]
+    page += [_raw_rows(name, selected[name]) for name in kinds]
     document = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from posenc.lab.config import RunnerArgs, flat_record
 from posenc.lab.run import atomic_write_text
 
 __all__ = [
@@ -26,8 +27,9 @@ __all__ = [
     "write_results_csv",
 ]
 
-#: Config fields that only change how a run executes, not what it computes.
-EXECUTION_FIELDS = ("progress", "threads", "isolate", "workers")
+#: Config fields that only change how a run executes, not what it computes: the ``runner``
+#: section's (:class:`~posenc.lab.config.RunnerArgs`).
+EXECUTION_FIELDS = tuple(f.name for f in dataclasses.fields(RunnerArgs))
 
 Row = dict[str, Any]
 
@@ -66,19 +68,23 @@ def check_out_dir(out: str | Path, experiment: str, config: Any) -> None:
 
     ``config`` is the experiment's dataclass. A folder is bound to its ``config.json`` once a
     run has written a file under ``out/runs/``: then a ``config.json`` differing in a field
-    other than :data:`EXECUTION_FIELDS` raises ``ValueError`` naming the folder and the field,
-    so that a resumed command never mixes two experiments' results. A folder whose runs hold
-    no file computed nothing with its ``config.json`` (a start that failed before the first
-    run wrote anything), so another configuration may take it over.
+    other than :data:`EXECUTION_FIELDS` raises ``ValueError`` naming the folder and the field
+    (a section's as ``'train.steps'``), so that a resumed command never mixes two
+    experiments' results. A flat ``config.json`` (every field at the top, as configs without
+    sections write it) is read with each field in its section
+    (:func:`~posenc.lab.config.flat_record`). A folder whose runs hold no file computed
+    nothing with its ``config.json`` (a start that failed before the first run wrote
+    anything), so another configuration may take it over.
     """
     folder = Path(out)
     saved = folder / "config.json"
     if not saved.is_file() or not _holds_runs(folder):
         return
-    current = _config_record(experiment, config)
-    previous = json.loads(saved.read_text())
+    kind = type(config)
+    current = flat_record(kind, _config_record(experiment, config))
+    previous = flat_record(kind, json.loads(saved.read_text()))
     for key in sorted(set(previous) | set(current)):
-        if key in EXECUTION_FIELDS:
+        if key.rpartition(".")[2] in EXECUTION_FIELDS:
             continue
         if previous.get(key) != current.get(key):
             raise ValueError(

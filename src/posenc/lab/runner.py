@@ -27,13 +27,15 @@ Under ``torchrun`` (an initialized process group) every rank runs the same comma
 alone creates and writes the folder, every rank executes every pending run together
 (serially; the trainer shares the batch across ranks), and rank 0 writes the results.
 
-Config fields the runner reads when present: ``workers`` (default 1), ``isolate`` (False),
-``threads`` (None: unchanged), ``progress`` (turned off in parallel workers, whose progress
-bars would overwrite each other), ``device`` (checked usable at the start,
-:func:`check_device`).
+The runner reads the config's ``runner`` section (:class:`~posenc.lab.config.RunnerArgs`:
+``workers``, ``isolate``, ``threads``, ``progress``, the last turned off in parallel
+workers, whose progress bars would overwrite each other; a config without one runs serially)
+and its ``device`` when it has one (checked usable at the start, :func:`check_device`).
 
-Adding an experiment is one module defining ``EXPERIMENT = Experiment(...)`` plus its line in
-:mod:`posenc.lab.experiments` (see docs/lab.md).
+An experiment also carries what the page says of its rows (:class:`Section`: a heading, its
+tables and figures) and the claims its rows test, so that adding an experiment is one module
+defining ``EXPERIMENT = Experiment(...)`` plus its line in :mod:`posenc.lab.experiments`
+(see docs/lab.md): the report (:mod:`posenc.lab.report`) finds every section in the registry.
 """
 
 from __future__ import annotations
@@ -48,19 +50,25 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import torch
 import torch.distributed
 
 from posenc.lab.claims import Claim, applicable, format_verdicts, judge_all, verdict_record
+from posenc.lab.config import check_seeds, runner_args
 from posenc.lab.distributed import rank_and_world
 from posenc.lab.results import Row, check_out_dir, prepare_out_dir, write_results_csv
 from posenc.lab.run import atomic_write_text, torch_threads
+from posenc.lab.tables import Table
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "Experiment",
     "Run",
+    "Section",
     "check_builds",
     "check_device",
     "check_encoding_names",
@@ -92,6 +100,29 @@ class Run:
 
 
 @dataclass(frozen=True)
+class Section:
+    """What the report shows of one kind of rows: a heading, its tables and its figures.
+
+    Attributes:
+        heading: the section's title on the page.
+        tables: rows -> the page's tables of them (:data:`posenc.lab.tables.Table`: caption,
+            header, body); None = the rows are shown raw only.
+        figures: file name under ``figures/`` -> rows -> a matplotlib ``Figure``.
+        rows: the ``experiment`` column of the rows it shows; None = the experiment's name
+            (an experiment writing rows of two kinds, as ``extend`` writes ``passkey`` rows
+            beside its own, has a section for each).
+
+    The functions get only the rows of that kind (of every run the page gathers) and must be
+    module-level, as the experiment's are.
+    """
+
+    heading: str
+    tables: Callable[[Sequence[Row]], list[Table]] | None = None
+    figures: Mapping[str, Callable[[Sequence[Row]], Figure]] = field(default_factory=dict)
+    rows: str | None = None
+
+
+@dataclass(frozen=True)
 class Experiment(Generic[C]):
     """What is particular to one experiment; the functions must be module-level (they are
     sent to worker processes by reference).
@@ -107,8 +138,10 @@ class Experiment(Generic[C]):
         table: the rows as the table the terminal prints.
         prepare: optional early check of a config in the parent (e.g. load the corpus), so a
             bad config fails before the out folder is written and any run starts.
-        claims: the seed claims its rows test (:mod:`posenc.lab.seed_claims`), judged after
-            every run into ``claims.json``, printed after the table and leading the report.
+        claims: the published findings its rows test (:class:`~posenc.lab.claims.Claim`),
+            judged after every run into ``claims.json``, printed after the table and leading
+            the report.
+        sections: what the report shows of its rows (:class:`Section`), in order.
     """
 
     name: str
@@ -120,19 +153,11 @@ class Experiment(Generic[C]):
     table: Callable[[Sequence[Row]], str]
     prepare: Callable[[C], object] | None = None
     claims: tuple[Claim, ...] = ()
+    sections: tuple[Section, ...] = ()
 
-
-def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
-    """``seeds`` as a tuple; ``ValueError`` naming ``seeds`` unless they are distinct
-    non-negative integers, at least one."""
-    seeds = tuple(seeds)
-    if (
-        not seeds
-        or len(set(seeds)) != len(seeds)
-        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
-    ):
-        raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
-    return seeds
+    def section_rows(self) -> dict[str, Section]:
+        """Each section by the ``experiment`` column of the rows it shows."""
+        return {section.rows or self.name: section for section in self.sections}
 
 
 def check_encoding_names(encodings: Sequence[str]) -> tuple[str, ...]:
@@ -263,7 +288,7 @@ def execute_run(experiment: Experiment[Any], config: Any, run: Run, run_dir: Pat
     """Execute one run with the config's threads and record it finished (``eval.json``,
     written by rank 0 under ``torchrun``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    with torch_threads(getattr(config, "threads", None)):
+    with torch_threads(runner_args(config).threads):
         rows = experiment.execute(config, run, run_dir)
     if rank_and_world()[0] == 0:
         atomic_write_text(run_dir / "eval.json", json.dumps(rows, indent=2))
@@ -331,7 +356,7 @@ def run_experiment(
         return rows
     write_results_csv(rows, folder / "results.csv")
     records = record_claims(folder, experiment.claims, rows)
-    write_report(folder, title=experiment.title)
+    write_report(folder, title=experiment.title, experiments=(experiment,))
     say(experiment.table(rows))
     if records:
         say(format_verdicts(records))
@@ -346,8 +371,9 @@ def _execute(
     say: Callable[[str], None],
     start: float,
 ) -> dict[str, list[Row]]:
-    workers = min(int(getattr(config, "workers", 1)), len(runs))
-    isolate = bool(getattr(config, "isolate", False))
+    runner = runner_args(config)
+    workers = min(runner.workers, len(runs))
+    isolate = runner.isolate
     results: dict[str, list[Row]] = {}
     if workers <= 1 and not isolate:
         for index, run in enumerate(runs):
@@ -356,8 +382,8 @@ def _execute(
             say(f"[{experiment.name}] {run.name} done ({time.perf_counter() - start:.0f} s)")
         return results
     say(f"[{experiment.name}] {len(runs)} run(s) on {max(1, workers)} worker process(es)")
-    if workers > 1 and hasattr(config, "progress"):
-        config = dataclasses.replace(config, progress=False)
+    if workers > 1 and runner.progress and hasattr(config, "runner"):
+        config = dataclasses.replace(config, runner=dataclasses.replace(runner, progress=False))
     context = multiprocessing.get_context("spawn")
     if isolate and sys.version_info >= (3, 11):  # a fresh process per run
         pool = ProcessPoolExecutor(max(1, workers), context, max_tasks_per_child=1)

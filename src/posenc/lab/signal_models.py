@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.attention import build_context
 from posenc.encoding.base import PositionalEncoding
+from posenc.lab.config import RunnerArgs
 from posenc.lab.runner import check_encoding_names, check_pos_kwargs_names, check_seeds
 from posenc.models import Block, ModelConfig, layer_encodings
 from posenc.registry import ModelDims, build_encoding
@@ -136,10 +137,8 @@ class SignalRunConfig:
         lr: peak learning rate.
         weight_decay: AdamW's weight decay.
         warmup_steps: linear warmup steps.
-        workers: runs in parallel (processes).
-        threads: torch intra-op threads per run (``None`` = leave as is).
         device: torch device of training and evaluation.
-        progress: progress output (the runner turns it off in parallel workers).
+        runner: how the runs execute.
     """
 
     encodings: tuple[str, ...] = (NONE,)
@@ -155,16 +154,14 @@ class SignalRunConfig:
     lr: float = 2e-3
     weight_decay: float = 0.05
     warmup_steps: int = 20
-    workers: int = 1
-    threads: int | None = 1
     device: str = "cpu"
-    progress: bool = True
+    runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "encodings", check_encoding_names(self.encodings))
         object.__setattr__(self, "seeds", check_seeds(self.seeds))
         check_non_negative_int("data_seed", self.data_seed)
-        for name in ("dim", "depth", "num_heads", "epochs", "batch_size", "workers"):
+        for name in ("dim", "depth", "num_heads", "epochs", "batch_size"):
             check_positive_int(name, getattr(self, name))
         if self.dim % self.num_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
@@ -173,8 +170,6 @@ class SignalRunConfig:
         if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
             raise ValueError(f"weight_decay must be finite and >= 0, got {self.weight_decay}")
         check_non_negative_int("warmup_steps", self.warmup_steps)
-        if self.threads is not None:
-            check_positive_int("threads", self.threads)
         check_pos_kwargs_names(self.pos_kwargs, self.encodings)
 
     def model(self, encoding: str, grid: tuple[int, ...], max_seq_len: int) -> SignalTransformer:

@@ -2,7 +2,8 @@
 
 The experiments' printed tables and the report's tables are both built here, from
 :func:`posenc.lab.claims.aggregate` (sample std over seeds; ``–`` where a cell is undefined,
-such as a learned table past ``T``).
+such as a learned table past ``T``). A table of the report is a :data:`Table`, ``(caption,
+header, body)``; each experiment's :class:`~posenc.lab.runner.Section` makes its own.
 """
 
 from __future__ import annotations
@@ -14,8 +15,12 @@ from posenc.lab.claims import aggregate, format_mean_std
 
 __all__ = [
     "Pivot",
+    "Table",
+    "complete_rows",
     "depth_means",
+    "has_column",
     "length_label",
+    "per_encoding_table",
     "pivot",
     "seed_means",
     "seed_note",
@@ -25,6 +30,8 @@ __all__ = [
 
 Row = dict[str, Any]
 Pivot = tuple[list[str], list[list[str]]]
+#: A table of the report: ``(caption, header, body)``, every cell a string.
+Table = tuple[str, list[str], list[list[str]]]
 
 
 def pivot(
@@ -124,3 +131,40 @@ def with_variant(rows: Sequence[Row]) -> list[Row]:
         {**row, "variant": f"{row['encoding']}{'+rand' if row.get('randomized') else ''}"}
         for row in rows
     ]
+
+
+def complete_rows(rows: Sequence[Row], keys: Sequence[str]) -> list[Row]:
+    """The rows holding every key (a row missing one cannot be placed in a pivot)."""
+    return [row for row in rows if all(row.get(k) not in (None, "") for k in keys)]
+
+
+def has_column(rows: Sequence[Row], column: str) -> bool:
+    """Whether any row holds a value in ``column``."""
+    return any(row.get(column) not in (None, "") for row in rows)
+
+
+def per_encoding_table(
+    rows: Sequence[Row], caption: str, values: Sequence[tuple[str, str, int]]
+) -> list[Table]:
+    """One line per encoding: the seeds, then each ``(title, column, digits)`` as mean ± std
+    over seeds, the first also as min–max; no table when no row has an encoding or a value."""
+    rows = complete_rows(rows, ["encoding"])
+    values = [value for value in values if has_column(rows, value[1])]
+    if not rows or not values:
+        return []
+    stats = [
+        {g["encoding"]: g for g in aggregate(rows, ["encoding"], column)} for _, column, _ in values
+    ]
+    header = ["encoding", "seeds", values[0][0], "min–max", *(title for title, _, _ in values[1:])]
+    body = []
+    for encoding, first in stats[0].items():
+        places = values[0][2]
+        spread = (
+            "–" if first["min"] is None else f"{first['min']:.{places}f}–{first['max']:.{places}f}"
+        )
+        cells = [
+            format_mean_std(table[encoding]["mean"], table[encoding]["std"], digits)
+            for table, (_, _, digits) in zip(stats, values, strict=True)
+        ]
+        body.append([str(encoding), str(first["n"]), cells[0], spread, *cells[1:]])
+    return [(f"{caption}; {seed_note(rows)}.", header, body)]

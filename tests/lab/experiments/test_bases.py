@@ -8,26 +8,27 @@ from pathlib import Path
 import pytest
 import torch
 
-from posenc.lab.experiments.bases import PRETRAIN_BASE, BasesConfig, predicted_regime, run_bases
-from posenc.lab.seed_claims import claims_of
+from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs, replace_fields
+from posenc.lab.experiments.bases import (
+    EXPERIMENT,
+    PRETRAIN_BASE,
+    BasesConfig,
+    predicted_regime,
+    run_bases,
+)
 from posenc.rotary.scaling.laws import extrapolation_bound
 
 TINY = BasesConfig(
-    train_len=16,
-    dim=32,
-    depth=1,
-    num_heads=2,
-    steps=10,
-    batch_size=4,
-    warmup_steps=1,
     passkey_steps=0,
     bases=(2.0, PRETRAIN_BASE, 1_000_000.0),
     ft_steps=3,
     ft_warmup_steps=1,
     multipliers=(1.0, 4.0),
     eval_tokens=128,
-    corpus_bytes=20_000,
-    progress=False,
+    model=ModelArgs(dim=32, depth=1, num_heads=2),
+    train=TrainArgs(steps=10, batch_size=4, warmup_steps=1),
+    data=DataArgs(train_len=16, corpus_bytes=20_000),
+    runner=RunnerArgs(progress=False),
 )
 
 
@@ -61,10 +62,10 @@ def test_fine_tunes_start_from_the_base_and_train_at_their_own_base(finished):
 
 def test_rows_carry_the_scaling_laws_regime(finished):
     _, rows = finished
-    head_dim = TINY.dim // TINY.num_heads
+    head_dim = TINY.model.dim // TINY.model.num_heads
     by_base = {r["base"]: (r["regime"], r["predicted_bound"]) for r in rows}
     assert by_base[2.0] == ("small", None)
-    big = extrapolation_bound(head_dim, 1e6, TINY.train_len, pretrain_base=PRETRAIN_BASE)
+    big = extrapolation_bound(head_dim, 1e6, TINY.data.train_len, pretrain_base=PRETRAIN_BASE)
     assert by_base[1_000_000.0] == ("larger", big)
     assert by_base[PRETRAIN_BASE][0] == "larger"
 
@@ -78,7 +79,7 @@ def test_regimes():
 
 
 def test_the_claims_read_these_rows():
-    names = {c.name for c in claims_of("bases")}
+    names = {c.name for c in EXPERIMENT.claims}
     assert names == {
         "small_base_flat_16x",
         "large_base_holds_within_bound",
@@ -98,4 +99,4 @@ def test_the_claims_read_these_rows():
 )
 def test_bad_config_names_the_field(field, value, match):
     with pytest.raises(ValueError, match=match):
-        BasesConfig(**{**TINY.__dict__, field: value})
+        replace_fields(TINY, **{field: value})

@@ -5,7 +5,6 @@ positions."""
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from posenc.lab.config import ModelArgs, RunnerArgs, TrainArgs, replace_fields
 from posenc.lab.data.tasks import make_task
 from posenc.lab.experiments import generalize
 from posenc.lab.experiments.generalize import (
@@ -28,18 +28,14 @@ TINY = TasksConfig(
     tasks=("copy", "counting"),
     encodings=("rope", "learned"),
     randomized=(False, True),
-    dim=32,
-    depth=2,
-    num_heads=4,
-    steps=20,
-    batch_size=8,
-    warmup_steps=5,
     eval_examples=6,
     task_params={
         "copy": {"train_lengths": [1, 4], "test_lengths": [6, 8]},
         "counting": {"train_lengths": [2, 4], "test_lengths": [6]},
     },
-    progress=False,
+    model=ModelArgs(dim=32, depth=2, num_heads=4),
+    train=TrainArgs(steps=20, batch_size=8, lr=1e-3, warmup_steps=5),
+    runner=RunnerArgs(progress=False),
 )
 
 
@@ -87,13 +83,13 @@ def test_resume_trains_nothing(
     monkeypatch.setattr(generalize, "train", fail)
     assert run_tasks(TINY, out, echo=None) == rows
     # threads/workers/progress only change how it runs, so they do not count as a mismatch
-    assert run_tasks(replace(TINY, threads=2, workers=2), out, echo=None) == rows
+    assert run_tasks(replace_fields(TINY, threads=2, workers=2), out, echo=None) == rows
 
 
 def test_config_mismatch_raises(tiny_run: tuple[Path, list[dict[str, Any]]]) -> None:
     out, _ = tiny_run
     with pytest.raises(ValueError, match="steps"):
-        run_tasks(replace(TINY, steps=21), out, echo=None)
+        run_tasks(replace_fields(TINY, steps=21), out, echo=None)
 
 
 @pytest.mark.parametrize(
@@ -120,7 +116,7 @@ def test_config_mismatch_raises(tiny_run: tuple[Path, list[dict[str, Any]]]) -> 
 )
 def test_config_rejects_bad_fields(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
-        replace(TINY, **{field: value})
+        replace_fields(TINY, **{field: value})
 
 
 def test_model_covers_positions() -> None:

@@ -11,6 +11,7 @@ from torch.testing import assert_close
 
 pytest.importorskip("sklearn")
 
+from posenc.lab.config import RunnerArgs
 from posenc.lab.experiments.resolution import (
     ResolutionConfig,
     canvas,
@@ -30,7 +31,7 @@ TINY = ResolutionConfig(
     batch_size=64,
     test_size=100,
     test_sides=(8, 12),
-    progress=False,
+    runner=RunnerArgs(progress=False),
 )
 
 

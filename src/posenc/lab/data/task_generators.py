@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["PAD", "SEP", "TASKS", "Example", "Params", "TaskSpec"]
+__all__ = ["PAD", "SEP", "TASKS", "Example", "Params", "TaskSpec", "float_param"]
 
 PAD = "<pad>"
 SEP = "<sep>"
@@ -52,7 +52,8 @@ def _int(params: Params, key: str) -> int:
     return value
 
 
-def _float(params: Params, key: str) -> float:
+def float_param(params: Params, key: str) -> float:
+    """The number ``params[key]`` as a float (task parameters are checked before generation)."""
     value = params[key]
     assert isinstance(value, (int, float)), key
     return float(value)
@@ -193,7 +194,7 @@ def _mqar_check(length: int, params: Params) -> None:
 
 
 def _flip_flop(rng: random.Random, n: int, params: Params) -> Example:
-    p_ignore = _float(params, "p")
+    p_ignore = float_param(params, "p")
     sequence: list[str] = []
     mask: list[bool] = []
     memory = "0"
@@ -225,7 +226,7 @@ def _selective_copy(rng: random.Random, n: int, params: Params) -> Example:
 
 def _counting(rng: random.Random, n: int, params: Params) -> Example:
     names = list(_LETTERS[: _int(params, "num_variables")])
-    p_set, p_inc = _float(params, "p_set"), _float(params, "p_increment")
+    p_set, p_inc = float_param(params, "p_set"), float_param(params, "p_increment")
     values = dict.fromkeys(names, 0)
     prompt: list[str] = []
     for _ in range(n):

@@ -40,7 +40,7 @@ from torch import Tensor
 
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed, shard_slice
-from posenc.lab.data.task_generators import PAD, SEP, TASKS, Example, TaskSpec, _float
+from posenc.lab.data.task_generators import PAD, SEP, TASKS, Example, TaskSpec, float_param
 
 __all__ = ["PAD", "SEP", "TASKS", "Example", "TaskSource", "TaskSpec", "accuracy", "make_task"]
 
@@ -80,7 +80,7 @@ def _check_params(spec: TaskSpec, params: dict[str, object]) -> None:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
             if not ok or not low_f <= value <= high_f:  # type: ignore[operator]
                 raise ValueError(f"{key} must be a number in [{low_f}, {high_f}], got {value!r}")
-    if "p_set" in params and _float(params, "p_set") + _float(params, "p_increment") > 1:
+    if "p_set" in params and float_param(params, "p_set") + float_param(params, "p_increment") > 1:
         raise ValueError("p_set + p_increment must be <= 1")
 
 

@@ -1,8 +1,10 @@
 """The lab's experiments by name: what ``posenc lab NAME`` dispatches on.
 
-Each experiment module defines ``EXPERIMENT`` (a :class:`posenc.lab.runner.Experiment`);
-this registry imports them, so the import graph shows every experiment. Adding one is its
-module in this folder plus its name here (docs/lab.md shows a whole example).
+Each experiment module (or package, for the larger ones) defines ``EXPERIMENT`` (a
+:class:`posenc.lab.runner.Experiment`: its config, runs, report sections, figures and
+claims); this registry imports them, so the import graph shows every experiment. Adding one
+is its module in this folder plus its line here, or :func:`register_experiment` for one kept
+elsewhere (docs/lab.md shows a whole example).
 ``python -m posenc.lab.experiments NAME`` runs one (:mod:`~posenc.lab.experiments.__main__`,
 what ``torchrun`` starts).
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from posenc.lab.claims import Claim
 from posenc.lab.experiments import (
     audio,
     bases,
@@ -29,7 +32,7 @@ from posenc.lab.experiments import (
 )
 from posenc.lab.runner import Experiment
 
-__all__ = ["EXPERIMENTS", "get_experiment", "register_experiment"]
+__all__ = ["EXPERIMENTS", "all_claims", "get_experiment", "register_experiment"]
 
 EXPERIMENTS: dict[str, Experiment[Any]] = {}
 
@@ -49,6 +52,16 @@ def get_experiment(name: str) -> Experiment[Any]:
     return EXPERIMENTS[name]
 
 
+def all_claims() -> tuple[Claim, ...]:
+    """Every registered experiment's claims in registry order, each once (``longctx``
+    carries ``extend``'s): the lab's catalogue of published findings."""
+    seen: dict[int, Claim] = {}
+    for experiment in EXPERIMENTS.values():
+        for claim in experiment.claims:
+            seen.setdefault(id(claim), claim)
+    return tuple(seen.values())
+
+
 for _module in (
     extrapolate,
     extend,
@@ -62,7 +75,7 @@ for _module in (
     triangles,
     temporal_links,
     audio,
-    vla,
     video,
+    vla,
 ):
     register_experiment(_module.EXPERIMENT)

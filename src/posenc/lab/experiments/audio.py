@@ -67,7 +67,7 @@ from torch import Tensor, nn
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.additive.learned import LearnedPositionalEmbedding, resize_table
 from posenc.additive.learned_grid import FactorizedLearned, LearnedGrid
-from posenc.lab.atlas import atlas_table
+from posenc.lab.atlas import atlas_section, atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.audio import (
     FREQ_BINS,
@@ -462,4 +462,5 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_audio_table,
     prepare=prepare_audio,
+    sections=(atlas_section("audio", "Audio: keyword spotting on spectrograms"),),
 )

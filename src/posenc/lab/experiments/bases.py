@@ -34,18 +34,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
-from posenc.lab.data.corpus import CorpusSplits, LMSource, load_corpus
+from posenc.lab.claims import Claim, Statistic, ratio_at
+from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
+from posenc.lab.data.corpus import CorpusSplits, LMSource
 from posenc.lab.experiments.extend import ExtendConfig, final_state, train_base
 from posenc.lab.experiments.extrapolate import evaluate_lm
-from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
-from posenc.lab.seed_claims import claims_of
+from posenc.lab.runner import Experiment, Run, run_experiment
 from posenc.lab.tables import length_label, pivot, seed_note, text_table
 from posenc.lab.train import TrainConfig, train
 from posenc.models import DecoderLM, ModelConfig
@@ -70,17 +71,11 @@ PRETRAIN_BASE = 10_000.0
 class BasesConfig:
     """One base-sweep experiment (defaults: the documented setting).
 
+    The pre-training (``model``, ``train``, ``data``, ``passkey_steps``) is that of
+    :class:`~posenc.lab.experiments.extend.ExtendConfig`, so that extend's finished base
+    runs can be reused.
+
     Args:
-        train_len: ``T``, the length of pre-training and of every fine-tune.
-        dim: the decoder's width (pre-training as
-            :class:`~posenc.lab.experiments.extend.ExtendConfig`, so that extend's finished base
-            runs can be reused).
-        depth: the decoder's layers.
-        num_heads: attention heads per layer (head_dim = dim / num_heads).
-        steps: pre-training steps.
-        batch_size: sequences per step (pre-training and fine-tunes).
-        lr: peak learning rate of the pre-training.
-        warmup_steps: linear warmup steps of the pre-training.
         passkey_steps: pre-training steps on passkey rows (as extend's base).
         bases: RoPE bases ``β`` to fine-tune at (> 0, distinct); include ``10⁴`` as control.
         ft_steps: steps of each fine-tune (at ``T``).
@@ -88,23 +83,13 @@ class BasesConfig:
         ft_warmup_steps: its warmup steps.
         multipliers: evaluation lengths as multiples of ``T``.
         eval_tokens: bytes of the test split scored at every evaluation length.
-        corpus: text files or folders; empty = the Python standard library sources.
-        corpus_bytes: cap on each split's size (None = whole corpus).
-        seeds: one base and its fine-tunes per seed; tables give mean ± std over seeds.
-        split_seed: seed of the corpus's train/validation/test split.
-        threads: torch intra-op threads per run (None = torch's default).
-        workers: runs at once in spawned processes (1 = in this process).
-        progress: progress bars (off in worker processes).
+        model: the decoder's shape (head_dim = dim / num_heads).
+        train: the pre-training: one base and its fine-tunes per seed (tables give mean ± std
+            over seeds); ``batch_size`` is the fine-tunes' too.
+        data: the corpus and ``T``, the length of pre-training and of every fine-tune.
+        runner: how the runs execute.
     """
 
-    train_len: int = 128
-    dim: int = 128
-    depth: int = 4
-    num_heads: int = 4
-    steps: int = 1000
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 100
     passkey_steps: int = 250
     bases: tuple[float, ...] = (10.0, 500.0, PRETRAIN_BASE, 1_000_000.0)
     ft_steps: int = 200
@@ -112,13 +97,10 @@ class BasesConfig:
     ft_warmup_steps: int = 20
     multipliers: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0)
     eval_tokens: int = 32768
-    corpus: tuple[str, ...] = ()
-    corpus_bytes: int | None = None
-    seeds: tuple[int, ...] = (0,)
-    split_seed: int = 0
-    threads: int | None = 1
-    workers: int = 1
-    progress: bool = True
+    model: ModelArgs = field(default_factory=ModelArgs)
+    train: TrainArgs = field(default_factory=TrainArgs)
+    data: DataArgs = field(default_factory=DataArgs)
+    runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
         for f in fields(self):  # JSON (CLI --set) gives lists: keep the frozen tuples
@@ -134,44 +116,38 @@ class BasesConfig:
         check_positive_int("ft_steps", self.ft_steps)
         check_non_negative_int("ft_warmup_steps", self.ft_warmup_steps)
         check_positive_float("ft_lr", self.ft_lr)
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
         self.extend_config()  # the pre-training's own checks (dims, lengths, passkey rows)
 
     def extend_config(self) -> ExtendConfig:
         """The extend experiment's config of the same pre-training (base runs match)."""
         return ExtendConfig(
-            train_len=self.train_len,
-            dim=self.dim,
-            depth=self.depth,
-            num_heads=self.num_heads,
-            steps=self.steps,
-            batch_size=self.batch_size,
-            lr=self.lr,
-            warmup_steps=self.warmup_steps,
             passkey_steps=self.passkey_steps,
             methods=("rope",),
             multipliers=self.multipliers,
             ft_methods=(),
             passkey_lengths=(),
             eval_tokens=self.eval_tokens,
-            corpus=self.corpus,
-            corpus_bytes=self.corpus_bytes,
-            seeds=self.seeds,
-            split_seed=self.split_seed,
-            threads=self.threads,
-            progress=self.progress,
+            model=self.model,
+            train=self.train,
+            data=self.data,
+            runner=RunnerArgs(threads=self.runner.threads, progress=self.runner.progress),
         )
 
     @property
+    def train_len(self) -> int:
+        """``T`` (``data.train_len``)."""
+        return self.data.train_len
+
+    @property
     def head_dim(self) -> int:
-        return self.dim // self.num_heads
+        return self.model.dim // self.model.num_heads
 
     def model_config(self, base: float) -> ModelConfig:
         return ModelConfig(
             vocab_size=256,
-            dim=self.dim,
-            depth=self.depth,
-            num_heads=self.num_heads,
+            dim=self.model.dim,
+            depth=self.model.depth,
+            num_heads=self.model.num_heads,
             max_seq_len=self.train_len,
             pos="rope",
             pos_kwargs={"base": base},
@@ -181,15 +157,75 @@ class BasesConfig:
         return TrainConfig.for_steps(
             self.ft_steps,
             warmup_steps=self.ft_warmup_steps,
-            batch_size=self.batch_size,
+            batch_size=self.train.batch_size,
             lr=self.ft_lr,
             seed=seed,
-            progress=self.progress,
+            progress=self.runner.progress,
         )
 
 
+# --- the published findings its rows test ---------------------------------------------
+
+_LIU = "Liu et al. 2023, Scaling Laws of RoPE-based Extrapolation, https://arxiv.org/abs/2310.05209"
+_LIU_PUBLISHED = (
+    "LLaMA 2 7B/13B tuned at 4K (= pre-training length): base 500 keeps perplexity from "
+    "exploding far beyond 4K; base 1e6 holds to about its bound 2π·1e6^(92/128) ≈ 129K "
+    "(Theorems 1-2, Figure 1; no table of ours to compare: figures only)"
+)
+
+
+def _tuned_growth(base: float, multiplier: float, over: float = 1.0) -> Statistic:
+    """ppl after tuning at ``base``: at ``multiplier``·T over at ``over``·T (bases sweep)."""
+    return ratio_at(
+        "bases",
+        {"base": base, "stage": "ft"},
+        "ppl",
+        {"multiplier": multiplier},
+        {"multiplier": over},
+    )
+
+
+#: The scaling laws' claims its rows test, in report order.
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        name="small_base_flat_16x",
+        text="Tuned at T with a base so small that every pair completes a period within T "
+        "(10 here; the full-period base is 24.9 at head_dim 32, T = 128), perplexity does "
+        "not explode beyond T: ppl(16T) / ppl(T) ≤ 1.5 (no bound in the small-base regime).",
+        paper=_LIU,
+        published=_LIU_PUBLISHED,
+        experiment="bases",
+        statistic=_tuned_growth(10.0, 16.0),
+        threshold=1.5,
+        direction="<=",
+    ),
+    Claim(
+        name="large_base_holds_within_bound",
+        text="Tuned at T with base 1e6, perplexity holds up to the predicted bound "
+        "2π·β^(d_extra/d) (1117 positions = 8.7·T here): ppl(8T) / ppl(T) ≤ 1.5.",
+        paper=_LIU,
+        published=_LIU_PUBLISHED,
+        experiment="bases",
+        statistic=_tuned_growth(1_000_000.0, 8.0),
+        threshold=1.5,
+        direction="<=",
+    ),
+    Claim(
+        name="large_base_fails_beyond_bound",
+        text="Beyond its bound the base-1e6 model degrades: ppl(16T) / ppl(8T) ≥ 1.2 "
+        "(16T = 2048 > 1117 ≥ 8T).",
+        paper=_LIU,
+        published=_LIU_PUBLISHED,
+        experiment="bases",
+        statistic=_tuned_growth(1_000_000.0, 16.0, over=8.0),
+        threshold=1.2,
+        direction=">=",
+    ),
+)
+
+
 def _load(config: BasesConfig) -> CorpusSplits:
-    return load_corpus(config.corpus or None, seed=config.split_seed, max_bytes=config.corpus_bytes)
+    return config.data.load()
 
 
 def _run_name(base: float) -> str:
@@ -199,11 +235,11 @@ def _run_name(base: float) -> str:
 def _plan(config: BasesConfig) -> list[Run]:
     """The pre-trained base per seed, then one fine-tune per (base, seed) from it."""
     return [
-        *(Run(f"base/seed{seed}", {"seed": seed}) for seed in config.seeds),
+        *(Run(f"base/seed{seed}", {"seed": seed}) for seed in config.train.seeds),
         *(
             Run(f"{_run_name(base)}/seed{seed}", {"base": base, "seed": seed}, stage=1)
             for base in config.bases
-            for seed in config.seeds
+            for seed in config.train.seeds
         ),
     ]
 
@@ -312,5 +348,5 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_bases_tables,
     prepare=_load,
-    claims=claims_of("bases"),
+    claims=CLAIMS,
 )

@@ -16,21 +16,23 @@ averaged across ranks). Rows: ``experiment="lm"``, encoding, seed, ``val_loss``,
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from posenc._validate import check_non_negative_int, check_positive_int
+from posenc._validate import check_positive_int
 from posenc.lab.batch import Batch
-from posenc.lab.data.corpus import LMSource, eval_windows, load_corpus
+from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
+from posenc.lab.data.corpus import LMSource, eval_windows
 from posenc.lab.distributed import rank_and_world
 from posenc.lab.results import Row
-from posenc.lab.runner import Experiment, Run, check_seeds
-from posenc.lab.tables import text_table
+from posenc.lab.runner import Experiment, Run, Section
+from posenc.lab.tables import Table, per_encoding_table, text_table
 from posenc.lab.train import TrainConfig, lm_loss, train
 from posenc.models import DecoderLM, ModelConfig
 from posenc.registry import sequence_encoding_spec
@@ -44,45 +46,28 @@ class LmConfig:
 
     Args:
         encodings: registered encoding names (``posenc list``), one run each per seed.
-        seq_len: training and validation context length.
-        batch_size: the global batch (divided among ``torchrun`` ranks).
-        steps: training steps (AdamW, warmup then cosine decay).
-        lr: peak learning rate.
-        dim: the decoder's width.
-        depth: the decoder's layers.
-        num_heads: attention heads per layer.
-        max_bytes: cap on each corpus split's size.
         eval_windows: validation windows scored (every eval and at the end).
         device: torch device (under ``torchrun`` with CUDA, each rank's own GPU).
-        seeds: one run per seed and encoding (model init and batch order).
-        split_seed: seed of the corpus split (fixed across seeds).
-        threads: torch intra-op threads per run (``None`` = torch's default).
-        progress: progress bars.
+        model: the decoder's shape.
+        train: the seeds (one run per seed and encoding: model init and batch order) and the
+            schedule; ``batch_size`` is the global batch (divided among ``torchrun`` ranks).
+        data: the corpus (capped at 2 MB per split by default) and the training and
+            validation context ``train_len``.
+        runner: how the runs execute (``threads``: torch's default unless set).
     """
 
     encodings: tuple[str, ...] = ("rope",)
-    seq_len: int = 128
-    batch_size: int = 32
-    steps: int = 300
-    lr: float = 3e-3
-    dim: int = 128
-    depth: int = 2
-    num_heads: int = 4
-    max_bytes: int = 2_000_000
     eval_windows: int = 32
     device: str = "cpu"
-    seeds: tuple[int, ...] = (0,)
-    split_seed: int = 0
-    threads: int | None = None
-    progress: bool = True
+    model: ModelArgs = field(default_factory=functools.partial(ModelArgs, depth=2))
+    train: TrainArgs = field(
+        default_factory=functools.partial(TrainArgs, steps=300, warmup_steps=30)
+    )
+    data: DataArgs = field(default_factory=functools.partial(DataArgs, corpus_bytes=2_000_000))
+    runner: RunnerArgs = field(default_factory=functools.partial(RunnerArgs, threads=None))
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "batch_size", "steps", "dim", "depth", "num_heads"):
-            check_positive_int(name, getattr(self, name))
-        for name in ("max_bytes", "eval_windows"):
-            check_positive_int(name, getattr(self, name))
-        check_non_negative_int("split_seed", self.split_seed)
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
+        check_positive_int("eval_windows", self.eval_windows)
         if not self.encodings:
             raise ValueError("encodings must name at least one encoding")
         for name in self.encodings:
@@ -91,21 +76,22 @@ class LmConfig:
     def model_config(self, encoding: str) -> ModelConfig:
         return ModelConfig(
             vocab_size=256,
-            dim=self.dim,
-            depth=self.depth,
-            num_heads=self.num_heads,
+            dim=self.model.dim,
+            depth=self.model.depth,
+            num_heads=self.model.num_heads,
             pos=encoding,
-            max_seq_len=self.seq_len,
+            max_seq_len=self.data.train_len,
         )
 
     def train_config(self, seed: int) -> TrainConfig:
         return TrainConfig(
-            steps=self.steps,
-            batch_size=self.batch_size,
-            lr=self.lr,
+            steps=self.train.steps,
+            batch_size=self.train.batch_size,
+            lr=self.train.lr,
+            warmup_steps=self.train.warmup_steps,
             seed=seed,
             device=self.device,
-            progress=self.progress,
+            progress=self.runner.progress,
         )
 
 
@@ -113,19 +99,19 @@ def _plan(config: LmConfig) -> list[Run]:
     return [
         Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
         for encoding in config.encodings
-        for seed in config.seeds
+        for seed in config.train.seeds
     ]
 
 
 def _load(config: LmConfig) -> object:
-    return load_corpus(seed=config.split_seed, max_bytes=config.max_bytes)
+    return config.data.load()
 
 
 def _execute(config: LmConfig, run: Run, folder: Path) -> list[Row]:
     encoding, seed = run.params["encoding"], run.params["seed"]
-    corpus = load_corpus(seed=config.split_seed, max_bytes=config.max_bytes)
-    source = LMSource(corpus.train, config.seq_len, seed=seed)
-    windows = eval_windows(corpus.validation, config.seq_len, config.eval_windows)
+    corpus = config.data.load()
+    source = LMSource(corpus.train, config.data.train_len, seed=seed)
+    windows = eval_windows(corpus.validation, config.data.train_len, config.eval_windows)
 
     def validation_loss(model: nn.Module, step: int = 0) -> dict[str, float]:
         device = next(model.parameters()).device
@@ -175,6 +161,18 @@ def format_lm_table(rows: Sequence[Row]) -> str:
     return "byte-level LM, validation split\n" + text_table(header, body)
 
 
+def _tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's table: validation loss and perplexity, training loss and tokens/s per
+    encoding, mean ± std over seeds."""
+    values = [
+        ("val loss", "val_loss", 4),
+        ("val ppl", "val_ppl", 3),
+        ("train loss", "train_loss", 4),
+        ("tok/s", "tokens_per_s", 0),
+    ]
+    return per_encoding_table(rows, "Validation loss per positional encoding", values)
+
+
 EXPERIMENT = Experiment(
     name="lm",
     summary="the byte-level LM trainer (torchrun-ready): validation loss per encoding",
@@ -184,4 +182,5 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_lm_table,
     prepare=_load,
+    sections=(Section("Language model (torchrun)", _tables),),
 )

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,8 @@ pytest.importorskip("sklearn")
 
 from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D
 from posenc.attention import build_context, hooks_of
-from posenc.encoding.protocols import AdditiveEncoding
+from posenc.encoding import AdditiveEncoding
+from posenc.lab.config import RunnerArgs, replace_fields
 from posenc.lab.experiments import vit as vit_module
 from posenc.lab.experiments.vit import (
     ALIASES,
@@ -32,12 +32,7 @@ from posenc.lab.experiments.vit import (
 )
 from posenc.lab.results import read_results_csv
 from posenc.models import Block, ModelConfig
-from posenc.registry import (
-    EncodingSpec,
-    list_encodings,
-    register_encoding,
-    unregister_encoding,
-)
+from posenc.registry import EncodingSpec, list_encodings, register_encoding, unregister_encoding
 from posenc.rotary import AxialRotary2D
 
 ENCODINGS = ["none", *ALIASES, *(spec.name for spec in list_encodings())]
@@ -51,7 +46,7 @@ TINY = VitConfig(
     epochs=1,
     batch_size=256,  # 5 steps per epoch
     warmup_steps=2,
-    progress=False,
+    runner=RunnerArgs(progress=False),
 )
 
 
@@ -105,7 +100,7 @@ def test_resume_does_no_training(
         raise AssertionError("a finished run must not train again")
 
     monkeypatch.setattr(vit_module, "train", fail)
-    assert run_vit(replace(TINY, progress=True, threads=None), out, echo=None) == rows
+    assert run_vit(replace_fields(TINY, progress=True, threads=None), out, echo=None) == rows
 
 
 def test_lost_eval_is_recomputed_from_final_weights(
@@ -119,7 +114,7 @@ def test_lost_eval_is_recomputed_from_final_weights(
 def test_config_mismatch_raises(tiny_run: tuple[Path, list[dict[str, object]]]) -> None:
     out, _ = tiny_run
     with pytest.raises(ValueError, match="dim"):
-        run_vit(replace(TINY, dim=32), out, echo=None)
+        run_vit(replace_fields(TINY, dim=32), out, echo=None)
 
 
 @pytest.mark.parametrize(
@@ -148,11 +143,11 @@ def test_config_mismatch_raises(tiny_run: tuple[Path, list[dict[str, object]]]) 
 )
 def test_config_errors(changes: dict[str, object], name: str) -> None:
     with pytest.raises(ValueError, match=name):
-        replace(TINY, **changes)  # type: ignore[arg-type]
+        replace_fields(TINY, **changes)  # type: ignore[arg-type]
 
 
 def test_config_accepts_json_lists() -> None:
-    config = replace(TINY, encodings=["none", "rope_2d"], seeds=[3])  # type: ignore[arg-type]
+    config = replace_fields(TINY, encodings=["none", "rope_2d"], seeds=[3])  # type: ignore[arg-type]
     assert config.encodings == ("none", "rope_2d") and config.seeds == (3,)
 
 
@@ -222,9 +217,9 @@ def test_every_registered_encoding_trains_in_the_vit_or_is_refused(spec: Encodin
         with pytest.raises(ValueError, match=rf"encoding '{spec.name}'.*{reason}"):
             DigitsViTConfig(encoding=spec.name, dim=16, depth=2, num_heads=2)
         with pytest.raises(ValueError, match=rf"^encodings: .*{reason}"):
-            replace(TINY, encodings=("none", spec.name))
+            replace_fields(TINY, encodings=("none", spec.name))
         return
-    replace(TINY, encodings=("none", spec.name))  # the experiment's config accepts it
+    replace_fields(TINY, encodings=("none", spec.name))  # the experiment's config accepts it
     torch.manual_seed(0)
     model = DigitsViT(DigitsViTConfig(encoding=spec.name, dim=16, depth=2, num_heads=2))
     logits = model(torch.randint(0, 17, (3, 64)))
@@ -243,7 +238,9 @@ def test_every_registered_encoding_trains_in_the_vit_or_is_refused(spec: Encodin
 
 
 def test_the_encoding_gets_the_model_dims_and_pos_kwargs() -> None:
-    config = replace(TINY, encodings=("rope_2d", "t5"), pos_kwargs={"rope_2d": {"base": 50.0}})
+    config = replace_fields(
+        TINY, encodings=("rope_2d", "t5"), pos_kwargs={"rope_2d": {"base": 50.0}}
+    )
     rope = DigitsViT(config.model_config("rope_2d")).encoding
     assert isinstance(rope, AxialRotary2D) and rope.base == 50.0 and rope.head_dim == 8
     t5 = DigitsViT(config.model_config("t5")).encoding
@@ -376,7 +373,7 @@ def test_an_encoding_reading_other_axes_is_refused(register: Any) -> None:
     with pytest.raises(ValueError, match="3 position axes"):
         DigitsViTConfig(encoding="time_row_column_table", dim=16, num_heads=2)
     with pytest.raises(ValueError, match=r"^encodings: .*3 position axes"):
-        replace(TINY, encodings=("time_row_column_table",))
+        replace_fields(TINY, encodings=("time_row_column_table",))
 
 
 def test_config_validation_leaves_the_global_rng_alone() -> None:

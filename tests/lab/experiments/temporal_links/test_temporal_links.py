@@ -14,6 +14,7 @@ from torch.testing import assert_close
 from posenc.graph import Graph, laplacian_pe
 from posenc.graph.link_prediction import LSTEPConfig, LSTEPLinkPredictor
 from posenc.lab.claims import judge
+from posenc.lab.config import replace_fields
 from posenc.lab.data.temporal import drifting_communities
 from posenc.lab.experiments import get_experiment
 from posenc.lab.experiments.temporal_links import (
@@ -96,7 +97,7 @@ def test_end_to_end_rows_resume_and_claims(tmp_path):
 
 
 def test_a_run_is_a_function_of_its_config_and_seed(tmp_path):
-    config = replace(TINY, encodings=("none",), negatives=("random",))
+    config = replace_fields(TINY, encodings=("none",), negatives=("random",))
     first = run_temporal_links(config, tmp_path / "a", echo=None)
     second = run_temporal_links(config, tmp_path / "b", echo=None)
     assert first[0]["ap"] == second[0]["ap"]  # a run is a function of its config and seed
@@ -197,11 +198,11 @@ def test_community_separation():
 )
 def test_bad_config_names_the_field(field, value):
     with pytest.raises(ValueError, match=field):
-        replace(TINY, **{field: value})
+        replace_fields(TINY, **{field: value})
 
 
 def test_a_folder_without_changelogs_is_refused_before_any_run(tmp_path):
-    config = replace(TINY, datasets=("debian",), changelog_root=str(tmp_path))
+    config = replace_fields(TINY, datasets=("debian",), changelog_root=str(tmp_path))
     with pytest.raises(ValueError, match="root"):
         run_temporal_links(config, tmp_path / "out", echo=None)
     assert not (tmp_path / "out" / "runs").exists()

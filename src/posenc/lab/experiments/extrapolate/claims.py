@@ -1,24 +1,45 @@
-"""The seed claims of the newest methods in the train-short/test-long sweep, as data.
+"""The published findings the ``extrapolate`` rows test, as data.
 
-Part of :data:`posenc.lab.seed_claims.SEED_CLAIMS` (kept in their own file, as a family) and
-judged on the rows of ``posenc lab extrapolate`` (issue 27, point 4): FoX's and
-stick-breaking's length extrapolation, HoPE's and PoPE's against RoPE, CAPE's against the
-sinusoidal encoding it augments, and RoPE inside linear attention (a run with
-``--backend linear``, whose rows carry ``backend = "linear"``). Each states the paper's
-finding in its own words and the number behind it where one was retrieved; where only the
-abstract or a figure was, it says so. Thresholds are the findings' directions (a ratio of 1,
-a difference of 0, ALiBi's 10 % for "flat"), set before any run; the verdicts are judged over
-seeds by :mod:`posenc.lab.claims`. Learned sinks and soft-capping make no claim about length
-(their sources, gpt-oss and Gemma 2, publish none testable here): they are measured only.
+ALiBi's train-short/test-long findings for sinusoidal, learned, rotary and ALiBi encodings;
+KERPLE's and FIRE's flat perplexity to 2×T; DAPE around ALiBi and around KERPLE; and the
+newest methods of the sweep: FoX's and stick-breaking's length extrapolation, HoPE's and
+PoPE's against RoPE, CAPE's against the sinusoidal encoding it augments, and RoPE inside
+linear attention (a run with ``--backend linear``, whose rows carry ``backend = "linear"``).
+
+Each :class:`~posenc.lab.claims.Claim` names its paper and the published number it rests on
+(table and value; where only the abstract or a figure was retrieved, it says so), the
+statistic of the result rows that tests it and the threshold, with the threshold's reason in
+its text. Thresholds were set from the papers, not from our results; a claim that fails at
+our scale is reported as failing. :mod:`posenc.lab.claims` judges them. Learned sinks and
+soft-capping make no claim about length (their sources, gpt-oss and Gemma 2, publish none
+testable here): they are measured only.
 """
 
 from __future__ import annotations
 
 import json
 
-from posenc.lab.claims import Cell, Claim, Difference, MeanOverSeeds, Ratio, Statistic, ratio_at
+from posenc.lab.claims import (
+    Above,
+    Cell,
+    Claim,
+    Difference,
+    MeanOverSeeds,
+    OneOf,
+    Ratio,
+    Statistic,
+    fraction_undefined,
+    ratio_at,
+)
 
-__all__ = ["CAPE_TEXT_RECIPE", "METHOD_CLAIMS"]
+__all__ = ["CAPE_TEXT_RECIPE", "CLAIMS", "METHOD_CLAIMS"]
+
+_ALIBI = "Press et al. 2022, Train Short, Test Long (ALiBi), https://arxiv.org/abs/2108.12409"
+_KERPLE = "Chi et al. 2022, KERPLE, https://arxiv.org/abs/2205.09921"
+_FIRE = "Li et al. 2023, Functional Interpolation for Relative Positions (FIRE), https://arxiv.org/abs/2310.04418"
+_DAPE = (
+    "Zheng et al. 2024, DAPE: Data-Adaptive Positional Encoding, https://arxiv.org/abs/2405.14722"
+)
 
 _FOX = (
     "Lin et al. 2025, Forgetting Transformer: Softmax Attention with a Forget Gate (FoX, "
@@ -74,6 +95,46 @@ def _growth(encoding: str, multiplier: float, **where: object) -> Ratio:
     at = {"encoding": encoding, "multiplier": multiplier, **where}
     return Ratio(
         Cell("extrapolate", at, "ppl"), Cell("extrapolate", at | {"multiplier": 1.0}, "ppl")
+    )
+
+
+def _flat_2x(encoding: str, label: str, paper: str, dape: str) -> Claim:
+    """``encoding`` extrapolates to 2×T, against DAPE Table 5's re-run (the method papers'
+    own tables were not retrievable)."""
+    return Claim(
+        name=f"{encoding}_flat_2x",
+        text=f"{label} extrapolates to 2×T: ppl(2T) / ppl(T) ≤ 1.10.",
+        paper=paper,
+        published=f"{label.split()[0]}'s own tables not retrieved; DAPE Table 5 (125M, arXiv, "
+        f"T = 512, 3 seeds): {dape}",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(_growth(encoding, 2.0)),
+        threshold=1.10,
+        direction="<=",
+    )
+
+
+def _dape_lowers(inner: str, label: str, published: str) -> Claim:
+    """DAPE around ``inner`` has lower perplexity than ``inner`` alone at 8×T."""
+    kwargs = json.dumps({"inner": inner}, sort_keys=True)  # as extrapolate writes it
+    # the registry's default inner is ALiBi: rows built without arguments are DAPE-ALiBi too
+    variants = (kwargs, "{}") if inner == "alibi" else (kwargs,)
+    return Claim(
+        name=f"dape_lowers_{inner}_8x",
+        text=f"DAPE around {label} has lower perplexity than {label} alone at 8×T: "
+        f"ppl({inner}) / ppl(dape, pos_kwargs {kwargs}) at 8×T ≥ 1, paired by seed.",
+        paper=_DAPE,
+        published=published,
+        experiment="extrapolate",
+        statistic=ratio_at(
+            "extrapolate",
+            {"multiplier": 8.0},
+            "ppl",
+            {"encoding": inner},
+            {"encoding": "dape", "pos_kwargs": OneOf(variants)},
+        ),
+        threshold=1.0,
+        direction=">=",
     )
 
 
@@ -148,6 +209,7 @@ def _rope_in_linear_attention() -> Statistic:
     )
 
 
+#: The newest methods' claims (the sweep's last encodings).
 METHOD_CLAIMS: tuple[Claim, ...] = (
     _flat("fox", "FoX (no position encoding, a forget gate)", 1.10, _FOX, _FOX_PUBLISHED),
     _degrades_less("fox", "FoX", "rope", "RoPE", 8.0, _FOX, _FOX_PUBLISHED),
@@ -211,4 +273,103 @@ METHOD_CLAIMS: tuple[Claim, ...] = (
         threshold=1.0,
         direction=">=",
     ),
+)
+
+#: Every claim the ``extrapolate`` rows test, in the order they are reported.
+CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        name="alibi_flat_4x",
+        text="ALiBi is flat past T: its ppl at 4×T is within 10 % of its ppl at T "
+        "(ppl(4T) / ppl(T) ≤ 1.10).",
+        paper=_ALIBI,
+        published="Table 3 (T = 1024): 18.66 at T, 17.95 at 4024 ≈ 3.9×T (ratio 0.96); "
+        "Table 2 (T = 512): 19.73 at T, 18.41 at 2512 ≈ 4.9×T (0.93)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(_growth("alibi", 4.0)),
+        threshold=1.10,
+        direction="<=",
+    ),
+    Claim(
+        name="sinusoidal_degrades_1_25x",
+        text="Sinusoidal degrades from the first extra tokens: ppl(1.25T) / ppl(T) ≥ 1.02 "
+        "(at least 2 % worse; the published rise at 1.2×T is 2.7 %, where ALiBi and rotary "
+        "still improve).",
+        paper=_ALIBI,
+        published="Table 2 (T = 512): 20.05 at T, 20.59 at 612 = 1.2×T (ratio 1.027); it "
+        "improves only up to 20-50 extra tokens (§4)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(_growth("sinusoidal", 1.25)),
+        threshold=1.02,
+        direction=">=",
+    ),
+    Claim(
+        name="sinusoidal_explodes_2x",
+        text="Sinusoidal at 2×T is at least 1.5× its ppl at T (ppl(2T) / ppl(T) ≥ 1.5).",
+        paper=_ALIBI,
+        published="Table 2 (T = 512): 20.05 -> 43.54 at 1012 ≈ 2×T (2.17); Table 3 "
+        "(T = 1024): 19.34 -> 51.09 at 2024 ≈ 2×T (2.64)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(_growth("sinusoidal", 2.0)),
+        threshold=1.5,
+        direction=">=",
+    ),
+    Claim(
+        name="learned_undefined_past_t",
+        text="A learned table is undefined past T: every learned row with multiplier > 1 has "
+        "an undefined ppl (fraction undefined ≥ 1.0).",
+        paper=_ALIBI,
+        published="Learned absolute positions cannot be evaluated past L (§2, footnote 4)",
+        experiment="extrapolate",
+        statistic=fraction_undefined(
+            "extrapolate", {"encoding": "learned", "multiplier": Above(1.0)}, "ppl"
+        ),
+        threshold=1.0,
+        direction=">=",
+    ),
+    # "RoPE lies between ALiBi and sinusoidal" is two orderings; one claim each, so that a
+    # failure says which side broke (a single min() of both would hide it).
+    Claim(
+        name="rope_degrades_more_than_alibi_4x",
+        text="RoPE degrades more than ALiBi at 4×T: rope's ppl(4T) / ppl(T) minus ALiBi's, "
+        "paired by seed, ≥ 0.",
+        paper=_ALIBI,
+        published="Table 3 (T = 1024) at 4024 ≈ 3.9×T: rotary 19.33 -> 44.30 (×2.29), "
+        "ALiBi 18.66 -> 17.95 (×0.96)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(Difference(_growth("rope", 4.0), _growth("alibi", 4.0))),
+        threshold=0.0,
+        direction=">=",
+    ),
+    Claim(
+        name="rope_degrades_less_than_sinusoidal_4x",
+        text="RoPE degrades less than sinusoidal at 4×T: sinusoidal's ppl(4T) / ppl(T) minus "
+        "rope's, paired by seed, ≥ 0.",
+        paper=_ALIBI,
+        published="Table 3 (T = 1024) at 4024 ≈ 3.9×T: sinusoidal 19.34 -> 144.00 (×7.45), "
+        "rotary 19.33 -> 44.30 (×2.29)",
+        experiment="extrapolate",
+        statistic=MeanOverSeeds(Difference(_growth("sinusoidal", 4.0), _growth("rope", 4.0))),
+        threshold=0.0,
+        direction=">=",
+    ),
+    _flat_2x(
+        "kerple",
+        "KERPLE (log kernel)",
+        _KERPLE,
+        "KERPLE 4.58 at T, 4.35 at 2×T (×0.95), 5.44 at 4×T (×1.19)",
+    ),
+    _flat_2x("fire", "FIRE", _FIRE, "FIRE 4.57 at T, 4.70 at 2×T (×1.03), 30.12 at 4×T (×6.6)"),
+    _dape_lowers(
+        "alibi",
+        "ALiBi",
+        "§4.2 (Arxiv, T = 512, ppl at 16×T): 125M DAPE-Alibi 3.82 vs Alibi 4.54, 350M 3.57 vs "
+        "4.21; Appendix Figure 6 (T = 128, D_DAPE = 4): 5.67 vs 5.85 at 64×T",
+    ),
+    _dape_lowers(
+        "kerple",
+        "KERPLE",
+        "§4.1-4.2 (Arxiv, ppl at 8192): T = 128, 125M DAPE-Kerple 5.00 vs Kerple 31.93; "
+        "T = 512, 350M 3.43 vs 22.76",
+    ),
+    *METHOD_CLAIMS,
 )

@@ -51,15 +51,21 @@ over the validation and test time of every seed (``separation.png``).
 Rows: ``experiment="temporal_links"``, ``dataset``, ``encoding``, ``seed``, ``negatives``,
 ``ap``, ``auc``, ``val_ap``, ``best_epoch``, ``separation``, ``nodes``, ``train_events``,
 ``test_events``, ``train_seconds``.
+
+The package: this module (config, runs, evaluation, tables and figures) and :mod:`.claims`
+(the findings its rows test).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -74,16 +80,18 @@ from posenc.graph.link_prediction import (
     LSTEPState,
     PositionMode,
 )
+from posenc.lab.config import RunnerArgs
 from posenc.lab.data.temporal import (
     TemporalEvents,
     debian_changelog_events,
     drifting_communities,
     period_communities,
 )
+from posenc.lab.experiments.temporal_links.claims import CLAIMS
+from posenc.lab.figures import encoding_color, finite, mean_line, new_figure, without_seed
 from posenc.lab.run import atomic_write_text
-from posenc.lab.runner import Experiment, Run, check_seeds, run_experiment
-from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import pivot, seed_note, text_table
+from posenc.lab.runner import Experiment, Run, Section, check_seeds, run_experiment
+from posenc.lab.tables import Table, complete_rows, has_column, pivot, seed_note, text_table
 from posenc.lab.train_links import (
     VALIDATION_SALT,
     LinkData,
@@ -94,6 +102,9 @@ from posenc.lab.train_links import (
     train_links,
 )
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 __all__ = [
     "DATASETS",
     "ENCODINGS",
@@ -102,6 +113,8 @@ __all__ = [
     "TemporalLinksConfig",
     "community_separation",
     "run_temporal_links",
+    "separation_over_time",
+    "temporal_link_precision",
     "training_laplacian",
 ]
 
@@ -116,7 +129,7 @@ _POSITIONS: dict[str, PositionMode] = {
 }
 _POSITIVE = (
     "drift_steps drift_period position_dim history_len hidden_dim time_dim num_neighbors "
-    "time_gap epochs batch_size workers"
+    "time_gap epochs batch_size"
 )
 
 
@@ -146,8 +159,7 @@ class TemporalLinksConfig:
         epochs: passes over the training events; the best by validation AP is kept.
         batch_size: positive events per batch (and as many negatives).
         lr: Adam's learning rate.
-        threads: torch intra-op threads per run (``None`` = leave as is).
-        workers: runs at once, each in its own process.
+        runner: how the runs execute.
     """
 
     datasets: tuple[str, ...] = DATASETS
@@ -167,8 +179,7 @@ class TemporalLinksConfig:
     epochs: int = 30
     batch_size: int = 200
     lr: float = 1e-3
-    threads: int | None = 1
-    workers: int = 1
+    runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -187,8 +198,6 @@ class TemporalLinksConfig:
             check_positive_int(name, getattr(self, name))
         check_non_negative_int("data_seed", self.data_seed)
         check_positive_float("lr", self.lr)
-        if self.threads is not None:
-            check_positive_int("threads", self.threads)
 
 
 def load_events(config: TemporalLinksConfig, dataset: str) -> TemporalEvents:
@@ -328,8 +337,6 @@ def _execute(config: TemporalLinksConfig, run: Run, folder: Path) -> list[Row]:
 
 def _separation_figure(folder: Path) -> list[Row]:
     """Stage 1: ``separation.png`` from the ``trace.json`` of the drifting runs (no rows)."""
-    from posenc.lab.figures import separation_over_time
-
     traces = {
         str(path.parent.relative_to(folder.parent)): json.loads(path.read_text("utf-8"))
         for path in sorted(folder.parent.glob("*/seed*/trace.json"))
@@ -383,6 +390,78 @@ def run_temporal_links(
     return run_experiment(EXPERIMENT, config, out, echo=echo)
 
 
+def _tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's tables: test AP and ROC AUC by (dataset, encoding) × negative sampling."""
+    rows = complete_rows(rows, ["dataset", "encoding", "negatives"])
+    tables = []
+    for value, what in (("ap", "average precision"), ("auc", "ROC AUC")):
+        if has_column(rows, value):
+            header, body = pivot(rows, ["dataset", "encoding"], "negatives", value)
+            caption = f"Test {what} by negative sampling; {seed_note(rows)}."
+            tables.append((caption, header, body))
+    return tables
+
+
+def temporal_link_precision(rows: Sequence[Row]) -> Figure:
+    """Test AP per encoding and negative sampling, one panel per dataset: bars the mean over
+    seeds, dots the seeds (``temporal_links`` rows)."""
+    cells: dict[str, dict[tuple[str, str], list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in rows:
+        if row.get("experiment") == "temporal_links" and finite(row.get("ap")):
+            cells[row["dataset"]][(row["encoding"], row["negatives"])].append(row["ap"])
+    fig = new_figure(figsize=(5.2 * max(len(cells), 1), 3.6), layout="constrained")
+    for index, (dataset, cell) in enumerate(cells.items()):
+        ax = fig.add_subplot(1, len(cells), index + 1)
+        encodings = list(dict.fromkeys(encoding for encoding, _ in cell))
+        negatives = list(dict.fromkeys(strategy for _, strategy in cell))
+        width = 0.8 / len(negatives)
+        for n, strategy in enumerate(negatives):
+            for e, encoding in enumerate(encodings):
+                values = cell.get((encoding, strategy), [])
+                if not values:
+                    continue
+                x = e + (n - (len(negatives) - 1) / 2) * width
+                label = strategy if e == 0 else None
+                ax.bar(x, statistics.fmean(values), width, color=f"C{n}", alpha=0.6, label=label)
+                ax.plot([x] * len(values), values, "k.", ms=4)
+        ax.set_xticks(range(len(encodings)), encodings)
+        ax.axhline(0.5, color="gray", lw=0.8, ls=":")
+        ax.set(title=dataset, ylabel="test AP (bar: mean, dots: seeds)", ylim=(0.4, 1.0))
+        ax.legend(title="negatives", fontsize=7)
+    return fig
+
+
+def separation_over_time(traces: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure:
+    """How well the encodings follow the drifting communities, batch by batch: separation
+    (same minus cross-community cosine similarity) against time, one line per encoding (the
+    mean over its seeds), the test part shaded.
+
+    Args:
+        traces: run name (``"lstep/seed0"``) -> its ``trace.json`` records
+            (``{"split", "time", "separation"}``, one per evaluation batch).
+    """
+    by_encoding: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    test_start = math.inf
+    for name, records in traces.items():
+        for record in records:
+            by_encoding[without_seed(name)].append((record["time"], record["separation"]))
+            if record["split"] == "test":
+                test_start = min(test_start, record["time"])
+    fig = new_figure(figsize=(7, 3.6), layout="constrained")
+    ax = fig.add_subplot()
+    for encoding, points in sorted(by_encoding.items()):
+        mean_line(ax, points, marker=".", label=encoding, color=encoding_color(encoding))
+    if math.isfinite(test_start):
+        ax.axvspan(test_start, max(t for p in by_encoding.values() for t, _ in p), alpha=0.1)
+    ax.set(
+        xlabel="time (validation, then test: shaded)",
+        ylabel="community separation of the encodings",
+        title="drifting communities: do the encodings follow them?",
+    )
+    ax.legend(fontsize=7)
+    return fig
+
+
 EXPERIMENT = Experiment(
     name="temporal_links",
     summary="temporal link prediction: L-STEP vs static Laplacian vs no encoding, AP and AUC "
@@ -393,5 +472,12 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_temporal_links_table,
     prepare=_prepare,
-    claims=claims_of("temporal_links"),
+    claims=CLAIMS,
+    sections=(
+        Section(
+            "Temporal link prediction (L-STEP)",
+            _tables,
+            {"temporal_links.png": temporal_link_precision},
+        ),
+    ),
 )

@@ -54,6 +54,9 @@ Rows: ``experiment="video"``, ``encoding`` (the label), ``seed``, ``condition`` 
 ``condition_label`` (``"F=4"``, ``"2F=8"``, ``"4F=16"``, ``"canvas 24"``),
 ``in_distribution`` (condition 0), ``accuracy``, plus ``frames``, ``canvas``, ``tokens``
 and the run's ``train_loss``.
+
+The package: this module (config, model, runs, tables) and :mod:`.claims` (the findings its
+rows test).
 """
 
 from __future__ import annotations
@@ -73,12 +76,12 @@ from torch import Tensor, nn
 from posenc._validate import check_positive_float, check_positive_int
 from posenc.additive.learned import resize_table
 from posenc.additive.learned_grid import FactorizedLearned, resample_grid_table
-from posenc.lab.atlas import atlas_table
+from posenc.lab.atlas import atlas_section, atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.data.digits import IMAGE_SIZE, load_digits_splits
 from posenc.lab.data.moving_digits import NUM_CLASSES, make_moving_digits, tubelets
+from posenc.lab.experiments.video.claims import CLAIMS
 from posenc.lab.runner import Experiment, Run, check_pos_kwargs, run_experiment
-from posenc.lab.seed_claims import claims_of
 from posenc.lab.signal_models import (
     NONE,
     SignalRunConfig,
@@ -450,5 +453,6 @@ EXPERIMENT = Experiment(
     plan=_plan,
     execute=_execute,
     table=format_video_table,
-    claims=claims_of("video"),
+    claims=CLAIMS,
+    sections=(atlas_section("video", "Video: moving digits"),),
 )

@@ -1,6 +1,5 @@
-"""The seed claims of temporal link prediction (``posenc lab temporal_links``), as data.
+"""The published findings the ``temporal_links`` rows test, as data.
 
-Part of :data:`posenc.lab.seed_claims.SEED_CLAIMS` (kept in their own file, as a family).
 L-STEP's published numbers are on 13 datasets of DyGLib and on TGB, all downloads, none on
 this machine, and its tables could not be read here (the abstract and the reference code
 could): each claim says so, and states the finding, not a number to match. Thresholds are
@@ -11,7 +10,7 @@ from __future__ import annotations
 
 from posenc.lab.claims import Claim, difference_at
 
-__all__ = ["TEMPORAL_LINK_CLAIMS"]
+__all__ = ["CLAIMS"]
 
 _LSTEP = (
     "Tieu et al. 2025, Learnable Spatial-Temporal Positional Encoding for Link Prediction "
@@ -89,7 +88,8 @@ _NO_PE = (
     "'reach transformers' performance on that encoding'. Its numbers were not retrievable"
 )
 
-TEMPORAL_LINK_CLAIMS: tuple[Claim, ...] = (
+#: L-STEP's and Poursafaei et al.'s findings its rows test, in report order.
+CLAIMS: tuple[Claim, ...] = (
     *(
         _ap_gap(
             dataset,

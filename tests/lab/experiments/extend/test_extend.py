@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 import torch
 
+from posenc.lab.config import (
+    DataArgs,
+    ModelArgs,
+    RunnerArgs,
+    TrainArgs,
+    from_record,
+    replace_fields,
+)
 from posenc.lab.data.passkey import (
     PasskeyMix,
 )
@@ -37,13 +45,6 @@ from posenc.rotary.scaling import (
 )
 
 TINY = ExtendConfig(
-    train_len=16,
-    dim=32,
-    depth=2,
-    num_heads=2,
-    steps=20,
-    batch_size=8,
-    warmup_steps=2,
     passkey_steps=0,  # T = 16 cannot hold a passkey row
     methods=METHODS,  # rope, the aliases and every scaling type the experiment can fill
     multipliers=(1.0, 2.0),
@@ -55,8 +56,10 @@ TINY = ExtendConfig(
     passkey_depths=(0.0, 1.0),
     passkey_trials=2,
     eval_tokens=256,
-    corpus_bytes=20_000,
-    progress=False,
+    model=ModelArgs(dim=32, depth=2, num_heads=2),
+    train=TrainArgs(steps=20, batch_size=8, warmup_steps=2),
+    data=DataArgs(train_len=16, corpus_bytes=20_000),
+    runner=RunnerArgs(progress=False),
 )
 
 
@@ -143,7 +146,7 @@ def test_passkey_rows_per_method_stage_context_depth(finished):
 def test_files_written(finished):
     out, rows = finished
     config = json.loads((out / "config.json").read_text())
-    assert config["experiment"] == "extend" and config["train_len"] == 16
+    assert config["experiment"] == "extend" and config["data"]["train_len"] == 16
     assert len(read_results_csv(out / "results.csv")) == len(rows)
     assert "RoPE context extension" in (out / "report.html").read_text()
     assert (out / "runs" / "base" / "seed0" / "final.pt").is_file()
@@ -161,7 +164,7 @@ def test_resume_returns_the_same_rows_without_work(finished, monkeypatch):
     for name in ("train", "evaluate_lm", "passkey_accuracy"):
         monkeypatch.setattr(extend, name, refuse)
     metrics = (out / "runs" / "base" / "seed0" / "metrics.jsonl").read_text()
-    again = run_extend(replace(TINY, threads=None, progress=True), out, echo=None)
+    again = run_extend(replace_fields(TINY, threads=None, progress=True), out, echo=None)
     assert again == rows
     assert (out / "runs" / "base" / "seed0" / "metrics.jsonl").read_text() == metrics
 
@@ -170,11 +173,11 @@ def test_resume_returns_the_same_rows_without_work(finished, monkeypatch):
 def test_config_mismatch_names_the_field(finished, field, value):
     out, _ = finished
     with pytest.raises(ValueError, match=field):
-        run_extend(replace(TINY, **{field: value}), out, echo=None)
+        run_extend(replace_fields(TINY, **{field: value}), out, echo=None)
 
 
 def test_base_trains_on_the_passkey_mix_at_t(tmp_path, monkeypatch):
-    config = replace(
+    config = replace_fields(
         TINY, train_len=112, passkey_steps=5, passkey_lengths=(1.0,), ft_len_multiplier=1.0
     )
     seen = {}
@@ -196,7 +199,7 @@ def test_base_trains_on_the_passkey_mix_at_t(tmp_path, monkeypatch):
 
 
 def test_config_round_trips_through_json():
-    restored = ExtendConfig(**json.loads(json.dumps(asdict(TINY))))
+    restored = from_record(ExtendConfig, json.loads(json.dumps(asdict(TINY))))
     assert restored == TINY
 
 
@@ -229,7 +232,7 @@ def test_config_round_trips_through_json():
 )
 def test_bad_config_raises_naming_the_field(field, value):
     with pytest.raises(ValueError, match=field):
-        replace(TINY, **{field: value})
+        replace_fields(TINY, **{field: value})
 
 
 @pytest.mark.parametrize(
@@ -304,7 +307,7 @@ def test_every_type_of_the_conversion_is_a_method_or_refused_naming_its_fields(k
         with pytest.raises(ValueError, match=", ".join(REFUSED[kind])):
             scaling_for(kind, 2.0, 16)
         with pytest.raises(ValueError, match="methods"):
-            replace(TINY, methods=("rope", kind))
+            replace_fields(TINY, methods=("rope", kind))
         return
     assert kind not in REFUSED
     scaling = scaling_from_dict(scaling_for(kind, 2.0, 16))

@@ -9,7 +9,7 @@ from typing import Any
 
 from posenc.lab.claims import applicable, judge
 from posenc.lab.experiments import get_experiment
-from posenc.lab.method_claims import CAPE_TEXT_RECIPE, METHOD_CLAIMS
+from posenc.lab.experiments.extrapolate.claims import CAPE_TEXT_RECIPE, METHOD_CLAIMS
 from tests.lab.claim_rows import replicate_seeds
 
 Row = dict[str, Any]

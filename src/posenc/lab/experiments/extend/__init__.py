@@ -42,14 +42,17 @@ plain RoPE.
 Example::
 
     rows = run_extend(ExtendConfig(), "runs/extend")
+
+The package: this module (config, runs, evaluation), :mod:`.scalings` (the methods),
+:mod:`.report` (tables and figures of its rows) and :mod:`.claims` (the findings they test).
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import MISSING, dataclass, fields
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +60,27 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
-from posenc.lab.data.corpus import CorpusSplits, LMSource, load_corpus
+from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
+from posenc.lab.data.corpus import CorpusSplits, LMSource
 from posenc.lab.data.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
+from posenc.lab.experiments.extend.claims import CLAIMS
+from posenc.lab.experiments.extend.report import (
+    SECTIONS,
+    extension_curves,
+    format_extend_tables,
+    passkey_heatmaps,
+)
+from posenc.lab.experiments.extend.scalings import (
+    ALIASES,
+    DEFAULT_METHODS,
+    METHODS,
+    scaling_for,
+    scaling_types,
+)
 from posenc.lab.experiments.extrapolate import evaluate_lm
-from posenc.lab.runner import Experiment, Run, check_builds, check_seeds, run_experiment
-from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import depth_means, length_label, pivot, seed_note, text_table
+from posenc.lab.runner import Experiment, Run, check_builds, run_experiment
 from posenc.lab.train import TrainConfig, train
 from posenc.models import DecoderLM, ModelConfig
-from posenc.rotary import scaling as rotary_scaling
 from posenc.rotary.scaling import scaling_from_dict
 
 __all__ = [
@@ -73,11 +88,14 @@ __all__ = [
     "DEFAULT_METHODS",
     "EXPERIMENT",
     "METHODS",
+    "SECTIONS",
     "ExtendConfig",
     "ModelAt",
     "evaluate_model",
+    "extension_curves",
     "final_state",
     "format_extend_tables",
+    "passkey_heatmaps",
     "run_extend",
     "scaling_for",
     "scaling_types",
@@ -86,78 +104,6 @@ __all__ = [
 ]
 
 Row = dict[str, Any]
-
-#: No scaling: the plain RoPE the base model is trained with.
-ROPE = "rope"
-#: The papers' names of two scaling types (PI; dynamic NTK): method -> the conversion's type.
-ALIASES = {"pi": "linear", "dynamic_ntk": "dynamic"}
-#: The documented setting, and the methods of the first results and of the seed claims.
-DEFAULT_METHODS = (ROPE, "pi", "ntk", "dynamic_ntk", "yarn", "llama3")
-
-
-def scaling_types() -> dict[str, type[rotary_scaling.Scaling]]:
-    """The scaling types :func:`~posenc.rotary.scaling_from_dict` accepts, by type name."""
-    return rotary_scaling.scaling_types()  # the conversion's own table: no second list here
-
-
-def _known(factor: float, train_len: int) -> dict[str, Any]:
-    """All the experiment knows about a scaling, under the conversion's keys."""
-    return {
-        "factor": float(factor),  # s
-        "original_max_position_embeddings": train_len,  # L0 = T (YaRN, Llama-3, LongRoPE)
-        "max_position_embeddings": train_len,  # L_max = T: dynamic NTK is plain RoPE up to T
-        "low_freq_factor": 1.0,  # Llama-3.1's smoothing band
-        "high_freq_factor": 4.0,
-    }
-
-
-def _missing(kind: str) -> list[str]:
-    """Required fields of scaling type ``kind`` that :func:`_known` does not fill."""
-    known = _known(1.0, 1)
-    return [
-        f.name
-        for f in fields(scaling_types()[kind])
-        if f.default is MISSING and f.default_factory is MISSING and f.name not in known
-    ]
-
-
-#: Every method name: ``rope``, the aliases, and each scaling type the experiment can fill.
-METHODS = (ROPE, *ALIASES, *(kind for kind in scaling_types() if not _missing(kind)))
-
-
-def scaling_for(method: str, factor: float, train_len: int) -> dict[str, Any] | None:
-    """posenc's dict form of ``method``'s scaling at extension factor ``factor`` (None = rope).
-
-    The dict holds the keys of :func:`_known` that the type's dataclass has; the model turns
-    it into a :class:`~posenc.rotary.Scaling` through
-    :func:`~posenc.rotary.scaling_from_dict`.
-
-    Raises:
-        ValueError: naming ``method`` when it is not a method, or naming the fields a
-            scaling type needs that the experiment cannot supply.
-
-    Example::
-
-        >>> scaling_for("yarn", 4.0, 128)
-        {'type': 'yarn', 'factor': 4.0, 'original_max_position_embeddings': 128}
-    """
-    if method == ROPE:
-        return None
-    kind = ALIASES.get(method, method)
-    types = scaling_types()
-    if kind not in types:
-        hint = " ('default' is plain RoPE: name it 'rope')" if kind == "default" else ""
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}{hint}")
-    missing = _missing(kind)
-    if missing:
-        raise ValueError(
-            f"method {method!r} needs {', '.join(missing)}, which the extend experiment cannot "
-            f"supply: it fills only {', '.join(_known(1.0, 1))} from the factor s and the "
-            "training length T"
-        )
-    names = {f.name for f in fields(types[kind])}
-    known = _known(factor, train_len)
-    return {"type": kind, **{key: value for key, value in known.items() if key in names}}
 
 
 def _lengths(name: str, multipliers: tuple[float, ...], train_len: int) -> tuple[int, ...]:
@@ -172,16 +118,7 @@ class ExtendConfig:
     """One context-extension experiment (defaults: the documented full setting).
 
     Args:
-        train_len: ``T``, the base model's training length.
-        dim: the decoder's width (head_dim = dim / num_heads, even, ≥ 4; ≥ 32 gives YaRN's
-            ramp several high-frequency pairs).
-        depth: the decoder's layers.
-        num_heads: attention heads per layer.
-        steps: base training steps (AdamW, warmup then cosine decay).
-        batch_size: sequences per step (base and fine-tuning).
-        lr: peak learning rate of the base training.
-        warmup_steps: linear warmup steps of the base training.
-        passkey_steps: base training steps (of ``steps``, evenly spread) whose batch is
+        passkey_steps: base training steps (of ``train.steps``, evenly spread) whose batch is
             passkey examples at ``T`` (random depths) instead of corpus text, so the base
             learns to retrieve a key before any extension (:class:`PasskeyMix`); 0 = none.
             Needs ``T`` ≥ :func:`passkey_min_context`. The default, a quarter of the steps,
@@ -202,25 +139,16 @@ class ExtendConfig:
         passkey_depths: key depths in ``[0, 1]``.
         passkey_trials: keys per (context length, depth).
         eval_tokens: bytes of the test split scored at every evaluation length.
-        corpus: text files or folders; empty = the Python standard library sources.
-        corpus_bytes: cap on each split's size (None = whole corpus).
-        seeds: one base (and its fine-tunes) per seed: model init, batches and passkeys;
-            tables give mean ± std over seeds.
-        split_seed: seed of the corpus's train/validation/test split (fixed across seeds).
-        threads: torch intra-op threads per run (None = torch's default).
-        workers: runs at once in spawned processes (1 = in this process); the fine-tunes
-            start when every base has finished.
-        progress: progress bars (off in worker processes).
+        model: the decoder's shape (head_dim = dim / num_heads, even, ≥ 4; ≥ 32 gives YaRN's
+            ramp several high-frequency pairs).
+        train: the base's training: one base (and its fine-tunes) per seed (model init,
+            batches and passkeys; tables give mean ± std over seeds); ``batch_size`` is the
+            fine-tunes' too.
+        data: the corpus and ``T``, the base model's training length.
+        runner: how the runs execute; with ``workers`` > 1 the fine-tunes start when every
+            base has finished.
     """
 
-    train_len: int = 128
-    dim: int = 128
-    depth: int = 4
-    num_heads: int = 4
-    steps: int = 1000
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 100
     passkey_steps: int = 250
     methods: tuple[str, ...] = DEFAULT_METHODS
     multipliers: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0)
@@ -234,56 +162,43 @@ class ExtendConfig:
     passkey_depths: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
     passkey_trials: int = 10
     eval_tokens: int = 16384
-    corpus: tuple[str, ...] = ()
-    corpus_bytes: int | None = None
-    seeds: tuple[int, ...] = (0,)
-    split_seed: int = 0
-    threads: int | None = 1
-    workers: int = 1
-    progress: bool = True
+    model: ModelArgs = field(default_factory=ModelArgs)
+    train: TrainArgs = field(default_factory=TrainArgs)
+    data: DataArgs = field(default_factory=DataArgs)
+    runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
         for f in fields(self):  # JSON (CLI --set) gives lists: keep the frozen tuples
             if isinstance(getattr(self, f.name), list):
                 object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
-        for name in ("train_len", "dim", "depth", "num_heads", "steps", "batch_size", "workers"):
-            check_positive_int(name, getattr(self, name))
         for name in ("ft_steps", "passkey_trials", "eval_tokens"):
             check_positive_int(name, getattr(self, name))
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
-        for name in (
-            "warmup_steps",
-            "ft_warmup_steps",
-            "passkey_steps",
-            "passkey_ft_steps",
-            "split_seed",
-        ):
+        for name in ("ft_warmup_steps", "passkey_steps", "passkey_ft_steps"):
             check_non_negative_int(name, getattr(self, name))
-        check_positive_float("lr", self.lr)
         check_positive_float("ft_lr", self.ft_lr)
-        head_dim, rest = divmod(self.dim, self.num_heads)
+        dim, heads = self.model.dim, self.model.num_heads
+        head_dim, rest = divmod(dim, heads)
         if rest or head_dim < 4 or head_dim % 2:
             raise ValueError(
-                f"dim must be num_heads ({self.num_heads}) times an even head_dim >= 4, "
-                f"got {self.dim}"
+                f"dim must be num_heads ({heads}) times an even head_dim >= 4, got {dim}"
             )
         if not self.methods:
             raise ValueError("methods must name at least one method")
         for name in ("methods", "ft_methods"):
             for method in getattr(self, name):
                 try:  # the conversion itself judges the dict (s = 1 is valid for every type)
-                    scaling_from_dict(scaling_for(method, 1.0, self.train_len))
+                    scaling_from_dict(scaling_for(method, 1.0, self.data.train_len))
                 except ValueError as error:
                     raise ValueError(f"{name}: {error}") from None
         if not self.multipliers:
             raise ValueError("multipliers must hold at least one number")
-        _lengths("multipliers", self.multipliers, self.train_len)
+        _lengths("multipliers", self.multipliers, self.data.train_len)
         ft = check_positive_float("ft_len_multiplier", self.ft_len_multiplier)
         if ft < 1:
             raise ValueError(f"ft_len_multiplier must be >= 1, got {ft}")
-        if self.passkey_steps > self.steps:
+        if self.passkey_steps > self.train.steps:
             raise ValueError(
-                f"passkey_steps must be <= steps ({self.steps}), got {self.passkey_steps}"
+                f"passkey_steps must be <= steps ({self.train.steps}), got {self.passkey_steps}"
             )
         if self.passkey_ft_steps > self.ft_steps:
             raise ValueError(
@@ -294,15 +209,16 @@ class ExtendConfig:
         passkey_lens = list(self.passkey_lengths_tokens)
         if self.passkey_ft_steps:
             passkey_lens.append(self.ft_len)
+        train_len = self.data.train_len
         if passkey_lens and min(passkey_lens) < shortest:
             raise ValueError(
                 f"passkey_lengths (and ft_len when passkey_ft_steps > 0) must give contexts "
-                f">= {shortest} tokens at train_len {self.train_len}, got {min(passkey_lens)}"
+                f">= {shortest} tokens at train_len {train_len}, got {min(passkey_lens)}"
             )
-        if self.passkey_steps and self.train_len < shortest:
+        if self.passkey_steps and train_len < shortest:
             raise ValueError(
                 f"passkey_steps > 0 needs train_len >= {shortest} (a passkey row at T holds "
-                f"the key sentence and the question), got {self.train_len}"
+                f"the key sentence and the question), got {train_len}"
             )
         for d in self.passkey_depths:
             if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1:
@@ -312,10 +228,11 @@ class ExtendConfig:
                 f"eval_tokens ({self.eval_tokens}) must be >= the longest evaluation length "
                 f"({max(self.eval_lengths)})"
             )
-        if self.corpus_bytes is not None:
-            check_positive_int("corpus_bytes", self.corpus_bytes)
-        if self.threads is not None:
-            check_positive_int("threads", self.threads)
+
+    @property
+    def train_len(self) -> int:
+        """``T``, the base model's training length (``data.train_len``)."""
+        return self.data.train_len
 
     @property
     def eval_lengths(self) -> tuple[int, ...]:
@@ -337,29 +254,29 @@ class ExtendConfig:
         scaling = scaling_for(method, factor, self.train_len)
         return ModelConfig(
             vocab_size=256,
-            dim=self.dim,
-            depth=self.depth,
-            num_heads=self.num_heads,
+            dim=self.model.dim,
+            depth=self.model.depth,
+            num_heads=self.model.num_heads,
             max_seq_len=self.train_len,
             pos="rope",
             pos_kwargs={} if scaling is None else {"scaling": scaling},
         )
 
     def train_config(self, *, fine_tune: bool, seed: int = 0) -> TrainConfig:
-        steps = self.ft_steps if fine_tune else self.steps
-        warmup = self.ft_warmup_steps if fine_tune else self.warmup_steps
+        if not fine_tune:
+            return self.train.train_config(seed, progress=self.runner.progress)
         return TrainConfig.for_steps(
-            steps,
-            warmup_steps=warmup,
-            batch_size=self.batch_size,
-            lr=self.ft_lr if fine_tune else self.lr,
+            self.ft_steps,
+            warmup_steps=self.ft_warmup_steps,
+            batch_size=self.train.batch_size,
+            lr=self.ft_lr,
             seed=seed,
-            progress=self.progress,
+            progress=self.runner.progress,
         )
 
 
 def _load(config: ExtendConfig) -> CorpusSplits:
-    return load_corpus(config.corpus or None, seed=config.split_seed, max_bytes=config.corpus_bytes)
+    return config.data.load()
 
 
 def _prepare(config: ExtendConfig) -> CorpusSplits:
@@ -490,11 +407,11 @@ def _plan(config: ExtendConfig) -> list[Run]:
     """The RoPE base (trained, then evaluated with every method and no fine-tuning), then
     one fine-tuning run per method from the base's final weights (a later stage)."""
     return [
-        *(Run(f"base/seed{seed}", {"seed": seed}) for seed in config.seeds),
+        *(Run(f"base/seed{seed}", {"seed": seed}) for seed in config.train.seeds),
         *(
             Run(f"ft_{method}/seed{seed}", {"method": method, "seed": seed}, stage=1)
             for method in config.ft_methods
-            for seed in config.seeds
+            for seed in config.train.seeds
         ),
     ]
 
@@ -508,7 +425,7 @@ def train_base(
     torch.manual_seed(seed)
     base = DecoderLM(config.model_config("rope", 1.0))
     lm = LMSource(corpus.train, config.train_len, seed=seed)
-    source = PasskeyMix(lm, config.train_len, config.steps, config.passkey_steps, seed)
+    source = PasskeyMix(lm, config.train_len, config.train.steps, config.passkey_steps, seed)
     result = train(base, source, config.train_config(fine_tune=False, seed=seed), folder)
     return base.state_dict(), result.final_loss
 
@@ -562,32 +479,6 @@ def run_extend(
     return run_experiment(EXPERIMENT, config, out, echo=echo)
 
 
-def format_extend_tables(rows: Sequence[Row]) -> str:
-    """Perplexity by (method, stage) and evaluation length, then passkey accuracy (mean over
-    depths) by context length; mean ± std over seeds."""
-    lines: list[str] = []
-    extend = [r for r in rows if r.get("experiment") == "extend"]
-    if extend:
-        lines.append(
-            f"perplexity (bytes); RoPE trained at T={extend[0]['train_len']}; {seed_note(extend)}"
-        )
-        header, body = pivot(extend, ["method", "stage"], "eval_len", "ppl", label=length_label)
-        lines.append(text_table(header, body))
-    passkey = [r for r in rows if r.get("experiment") == "passkey"]
-    if passkey:
-        lines.append("passkey accuracy (mean over depths per seed)")
-        header, body = pivot(
-            depth_means(passkey),
-            ["method", "stage"],
-            "context_len",
-            "accuracy",
-            digits=2,
-            label=length_label,
-        )
-        lines.append(text_table(header, body))
-    return "\n".join(lines)
-
-
 EXPERIMENT = Experiment(
     name="extend",
     summary="RoPE trained at T, extended by PI/NTK/dynamic NTK/YaRN/Llama-3 (any scaling); passkey",
@@ -597,5 +488,6 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_extend_tables,
     prepare=_prepare,
-    claims=claims_of("extend", "passkey"),
+    claims=CLAIMS,
+    sections=SECTIONS,
 )

@@ -15,31 +15,61 @@ undefined (``defined = False``, no loss), never crashed or clamped.
 Example::
 
     rows = run_extrapolate(ExtrapolateConfig(encodings=("alibi", "rope")), "runs/extrapolate")
+
+The package: this module (config, runs, evaluation, tables and figure) and :mod:`.claims`
+(the findings its rows test).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.attention.backends import NAMES as BACKENDS
-from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows, load_corpus
+from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
+from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows
+from posenc.lab.experiments.extrapolate.claims import CLAIMS
+from posenc.lab.figures import (
+    encoding_color,
+    finite,
+    label_line_ends,
+    mean_line,
+    new_figure,
+    set_log_ticks,
+)
 from posenc.lab.results import Row
-from posenc.lab.runner import Experiment, Run, check_pos_kwargs, check_seeds, run_experiment
-from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import length_label, pivot, seed_note, text_table
+from posenc.lab.runner import (
+    Experiment,
+    Run,
+    Section,
+    check_pos_kwargs,
+    run_experiment,
+)
+from posenc.lab.tables import (
+    Table,
+    complete_rows,
+    has_column,
+    length_label,
+    pivot,
+    seed_note,
+    text_table,
+)
 from posenc.lab.train import TrainConfig, peak_memory_bytes, train
 from posenc.models import DecoderLM, ModelConfig
 from posenc.registry import sequence_encoding_spec
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "EXPERIMENT",
@@ -48,6 +78,7 @@ __all__ = [
     "evaluate_lm",
     "evaluate_lm_windows",
     "format_ppl_table",
+    "loss_vs_length",
     "run_extrapolate",
 ]
 
@@ -58,29 +89,9 @@ class ExtrapolateConfig:
 
     Args:
         encodings: registered encoding names (``posenc list``).
-        train_len: training context ``T``.
-        multipliers: evaluation lengths as multiples of ``T`` (rounded to whole tokens).
-        dim: the decoder's width.
-        depth: the decoder's layers.
-        num_heads: attention heads per layer.
-        steps: training steps (AdamW, warmup then cosine decay).
-        batch_size: sequences per step.
-        lr: peak learning rate.
-        warmup_steps: linear warmup steps.
+        multipliers: evaluation lengths as multiples of ``T`` (``data.train_len``, rounded to
+            whole tokens).
         eval_tokens: bytes of the test split scored at every evaluation length.
-        corpus: text files or folders; empty = the Python standard library sources.
-        corpus_bytes: cap on each split's size (``None`` = whole corpus).
-        seeds: one run per seed and encoding (model init and batch order); tables give the
-            mean ± std over seeds.
-        split_seed: seed of the corpus's train/validation/test split (fixed across seeds).
-        isolate: train each encoding in a fresh process (spawn), so its peak memory is its
-            own; ``False`` trains in this process (peak memory is then the process's so far).
-        workers: processes training at once when ``isolate`` (tokens/s are then measured
-            with that many trainings sharing the machine; with more than one, the workers
-            show no progress bars, and a line is printed as each encoding finishes).
-        threads: torch intra-op threads per training process (``None`` = torch's default;
-            1 is fastest for these small models on a shared 2-core machine).
-        progress: progress bars.
         pos_kwargs: per encoding, keyword arguments of its constructor (a JSON object on
             the command line, e.g. ``{"rope": {"base": 500}}``); each encoding's model is
             built once on the meta device when the config is, so an unknown keyword or a bad
@@ -89,33 +100,28 @@ class ExtrapolateConfig:
             ``"sdpa"``, ``"flex"``, ``"chunked"``, ``"linear"``, ``"auto"``). ``"linear"``
             makes each model a linear-attention one (RoFormer §3.4.3: rotary encodings on
             the feature-mapped q and k), another model, not another way to compute the same
-            one. ``None``, the default, is ``"auto"`` and is left out of the rows, so that a
-            folder written before this field existed resumes; any other value is recorded in
-            ``config.json`` (a folder holding runs of another backend is refused, naming
-            ``'backend'``) and in each row's ``backend`` column.
+            one. ``None``, the default, is ``"auto"`` and is left out of the rows and of the
+            comparison of a folder's ``config.json``; any other value is recorded there (a
+            folder holding runs of another backend is refused, naming ``'backend'``) and in
+            each row's ``backend`` column.
+        model: the decoder's shape.
+        train: the seeds (one run per seed and encoding: model init and batch order) and
+            the schedule.
+        data: the corpus and ``T``.
+        runner: how the runs execute; by default each encoding trains in a fresh process
+            (``isolate``), so its peak memory is its own, and tokens/s are measured with
+            ``workers`` trainings sharing the machine.
     """
 
     encodings: tuple[str, ...] = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5")
-    train_len: int = 128
     multipliers: tuple[float, ...] = (1.0, 1.25, 2.0, 4.0, 8.0, 16.0)
-    dim: int = 128
-    depth: int = 4
-    num_heads: int = 4
-    steps: int = 1500
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 100
     eval_tokens: int = 32768
-    corpus: tuple[str, ...] = ()
-    corpus_bytes: int | None = None
-    seeds: tuple[int, ...] = (0,)
-    split_seed: int = 0
-    isolate: bool = True
-    workers: int = 1
-    threads: int | None = 1
-    progress: bool = True
     pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     backend: str | None = None
+    model: ModelArgs = field(default_factory=ModelArgs)
+    train: TrainArgs = field(default_factory=functools.partial(TrainArgs, steps=1500))
+    data: DataArgs = field(default_factory=DataArgs)
+    runner: RunnerArgs = field(default_factory=functools.partial(RunnerArgs, isolate=True))
 
     def __post_init__(self) -> None:
         if self.backend is not None and self.backend not in BACKENDS:
@@ -123,10 +129,6 @@ class ExtrapolateConfig:
                 f"backend must be None or one of {', '.join(map(repr, BACKENDS))}; "
                 f"got {self.backend!r}"
             )
-        for name in ("train_len", "dim", "depth", "num_heads", "steps", "batch_size", "workers"):
-            check_positive_int(name, getattr(self, name))
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
-        check_non_negative_int("split_seed", self.split_seed)
         if not self.encodings:
             raise ValueError("encodings must name at least one encoding")
         for name in self.encodings:
@@ -147,29 +149,22 @@ class ExtrapolateConfig:
 
     @property
     def eval_lengths(self) -> tuple[int, ...]:
-        return tuple(max(1, round(m * self.train_len)) for m in self.multipliers)
+        return tuple(max(1, round(m * self.data.train_len)) for m in self.multipliers)
 
     def model_config(self, encoding: str) -> ModelConfig:
         return ModelConfig(
             vocab_size=256,
-            dim=self.dim,
-            depth=self.depth,
-            num_heads=self.num_heads,
-            max_seq_len=self.train_len,
+            dim=self.model.dim,
+            depth=self.model.depth,
+            num_heads=self.model.num_heads,
+            max_seq_len=self.data.train_len,
             pos=encoding,
             pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
             backend=self.backend or "auto",
         )
 
     def train_config(self, seed: int) -> TrainConfig:
-        return TrainConfig.for_steps(
-            self.steps,
-            warmup_steps=self.warmup_steps,
-            batch_size=self.batch_size,
-            lr=self.lr,
-            seed=seed,
-            progress=self.progress,
-        )
+        return self.train.train_config(seed, progress=self.runner.progress)
 
 
 class WindowLoss(NamedTuple):
@@ -249,7 +244,7 @@ def _plan(config: ExtrapolateConfig) -> list[Run]:
     return [
         Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
         for encoding in config.encodings
-        for seed in config.seeds
+        for seed in config.train.seeds
     ]
 
 
@@ -259,7 +254,7 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
     corpus = _load(config)
     torch.manual_seed(seed)
     model = DecoderLM(config.model_config(encoding))
-    source = LMSource(corpus.train, config.train_len, seed=seed)
+    source = LMSource(corpus.train, config.data.train_len, seed=seed)
     result = train(model, source, config.train_config(seed), folder)
     rows = []
     for multiplier, eval_len in zip(config.multipliers, config.eval_lengths, strict=True):
@@ -272,11 +267,11 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
             # rows of a linear-attention run stay apart from softmax ones (claims select them)
             **({} if config.backend is None else {"backend": config.backend}),
             "seed": seed,
-            "train_len": config.train_len,
+            "train_len": config.data.train_len,
             "eval_len": eval_len,
             "multiplier": multiplier,
         }
-        if encoding == "learned" and eval_len > config.train_len:
+        if encoding == "learned" and eval_len > config.data.train_len:
             row.update(
                 loss=None,
                 loss_se=None,
@@ -284,7 +279,7 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
                 ppl_se=None,
                 bits_per_byte=None,
                 defined=False,
-                note=f"undefined: learned table has {config.train_len} positions",
+                note=f"undefined: learned table has {config.data.train_len} positions",
             )
         else:
             scored = evaluate_lm_windows(
@@ -316,7 +311,7 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
 
 
 def _load(config: ExtrapolateConfig) -> CorpusSplits:
-    return load_corpus(config.corpus or None, seed=config.split_seed, max_bytes=config.corpus_bytes)
+    return config.data.load()
 
 
 def run_extrapolate(
@@ -354,6 +349,55 @@ def format_ppl_table(rows: Sequence[Row]) -> str:
     return title + "\n" + text_table(header, body)
 
 
+def _tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's table: perplexity by encoding × evaluation length, tokens/s, memory."""
+    rows = complete_rows(rows, ["encoding", "eval_len"])
+    if not rows:
+        return []
+    extra = [
+        (title, column, 0)
+        for title, column in (("tok/s", "tokens_per_s"), ("mem MB", "peak_memory_mb"))
+        if has_column(rows, column)
+    ]
+    header, body = pivot(rows, ["encoding"], "eval_len", "ppl", label=length_label, extra=extra)
+    trained = ", ".join(str(t) for t in dict.fromkeys(row.get("train_len") for row in rows))
+    caption = f"Perplexity (bytes) by evaluation length; trained at T={trained}; {seed_note(rows)}."
+    return [(caption, header, body)]
+
+
+def _times(value: float) -> str:
+    """A length multiplier as a tick label: ``1×``, ``1.25×``, ``8×``."""
+    return f"{value:g}×"
+
+
+def loss_vs_length(rows: Sequence[Row]) -> Figure:
+    """Perplexity against evaluation length / training length, one line per encoding.
+
+    Rows: ``experiment == "extrapolate"`` with ``encoding, train_len, eval_len, ppl``;
+    undefined points (learned past its table) are left out of the line.
+    """
+    series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        if row.get("experiment") == "extrapolate" and finite(row.get("ppl")):
+            series[row["encoding"]].append((row["eval_len"] / row["train_len"], row["ppl"]))
+    fig = new_figure(figsize=(7.5, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    for name, points in series.items():
+        mean_line(ax, points, marker="o", label=name, color=encoding_color(name))
+    ax.axvline(1.0, color="gray", lw=0.8, ls=":")
+    ax.set(
+        xlabel="evaluation length / training length",
+        ylabel="perplexity (bytes)",
+        title="train short, test long",
+    )
+    multipliers = sorted({x for points in series.values() for x, _ in points})
+    if multipliers:
+        set_log_ticks(ax, "x", multipliers, _times)
+        set_log_ticks(ax, "y")
+        label_line_ends(ax)
+    return fig
+
+
 EXPERIMENT = Experiment(
     name="extrapolate",
     summary="train each encoding at T, perplexity at 1x..16x T (ALiBi Tables 1-3)",
@@ -363,5 +407,6 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_ppl_table,
     prepare=_load,
-    claims=claims_of("extrapolate"),
+    claims=CLAIMS,
+    sections=(Section("Train short, test long", _tables, {"loss_vs_length.png": loss_vs_length}),),
 )

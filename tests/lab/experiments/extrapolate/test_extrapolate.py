@@ -12,6 +12,7 @@ from torch.testing import assert_close
 
 from posenc.attention.backends import NAMES as BACKENDS
 from posenc.lab.command import experiment_main
+from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs, replace_fields
 from posenc.lab.data.corpus import load_corpus
 from posenc.lab.experiments.extrapolate import (
     EXPERIMENT,
@@ -25,17 +26,12 @@ from posenc.models import DecoderLM, ModelConfig
 
 TINY = ExtrapolateConfig(
     encodings=("learned", "alibi", "rope"),
-    train_len=16,
     multipliers=(1.0, 1.5, 4.0),
-    dim=16,
-    depth=1,
-    num_heads=2,
-    steps=6,
-    batch_size=4,
     eval_tokens=128,
-    corpus_bytes=20_000,
-    isolate=False,
-    progress=False,
+    model=ModelArgs(dim=16, depth=1, num_heads=2),
+    train=TrainArgs(steps=6, batch_size=4),
+    data=DataArgs(train_len=16, corpus_bytes=20_000),
+    runner=RunnerArgs(isolate=False, progress=False),
 )
 
 
@@ -77,7 +73,7 @@ def test_rows_cover_every_encoding_and_length(tmp_path: Path) -> None:
 def test_rows_record_each_encodings_constructor_arguments(tmp_path: Path) -> None:
     # DAPE around ALiBi and around KERPLE are both encoding "dape": the claims tell them apart
     # by this column
-    config = replace(
+    config = replace_fields(
         TINY,
         encodings=("alibi", "rope"),
         multipliers=(1.0,),
@@ -94,22 +90,22 @@ def test_same_command_resumes_without_training(tmp_path: Path) -> None:
     first = run_extrapolate(TINY, tmp_path, echo=quiet)
     metrics = (tmp_path / "runs" / "alibi" / "seed0" / "metrics.jsonl").read_text()
     (tmp_path / "runs" / "rope" / "seed0" / "eval.json").unlink()  # as if killed before rope's eval
-    again = run_extrapolate(replace(TINY, progress=True), tmp_path, echo=quiet)
+    again = run_extrapolate(replace_fields(TINY, progress=True), tmp_path, echo=quiet)
     assert again[:6] == first[:6]  # alibi and learned: read back as they were
     assert computed(again) == computed(first)  # rope: evaluated again, the same numbers
     assert (tmp_path / "runs" / "alibi" / "seed0" / "metrics.jsonl").read_text() == metrics
 
 
 def test_a_different_config_in_the_same_folder_raises(tmp_path: Path) -> None:
-    run_extrapolate(replace(TINY, encodings=("alibi",)), tmp_path, echo=quiet)
-    with pytest.raises(ValueError, match="'steps'"):
-        run_extrapolate(replace(TINY, encodings=("alibi",), steps=7), tmp_path, echo=quiet)
+    run_extrapolate(replace_fields(TINY, encodings=("alibi",)), tmp_path, echo=quiet)
+    with pytest.raises(ValueError, match=r"'train\.steps'"):
+        run_extrapolate(replace_fields(TINY, encodings=("alibi",), steps=7), tmp_path, echo=quiet)
 
 
 def test_isolated_training_in_a_fresh_process(tmp_path: Path) -> None:
-    config = replace(TINY, encodings=("alibi",), isolate=True)
+    config = replace_fields(TINY, encodings=("alibi",), isolate=True)
     rows = run_extrapolate(config, tmp_path, echo=quiet)
-    in_process = run_extrapolate(replace(config, isolate=False), tmp_path / "b", echo=quiet)
+    in_process = run_extrapolate(replace_fields(config, isolate=False), tmp_path / "b", echo=quiet)
     # Same seed, same batches, same model: the fresh process trains the same weights.
     assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in in_process], rel=1e-5)
 
@@ -161,23 +157,23 @@ def test_evaluate_lm_windows_gives_the_standard_error_over_windows() -> None:
 )
 def test_config_errors_name_the_field(change: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
-        replace(TINY, **change)
+        replace_fields(TINY, **change)
 
 
 def test_corpus_split_used_for_evaluation_is_the_test_split(tmp_path: Path) -> None:
-    corpus = load_corpus(seed=0, max_bytes=TINY.corpus_bytes)
+    corpus = load_corpus(seed=0, max_bytes=TINY.data.corpus_bytes)
     assert corpus.test.numel() >= TINY.eval_tokens + 1
     assert not set(corpus.files["test"]) & set(corpus.files["train"])
     json.dumps(corpus.files)  # plain strings, recorded in reports
 
 
 def test_seeds_are_independent_runs_and_the_table_gives_mean_and_std(tmp_path: Path) -> None:
-    config = replace(TINY, encodings=("alibi",), multipliers=(1.0, 2.0), seeds=(0, 3))
+    config = replace_fields(TINY, encodings=("alibi",), multipliers=(1.0, 2.0), seeds=(0, 3))
     rows = run_extrapolate(config, tmp_path / "both", echo=quiet)
     assert [(r["seed"], r["eval_len"]) for r in rows] == [(0, 16), (0, 32), (3, 16), (3, 32)]
     assert rows[0]["loss"] != rows[2]["loss"]  # another init and batch order
     # seed 3 alone gives the same rows as seed 3 among others
-    alone = run_extrapolate(replace(config, seeds=(3,)), tmp_path / "alone", echo=quiet)
+    alone = run_extrapolate(replace_fields(config, seeds=(3,)), tmp_path / "alone", echo=quiet)
     assert computed(alone) == computed(rows[2:])
     table = format_ppl_table(rows)
     mean = (rows[0]["ppl"] + rows[2]["ppl"]) / 2
@@ -188,7 +184,7 @@ def test_seeds_are_independent_runs_and_the_table_gives_mean_and_std(tmp_path: P
 @pytest.mark.parametrize("seeds", [(), (1, 1), (-1,)])
 def test_bad_seeds_name_the_field(seeds: tuple[int, ...]) -> None:
     with pytest.raises(ValueError, match="seeds"):
-        replace(TINY, seeds=seeds)
+        replace_fields(TINY, seeds=seeds)
 
 
 @pytest.mark.parametrize("encoding", ["nope", "sinusoidal", "rope", "alibi", "t5"])
@@ -213,7 +209,7 @@ def test_evaluation_at_16k_tokens_builds_no_length_squared_tensor(encoding: str)
 
 
 def test_backend_reaches_every_model_and_its_rows(tmp_path: Path) -> None:
-    config = replace(TINY, encodings=("alibi",), multipliers=(1.0,), backend="chunked")
+    config = replace_fields(TINY, encodings=("alibi",), multipliers=(1.0,), backend="chunked")
     assert config.model_config("alibi").backend == "chunked"
     rows = run_extrapolate(config, tmp_path, echo=quiet)
     assert [r["backend"] for r in rows] == ["chunked"]
@@ -221,20 +217,20 @@ def test_backend_reaches_every_model_and_its_rows(tmp_path: Path) -> None:
     assert "with the chunked backend" in format_ppl_table(rows)
     # the default is "auto" and leaves the rows as they were before the field existed
     assert TINY.backend is None and TINY.model_config("alibi").backend == "auto"
-    plain = run_extrapolate(replace(config, backend=None), tmp_path / "auto", echo=quiet)
+    plain = run_extrapolate(replace_fields(config, backend=None), tmp_path / "auto", echo=quiet)
     assert "backend" not in plain[0] and "backend" not in format_ppl_table(plain)
 
 
 def test_a_folder_of_another_backend_is_refused_naming_it(tmp_path: Path) -> None:
-    config = replace(TINY, encodings=("alibi",), multipliers=(1.0,))
-    run_extrapolate(replace(config, backend="chunked"), tmp_path, echo=quiet)
+    config = replace_fields(TINY, encodings=("alibi",), multipliers=(1.0,))
+    run_extrapolate(replace_fields(config, backend="chunked"), tmp_path, echo=quiet)
     for other in (None, "sdpa"):
         with pytest.raises(ValueError, match="different 'backend'"):
-            run_extrapolate(replace(config, backend=other), tmp_path, echo=quiet)
+            run_extrapolate(replace_fields(config, backend=other), tmp_path, echo=quiet)
 
 
 def test_a_folder_written_before_the_backend_field_resumes(tmp_path: Path) -> None:
-    config = replace(TINY, encodings=("alibi",), multipliers=(1.0,))
+    config = replace_fields(TINY, encodings=("alibi",), multipliers=(1.0,))
     first = run_extrapolate(config, tmp_path, echo=quiet)
     saved = tmp_path / "config.json"
     record = json.loads(saved.read_text())
@@ -264,12 +260,16 @@ def test_backend_option_on_the_command_line(
 
 @pytest.mark.skipif("linear" not in BACKENDS, reason="no linear-attention backend")
 def test_linear_attention_run_with_and_without_rope(tmp_path: Path) -> None:
-    config = replace(TINY, encodings=("nope", "rope"), multipliers=(1.0, 2.0), backend="linear")
+    config = replace_fields(
+        TINY, encodings=("nope", "rope"), multipliers=(1.0, 2.0), backend="linear"
+    )
     rows = run_extrapolate(config, tmp_path, echo=quiet)
     assert [(r["encoding"], r["backend"]) for r in rows] == [
         ("nope", "linear"), ("nope", "linear"), ("rope", "linear"), ("rope", "linear")
     ]  # fmt: skip
     assert all(math.isfinite(r["loss"]) for r in rows)
     # another model than softmax attention with the same weights and batches
-    softmax = run_extrapolate(replace(config, backend=None), tmp_path / "softmax", echo=quiet)
+    softmax = run_extrapolate(
+        replace_fields(config, backend=None), tmp_path / "softmax", echo=quiet
+    )
     assert [r["loss"] for r in rows] != pytest.approx([r["loss"] for r in softmax])

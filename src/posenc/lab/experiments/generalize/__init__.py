@@ -27,30 +27,62 @@ task alone (12 models) took 14 min of wall time with ``workers = 2`` on a machin
 Example::
 
     rows = run_tasks(TasksConfig(tasks=("reverse",), encodings=("nope", "rope")), "runs/tasks")
+
+The package: this module (config, runs, evaluation, tables and figure) and :mod:`.claims`
+(the findings its rows test).
 """
 
 from __future__ import annotations
 
+import functools
+import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from posenc._validate import check_non_negative_int, check_positive_int
+from posenc._validate import check_positive_int
 from posenc.lab.batch import Batch, derive_seed
+from posenc.lab.config import ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.data.tasks import TASKS, TaskSource, accuracy, make_task
-from posenc.lab.runner import Experiment, Run, check_pos_kwargs, check_seeds, run_experiment
-from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import pivot, seed_note, text_table, with_variant
+from posenc.lab.experiments.generalize.claims import CLAIMS
+from posenc.lab.figures import encoding_color, finite, mean_line, new_figure
+from posenc.lab.runner import (
+    Experiment,
+    Run,
+    Section,
+    check_pos_kwargs,
+    run_experiment,
+)
+from posenc.lab.tables import (
+    Table,
+    complete_rows,
+    has_column,
+    pivot,
+    seed_note,
+    text_table,
+    with_variant,
+)
 from posenc.lab.train import TrainConfig, train
 from posenc.models import DecoderLM, ModelConfig
 from posenc.positions import randomized_positions
 from posenc.registry import sequence_encoding_spec
 
-__all__ = ["EXPERIMENT", "TasksConfig", "evaluate_task", "format_tasks_table", "run_tasks"]
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = [
+    "EXPERIMENT",
+    "TasksConfig",
+    "accuracy_vs_length",
+    "evaluate_task",
+    "format_tasks_table",
+    "run_tasks",
+]
 
 Row = dict[str, Any]
 
@@ -67,13 +99,6 @@ class TasksConfig:
         encodings: registered encoding names (``posenc list``).
         randomized: which variants to train: ``False`` = positions ``0 .. T - 1``, ``True`` =
             randomized positions (Ruoss et al. 2023) in training and evaluation.
-        dim: the decoder's width.
-        depth: the decoder's layers.
-        num_heads: attention heads per layer.
-        steps: training steps (AdamW, warmup then cosine decay).
-        batch_size: examples per step.
-        lr: peak learning rate.
-        warmup_steps: linear warmup steps.
         eval_examples: examples scored at each length.
         random_max_length: ``L``, the range randomized positions are drawn from; ``None`` =
             4 × the task's longest sequence (train and test lengths), per task.
@@ -83,48 +108,33 @@ class TasksConfig:
             model is built once per task and variant on the meta device when the config is,
             so a bad keyword or value is refused naming ``pos_kwargs[<encoding>]`` before
             anything trains.
-        seeds: one run per seed and (task, encoding, variant): model init, training data,
-            randomized positions and the scored examples; tables give mean ± std over seeds.
         device: torch device of training and evaluation.
-        threads: torch intra-op threads per training (``None`` = torch's default).
-        workers: trainings run at once in spawned processes (1 = in this process).
-        progress: progress bars (only with ``workers = 1``).
+        model: the decoder's shape.
+        train: the seeds (one run per seed and (task, encoding, variant): model init,
+            training data, randomized positions and the scored examples; tables give mean ±
+            std over seeds) and the schedule (``batch_size``: examples per step).
+        runner: how the runs execute (progress bars only with ``workers = 1``).
     """
 
     tasks: tuple[str, ...] = ("copy", "reverse", "flip_flop", "counting")
     encodings: tuple[str, ...] = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5")
     randomized: tuple[bool, ...] = (False, True)
-    dim: int = 64
-    depth: int = 4
-    num_heads: int = 4
-    steps: int = 1000
-    batch_size: int = 32
-    lr: float = 1e-3
-    warmup_steps: int = 100
     eval_examples: int = 200
     random_max_length: int | None = None
     task_params: dict[str, dict[str, Any]] = field(default_factory=dict)
     pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    seeds: tuple[int, ...] = (0,)
     device: str = "cpu"
-    threads: int | None = 1
-    workers: int = 1
-    progress: bool = True
+    model: ModelArgs = field(default_factory=functools.partial(ModelArgs, dim=64))
+    train: TrainArgs = field(default_factory=functools.partial(TrainArgs, lr=1e-3))
+    runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
-        for name in ("dim", "depth", "num_heads", "steps", "batch_size", "eval_examples"):
-            check_positive_int(name, getattr(self, name))
-        if self.dim % self.num_heads:
-            raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
-        check_non_negative_int("warmup_steps", self.warmup_steps)
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
-        check_positive_int("workers", self.workers)
-        if self.threads is not None:
-            check_positive_int("threads", self.threads)
+        check_positive_int("eval_examples", self.eval_examples)
+        dim, heads = self.model.dim, self.model.num_heads
+        if dim % heads:
+            raise ValueError(f"dim ({dim}) must be divisible by num_heads ({heads})")
         if self.random_max_length is not None:
             check_positive_int("random_max_length", self.random_max_length)
-        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or self.lr <= 0:
-            raise ValueError(f"lr must be a number > 0, got {self.lr!r}")
         for name in ("tasks", "encodings"):
             values = getattr(self, name)
             if not values or len(set(values)) != len(values):
@@ -185,23 +195,19 @@ class TasksConfig:
         source = self.source(task)
         return ModelConfig(
             vocab_size=source.vocab_size,
-            dim=self.dim,
-            depth=self.depth,
-            num_heads=self.num_heads,
+            dim=self.model.dim,
+            depth=self.model.depth,
+            num_heads=self.model.num_heads,
             max_seq_len=self.max_position(task) if randomized else source.max_seq_len(),
             pos=encoding,
             pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
         )
 
     def train_config(self, task: str, randomized: bool, seed: int = 0) -> TrainConfig:
-        return TrainConfig.for_steps(
-            self.steps,
-            warmup_steps=self.warmup_steps,
-            batch_size=self.batch_size,
-            lr=self.lr,
-            seed=seed,
+        return self.train.train_config(
+            seed,
             device=self.device,
-            progress=self.progress and self.workers == 1,
+            progress=self.runner.progress and self.runner.workers == 1,
             randomize_positions=self.max_position(task) if randomized else None,
         )
 
@@ -283,7 +289,7 @@ def _plan(config: TasksConfig) -> list[Run]:
         for task in config.tasks
         for encoding in config.encodings
         for randomized in config.randomized
-        for seed in config.seeds
+        for seed in config.train.seeds
     ]
 
 
@@ -367,6 +373,58 @@ def format_tasks_table(rows: Sequence[Row], metric: str = "seq_acc") -> str:
     return "\n".join(lines)
 
 
+def _tables(rows: Sequence[Row]) -> list[Table]:
+    """The report's tables: per task, exact-match and token accuracy by variant × length."""
+    rows = with_variant(complete_rows(rows, ["task", "encoding", "length"]))
+    tables = []
+    for task in dict.fromkeys(row["task"] for row in rows):
+        cells = [row for row in rows if row["task"] == task]
+        train = {row["length"] for row in cells if row.get("split") == "train"}
+
+        def label(n: Any, train: set[Any] = train) -> str:
+            return f"{n}*" if n in train else str(n)
+
+        for metric, what in (("seq_acc", "exact-match accuracy"), ("token_acc", "token accuracy")):
+            if has_column(cells, metric):
+                header, body = pivot(cells, ["variant"], "length", metric, digits=2, label=label)
+                caption = (
+                    f"{task}: {what} ({metric}) by length (* = a training length; "
+                    f"+rand = randomized positions); {seed_note(cells)}."
+                )
+                tables.append((caption, header, body))
+    return tables
+
+
+def accuracy_vs_length(rows: Sequence[Row]) -> Figure:
+    """Sequence accuracy against test length per task (mean over seeds); dashed lines are
+    randomized positions."""
+    tasks: dict[str, dict[tuple[str, bool], list[tuple[int, float]]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for row in rows:
+        if row.get("experiment") == "tasks" and finite(row.get("seq_acc")):
+            key = (row["encoding"], bool(row["randomized"]))
+            tasks[row["task"]][key].append((row["length"], row["seq_acc"]))
+    count = max(len(tasks), 1)
+    columns = min(count, 3)
+    size = (4.2 * columns, 3.2 * math.ceil(count / columns))
+    fig = new_figure(figsize=size, layout="constrained")
+    for index, (task, series) in enumerate(sorted(tasks.items())):
+        ax = fig.add_subplot(math.ceil(count / columns), columns, index + 1)
+        for (encoding, randomized), points in sorted(series.items()):
+            mean_line(
+                ax,
+                points,
+                marker=".",
+                ls="--" if randomized else "-",
+                color=encoding_color(encoding),
+                label=f"{encoding}{' (rand)' if randomized else ''}",
+            )
+        ax.set(title=task, xlabel="test length", ylabel="exact-match accuracy", ylim=(-0.02, 1.02))
+        ax.legend(fontsize=7)
+    return fig
+
+
 EXPERIMENT = Experiment(
     name="tasks",
     summary="length generalization on synthetic tasks, plain and randomized positions",
@@ -375,5 +433,6 @@ EXPERIMENT = Experiment(
     plan=_plan,
     execute=_execute,
     table=format_tasks_table,
-    claims=claims_of("tasks"),
+    claims=CLAIMS,
+    sections=(Section("Length generalization tasks", _tables, {"tasks.png": accuracy_vs_length}),),
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,16 @@ import pytest
 import torch
 
 from posenc.lab.claims import judge
+from posenc.lab.config import (
+    DataArgs,
+    ModelArgs,
+    RunnerArgs,
+    TrainArgs,
+    from_record,
+    replace_fields,
+)
 from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
-from posenc.lab.experiments import extend
+from posenc.lab.experiments import all_claims, extend
 from posenc.lab.experiments.longctx import (
     DEFAULT_METHODS,
     EXPERIMENT,
@@ -25,7 +33,6 @@ from posenc.lab.experiments.longctx import (
     run_longctx,
 )
 from posenc.lab.results import read_results_csv
-from posenc.lab.seed_claims import SEED_CLAIMS
 from posenc.models import DecoderLM
 from tests.lab.claim_rows import replicate_seeds
 
@@ -34,21 +41,16 @@ Row = dict[str, Any]
 # T = 80: the windows of LM-Infinite (80) and sinks (75) hold a key at depth 1 (60 tokens
 # before the question) and lose the deeper ones at 2T and 4T.
 TINY = LongCtxConfig(
-    train_len=80,
-    dim=32,
-    depth=1,
-    num_heads=2,
-    steps=6,
-    batch_size=4,
-    warmup_steps=1,
     passkey_steps=0,  # T = 80 cannot hold a passkey row
     multipliers=(1.0, 2.0, 8.0),
     passkey_lengths=(2.0, 4.0),
     passkey_depths=(0.0, 1.0),
     passkey_trials=2,
     eval_tokens=640,
-    corpus_bytes=20_000,
-    progress=False,
+    model=ModelArgs(dim=32, depth=1, num_heads=2),
+    train=TrainArgs(steps=6, batch_size=4, warmup_steps=1),
+    data=DataArgs(train_len=80, corpus_bytes=20_000),
+    runner=RunnerArgs(progress=False),
 )
 LENGTHS = (80, 160, 640)
 PASSKEY_LENGTHS = (160, 320)
@@ -94,11 +96,11 @@ def finished(tmp_path_factory) -> tuple[Path, list[Row]]:
 )
 def test_bad_config_raises_naming_the_field(field: str, value: Any) -> None:
     with pytest.raises(ValueError, match=field):
-        replace(TINY, **{field: value})
+        replace_fields(TINY, **{field: value})
 
 
 def test_config_round_trips_through_json() -> None:
-    assert LongCtxConfig(**json.loads(json.dumps(asdict(TINY)))) == TINY
+    assert from_record(LongCtxConfig, json.loads(json.dumps(asdict(TINY)))) == TINY
 
 
 def test_default_settings_follow_the_references_rules_at_t_128() -> None:
@@ -124,19 +126,21 @@ def test_default_settings_follow_the_references_rules_at_t_128() -> None:
     for n, g in groups.items():
         assert 32 + (n - 32) / g <= 64 or g == 32
         assert g == 1 or 32 + (n - 32) / (g // 2) > 64
-    assert replace(config, self_extend_group=8).method_kwargs("self_extend", 4096)["group"] == 8
+    assert (
+        replace_fields(config, self_extend_group=8).method_kwargs("self_extend", 4096)["group"] == 8
+    )
 
 
 def test_extend_defaults_are_the_base_fields_defaults() -> None:
     """extend's bases at its defaults are this experiment's: base_run can reuse them."""
     ours, theirs = LongCtxConfig(), extend.ExtendConfig()
-    for name in ("train_len", "dim", "depth", "num_heads", "steps", "batch_size", "lr"):
+    for name in ("model", "train", "data"):  # dims, steps, batch_size, lr, warmup, train_len
         assert getattr(ours, name) == getattr(theirs, name), name
-    assert (ours.warmup_steps, ours.passkey_steps) == (theirs.warmup_steps, theirs.passkey_steps)
+    assert ours.passkey_steps == theirs.passkey_steps
 
 
 def test_plan_trains_bases_then_evaluates_each_method() -> None:
-    config = replace(TINY, seeds=(0, 1), methods=("rope", "sinks"))
+    config = replace_fields(TINY, seeds=(0, 1), methods=("rope", "sinks"))
     runs = EXPERIMENT.plan(config)
     assert [(r.name, r.stage) for r in runs] == [
         ("base/seed0", 0),
@@ -146,7 +150,7 @@ def test_plan_trains_bases_then_evaluates_each_method() -> None:
         ("rope/seed1", 1),
         ("sinks/seed1", 1),
     ]
-    reused = EXPERIMENT.plan(replace(config, base_run="elsewhere"))
+    reused = EXPERIMENT.plan(replace_fields(config, base_run="elsewhere"))
     assert [r.name for r in reused] == ["rope/seed0", "sinks/seed0", "rope/seed1", "sinks/seed1"]
 
 
@@ -245,7 +249,7 @@ def test_resume_returns_the_same_rows_without_work(finished, monkeypatch) -> Non
 
     for name in ("train", "evaluate_lm", "passkey_accuracy"):
         monkeypatch.setattr(extend, name, refuse)
-    assert run_longctx(replace(TINY, progress=True, threads=None), out, echo=None) == rows
+    assert run_longctx(replace_fields(TINY, progress=True, threads=None), out, echo=None) == rows
 
 
 def test_interrupted_run_resumes_to_the_same_rows(finished, tmp_path, monkeypatch) -> None:
@@ -271,7 +275,7 @@ def test_interrupted_run_resumes_to_the_same_rows(finished, tmp_path, monkeypatc
 def test_base_run_reuses_the_bases(finished, tmp_path, monkeypatch) -> None:
     base_out, rows = finished
     monkeypatch.setattr(extend, "train", lambda *a, **k: pytest.fail("must not train"))
-    config = replace(TINY, base_run=str(base_out), methods=("rope", "sinks"))
+    config = replace_fields(TINY, base_run=str(base_out), methods=("rope", "sinks"))
     again = run_longctx(config, tmp_path / "reuse", echo=None)
     assert again == [r for r in rows if r["method"] in ("rope", "sinks")]
     assert not (tmp_path / "reuse" / "runs" / "base").exists()
@@ -280,18 +284,20 @@ def test_base_run_reuses_the_bases(finished, tmp_path, monkeypatch) -> None:
 def test_base_run_reads_an_extend_folder(finished, tmp_path) -> None:
     """extend trains the same base (same fields, same train_base): its folder serves."""
     _, rows = finished
-    shared = ("train_len", "dim", "depth", "num_heads", "steps", "batch_size", "warmup_steps")
     base = extend.ExtendConfig(
-        **{name: getattr(TINY, name) for name in (*shared, "passkey_steps", "corpus_bytes")},
+        model=TINY.model,
+        train=TINY.train,
+        data=TINY.data,
+        passkey_steps=TINY.passkey_steps,
         methods=("rope",),
         multipliers=(1.0,),
         ft_methods=(),
         passkey_lengths=(),
         eval_tokens=TINY.eval_tokens,
-        progress=False,
+        runner=RunnerArgs(progress=False),
     )
     extend.run_extend(base, tmp_path / "extend", echo=None)
-    config = replace(TINY, base_run=str(tmp_path / "extend"), methods=("rope",))
+    config = replace_fields(TINY, base_run=str(tmp_path / "extend"), methods=("rope",))
     assert run_longctx(config, tmp_path / "reuse", echo=None) == [
         r for r in rows if r["method"] == "rope"
     ]
@@ -299,15 +305,17 @@ def test_base_run_reads_an_extend_folder(finished, tmp_path) -> None:
 
 @pytest.mark.parametrize(
     ("change", "message"),
-    [({"steps": 7}, "another 'steps'"), ({"seeds": (0, 5)}, "no finished base for seed 5")],
+    [({"steps": 7}, r"another 'train\.steps'"), ({"seeds": (0, 5)}, "no finished base for seed 5")],
 )
 def test_base_run_refuses_other_bases(finished, tmp_path, change, message) -> None:
     base_out, _ = finished
-    config = replace(TINY, base_run=str(base_out), **change)
+    config = replace_fields(TINY, base_run=str(base_out), **change)
     with pytest.raises(ValueError, match=f"base_run .*{message}"):
         run_longctx(config, tmp_path, echo=None)
     with pytest.raises(ValueError, match=r"base_run .* no config.json"):
-        run_longctx(replace(TINY, base_run=str(tmp_path / "nothing")), tmp_path / "b", echo=None)
+        run_longctx(
+            replace_fields(TINY, base_run=str(tmp_path / "nothing")), tmp_path / "b", echo=None
+        )
 
 
 # --- the methods load RoPE's weights --------------------------------------------------------
@@ -316,8 +324,8 @@ def test_base_run_refuses_other_bases(finished, tmp_path, change, message) -> No
 def test_methods_whose_windows_cover_t_equal_rope_at_t() -> None:
     """RoPE's trained state loads unchanged (strict) into every method's model; where the
     method's windows cover T, its logits at T are RoPE's."""
-    t = TINY.train_len
-    covering = replace(
+    t = TINY.data.train_len
+    covering = replace_fields(
         TINY,
         self_extend_window=t,
         self_extend_group=4,
@@ -457,7 +465,7 @@ LONGCTX_CASES: dict[str, dict[str, Any]] = {
     "lm_infinite_passkey_lost_outside_window": _lost_cases("lm_infinite"),
     "sinks_passkey_lost_outside_window": _lost_cases("sinks"),
 }
-_CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}
+_CLAIMS = {claim.name: claim for claim in all_claims()}
 
 
 @pytest.mark.parametrize("name", sorted(LONGCTX_CASES))

@@ -22,27 +22,33 @@ inside what the question's query sees (``key_in_window``).
 
 Example::
 
-    rows = run_longctx(LongCtxConfig(seeds=(0, 1, 2)), "runs/longctx")
+    rows = run_longctx(LongCtxConfig(train=TrainArgs(seeds=(0, 1, 2))), "runs/longctx")
+
+The package: this module (config, runs, evaluation), :mod:`.report` (its terminal tables;
+the report shows its rows with ``extend``'s sections) and :mod:`.claims` (the findings its
+rows test, beside ``extend``'s).
 """
 
 from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from torch import Tensor
 
 from posenc._validate import check_positive_float, check_positive_int
-from posenc.lab.data.corpus import CorpusSplits, load_corpus
+from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs, flat_record
+from posenc.lab.data.corpus import CorpusSplits
 from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
 from posenc.lab.experiments import extend
-from posenc.lab.runner import Experiment, Run, check_builds, check_seeds, run_experiment
-from posenc.lab.seed_claims import claims_of
-from posenc.lab.tables import pivot, text_table
+from posenc.lab.experiments.longctx.claims import CLAIMS
+from posenc.lab.experiments.longctx.report import WINDOWED, format_longctx_tables
+from posenc.lab.run import as_json
+from posenc.lab.runner import Experiment, Run, check_builds, run_experiment
 from posenc.models import DecoderLM, ModelConfig
 from posenc.registry import ModelDims, build_encoding
 from posenc.rotary.scaling import scaling_from_dict
@@ -71,8 +77,6 @@ SEGMENT_METHODS = {
     "lm_infinite": "lm_infinite",
     "sinks": "sinks",
 }
-#: Methods whose queries see only a window and the first tokens (the rest is dropped).
-WINDOWED = ("lm_infinite", "sinks")
 DEFAULT_METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn", *SEGMENT_METHODS)
 #: Config fields per segment method (errors of its constructor name them).
 _FIELDS = {
@@ -97,18 +101,18 @@ _OPTIONAL_INTS = (
 )
 #: The base's fields: a ``base_run`` folder must hold a base trained with the same values.
 _BASE_FIELDS = (
-    "train_len",
-    "dim",
-    "depth",
-    "num_heads",
-    "steps",
-    "batch_size",
-    "lr",
-    "warmup_steps",
+    "data.train_len",
+    "model.dim",
+    "model.depth",
+    "model.num_heads",
+    "train.steps",
+    "train.batch_size",
+    "train.lr",
+    "train.warmup_steps",
     "passkey_steps",
-    "corpus",
-    "corpus_bytes",
-    "split_seed",
+    "data.corpus",
+    "data.corpus_bytes",
+    "data.split_seed",
 )
 
 
@@ -134,19 +138,12 @@ class LongCtxConfig:
     * Sinks (StreamingLLM: 4 sinks, the cache within the pre-training window, "4+1020" at
       1024): ``sinks = 4``, ``window = T − sinks − 1`` (sinks, window and query fill ``T``).
 
+    The base's fields (``model``, ``train``, ``data``, ``passkey_steps``) are those of
+    :class:`~posenc.lab.experiments.extend.ExtendConfig` with its defaults: ``extend``'s
+    bases are these.
+
     Args:
-        train_len: ``T``, the RoPE base's training length. The base's fields (``train_len``
-            to ``passkey_steps``, ``corpus``, ``corpus_bytes``, ``split_seed``) are those of
-            :class:`~posenc.lab.experiments.extend.ExtendConfig` with its defaults: ``extend``'s
-            bases are these.
-        dim: the decoder's width.
-        depth: the decoder's layers.
-        num_heads: attention heads per layer.
-        steps: base training steps.
-        batch_size: sequences per step.
-        lr: peak learning rate.
-        warmup_steps: linear warmup steps.
-        passkey_steps: base steps (of ``steps``) on passkey rows at ``T``.
+        passkey_steps: base steps (of ``train.steps``) on passkey rows at ``T``.
         base_run: an out folder of ``extend`` (or of this experiment) whose finished bases
             ``runs/base/seed<s>`` are evaluated instead of training new ones; its
             ``config.json`` must agree on the base's fields. None = train them here.
@@ -170,23 +167,13 @@ class LongCtxConfig:
         lm_infinite_limit: the global branch's distance (None = ``n_local``).
         sinks: attention sinks kept.
         sinks_window: recent tokens kept besides the query (None = T − sinks − 1).
-        corpus: text files or folders; empty = the Python standard library sources.
-        corpus_bytes: cap on each split's size (None = whole corpus).
-        seeds: one base per seed (model init, batches, passkeys); mean ± std over seeds.
-        split_seed: seed of the corpus's train/validation/test split.
-        threads: torch intra-op threads per run (None = torch's default).
-        workers: runs at once in spawned processes (1 = in this process).
-        progress: progress bars (off in worker processes).
+        model: the decoder's shape.
+        train: the base's training: one base per seed (model init, batches, passkeys);
+            mean ± std over seeds.
+        data: the corpus and ``T``, the RoPE base's training length.
+        runner: how the runs execute.
     """
 
-    train_len: int = 128
-    dim: int = 128
-    depth: int = 4
-    num_heads: int = 4
-    steps: int = 1000
-    batch_size: int = 32
-    lr: float = 3e-3
-    warmup_steps: int = 100
     passkey_steps: int = 250
     base_run: str | None = None
     methods: tuple[str, ...] = DEFAULT_METHODS
@@ -208,19 +195,15 @@ class LongCtxConfig:
     lm_infinite_limit: int | None = None
     sinks: int = 4
     sinks_window: int | None = None
-    corpus: tuple[str, ...] = ()
-    corpus_bytes: int | None = None
-    seeds: tuple[int, ...] = (0,)
-    split_seed: int = 0
-    threads: int | None = 1
-    workers: int = 1
-    progress: bool = True
+    model: ModelArgs = field(default_factory=ModelArgs)
+    train: TrainArgs = field(default_factory=TrainArgs)
+    data: DataArgs = field(default_factory=DataArgs)
+    runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
         for f in fields(self):  # JSON gives lists: keep the frozen tuples
             if isinstance(getattr(self, f.name), list):
                 object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
         self.extend_config()  # the shared fields, validated by extend under the same names
         if not self.methods:
             raise ValueError("methods must name at least one method")
@@ -243,7 +226,9 @@ class LongCtxConfig:
         check_positive_float("leaky_rerope_leak", self.leaky_rerope_leak)
         if not isinstance(self.rerope_log_scale, bool):
             raise ValueError(f"rerope_log_scale must be a bool, got {self.rerope_log_scale!r}")
-        dims = ModelDims(dim=self.dim, num_heads=self.num_heads, max_seq_len=self.train_len)
+        dims = ModelDims(
+            dim=self.model.dim, num_heads=self.model.num_heads, max_seq_len=self.train_len
+        )
         lengths = sorted({*self.eval_lengths, *self.passkey_lengths_tokens})
         for method in (m for m in self.methods if m in SEGMENT_METHODS):
             for length in lengths:
@@ -255,6 +240,11 @@ class LongCtxConfig:
                     raise ValueError(f"{'/'.join(_FIELDS[method])}: {error}") from None
         if self.base_run is not None and not isinstance(self.base_run, str):
             raise ValueError(f"base_run must be a folder (str) or None, got {self.base_run!r}")
+
+    @property
+    def train_len(self) -> int:
+        """``T``, the RoPE base's training length (``data.train_len``)."""
+        return self.data.train_len
 
     def extend_config(self) -> extend.ExtendConfig:
         """The :class:`~posenc.lab.experiments.extend.ExtendConfig` of the base and its
@@ -366,11 +356,9 @@ def _trial_model(config: LongCtxConfig, method: str, length: int) -> DecoderLM:
 
 
 def _load(config: LongCtxConfig) -> CorpusSplits:
-    corpus = load_corpus(
-        config.corpus or None, seed=config.split_seed, max_bytes=config.corpus_bytes
-    )
+    corpus = config.data.load()
     if config.base_run is not None:
-        for seed in config.seeds:
+        for seed in config.train.seeds:
             _check_base(config, seed)
     return corpus
 
@@ -382,8 +370,9 @@ def _check_base(config: LongCtxConfig, seed: int) -> Path:
     saved = folder / "config.json"
     if not saved.is_file():
         raise ValueError(f"base_run {folder} has no config.json: not an experiment's out folder")
-    previous = json.loads(saved.read_text(encoding="utf-8"))
-    current = json.loads(json.dumps({name: getattr(config, name) for name in _BASE_FIELDS}))
+    previous = flat_record(LongCtxConfig, json.loads(saved.read_text(encoding="utf-8")))
+    record = flat_record(LongCtxConfig, as_json(config))
+    current = {name: record[name] for name in _BASE_FIELDS}
     for name in _BASE_FIELDS:
         if previous.get(name) != current[name]:
             raise ValueError(
@@ -398,10 +387,12 @@ def _check_base(config: LongCtxConfig, seed: int) -> Path:
 
 def _plan(config: LongCtxConfig) -> list[Run]:
     """The bases (unless ``base_run`` holds them), then one evaluation per (seed, method)."""
-    bases = [] if config.base_run else [Run(f"base/seed{s}", {"seed": s}) for s in config.seeds]
+    bases = (
+        [] if config.base_run else [Run(f"base/seed{s}", {"seed": s}) for s in config.train.seeds]
+    )
     return bases + [
         Run(f"{method}/seed{seed}", {"method": method, "seed": seed}, stage=1)
-        for seed in config.seeds
+        for seed in config.train.seeds
         for method in config.methods
     ]
 
@@ -487,27 +478,6 @@ def run_longctx(
     return run_experiment(EXPERIMENT, config, out, echo=echo)
 
 
-def format_longctx_tables(rows: Sequence[Row]) -> str:
-    """``extend``'s tables (perplexity, passkey by length), then passkey accuracy by depth for
-    the windowed methods with each cell's key distance."""
-    lines = [extend.format_extend_tables(rows)]
-    windowed = [
-        {**r, "at": f"{r['method']} L={r['context_len']}"}
-        for r in rows
-        if r.get("experiment") == "passkey" and r.get("method") in WINDOWED
-    ]
-    if windowed:
-        lines.append("passkey accuracy by depth, windowed methods (* = key outside the window)")
-        header, body = pivot(windowed, ["at"], "depth", "accuracy", digits=2, label="d={}".format)
-        outside = {(r["at"], r["depth"]) for r in windowed if r.get("key_in_window") is False}
-        depths = sorted({r["depth"] for r in windowed})
-        for line in body:
-            for index, depth in enumerate(depths, start=1):
-                line[index] += "*" if (line[0], depth) in outside else ""
-        lines.append(text_table(header, body))
-    return "\n".join(lines)
-
-
 EXPERIMENT = Experiment(
     name="longctx",
     summary="RoPE trained at T, Self-Extend/DCA/ReRoPE/LM-Infinite/sinks to 32×T, no fine-tuning",
@@ -517,5 +487,6 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_longctx_tables,
     prepare=_prepare,
-    claims=claims_of("extend", "passkey"),
+    claims=(*extend.EXPERIMENT.claims, *CLAIMS),
+    sections=extend.SECTIONS,
 )
