@@ -40,7 +40,7 @@ def test_experiment_main_reports_option_errors(tmp_path: Path, capsys) -> None:
     assert "stepz" in capsys.readouterr().err
 
 
-# ---- options validated before any work starts (issue 25) ---------------------------------
+# ---- options validated before any work starts --------------------------------------------
 
 TINY_EXTRAPOLATE = [
     "--encodings", "nope", "rope", "--train-len", "16", "--multipliers", "1", "2",

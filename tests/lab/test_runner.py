@@ -219,7 +219,7 @@ def test_sigkill_at_any_point_then_the_same_command_reproduces_the_results(tmp_p
     assert _measured(killed) == _measured(tmp_path / "whole")
 
 
-# ---- a failed start leaves the folder as it was (issue 25) --------------------------------
+# ---- a failed start leaves the folder as it was ------------------------------------------
 
 
 def _failing_prepare(config: object) -> None:

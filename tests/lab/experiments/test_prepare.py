@@ -1,5 +1,5 @@
 """The experiments' ``prepare``: what a run will build is judged at the start, before the out
-folder is written (issue 25: a bad option used to fail after other runs had trained)."""
+folder is written (not after other runs have trained)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Synthetic keyword spotting: chirp "words" in noise, as log-magnitude spectrograms.
 
-A data source for the audio task of issue 26 (point 2), made on the machine (no download).
+A data source for the lab's audio task (:mod:`posenc.lab.experiments.audio`), made on the
+machine (no download).
 The vocabulary holds :data:`NUM_KEYWORDS` words; each word is a sequence of three segments
 of :data:`SEGMENT_FRAMES` frames, each segment a tone or a linear chirp given by its start
 and end frequency (:data:`KEYWORDS`). Words ``k`` and ``k + 4`` are the same segments in

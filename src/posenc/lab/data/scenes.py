@@ -6,10 +6,11 @@ channel) and the agent (a white centre pixel). The instruction names one object 
 square", optionally with filler words inserted to lengthen it); the action chunk is a
 shortest path from the agent to that object (rows first, then columns: ``UP``/``DOWN``, then
 ``LEFT``/``RIGHT``), padded with ``STAY`` to ``action_length``. The right actions depend on
-*where* the named object is, so a model must tie the instruction to image positions: the
-task of issue 26 point 4, where numberings of image patches, instruction and action slots
-are compared (:func:`layout_position_ids`) at the trained grid and instruction length and
-beyond them (a larger ``grid`` or ``instruction_length`` from the same :func:`make_scenes`).
+*where* the named object is, so a model must tie the instruction to image positions: the VLA
+task (:mod:`posenc.lab.experiments.vla`), where numberings of image patches, instruction and
+action slots are compared (:func:`layout_position_ids`) at the trained grid and instruction
+length and beyond them (a larger ``grid`` or ``instruction_length`` from the same
+:func:`make_scenes`).
 
 Image patch = one cell (:func:`image_patches`), so the image is ``G²`` tokens. Several
 camera views of one scene (:func:`camera_views`: the grid as drawn, transposed, turned

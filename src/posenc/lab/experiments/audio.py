@@ -1,5 +1,5 @@
 """Keyword spotting on spectrograms: which encoding, as 1D frames and as 2D patches, carries
-over from short clips to longer ones (issue 26, point 2).
+over from short clips to longer ones.
 
 The task (:mod:`posenc.lab.data.audio`): a clip holds one of 8 chirp/tone keywords at a
 random onset in noise with distractor tones; words ``k`` and ``k + 4`` are the same segments

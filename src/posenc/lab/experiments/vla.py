@@ -1,4 +1,4 @@
-"""VLA: how image, instruction and action-slot positions should be numbered (issue 26.4).
+"""VLA: how image, instruction and action-slot positions should be numbered.
 
 The task (:mod:`posenc.lab.data.scenes`): a ``G × G`` grid scene with three objects (shape ×
 colour) and an agent, an instruction naming one object ("go to red square", filler words
@@ -34,7 +34,7 @@ range, unlike M-RoPE's split) every multi-axis layout, built with its axes (four
 Every encoding here is a function of positions, so the larger grid and the longer
 instruction are met by evaluating it at the new positions (nothing to resample).
 
-A short history (``history = H``, issue 26: "a short history of frames"): every scene
+A short history (``history = H``, "a short history of frames"): every scene
 adds its ``H`` previous frames (the agent at the earlier cells of a walk to its current
 cell, :func:`~posenc.lab.data.scenes.make_scenes`), each camera view's block holding the
 ``H + 1`` frames frame-major, numbered by ``layout_position_ids(..., frames=H + 1)``. The

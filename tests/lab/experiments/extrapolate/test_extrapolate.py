@@ -205,7 +205,7 @@ def test_evaluation_at_16k_tokens_builds_no_length_squared_tensor(encoding: str)
     assert tracker.largest < length * length // 16, (tracker.op, tracker.largest)
 
 
-# ---- the attention backend (issue 27.4: RoPE with linear attention) ----------------------
+# ---- the attention backend (RoPE with linear attention) ----------------------------------
 
 
 def test_backend_reaches_every_model_and_its_rows(tmp_path: Path) -> None:
