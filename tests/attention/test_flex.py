@@ -72,7 +72,15 @@ def test_score_mod_equals_materialized_bias(
     # the same values, is compared with it in its own tests).
     heads = torch.arange(HEADS).view(-1, 1, 1)
     want = encoding.bias_at(heads, q_pos[..., None, :, None], k_pos[..., None, None, :], dtype)
-    assert_close(got, want.expand(2, HEADS, 3, 7), rtol=0, atol=0)
+    if kwargs.get("kernel") == "power":
+        # KERPLE's pow: its vectorized and scalar loops round differently, and vmap evaluates
+        # each pair at another place of another tensor: equal to the dtype's rounding, not
+        # bitwise. The other biases are lookups or elementwise ops whose result does not
+        # depend on where the element sits: bitwise.
+        rtol = 1e-12 if dtype == torch.float64 else 1e-6
+        assert_close(got, want.expand(2, HEADS, 3, 7), rtol=rtol, atol=0)
+    else:
+        assert_close(got, want.expand(2, HEADS, 3, 7), rtol=0, atol=0)
 
 
 @pytest.mark.slow

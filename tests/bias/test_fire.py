@@ -133,7 +133,10 @@ def test_kv_cache_rows_equal_the_full_bias(new: int) -> None:
     n = 30
     full = fire.bias(torch.arange(n), torch.arange(n))
     step = fire.bias(torch.arange(n - new, n), torch.arange(n))
-    assert_close(step, full[:, n - new :], rtol=0, atol=0)
+    # The grid's MLP is a matmul over the query rows: fewer rows are another matmul, whose
+    # sums another CPU's kernels may round differently (7e-7 apart with ATen's AVX2 or
+    # scalar kernels): equal to float32 rounding, not bitwise.
+    assert_close(step, full[:, n - new :])
 
 
 def test_batched_positions() -> None:

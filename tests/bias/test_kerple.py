@@ -188,7 +188,14 @@ def test_score_mod_equals_materialized_bias(kernel: str, batched: bool, dtype: t
     with torch.no_grad():
         got = evaluate_score_mod(score_mod, 2, 4, 3, 7, dtype)
         want = kerple.bias(q_pos, k_pos, dtype)
-    assert_close(got, want.expand(2, 4, 3, 7), rtol=0, atol=0)
+    if kernel == "power":
+        # pow's vectorized and scalar loops round differently, and the vmapped score_mod
+        # evaluates each pair at another place of another tensor: equal to the dtype's
+        # rounding, not bitwise.
+        rtol = 1e-12 if dtype == torch.float64 else 1e-6
+        assert_close(got, want.expand(2, 4, 3, 7), rtol=rtol, atol=0)
+    else:
+        assert_close(got, want.expand(2, 4, 3, 7), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -197,7 +204,13 @@ def test_kv_cache_rows_equal_full_bias(kernel: str, q_len: int, k_len: int) -> N
     kerple = KerpleBias(5, kernel=kernel, generator=torch.Generator().manual_seed(1))
     full = kerple.bias(torch.arange(k_len), torch.arange(k_len))
     step = kerple.bias(torch.arange(k_len - q_len, k_len), torch.arange(k_len))
-    assert_close(step, full[:, k_len - q_len :], rtol=0, atol=0)
+    if kernel == "power":
+        # pow's vectorized and scalar loops round differently and the rows sit elsewhere in
+        # a smaller tensor (other k_len differ by an ulp with AVX512 kernels): equal to
+        # float32 rounding, not bitwise.
+        assert_close(step, full[:, k_len - q_len :], rtol=1e-6, atol=0)
+    else:
+        assert_close(step, full[:, k_len - q_len :], rtol=0, atol=0)
 
 
 def test_batched_positions_broadcast() -> None:

@@ -115,12 +115,17 @@ def test_pair_positions_and_log_scale() -> None:
     future = torch.ones(8, 8, dtype=torch.bool).triu(1)
     assert bool((index[future] == -1).all()) and bool(distance[future].isnan().all())
     scale = log_scale(torch.tensor([0, 15, 16, 255]), 16)
-    assert torch.equal(
-        scale, torch.tensor([1.0, 1.0, math.log(17) / math.log(16), 2.0], dtype=torch.float64)
-    )
+    # torch's log (a vectorized kernel) against the C library's: equal to float64 rounding,
+    # not bitwise; the clamped ones are exactly 1.
+    want = torch.tensor([1.0, 1.0, math.log(17) / math.log(16), 2.0], dtype=torch.float64)
+    torch.testing.assert_close(scale, want, rtol=1e-15, atol=0)
+    assert scale[:2].tolist() == [1.0, 1.0]
     # negative positions (padding) scale by 1: no -inf or NaN to reach real tokens
     padded = log_scale(torch.tensor([-5, -2, -1, 255]), 16)
-    assert torch.equal(padded, torch.tensor([1.0, 1.0, 1.0, 2.0], dtype=torch.float64))
+    assert padded[:3].tolist() == [1.0, 1.0, 1.0]
+    torch.testing.assert_close(
+        padded[3], torch.tensor(2.0, dtype=torch.float64), rtol=1e-15, atol=0
+    )
 
 
 def test_a_method_wraps_one_axis_rotary_encodings_only() -> None:
