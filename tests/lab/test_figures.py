@@ -16,7 +16,7 @@ pytest.importorskip("matplotlib")
 from posenc.lab import figures
 from posenc.lab.experiments import extend, extrapolate, generalize, temporal_links, vit
 from posenc.viz.base import encoding_color
-from tests.test_viz_base import colorbar_labels, line_colors, overlaps, tick_label_overlaps
+from tests.viz.test_base import colorbar_labels, line_colors, overlaps, tick_label_overlaps
 
 ENCODINGS = ("nope", "sinusoidal", "learned", "rope", "alibi", "t5")
 MULTIPLIERS = (1.0, 1.25, 2.0, 4.0, 8.0)
