@@ -35,8 +35,8 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow -n 2 --dist worksteal || $(NO_TESTS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples
-	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples tools
+	$(BIN)/ruff format --check src tests benchmarks examples tools
 
 # The layering contracts of pyproject.toml's [tool.importlinter] (import-linter).
 imports: $(STAMP)
