@@ -277,30 +277,9 @@ def build_context(
     k_pos = positions if old_pos is None else concat_positions(old_pos, positions, num_axes)
     old_len = cache.length if cached and cache is not None else 0
 
-    padding = (
-        None
-        if key_padding_mask is None
-        else check_key_padding_mask(key_padding_mask, batch, seq, device=device)
-    )
-    old_padding = cache.key_padding_mask if cached and cache is not None else None
-    if padding is not None or old_padding is not None:
-        ones = torch.ones(batch, 0, dtype=torch.bool, device=device)
-        old = old_padding if old_padding is not None else ones.new_ones(batch, old_len)
-        new = padding if padding is not None else ones.new_ones(batch, seq)
-        padding = torch.cat([old, new], dim=-1)
-
-    q_docs = k_docs = None
-    old_docs = cache.document_ids if cached and cache is not None else None
-    if document_ids is not None:
-        q_docs = check_document_ids(document_ids, batch, seq, device=device)
-        if cached and old_docs is None:
-            raise ValueError(
-                "document_ids were not given for the tokens already in the cache; give them "
-                "from the cache's first call on"
-            )
-        k_docs = q_docs if old_docs is None else concat_positions(old_docs, q_docs)
-    elif old_docs is not None:
-        raise ValueError("document_ids must be given with every call once the cache holds them")
+    held = cache if cached else None
+    padding = _keys_padding(key_padding_mask, held, batch, seq, old_len, device)
+    q_docs, k_docs = _keys_documents(document_ids, held, batch, seq, device)
 
     k_len = old_len + seq
     dense, predicate = mask_predicate(attn_mask, batch, seq, k_len, device)
@@ -321,6 +300,53 @@ def build_context(
         check_chunk_cache(chunk_size, cache)
         return with_chunks(context, chunk_size)
     return context
+
+
+def _keys_padding(
+    key_padding_mask: Tensor | None,
+    cache: KVCache | None,
+    batch: int,
+    seq: int,
+    old_len: int,
+    device: torch.device,
+) -> Tensor | None:
+    """The key padding of every key: the cache's (real where it kept none), then the new
+    tokens' (real where none is given); None when neither has any."""
+    padding = (
+        None
+        if key_padding_mask is None
+        else check_key_padding_mask(key_padding_mask, batch, seq, device=device)
+    )
+    old_padding = None if cache is None else cache.key_padding_mask
+    if padding is None and old_padding is None:
+        return None
+    ones = torch.ones(batch, 0, dtype=torch.bool, device=device)
+    old = old_padding if old_padding is not None else ones.new_ones(batch, old_len)
+    new = padding if padding is not None else ones.new_ones(batch, seq)
+    return torch.cat([old, new], dim=-1)
+
+
+def _keys_documents(
+    document_ids: Tensor | None,
+    cache: KVCache | None,
+    batch: int,
+    seq: int,
+    device: torch.device,
+) -> tuple[Tensor | None, Tensor | None]:
+    """``(q_docs, k_docs)``: the new tokens' document ids and every key's (the cache's, then
+    the new ones); given with every call once the cache holds them, or never."""
+    old_docs = None if cache is None else cache.document_ids
+    if document_ids is None:
+        if old_docs is not None:
+            raise ValueError("document_ids must be given with every call once the cache holds them")
+        return None, None
+    q_docs = check_document_ids(document_ids, batch, seq, device=device)
+    if cache is not None and old_docs is None:
+        raise ValueError(
+            "document_ids were not given for the tokens already in the cache; give them "
+            "from the cache's first call on"
+        )
+    return q_docs, q_docs if old_docs is None else concat_positions(old_docs, q_docs)
 
 
 def check_chunk_cache(chunk_size: int, cache: KVCache | None) -> None:
