@@ -7,6 +7,9 @@ fields, the layout of lingua's ``TrainArgs`` (https://github.com/facebookresearc
 * :class:`ModelArgs` (``model``): the transformer's shape, ``dim``, ``depth``, ``num_heads``;
 * :class:`TrainArgs` (``train``): the seeds and the optimizer's schedule, ``steps``,
   ``batch_size``, ``lr``, ``warmup_steps``;
+* :class:`EpochArgs` (``train`` of the experiments that train in passes over a fixed set,
+  the signal ones): the seeds, ``epochs``, ``batch_size``, ``lr``, ``weight_decay``,
+  ``warmup_steps``;
 * :class:`DataArgs` (``data``): the byte corpus, its split and the training length;
 * :class:`RunnerArgs` (``runner``): how the runs execute, ``workers``, ``threads``,
   ``isolate``, ``progress``; nothing in it changes a result, so a folder's configuration
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DataArgs",
+    "EpochArgs",
     "ModelArgs",
     "RunnerArgs",
     "TrainArgs",
@@ -136,6 +141,39 @@ class TrainArgs:
             progress=progress,
             **fields,
         )
+
+
+@dataclass(frozen=True)
+class EpochArgs:
+    """The seeds and the optimizer's schedule of each run that trains in passes over a fixed
+    training set (AdamW, linear warmup, then cosine decay to 0 over every step of every
+    epoch: :func:`posenc.lab.signal_models.fit_signal_model`).
+
+    Args:
+        seeds: one run per seed (model init and batch order); tables give the mean ± std
+            over seeds.
+        epochs: passes over the training set.
+        batch_size: examples per step.
+        lr: peak learning rate.
+        weight_decay: AdamW's weight decay.
+        warmup_steps: linear warmup steps (capped at the run's steps - 1).
+    """
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    epochs: int = 20
+    batch_size: int = 32
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    warmup_steps: int = 20
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seeds", check_seeds(self.seeds))
+        for name in ("epochs", "batch_size"):
+            check_positive_int(name, getattr(self, name))
+        check_positive_float("lr", self.lr)
+        if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be finite and >= 0, got {self.weight_decay}")
+        check_non_negative_int("warmup_steps", self.warmup_steps)
 
 
 @dataclass(frozen=True)
