@@ -189,15 +189,9 @@ def fit_signal_model(
     check_positive_int("size", size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
     steps = train.epochs * math.ceil(size / train.batch_size)
-    warmup = min(train.warmup_steps, steps - 1)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        done = (step - warmup) / max(1, steps - warmup)
-        return 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
-
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, functools.partial(train.lr_factor, steps=steps)
+    )
     model.train()
     losses: list[float] = []
     for _ in range(train.epochs):
