@@ -8,7 +8,7 @@ fields, the layout of lingua's ``TrainArgs`` (https://github.com/facebookresearc
 * :class:`TrainArgs` (``train``): the seeds and the optimizer's schedule, ``steps``,
   ``batch_size``, ``lr``, ``warmup_steps``;
 * :class:`EpochArgs` (``train`` of the experiments that train in passes over a fixed set,
-  the signal and graph ones): the seeds, ``epochs``, ``batch_size``, ``lr``,
+  the image, signal and graph ones): the seeds, ``epochs``, ``batch_size``, ``lr``,
   ``weight_decay``, ``warmup_steps``;
 * :class:`DataArgs` (``data``): the byte corpus, its split and the training length;
 * :class:`RunnerArgs` (``runner``): how the runs execute, ``workers``, ``threads``,
@@ -146,9 +146,10 @@ class TrainArgs:
 @dataclass(frozen=True)
 class EpochArgs:
     """The seeds and the optimizer's schedule of each run that trains in passes over a fixed
-    training set: AdamW, linear warmup, then cosine decay to 0 over every step of every epoch
-    (:meth:`lr_factor`; :func:`posenc.lab.signal_models.fit_signal_model`,
-    :func:`posenc.lab.graph_models.fit_graph_model`).
+    training set: AdamW, linear warmup, then cosine decay over every step of every epoch
+    (:meth:`lr_factor` in :func:`posenc.lab.signal_models.fit_signal_model` and
+    :func:`posenc.lab.graph_models.fit_graph_model`; the digits ViT gives its steps to
+    :mod:`posenc.lab.train`).
 
     Args:
         seeds: one run per seed (model init and batch order); tables give the mean ± std
