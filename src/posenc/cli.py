@@ -261,9 +261,11 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from posenc.lab.experiments import EXPERIMENTS
     from posenc.lab.report import write_report
 
-    print(f"wrote {write_report(args.run_dir, runs=args.runs)}")
+    experiments = tuple(EXPERIMENTS.values())
+    print(f"wrote {write_report(args.run_dir, runs=args.runs, experiments=experiments)}")
     return 0
 
 

@@ -13,7 +13,7 @@ pytest.importorskip("matplotlib")
 from posenc.lab.gather import find_runs, gather
 from posenc.lab.report import write_report
 from posenc.lab.results import write_results_csv
-from tests.lab.test_report import CLAIMS, make_run_folder, text_of
+from tests.lab.test_report import CLAIMS, REGISTRY, make_run_folder, text_of
 
 EXTENSION_ROWS = [
     {
@@ -99,7 +99,7 @@ def test_gather_refuses_bad_runs_naming_them(tmp_path: Path, runs: list[str], ma
 def test_one_report_gathers_claims_tables_curves_and_configs_of_every_run(tmp_path: Path) -> None:
     make_run_folder(tmp_path)
     make_extension(tmp_path / "extension")
-    page = write_report(tmp_path, title="demo").read_text()
+    page = write_report(tmp_path, title="demo", experiments=REGISTRY).read_text()
     # every claim of both runs, counted together
     claims = text_of(re.search(r"<table class='claims'>.*?</table>", page).group(0))
     for record in [*CLAIMS, EXTENSION_CLAIM]:
@@ -129,8 +129,8 @@ def test_one_report_gathers_claims_tables_curves_and_configs_of_every_run(tmp_pa
 def test_a_report_of_given_runs_is_written_where_asked(tmp_path: Path) -> None:
     first = make_extension(tmp_path / "seed0")
     second = make_extension(tmp_path / "seed1")
-    page = write_report(tmp_path / "both", runs=[first, second]).read_text()
+    page = write_report(tmp_path / "both", runs=[first, second], experiments=REGISTRY).read_text()
     assert text_of(page).count(EXTENSION_CLAIM["text"]) == 2
     assert (tmp_path / "both" / "figures" / "extension.png").is_file()
     with pytest.raises(ValueError, match=r"run_dir .* has no results\.csv"):
-        write_report(tmp_path / "empty")
+        write_report(tmp_path / "empty", experiments=REGISTRY)

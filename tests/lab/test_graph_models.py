@@ -14,6 +14,7 @@ from posenc.graph import Graph, hop_distances, laplacian_pe, random_walk_pe
 from posenc.lab.data.graphs import csl_dataset, triangle_dataset
 from posenc.lab.graph_models import (
     GRAPH_ENCODINGS,
+    GRAPH_SCHEDULE,
     GraphTransformer,
     encoding_table,
     evaluate_graph_model,
@@ -133,9 +134,7 @@ def test_training_learns_what_the_encoding_shows():
             model,
             tensors,
             task="classify",
-            epochs=30,
-            batch_size=10,
-            lr=1e-2,
+            schedule=replace(GRAPH_SCHEDULE, epochs=30, batch_size=10, lr=1e-2),
             generator=torch.Generator().manual_seed(0),
             validation=tensors,
         )

@@ -17,8 +17,12 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from posenc.lab.claims import format_mean_std
+from posenc.lab.experiments import EXPERIMENTS
 from posenc.lab.report import write_report
 from posenc.lab.results import merge_rows, read_results_csv, write_results_csv
+
+# The page shows the sections of the experiments it is given: those of the registry.
+REGISTRY = tuple(EXPERIMENTS.values())
 
 ROWS = [
     {
@@ -322,7 +326,7 @@ def pivot_tables(page: str) -> list[str]:
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     folder = make_run_folder(tmp_path_factory.mktemp("run"))
-    path = write_report(folder, title="a <test> run")
+    path = write_report(folder, title="a <test> run", experiments=REGISTRY)
     return folder, path.read_text(encoding="utf-8")
 
 
@@ -454,7 +458,7 @@ def test_configuration_and_environment(report: tuple[Path, str]) -> None:
 
 def test_a_minimal_folder_without_claims_config_runs_or_checks(tmp_path: Path) -> None:
     write_results_csv([*ROWS, {"experiment": "mine", "score": 1.0}], tmp_path / "results.csv")
-    page = write_report(tmp_path).read_text()
+    page = write_report(tmp_path, experiments=REGISTRY).read_text()
     assert page.count("data:image/png;base64,") == 5
     assert "id='claims'" not in page and "href='#claims'" not in page
     assert "Property checks" not in page and "Training curves" not in page
@@ -470,7 +474,7 @@ def test_lm_rows_get_a_table_per_encoding(tmp_path: Path) -> None:
         for encoding, seed, loss in [("rope", 0, 2.0), ("rope", 1, 2.2), ("alibi", 0, 2.1)]
     ]
     write_results_csv(rows, tmp_path / "results.csv")
-    (table,) = pivot_tables(write_report(tmp_path).read_text())
+    (table,) = pivot_tables(write_report(tmp_path, experiments=REGISTRY).read_text())
     text = text_of(table)
     assert "Validation loss per positional encoding; 2 seeds, mean ± std." in text
     assert format_mean_std(2.1, statistics.stdev([2.0, 2.2]), 4) in text
@@ -479,7 +483,7 @@ def test_lm_rows_get_a_table_per_encoding(tmp_path: Path) -> None:
 
 def test_report_without_results_names_the_folder(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"results\.csv"):
-        write_report(tmp_path)
+        write_report(tmp_path, experiments=REGISTRY)
 
 
 def test_a_run_folder_in_use_by_another_process_is_refused(tmp_path: Path) -> None:
@@ -535,7 +539,7 @@ def test_claims_show_undecided_with_n_margin_and_noise(tmp_path: Path) -> None:
     write_results_csv(rows, tmp_path / "results.csv")
     record = verdict_record(claim, judge(claim, rows))
     (tmp_path / "claims.json").write_text(json.dumps([record]))
-    page = write_report(tmp_path).read_text()
+    page = write_report(tmp_path, experiments=REGISTRY).read_text()
     found = re.search(r"<table class='claims'>.*?</table>", page)
     assert found is not None
     assert "<td class='verdict undecided'>? undecided</td>" in found.group(0)

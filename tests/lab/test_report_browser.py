@@ -21,7 +21,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from posenc.lab.report import write_report
-from tests.lab.test_report import make_run_folder
+from tests.lab.test_report import REGISTRY, make_run_folder
 
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
@@ -102,7 +102,8 @@ def layout(page: Path, width: int, profile: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def report_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _browser()
-    return write_report(make_run_folder(tmp_path_factory.mktemp("run")), title="browser run")
+    folder = make_run_folder(tmp_path_factory.mktemp("run"))
+    return write_report(folder, title="browser run", experiments=REGISTRY)
 
 
 @pytest.mark.parametrize("width", [1200, 800])

@@ -3,7 +3,10 @@ training loop, and the atlas table and figure."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +15,11 @@ from torch import nn
 from torch.testing import assert_close
 
 from posenc.lab.atlas import atlas_pivot, atlas_table, condition_labels
+from posenc.lab.config import expand_flat_options, from_record, replace_fields
+from posenc.lab.experiments.audio import AudioConfig
+from posenc.lab.experiments.video import VideoConfig
+from posenc.lab.experiments.vla import VlaConfig
+from posenc.lab.results import check_out_dir
 from posenc.lab.signal_models import (
     SignalRunConfig,
     SignalTransformer,
@@ -24,7 +32,8 @@ from posenc.registry import ModelDims
 
 def _model(encoding: str, grid: tuple[int, ...] = (2, 3, 4)) -> SignalTransformer:
     torch.manual_seed(0)
-    return SignalRunConfig(encodings=(encoding,), dim=48).model(encoding, grid, math.prod(grid))
+    config = replace_fields(SignalRunConfig(), encodings=(encoding,), dim=48)
+    return config.transformer(encoding, grid, math.prod(grid))
 
 
 def test_without_an_encoding_the_transformer_is_permutation_equivariant() -> None:
@@ -71,7 +80,7 @@ def test_pos_kwargs_for_none_are_refused_naming_them() -> None:
 def test_bad_config_fields_are_named(field: str, value: Any) -> None:
     kwargs: dict[str, Any] = {"encodings": ("none",), field: value}
     with pytest.raises(ValueError, match=field if field != "num_heads" else "divisible"):
-        SignalRunConfig(**kwargs)
+        replace_fields(SignalRunConfig(), **kwargs)
 
 
 def test_fit_lowers_the_loss_of_a_learnable_task_and_accuracy_counts_every_entry() -> None:
@@ -84,8 +93,8 @@ def test_fit_lowers_the_loss_of_a_learnable_task_and_accuracy_counts_every_entry
         return nn.functional.cross_entropy(net(x[index]), targets[index])
 
     before = float(loss_of(torch.arange(256)).detach())
-    config = SignalRunConfig(epochs=5, batch_size=32, lr=0.05, warmup_steps=2)
-    summary = fit_signal_model(net, loss_of, 256, config, torch.Generator().manual_seed(0))
+    config = replace_fields(SignalRunConfig(), epochs=5, batch_size=32, lr=0.05, warmup_steps=2)
+    summary = fit_signal_model(net, loss_of, 256, config.train, torch.Generator().manual_seed(0))
     assert summary["train_loss"] < 0.5 * before
     assert accuracy_in_batches(lambda i: net(x[i]), targets, batch_size=100) > 0.9
     # (N, k) targets: every entry counts once
@@ -151,3 +160,36 @@ def test_atlas_figure_draws_one_panel_per_layout() -> None:
         ["rope_axial"],
         ["none"],
     ]
+
+
+def _flat(config: SignalRunConfig) -> dict[str, Any]:
+    """``config`` as a config.json written before its model and training were sections."""
+    record = dataclasses.asdict(config)
+    return json.loads(json.dumps({**record.pop("model"), **record.pop("train"), **record}))
+
+
+@pytest.mark.parametrize("cls", [AudioConfig, VideoConfig, VlaConfig])
+def test_flat_records_and_options_reach_the_sections(cls: type[SignalRunConfig]) -> None:
+    config = replace_fields(cls(), seeds=(0,), dim=48, num_heads=2, epochs=2, weight_decay=0.1)
+    assert (config.model.dim, config.train.epochs, config.train.weight_decay) == (48, 2, 0.1)
+    assert from_record(cls, _flat(config)) == config
+    assert from_record(cls, json.loads(json.dumps(dataclasses.asdict(config)))) == config
+    options = ["--dim", "32", "--epochs=2", "--no-progress", "--data-seed", "1"]
+    assert expand_flat_options(cls, options) == [
+        "--model.dim",
+        "32",
+        "--train.epochs=2",
+        "--runner.no-progress",
+        "--data-seed",
+        "1",
+    ]
+
+
+def test_an_out_folder_of_a_flat_config_resumes_and_refuses_another(tmp_path: Path) -> None:
+    config = replace_fields(VlaConfig(), seeds=(0,), dim=32, num_heads=2, encodings=("rope",))
+    (tmp_path / "runs" / "r").mkdir(parents=True)
+    (tmp_path / "runs" / "r" / "eval.json").write_text("[]")
+    (tmp_path / "config.json").write_text(json.dumps({"experiment": "vla", **_flat(config)}))
+    check_out_dir(tmp_path, "vla", config)
+    with pytest.raises(ValueError, match=r"'train\.epochs'"):
+        check_out_dir(tmp_path, "vla", replace_fields(config, epochs=3))

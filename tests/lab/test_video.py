@@ -14,7 +14,7 @@ import torch
 from torch.testing import assert_close
 
 from posenc.additive.learned_grid import FactorizedLearned
-from posenc.lab.config import RunnerArgs
+from posenc.lab.config import RunnerArgs, replace_fields
 from posenc.lab.data.moving_digits import NUM_CLASSES, make_moving_digits, tubelets
 from posenc.lab.experiments import video
 from posenc.lab.experiments.video import (
@@ -47,7 +47,7 @@ ENCODINGS = ("rope_axial", "learned_factorized", "none")
 
 
 def _tiny(**overrides: Any) -> VideoConfig:
-    return VideoConfig(**{**TINY, "encodings": ENCODINGS, **overrides})
+    return replace_fields(VideoConfig(), **{**TINY, "encodings": ENCODINGS, **overrides})
 
 
 def test_a_tiny_sweep_writes_atlas_rows_with_the_positions_of_each_grid(
@@ -208,7 +208,8 @@ def test_the_classifier_moves_to_a_new_grid_without_changing_itself() -> None:
 def test_rope_base_reaches_every_rotary_encoding_and_pos_kwargs_override_it() -> None:
     from posenc.rotary import MultiAxisRotary, RotaryEmbedding
 
-    config = VideoConfig(
+    config = replace_fields(
+        VideoConfig(),
         **{**TINY, "dim": 48, "num_heads": 2},
         encodings=("mrope", "videorope", "v2pe", "rope_axial"),
         rope_base=7.0,
@@ -216,7 +217,7 @@ def test_rope_base_reaches_every_rotary_encoding_and_pos_kwargs_override_it() ->
     )
 
     def rotary(encoding: str) -> torch.nn.Module:
-        model = config.model(encoding, config.grid, 64)
+        model = config.transformer(encoding, config.grid, 64)
         return next(m for m in model.modules() if isinstance(m, (MultiAxisRotary, RotaryEmbedding)))
 
     for encoding in ("mrope", "videorope"):

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 from torch.testing import assert_close
 
-from posenc.lab.config import RunnerArgs
+from posenc.lab.config import RunnerArgs, replace_fields
 from posenc.lab.data.scenes import camera_views, image_patches, make_scenes
 from posenc.lab.experiments import get_experiment
 from posenc.lab.experiments.vla import (
@@ -46,7 +46,7 @@ def test_registered() -> None:
 
 
 def test_tiny_sweep_writes_rows_and_resumes(tmp_path: Path) -> None:
-    config = VlaConfig(**TINY)
+    config = replace_fields(VlaConfig(), **TINY)
     assert pairs(config) == [
         ("flat", "none"),
         ("flat", "rope"),
@@ -83,7 +83,7 @@ def test_tiny_sweep_writes_rows_and_resumes(tmp_path: Path) -> None:
 
 
 def test_a_run_is_a_function_of_config_and_seed(tmp_path: Path) -> None:
-    config = VlaConfig(**TINY)
+    config = replace_fields(VlaConfig(), **TINY)
     run = Run("qwen2_vl/mrope/seed0", {"layout": "qwen2_vl", "encoding": "mrope", "seed": 0})
     first = _execute(config, run, tmp_path)
     assert _execute(config, run, tmp_path) == first
@@ -111,7 +111,7 @@ def test_a_run_is_a_function_of_config_and_seed(tmp_path: Path) -> None:
 )
 def test_config_errors_name_the_field(changes: dict[str, Any], field: str) -> None:
     with pytest.raises(ValueError, match=field):
-        VlaConfig(**{**TINY, **changes})
+        replace_fields(VlaConfig(), **{**TINY, **changes})
 
 
 def _positions_seen(
@@ -135,7 +135,7 @@ def _positions_seen(
 
 
 def test_mrope_reads_t_h_w_of_the_patches_and_the_larger_grid_extends_them() -> None:
-    config = VlaConfig(**TINY)
+    config = replace_fields(VlaConfig(), **TINY)
     trained = _positions_seen(config, "qwen2_vl", "mrope", 4, 4)
     larger = _positions_seen(config, "qwen2_vl", "mrope", 6, 4)
     assert trained.shape == (3, 16 + 4 + 10) and larger.shape == (3, 36 + 4 + 10)
@@ -149,7 +149,7 @@ def test_mrope_reads_t_h_w_of_the_patches_and_the_larger_grid_extends_them() -> 
 
 
 def test_flat_rope_numbers_everything_in_one_axis() -> None:
-    config = VlaConfig(**TINY)
+    config = replace_fields(VlaConfig(), **TINY)
     trained = _positions_seen(config, "flat", "rope", 4, 4)
     longer = _positions_seen(config, "flat", "rope", 4, 8)
     assert_close(trained, torch.arange(30))
@@ -157,7 +157,7 @@ def test_flat_rope_numbers_everything_in_one_axis() -> None:
 
 
 def test_action_axis_gives_rope_axial_four_axes() -> None:
-    config = VlaConfig(**TINY)
+    config = replace_fields(VlaConfig(), **TINY)
     model = VlaModel(config, "rope_axial", "action_axis")
     assert model.transformer.num_axes == 4
     seen = _positions_seen(config, "action_axis", "rope_axial", 4, 8)
@@ -167,7 +167,9 @@ def test_action_axis_gives_rope_axial_four_axes() -> None:
 
 
 def test_views_add_image_blocks() -> None:
-    config = VlaConfig(**{**TINY, "views": 2, "encodings": ("mrope",), "layouts": ("qwen2_vl",)})
+    config = replace_fields(
+        VlaConfig(), **{**TINY, "views": 2, "encodings": ("mrope",), "layouts": ("qwen2_vl",)}
+    )
     seen = _positions_seen(config, "qwen2_vl", "mrope", 4, 4)
     assert seen.shape == (3, 2 * 16 + 1 + 4 + 10)
     assert seen[:, 17].tolist() == [5, 5, 5]  # view 1 starts after view 0 and the marker
@@ -178,7 +180,7 @@ HISTORY: dict[str, Any] = {**TINY, "history": 2, "encodings": ("rope", "mrope")}
 
 
 def test_history_run_writes_rows_and_no_history_rows_are_unchanged(tmp_path: Path) -> None:
-    config = VlaConfig(**{**HISTORY, "layouts": ("flat", "qwen2_vl")})
+    config = replace_fields(VlaConfig(), **{**HISTORY, "layouts": ("flat", "qwen2_vl")})
     assert config.frames == 3 and config.max_seq_len() == 3 * 36 + 8 + 10
     rows = run_vla(config, tmp_path, echo=None)
     assert [(r["layout"], r["encoding"]) for r in rows[::4]] == [
@@ -188,20 +190,30 @@ def test_history_run_writes_rows_and_no_history_rows_are_unchanged(tmp_path: Pat
     assert all(r["history"] == 2 for r in rows) and len(rows) == 2 * 4
     assert "(2 previous frames)" in format_vla_table(rows)
     plain = _execute(
-        VlaConfig(**TINY), Run("r", {"layout": "flat", "encoding": "rope", "seed": 0}), tmp_path
+        replace_fields(VlaConfig(), **TINY),
+        Run("r", {"layout": "flat", "encoding": "rope", "seed": 0}),
+        tmp_path,
     )
     assert "history" not in plain[0]
     # a folder written before the field existed (no "history" in config.json) resumes
     old = tmp_path / "old"
-    run_vla(VlaConfig(**{**TINY, "encodings": ("rope",), "layouts": ("flat",)}), old, echo=None)
+    run_vla(
+        replace_fields(VlaConfig(), **{**TINY, "encodings": ("rope",), "layouts": ("flat",)}),
+        old,
+        echo=None,
+    )
     record = json.loads((old / "config.json").read_text())
     assert record.pop("history") is None
     (old / "config.json").write_text(json.dumps(record))
-    run_vla(VlaConfig(**{**TINY, "encodings": ("rope",), "layouts": ("flat",)}), old, echo=None)
+    run_vla(
+        replace_fields(VlaConfig(), **{**TINY, "encodings": ("rope",), "layouts": ("flat",)}),
+        old,
+        echo=None,
+    )
 
 
 def test_history_frames_are_numbered_frame_major() -> None:
-    config = VlaConfig(**HISTORY)
+    config = replace_fields(VlaConfig(), **HISTORY)
     split = _split(config, "qwen2_vl", 3, 2, 4, 4, seed=0)
     frames = 3
     assert split.patches.shape == (2, 1, frames * 16, 27)
@@ -221,7 +233,7 @@ def test_history_frames_are_numbered_frame_major() -> None:
 
 
 def test_history_with_views_keeps_each_views_frames_together() -> None:
-    config = VlaConfig(**{**HISTORY, "views": 2})
+    config = replace_fields(VlaConfig(), **{**HISTORY, "views": 2})
     split = _split(config, "qwen2_vl", 3, 2, 4, 4, seed=0)
     scenes = make_scenes(2, 4, seed=0, action_length=config.slots, history=2)
     views = camera_views(scenes.frames().flatten(0, 1), 2).unflatten(0, (2, 3))
@@ -235,7 +247,9 @@ def _rotary(model: VlaModel) -> Any:
 
 
 def test_rope_base_reaches_every_rotary_encoding_and_pos_kwargs_override_it() -> None:
-    config = VlaConfig(**{**TINY, "rope_base": 7.0, "pos_kwargs": {"mrope": {"base": 50.0}}})
+    config = replace_fields(
+        VlaConfig(), **{**TINY, "rope_base": 7.0, "pos_kwargs": {"mrope": {"base": 50.0}}}
+    )
     assert float(_rotary(VlaModel(config, "rope", "flat")).base) == 7.0
     dims = ModelDims(dim=24, num_heads=1, max_seq_len=config.max_seq_len(), grid=(1, 4, 4))
     for layout, encoding, base in [("qwen2_vl", "rope_axial", 7.0), ("qwen2_vl", "mrope", 50.0)]:
@@ -245,4 +259,4 @@ def test_rope_base_reaches_every_rotary_encoding_and_pos_kwargs_override_it() ->
         assert_close(built.frequencies, expected.frequencies)
         assert not torch.equal(expected.frequencies, default.frequencies)
     with pytest.raises(ValueError, match="rope_base"):
-        VlaConfig(**{**TINY, "rope_base": 0.0})
+        replace_fields(VlaConfig(), **{**TINY, "rope_base": 0.0})

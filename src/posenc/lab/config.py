@@ -7,6 +7,9 @@ fields, the layout of lingua's ``TrainArgs`` (https://github.com/facebookresearc
 * :class:`ModelArgs` (``model``): the transformer's shape, ``dim``, ``depth``, ``num_heads``;
 * :class:`TrainArgs` (``train``): the seeds and the optimizer's schedule, ``steps``,
   ``batch_size``, ``lr``, ``warmup_steps``;
+* :class:`EpochArgs` (``train`` of the experiments that train in passes over a fixed set,
+  the image, signal and graph ones): the seeds, ``epochs``, ``batch_size``, ``lr``,
+  ``weight_decay``, ``warmup_steps``;
 * :class:`DataArgs` (``data``): the byte corpus, its split and the training length;
 * :class:`RunnerArgs` (``runner``): how the runs execute, ``workers``, ``threads``,
   ``isolate``, ``progress``; nothing in it changes a result, so a folder's configuration
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -46,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DataArgs",
+    "EpochArgs",
     "ModelArgs",
     "RunnerArgs",
     "TrainArgs",
@@ -136,6 +141,62 @@ class TrainArgs:
             progress=progress,
             **fields,
         )
+
+
+@dataclass(frozen=True)
+class EpochArgs:
+    """The seeds and the optimizer's schedule of each run that trains in passes over a fixed
+    training set: AdamW, linear warmup, then cosine decay over every step of every epoch
+    (:meth:`lr_factor` in :func:`posenc.lab.signal_models.fit_signal_model` and
+    :func:`posenc.lab.graph_models.fit_graph_model`; the digits ViT gives its steps to
+    :mod:`posenc.lab.train`).
+
+    Args:
+        seeds: one run per seed (model init and batch order); tables give the mean ± std
+            over seeds.
+        epochs: passes over the training set.
+        batch_size: examples per step.
+        lr: peak learning rate.
+        weight_decay: AdamW's weight decay.
+        warmup_steps: linear warmup steps (capped at the run's steps - 1).
+    """
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    epochs: int = 20
+    batch_size: int = 32
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    warmup_steps: int = 20
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seeds", check_seeds(self.seeds))
+        for name in ("epochs", "batch_size"):
+            check_positive_int(name, getattr(self, name))
+        check_positive_float("lr", self.lr)
+        if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be finite and >= 0, got {self.weight_decay}")
+        check_non_negative_int("warmup_steps", self.warmup_steps)
+
+    def lr_factor(self, step: int, steps: int) -> float:
+        """The learning rate of 0-based step ``step`` of ``steps`` as a fraction of ``lr``.
+
+        .. math::
+            f(s) = \\frac{s+1}{W+1} \\quad (s < W), \\qquad
+            f(s) = \\tfrac12\\big(1 + \\cos(\\pi \\min(1, \\tfrac{s - W}{S - W}))\\big)
+            \\quad (s \\ge W)
+
+        with ``S = steps`` and ``W = min(warmup_steps, S - 1)``.
+
+        Example::
+
+            >>> EpochArgs(warmup_steps=1).lr_factor(0, 3), EpochArgs().lr_factor(3, 3)
+            (0.5, 0.0)
+        """
+        warmup = min(self.warmup_steps, steps - 1)
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        done = (step - warmup) / max(1, steps - warmup)
+        return 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
 
 
 @dataclass(frozen=True)
@@ -279,12 +340,22 @@ def replace_fields(config: C, **changes: Any) -> C:
 def flat_record(cls: type, record: Mapping[str, Any]) -> dict[str, Any]:
     """A config's JSON record (``config.json``) with each section's fields as ``"model.dim"``
     keys; a record written before the sections (flat: ``"dim"``) reads the same, its fields
-    placed by :func:`field_paths`. Other keys (``"experiment"``) stay as they are."""
+    placed by :func:`field_paths`. Other keys (``"experiment"``) stay as they are.
+
+    Raises:
+        ValueError: naming the key when a section's name holds no object (a record written
+            when that name was a field of another kind: triangles' ``train`` graphs).
+    """
     paths = field_paths(cls)
     names = sections(cls)
     flat: dict[str, Any] = {}
     for key, value in record.items():
-        if key in names and isinstance(value, Mapping):
+        if key in names:
+            if not isinstance(value, Mapping):
+                raise ValueError(
+                    f"{key!r} is the {key} section of {cls.__name__} (an object of "
+                    f"{names[key].__name__}'s fields), got {value!r}"
+                )
             flat.update({f"{key}.{leaf}": item for leaf, item in value.items()})
         else:
             flat[paths.get(key, key)] = value

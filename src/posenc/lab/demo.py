@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
-from posenc.lab.experiments import extend, longctx
+from posenc.lab.experiments import EXPERIMENTS, extend, longctx
 from posenc.lab.experiments.extrapolate import ExtrapolateConfig, run_extrapolate
 
 __all__ = ["DEMO_CONFIG", "claim_counts", "run_demo"]
@@ -209,7 +209,11 @@ def run_demo(
             + ", ".join((*EXTENSION_METHODS[1:], SEGMENT_METHOD))
         )
         rows += extend_zero_shot(config, folder, echo=echo)
-    report = write_report(folder, title="posenc demo: train short, test long, extend")
+    report = write_report(
+        folder,
+        title="posenc demo: train short, test long, extend",
+        experiments=tuple(EXPERIMENTS.values()),
+    )
     runs = gather(folder)
     records = [record for run in runs for record in run.claims]
     seconds = time.perf_counter() - start

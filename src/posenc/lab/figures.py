@@ -1,7 +1,7 @@
 """What the lab's figures share: each encoding's colour, mean lines over seeds, bars per
 encoding, log ticks at the evaluated lengths, and the training curves of every run.
 
-Each experiment's result figures live with it (its :class:`~posenc.lab.runner.Section`), each
+Each experiment's result figures live with it (its :class:`~posenc.lab.report.Section`), each
 a function of result rows (``results.csv``) returning a matplotlib ``Figure``, drawn with
 these helpers: several seeds of one cell as their mean with ± one sample std as error bars
 (:func:`mean_line`), or a bar at the mean with a dot per seed (:func:`encoding_bars`).

@@ -27,6 +27,7 @@ out of attention (``key_padding_mask``) and out of the mean pooling.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
@@ -39,7 +40,6 @@ from torch import Tensor, nn
 from posenc._validate import (
     check_in_choices,
     check_non_negative_int,
-    check_positive_float,
     check_positive_int,
 )
 from posenc.attention import Attention
@@ -53,11 +53,12 @@ from posenc.graph import (
     random_walk_pe,
 )
 from posenc.lab.claims import aggregate, format_mean_std
-from posenc.lab.config import RunnerArgs, check_seeds
+from posenc.lab.config import EpochArgs, ModelArgs, RunnerArgs
 from posenc.lab.tables import seed_means, text_table
 
 __all__ = [
     "GRAPH_ENCODINGS",
+    "GRAPH_SCHEDULE",
     "GraphRunConfig",
     "GraphTensors",
     "GraphTransformer",
@@ -294,37 +295,38 @@ def fit_graph_model(
     train: GraphTensors,
     *,
     task: Task,
-    epochs: int,
-    batch_size: int,
-    lr: float,
+    schedule: EpochArgs,
     generator: torch.Generator,
     validation: GraphTensors | None = None,
 ) -> dict[str, float]:
-    """AdamW with a cosine schedule for ``epochs`` passes in batches shuffled by
-    ``generator`` (``lap_flip`` flips signs per batch from it too). With ``validation`` the
-    weights of the best validation epoch are kept (Benchmarking GNNs reports the test score
-    of the best validation model). Returns the last training loss and the best validation
-    score."""
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    steps = epochs * math.ceil(len(train) / batch_size)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, steps) / steps))
+    """AdamW with ``schedule``'s warmup and cosine decay
+    (:meth:`~posenc.lab.config.EpochArgs.lr_factor`) for ``schedule.epochs`` passes in
+    batches shuffled by ``generator`` (``lap_flip`` flips signs per batch from it too). With
+    ``validation`` the weights of the best validation epoch are kept (Benchmarking GNNs
+    reports the test score of the best validation model). Returns the last training loss and
+    the best validation score."""
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=schedule.lr, weight_decay=schedule.weight_decay
+    )
+    steps = schedule.epochs * math.ceil(len(train) / schedule.batch_size)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, functools.partial(schedule.lr_factor, steps=steps)
     )
     best: float | None = None
     best_state: dict[str, Tensor] | None = None
     loss = torch.zeros(())
     model.train()
-    for _ in range(epochs):
+    for _ in range(schedule.epochs):
         order = torch.randperm(len(train), generator=generator)
-        for start in range(0, len(train), batch_size):
-            batch = train.take(order[start : start + batch_size])
+        for start in range(0, len(train), schedule.batch_size):
+            batch = train.take(order[start : start + schedule.batch_size])
             if model.encoding == "lap_flip":
                 batch = flip_signs(batch, generator)
             loss = _loss(task, model(batch), batch.targets)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
-            schedule.step()
+            scheduler.step()
         if validation is not None:
             score = evaluate_graph_model(model, validation, task)
             improved = best is None or (score > best if task == "classify" else score < best)
@@ -357,44 +359,40 @@ def encoding_table(
     return f"{title} ({note})\n" + text_table(["encoding", value], body)
 
 
+#: The graph experiments' default training: 60 epochs of 32 graphs at lr 3e-3, three seeds,
+#: cosine decay without warmup or weight decay.
+GRAPH_SCHEDULE = EpochArgs(epochs=60, batch_size=32, lr=3e-3, weight_decay=0.0, warmup_steps=0)
+
+
 @dataclass(frozen=True)
 class GraphRunConfig:
-    """What the graph experiments share: the encodings, seeds, model and training (each
-    experiment adds its data and may change the defaults).
+    """What the graph experiments share: the encodings, the model and its training, as
+    sections (:mod:`posenc.lab.config`); each experiment adds its data and may change the
+    defaults.
 
     Args:
         encodings: graph encodings (:data:`GRAPH_ENCODINGS`).
-        seeds: model seeds (initialization, batch order, sign flips).
         attention: ``"graph"`` (each node attends to its neighbours and itself) or ``"full"``
             (to every node).
         data_seed: seed of the data (shared by every run).
         k: Laplacian eigenvectors per node.
         steps: random-walk steps of ``rwse``.
-        dim: the transformer's width.
-        num_heads: attention heads per layer.
-        depth: transformer layers.
-        epochs: passes over the training graphs (AdamW, cosine decay).
-        batch_size: graphs per step.
-        lr: peak learning rate.
+        model: the transformer's shape.
+        train: the model seeds (initialization, batch order, sign flips) and the schedule of
+            :func:`fit_graph_model` (:data:`GRAPH_SCHEDULE`).
         runner: how the runs execute.
     """
 
     encodings: tuple[str, ...] = GRAPH_ENCODINGS
-    seeds: tuple[int, ...] = (0, 1, 2)
     attention: Literal["graph", "full"] = "full"
     data_seed: int = 0
     k: int = 8
     steps: int = 8
-    dim: int = 64
-    num_heads: int = 4
-    depth: int = 3
-    epochs: int = 60
-    batch_size: int = 32
-    lr: float = 3e-3
+    model: ModelArgs = field(default_factory=functools.partial(ModelArgs, dim=64, depth=3))
+    train: EpochArgs = GRAPH_SCHEDULE
     runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
         object.__setattr__(self, "encodings", tuple(self.encodings))
         if not self.encodings or any(e not in GRAPH_ENCODINGS for e in self.encodings):
             raise ValueError(
@@ -402,9 +400,8 @@ class GraphRunConfig:
             )
         check_in_choices("attention", self.attention, ("graph", "full"))
         check_non_negative_int("data_seed", self.data_seed)
-        for name in ("k", "steps", "dim", "num_heads", "depth", "epochs", "batch_size"):
+        for name in ("k", "steps"):
             check_positive_int(name, getattr(self, name))
-        check_positive_float("lr", self.lr)
 
     def train_model(
         self,
@@ -422,9 +419,9 @@ class GraphRunConfig:
         torch.manual_seed(seed)
         model = GraphTransformer(
             encoding,
-            dim=self.dim,
-            num_heads=self.num_heads,
-            depth=self.depth,
+            dim=self.model.dim,
+            num_heads=self.model.num_heads,
+            depth=self.model.depth,
             num_outputs=num_outputs,
             k=self.k,
             steps=self.steps,
@@ -435,9 +432,7 @@ class GraphRunConfig:
             model,
             train,
             task=task,
-            epochs=self.epochs,
-            batch_size=self.batch_size,
-            lr=self.lr,
+            schedule=self.train,
             generator=torch.Generator().manual_seed(seed),
             validation=validation,
         )

@@ -5,9 +5,8 @@ The page, top to bottom:
 1. the claims (``claims.json``, judged by :mod:`posenc.lab.runner`): verdict, the measured
    mean ± std over seeds, the threshold and the paper's published number;
 2. the tables: per kind of rows (their ``experiment`` column), the tables of the
-   :class:`~posenc.lab.runner.Section` an experiment of the registry
-   (:mod:`posenc.lab.experiments`) declares for them (pivots of :func:`posenc.lab.tables.pivot`:
-   encoding × length, mean ± std over seeds);
+   :class:`Section` one of the experiments the caller passes declares for them (pivots of
+   :func:`posenc.lab.tables.pivot`: encoding × length, mean ± std over seeds);
 3. the figures: the sections' result figures, the training curves of every
    ``runs/**/metrics.jsonl`` (:func:`posenc.lab.figures.training_curves`), and the
    property-check figures that ``posenc demo`` writes to ``RUN_DIR/checks/``;
@@ -22,6 +21,11 @@ numbers; each run's configuration is shown under its folder's name.
 
 Images are embedded as base64 PNG so the file stands alone; the result figures are also
 written to ``RUN_DIR/figures/``. Tables wrap to the page width; only the raw rows scroll.
+
+The page knows an experiment only as :class:`ShowsRows` (its sections by kind of rows): the
+caller that knows the experiments passes them (the runner its own experiment, ``posenc report``
+and the demo every experiment of the registry, :mod:`posenc.lab.experiments`), so this module
+sits below the runner and the registry rather than reading them.
 """
 
 from __future__ import annotations
@@ -34,24 +38,55 @@ import math
 import os
 import platform
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
 from posenc.lab.figures import training_curves
 from posenc.lab.gather import RunFolder, gather
+from posenc.lab.results import Row
 from posenc.lab.run import atomic_write_text, read_metrics
 from posenc.lab.tables import Table
 
 if TYPE_CHECKING:
-    from posenc.lab.runner import Experiment, Section
+    from matplotlib.figure import Figure
 
-__all__ = ["write_report"]
+__all__ = ["Section", "ShowsRows", "write_report"]
 
-Row = dict[str, Any]
+
+@dataclass(frozen=True)
+class Section:
+    """What the report shows of one kind of rows: a heading, its tables and its figures.
+
+    Attributes:
+        heading: the section's title on the page.
+        tables: rows -> the page's tables of them (:data:`posenc.lab.tables.Table`: caption,
+            header, body); None = the rows are shown raw only.
+        figures: file name under ``figures/`` -> rows -> a matplotlib ``Figure``.
+        rows: the ``experiment`` column of the rows it shows; None = the experiment's name
+            (an experiment writing rows of two kinds, as ``extend`` writes ``passkey`` rows
+            beside its own, has a section for each).
+
+    The functions get only the rows of that kind (of every run the page gathers) and must be
+    module-level, as the experiment's are.
+    """
+
+    heading: str
+    tables: Callable[[Sequence[Row]], list[Table]] | None = None
+    figures: Mapping[str, Callable[[Sequence[Row]], Figure]] = field(default_factory=dict)
+    rows: str | None = None
+
+
+class ShowsRows(Protocol):
+    """What the page needs of an experiment (:class:`~posenc.lab.runner.Experiment` is one):
+    its sections by the ``experiment`` column of the rows each shows."""
+
+    def section_rows(self) -> Mapping[str, Section]: ...
+
 
 _STYLE = """
 * { box-sizing: border-box; }
@@ -309,14 +344,11 @@ def _runs_section(runs: Sequence[RunFolder]) -> list[str]:
     return ["<h2 id='runs'>Runs</h2>", _html_table((caption, header, body), "config")]
 
 
-def _sections(experiments: Sequence[Experiment[Any]]) -> dict[str, Section]:
-    """The section of each kind of rows: those of ``experiments``, then of every registered
-    experiment (:mod:`posenc.lab.experiments`), in that order; the first to claim a kind
-    keeps it (``extend`` and ``longctx`` share one section of their rows)."""
-    from posenc.lab.experiments import EXPERIMENTS
-
+def _sections(experiments: Sequence[ShowsRows]) -> dict[str, Section]:
+    """The section of each kind of rows, in the order of ``experiments``; the first to claim
+    a kind keeps it (``extend`` and ``longctx`` share one section of their rows)."""
     found: dict[str, Section] = {}
-    for experiment in [*experiments, *EXPERIMENTS.values()]:
+    for experiment in experiments:
         for kind, section in experiment.section_rows().items():
             found.setdefault(kind, section)
     return found
@@ -327,15 +359,16 @@ def write_report(
     *,
     title: str | None = None,
     runs: Sequence[str | Path] | None = None,
-    experiments: Sequence[Experiment[Any]] = (),
+    experiments: Sequence[ShowsRows] = (),
 ) -> Path:
     """Write ``RUN_DIR/report.html`` (and ``RUN_DIR/figures/*.png``) from the runs' rows.
 
     ``runs``: the run folders the page gathers (:func:`posenc.lab.gather.gather`); ``None``
     = ``run_dir`` when it holds a ``results.csv`` and each sub-folder of it that holds one.
-    ``experiments``: experiments whose sections (:class:`~posenc.lab.runner.Section`) the page
-    uses before the registry's (one run without being registered); rows of a kind no section
-    shows get a heading of their own name and their raw rows.
+    ``experiments``: the experiments whose sections (:class:`Section`) the page shows, the
+    first to claim a kind of rows keeping it (``posenc report`` passes the registry's,
+    :data:`posenc.lab.experiments.EXPERIMENTS`); rows of a kind no section shows get a heading
+    of their own name and their raw rows.
 
     Raises:
         ValueError: naming ``run_dir`` when it holds no run (no ``results.csv`` in it or its
@@ -350,7 +383,7 @@ def write_report(
         )
     folder.mkdir(parents=True, exist_ok=True)
     rows = [row for run in gathered for row in run.rows]
-    # Kinds of rows with a section first, in the registry's order, then any other kind's.
+    # Kinds of rows with a section first, in the experiments' order, then any other kind's.
     sections = _sections(experiments)
     names = dict.fromkeys(str(row["experiment"]) for row in rows if row.get("experiment"))
     kinds = [name for name in sections if name in names]

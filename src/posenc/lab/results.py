@@ -82,7 +82,12 @@ def check_out_dir(out: str | Path, experiment: str, config: Any) -> None:
         return
     kind = type(config)
     current = flat_record(kind, _config_record(experiment, config))
-    previous = flat_record(kind, json.loads(saved.read_text()))
+    try:
+        previous = flat_record(kind, json.loads(saved.read_text()))
+    except ValueError as error:
+        raise ValueError(
+            f"{saved} is not a config of this experiment's layout ({error}); choose another folder"
+        ) from None
     for key in sorted(set(previous) | set(current)):
         if key.rpartition(".")[2] in EXECUTION_FIELDS:
             continue

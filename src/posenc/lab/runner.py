@@ -33,9 +33,11 @@ workers, whose progress bars would overwrite each other; a config without one ru
 and its ``device`` when it has one (checked usable at the start, :func:`check_device`).
 
 An experiment also carries what the page says of its rows (:class:`Section`: a heading, its
-tables and figures) and the claims its rows test, so that adding an experiment is one module
-defining ``EXPERIMENT = Experiment(...)`` plus its line in :mod:`posenc.lab.experiments`
-(see docs/lab.md): the report (:mod:`posenc.lab.report`) finds every section in the registry.
+tables and figures; defined with the page, :mod:`posenc.lab.report`, and re-exported here) and
+the claims its rows test, so that adding an experiment is one module defining
+``EXPERIMENT = Experiment(...)`` plus its line in :mod:`posenc.lab.experiments` (see
+docs/lab.md). The runner's page shows its experiment's sections; ``posenc report`` passes
+every section of the registry.
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import torch
 import torch.distributed
@@ -58,12 +60,9 @@ import torch.distributed
 from posenc.lab.claims import Claim, applicable, format_verdicts, judge_all, verdict_record
 from posenc.lab.config import check_seeds, runner_args
 from posenc.lab.distributed import rank_and_world
+from posenc.lab.report import Section, write_report
 from posenc.lab.results import Row, check_out_dir, prepare_out_dir, write_results_csv
 from posenc.lab.run import atomic_write_text, torch_threads
-from posenc.lab.tables import Table
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 __all__ = [
     "Experiment",
@@ -97,29 +96,6 @@ class Run:
     name: str
     params: Mapping[str, Any] = field(default_factory=dict)
     stage: int = 0
-
-
-@dataclass(frozen=True)
-class Section:
-    """What the report shows of one kind of rows: a heading, its tables and its figures.
-
-    Attributes:
-        heading: the section's title on the page.
-        tables: rows -> the page's tables of them (:data:`posenc.lab.tables.Table`: caption,
-            header, body); None = the rows are shown raw only.
-        figures: file name under ``figures/`` -> rows -> a matplotlib ``Figure``.
-        rows: the ``experiment`` column of the rows it shows; None = the experiment's name
-            (an experiment writing rows of two kinds, as ``extend`` writes ``passkey`` rows
-            beside its own, has a section for each).
-
-    The functions get only the rows of that kind (of every run the page gathers) and must be
-    module-level, as the experiment's are.
-    """
-
-    heading: str
-    tables: Callable[[Sequence[Row]], list[Table]] | None = None
-    figures: Mapping[str, Callable[[Sequence[Row]], Figure]] = field(default_factory=dict)
-    rows: str | None = None
 
 
 @dataclass(frozen=True)
@@ -313,8 +289,6 @@ def run_experiment(
         ValueError: naming the field when ``out`` holds a run of another configuration, or
             when another process is running in ``out``; whatever ``prepare`` raises.
     """
-    from posenc.lab.report import write_report
-
     runs = list(experiment.plan(config))
     names = [run.name for run in runs]
     if len(set(names)) != len(names):

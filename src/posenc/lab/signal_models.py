@@ -15,6 +15,7 @@ Encodings are built by name from :mod:`posenc.registry` for the model's shape
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,8 +27,8 @@ from torch import Tensor, nn
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.attention import build_context
 from posenc.encoding.base import PositionalEncoding
-from posenc.lab.config import RunnerArgs
-from posenc.lab.runner import check_encoding_names, check_pos_kwargs_names, check_seeds
+from posenc.lab.config import EpochArgs, ModelArgs, RunnerArgs
+from posenc.lab.runner import check_encoding_names, check_pos_kwargs_names
 from posenc.models import Block, ModelConfig, layer_encodings
 from posenc.registry import ModelDims, build_encoding
 
@@ -120,63 +121,48 @@ class SignalTransformer(nn.Module):
 
 @dataclass(frozen=True)
 class SignalRunConfig:
-    """What the signal experiments share: encodings, seeds, the model and its training.
+    """What the signal experiments share: encodings, the data's seed, the model and its
+    training, as sections (:mod:`posenc.lab.config`); each experiment adds its data and may
+    change the sections' defaults.
 
     Args:
         encodings: ``"none"`` and registered encodings; each experiment says which it takes.
-        seeds: one run per seed and encoding (model init and batch order; the data is fixed by
-            ``data_seed``).
-        data_seed: seed of the generated data.
-        dim: the transformer's width.
-        depth: its blocks.
-        num_heads: attention heads per block.
-        mlp_ratio: MLP hidden width as a multiple of ``dim``.
+        data_seed: seed of the generated data (the model's seeds are ``train.seeds``).
+        mlp_ratio: MLP hidden width as a multiple of ``model.dim``.
         pos_kwargs: per encoding, keyword arguments of its constructor.
-        epochs: passes over the training set (AdamW, linear warmup then cosine decay).
-        batch_size: examples per step.
-        lr: peak learning rate.
-        weight_decay: AdamW's weight decay.
-        warmup_steps: linear warmup steps.
         device: torch device of training and evaluation.
+        model: the transformer's shape (``dim`` divisible by ``num_heads``).
+        train: the seeds (one run per seed and encoding: model init and batch order) and the
+            schedule of :func:`fit_signal_model`.
         runner: how the runs execute.
     """
 
     encodings: tuple[str, ...] = (NONE,)
-    seeds: tuple[int, ...] = (0, 1, 2)
     data_seed: int = 0
-    dim: int = 64
-    depth: int = 2
-    num_heads: int = 4
     mlp_ratio: float = 2.0
     pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    epochs: int = 20
-    batch_size: int = 32
-    lr: float = 2e-3
-    weight_decay: float = 0.05
-    warmup_steps: int = 20
     device: str = "cpu"
+    model: ModelArgs = field(default_factory=functools.partial(ModelArgs, dim=64, depth=2))
+    train: EpochArgs = field(default_factory=EpochArgs)
     runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "encodings", check_encoding_names(self.encodings))
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
         check_non_negative_int("data_seed", self.data_seed)
-        for name in ("dim", "depth", "num_heads", "epochs", "batch_size"):
-            check_positive_int(name, getattr(self, name))
-        if self.dim % self.num_heads:
-            raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
+        if self.model.dim % self.model.num_heads:
+            raise ValueError(
+                f"dim ({self.model.dim}) must be divisible by num_heads ({self.model.num_heads})"
+            )
         check_positive_float("mlp_ratio", self.mlp_ratio)
-        check_positive_float("lr", self.lr)
-        if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
-            raise ValueError(f"weight_decay must be finite and >= 0, got {self.weight_decay}")
-        check_non_negative_int("warmup_steps", self.warmup_steps)
         check_pos_kwargs_names(self.pos_kwargs, self.encodings)
 
-    def model(self, encoding: str, grid: tuple[int, ...], max_seq_len: int) -> SignalTransformer:
+    def transformer(
+        self, encoding: str, grid: tuple[int, ...], max_seq_len: int
+    ) -> SignalTransformer:
         """A :class:`SignalTransformer` for ``encoding`` on training data of token ``grid``."""
         dims = ModelDims(
-            dim=self.dim,
-            num_heads=self.num_heads,
+            dim=self.model.dim,
+            num_heads=self.model.num_heads,
             max_seq_len=max_seq_len,
             causal=False,
             grid=grid,
@@ -184,7 +170,7 @@ class SignalRunConfig:
         return SignalTransformer(
             encoding,
             dims,
-            depth=self.depth,
+            depth=self.model.depth,
             mlp_ratio=self.mlp_ratio,
             pos_kwargs=self.pos_kwargs.get(encoding),
         )
@@ -194,33 +180,25 @@ def fit_signal_model(
     model: nn.Module,
     loss_of: Callable[[Tensor], Tensor],
     size: int,
-    config: SignalRunConfig,
+    train: EpochArgs,
     generator: torch.Generator,
 ) -> dict[str, float]:
-    """Train ``model`` for ``config.epochs`` passes over ``size`` examples: each step calls
+    """Train ``model`` for ``train.epochs`` passes over ``size`` examples: each step calls
     ``loss_of(index)`` on a batch of example indices shuffled by ``generator``; AdamW with
     linear warmup then cosine decay to 0. Returns the mean loss of the last epoch."""
     check_positive_int("size", size)
-    optimizer = torch.optim.AdamW(
-        model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
+    steps = train.epochs * math.ceil(size / train.batch_size)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, functools.partial(train.lr_factor, steps=steps)
     )
-    steps = config.epochs * math.ceil(size / config.batch_size)
-    warmup = min(config.warmup_steps, steps - 1)
-
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        done = (step - warmup) / max(1, steps - warmup)
-        return 0.5 * (1 + math.cos(math.pi * min(done, 1.0)))
-
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     model.train()
     losses: list[float] = []
-    for _ in range(config.epochs):
+    for _ in range(train.epochs):
         order = torch.randperm(size, generator=generator)
         losses = []
-        for start in range(0, size, config.batch_size):
-            loss = loss_of(order[start : start + config.batch_size])
+        for start in range(0, size, train.batch_size):
+            loss = loss_of(order[start : start + train.batch_size])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()

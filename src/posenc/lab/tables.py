@@ -3,7 +3,7 @@
 The experiments' printed tables and the report's tables are both built here, from
 :func:`posenc.lab.claims.aggregate` (sample std over seeds; ``–`` where a cell is undefined,
 such as a learned table past ``T``). A table of the report is a :data:`Table`, ``(caption,
-header, body)``; each experiment's :class:`~posenc.lab.runner.Section` makes its own.
+header, body)``; each experiment's :class:`~posenc.lab.report.Section` makes its own.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -9,14 +10,32 @@ import pytest
 pytest.importorskip("networkx")
 pytest.importorskip("sklearn")
 
+from posenc.lab.config import expand_flat_options, from_record, replace_fields
 from posenc.lab.experiments.csl import CslConfig, run_csl
 from posenc.lab.experiments.triangles import TrianglesConfig, run_triangles
+from posenc.lab.results import check_out_dir
 
-CSL_TINY = CslConfig(
-    encodings=("none", "rwse"), seeds=(0,), folds=(0, 1), dim=16, depth=1, epochs=1, k=4, steps=4
+CSL_TINY = replace_fields(
+    CslConfig(),
+    encodings=("none", "rwse"),
+    seeds=(0,),
+    folds=(0, 1),
+    dim=16,
+    depth=1,
+    epochs=1,
+    k=4,
+    steps=4,
 )
-TRIANGLES_TINY = TrianglesConfig(
-    encodings=("none", "rwse"), seeds=(0,), train=24, val=8, test=8, dim=16, depth=1, epochs=1
+TRIANGLES_TINY = replace_fields(
+    TrianglesConfig(),
+    encodings=("none", "rwse"),
+    seeds=(0,),
+    train_graphs=24,
+    val_graphs=8,
+    test_graphs=8,
+    dim=16,
+    depth=1,
+    epochs=1,
 )
 
 
@@ -71,16 +90,45 @@ def test_triangles_rows_and_claims(tmp_path):
 )
 def test_csl_bad_config_names_the_field(kwargs, name):
     with pytest.raises(ValueError, match=name):
-        CslConfig(**kwargs)
+        replace_fields(CslConfig(), **kwargs)
 
 
 @pytest.mark.parametrize(
     ("kwargs", "name"),
-    [({"train": 0}, "train"), ({"encodings": ()}, "encodings"), ({"data_seed": -1}, "data_seed")],
+    [
+        ({"train_graphs": 0}, "train_graphs"),
+        ({"encodings": ()}, "encodings"),
+        ({"data_seed": -1}, "data_seed"),
+    ],
 )
 def test_triangles_bad_config_names_the_field(kwargs, name):
     with pytest.raises(ValueError, match=name):
-        TrianglesConfig(**kwargs)
+        replace_fields(TrianglesConfig(), **kwargs)
+
+
+def _flat(config) -> dict:
+    """``config`` as a config.json written before its model and training were sections."""
+    record = dataclasses.asdict(config)
+    return json.loads(json.dumps({**record.pop("model"), **record.pop("train"), **record}))
+
+
+def test_a_flat_record_and_flat_options_read_as_the_sections():
+    assert from_record(CslConfig, _flat(CSL_TINY)) == CSL_TINY
+    options = ["--dim", "16", "--epochs=2", "--k", "4"]
+    expanded = ["--model.dim", "16", "--train.epochs=2", "--k", "4"]
+    assert expand_flat_options(CslConfig, options) == expanded
+
+
+def test_an_out_folder_of_an_old_triangles_config_is_refused_naming_its_file(tmp_path):
+    (tmp_path / "runs" / "r").mkdir(parents=True)
+    (tmp_path / "runs" / "r" / "eval.json").write_text("[]")
+    old = {k: v for k, v in _flat(TRIANGLES_TINY).items() if not k.endswith("_graphs")}
+    old |= {"experiment": "triangles", "train": 24, "val": 8, "test": 8}
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"config\.json .*'train' is the train section"):
+        check_out_dir(tmp_path, "triangles", TRIANGLES_TINY)
+    (tmp_path / "config.json").write_text(json.dumps({"experiment": "csl", **_flat(CSL_TINY)}))
+    check_out_dir(tmp_path, "csl", CSL_TINY)
 
 
 # --- hand-made rows for the graph claims (tests/lab/test_claims.py reads GRAPH_CASES) ---

@@ -11,7 +11,7 @@ from torch.testing import assert_close
 
 pytest.importorskip("sklearn")
 
-from posenc.lab.config import RunnerArgs
+from posenc.lab.config import RunnerArgs, replace_fields
 from posenc.lab.experiments.resolution import (
     ResolutionConfig,
     canvas,
@@ -21,7 +21,8 @@ from posenc.lab.experiments.resolution import (
 )
 from posenc.lab.experiments.vit import DigitsViT
 
-TINY = ResolutionConfig(
+TINY = replace_fields(
+    ResolutionConfig(),
     encodings=("none", "learned_2d", "rope_axial"),
     seeds=(0,),
     dim=16,

@@ -56,7 +56,7 @@ import copy
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ from posenc.additive.learned import LearnedPositionalEmbedding, resize_table
 from posenc.additive.learned_grid import FactorizedLearned, LearnedGrid
 from posenc.lab.atlas import atlas_section, atlas_table
 from posenc.lab.batch import derive_seed
+from posenc.lab.config import EpochArgs
 from posenc.lab.data.audio import (
     FREQ_BINS,
     KEYWORD_FRAMES,
@@ -153,9 +154,7 @@ class AudioConfig(SignalRunConfig):
         frames_per_token: spectrogram frames per token of the frames layout.
         patch_frames: frames (time) per patch of the patches layout.
         patch_bins: frequency bins per patch of the patches layout.
-        dim: the transformer's width.
-        depth: transformer blocks.
-        num_heads: attention heads.
+        train: the seeds and the schedule (12 epochs).
     """
 
     encodings: tuple[str, ...] = DEFAULT_ENCODINGS
@@ -168,7 +167,7 @@ class AudioConfig(SignalRunConfig):
     frames_per_token: int = 2
     patch_frames: int = 8
     patch_bins: int = 16
-    epochs: int = 12
+    train: EpochArgs = field(default_factory=functools.partial(EpochArgs, epochs=12))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -238,8 +237,8 @@ class AudioConfig(SignalRunConfig):
             if layout == "frames"
             else self.patch_frames * self.patch_bins
         )
-        body = self.model(encoding, grid, max_seq_len=math.prod(grid))
-        return AudioClassifier(body, token_dim, self.dim)
+        body = self.transformer(encoding, grid, max_seq_len=math.prod(grid))
+        return AudioClassifier(body, token_dim, self.model.dim)
 
 
 class AudioClassifier(nn.Module):
@@ -387,7 +386,7 @@ def _plan(config: AudioConfig) -> list[Run]:
             {"encoding": encoding, "layout": layout, "seed": seed},
         )
         for encoding, layout in config.pairs()
-        for seed in config.seeds
+        for seed in config.train.seeds
     ]
 
 
@@ -409,7 +408,7 @@ def _execute(config: AudioConfig, run: Run, run_dir: Path) -> list[Row]:
         return F.cross_entropy(model(tokens[index], positions), labels[index])
 
     generator = torch.Generator().manual_seed(derive_seed("audio-batches", seed))
-    fit = fit_signal_model(model, loss_of, tokens.shape[0], config, generator)
+    fit = fit_signal_model(model, loss_of, tokens.shape[0], config.train, generator)
     rows: list[Row] = []
     for condition, duration in enumerate(config.durations_s):
         test = _dataset(config, condition, "test")

@@ -29,6 +29,7 @@ Rows: ``experiment="csl"``, ``attention``, ``encoding``, ``seed``, ``fold``,
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +38,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import torch
 
 from posenc.lab.claims import Claim, difference_at, value_at
+from posenc.lab.config import EpochArgs
 from posenc.lab.data.graphs import csl_dataset, csl_folds
 from posenc.lab.figures import encoding_bars
 from posenc.lab.graph_models import (
+    GRAPH_SCHEDULE,
     GraphRunConfig,
     encoding_table,
     evaluate_graph_model,
@@ -56,6 +59,10 @@ __all__ = ["EXPERIMENT", "CslConfig", "csl_accuracy", "format_csl_table", "run_c
 Row = dict[str, Any]
 
 
+#: CSL's training: the graph experiments' schedule, 200 epochs of 16 graphs.
+_SCHEDULE = dataclasses.replace(GRAPH_SCHEDULE, epochs=200, batch_size=16)
+
+
 @dataclass(frozen=True)
 class CslConfig(GraphRunConfig):
     """The CSL experiment (defaults: the documented setting, about 15 min on 2 cores with
@@ -64,13 +71,13 @@ class CslConfig(GraphRunConfig):
     Args:
         folds: which of the 5 folds to run (each fold's test set is distinct); the graphs'
             renumbered copies and the folds are drawn from ``data_seed``.
+        train: the seeds and the schedule (200 epochs of 16 graphs).
     """
 
     attention: Literal["graph", "full"] = "graph"
     k: int = 20  # Benchmarking GNNs' pos_enc_dim for CSL
     steps: int = 16
-    epochs: int = 200
-    batch_size: int = 16
+    train: EpochArgs = _SCHEDULE
     folds: tuple[int, ...] = (0, 1, 2, 3, 4)
 
     def __post_init__(self) -> None:
@@ -136,7 +143,7 @@ def _plan(config: CslConfig) -> list[Run]:
     return [
         Run(f"{encoding}/seed{seed}/fold{fold}", {"encoding": encoding, "seed": seed, "fold": fold})
         for encoding in config.encodings
-        for seed in config.seeds
+        for seed in config.train.seeds
         for fold in config.folds
     ]
 

@@ -196,7 +196,7 @@ def _plan(config: ResolutionConfig) -> list[Run]:
     return [
         Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
         for encoding in config.encodings
-        for seed in config.seeds
+        for seed in config.train.seeds
     ]
 
 

@@ -60,18 +60,18 @@ class TrianglesConfig(GraphRunConfig):
     fields it shares are :class:`~posenc.lab.graph_models.GraphRunConfig`'s.
 
     Args:
-        train: training graphs.
-        val: validation graphs (the best validation epoch's model is tested).
-        test: test graphs; all drawn from ``data_seed``.
+        train_graphs: training graphs.
+        val_graphs: validation graphs (the best validation epoch's model is tested).
+        test_graphs: test graphs; all drawn from ``data_seed``.
     """
 
-    train: int = 1000
-    val: int = 200
-    test: int = 200
+    train_graphs: int = 1000
+    val_graphs: int = 200
+    test_graphs: int = 200
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("train", "val", "test"):
+        for name in ("train_graphs", "val_graphs", "test_graphs"):
             check_positive_int(name, getattr(self, name))
 
 
@@ -117,16 +117,16 @@ def _plan(config: TrianglesConfig) -> list[Run]:
     return [
         Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
         for encoding in config.encodings
-        for seed in config.seeds
+        for seed in config.train.seeds
     ]
 
 
 def _execute(config: TrianglesConfig, run: Run, run_dir: Path) -> list[Row]:
     encoding, seed = run.params["encoding"], run.params["seed"]
-    total = config.train + config.val + config.test
+    total = config.train_graphs + config.val_graphs + config.test_graphs
     data = triangle_dataset(total, seed=config.data_seed)
     tensors = graph_tensors(data.graphs, data.targets, encoding, k=config.k, steps=config.steps)
-    cut = (config.train, config.train + config.val)
+    cut = (config.train_graphs, config.train_graphs + config.val_graphs)
     train = tensors.take(torch.arange(0, cut[0]))
     val = tensors.take(torch.arange(*cut))
     test = tensors.take(torch.arange(cut[1], total))

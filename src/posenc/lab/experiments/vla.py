@@ -59,8 +59,9 @@ above 0 (rows without history stay as they were).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ from posenc._validate import check_positive_float, check_positive_int
 from posenc.lab.atlas import accuracy_gap, atlas_section, atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.claims import Claim
+from posenc.lab.config import EpochArgs, ModelArgs
 from posenc.lab.data.scenes import (
     ACTIONS,
     CELL,
@@ -124,6 +126,8 @@ class VlaConfig(SignalRunConfig):
             papers' 10⁴-10⁶: with 12 pairs per head, M-RoPE at Qwen2-VL's base 10⁶ gives
             the rows and columns frequencies below 10⁻², 10⁻⁴ rad per cell, blind to a
             4-cell grid (a scale artefact, not the numbering's).
+        model: the transformer (``dim`` 96, 3 blocks of 4 heads).
+        train: the seeds and the schedule (20 epochs of 32 scenes at lr 1e-3).
     """
 
     encodings: tuple[str, ...] = (NONE, "sinusoidal", "rope", "mrope", "rope_axial")
@@ -139,12 +143,8 @@ class VlaConfig(SignalRunConfig):
     train_size: int = 4000
     test_size: int = 500
     rope_base: float = 10.0
-    dim: int = 96
-    depth: int = 3
-    num_heads: int = 4
-    epochs: int = 20
-    batch_size: int = 32
-    lr: float = 1e-3
+    model: ModelArgs = field(default_factory=functools.partial(ModelArgs, dim=96, depth=3))
+    train: EpochArgs = field(default_factory=functools.partial(EpochArgs, lr=1e-3))
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -260,14 +260,14 @@ def _model(config: VlaConfig, encoding: str, layout: str) -> SignalTransformer:
         if axes > len(grid):
             kwargs.setdefault("num_axes", axes)
     dims = ModelDims(
-        dim=config.dim,
-        num_heads=config.num_heads,
+        dim=config.model.dim,
+        num_heads=config.model.num_heads,
         max_seq_len=config.max_seq_len(),
         causal=False,
         grid=grid,
     )
     return SignalTransformer(
-        encoding, dims, depth=config.depth, mlp_ratio=config.mlp_ratio, pos_kwargs=kwargs
+        encoding, dims, depth=config.model.depth, mlp_ratio=config.mlp_ratio, pos_kwargs=kwargs
     )
 
 
@@ -285,13 +285,13 @@ class VlaModel(nn.Module):
 
     def __init__(self, config: VlaConfig, encoding: str, layout: str) -> None:
         super().__init__()
-        self.patch_embed = nn.Linear(3 * CELL * CELL, config.dim)
-        self.word_embed = nn.Embedding(len(WORDS), config.dim)
-        self.kind_embed = nn.Embedding(len(RUN_KINDS), config.dim)
-        self.marker = nn.Parameter(torch.randn(config.dim) * 0.02)  # between two views
-        self.queries = nn.Parameter(torch.randn(config.slots, config.dim) * 0.02)
+        self.patch_embed = nn.Linear(3 * CELL * CELL, config.model.dim)
+        self.word_embed = nn.Embedding(len(WORDS), config.model.dim)
+        self.kind_embed = nn.Embedding(len(RUN_KINDS), config.model.dim)
+        self.marker = nn.Parameter(torch.randn(config.model.dim) * 0.02)  # between two views
+        self.queries = nn.Parameter(torch.randn(config.slots, config.model.dim) * 0.02)
         self.transformer = _model(config, encoding, layout)
-        self.head = nn.Linear(config.dim, len(ACTIONS))
+        self.head = nn.Linear(config.model.dim, len(ACTIONS))
 
     def forward(self, patches: Tensor, words: Tensor, positions: Tensor, kinds: Tensor) -> Tensor:
         batch, views = patches.shape[:2]
@@ -355,7 +355,7 @@ def _plan(config: VlaConfig) -> list[Run]:
             {"layout": layout, "encoding": encoding, "seed": seed},
         )
         for layout, encoding in pairs(config)
-        for seed in config.seeds
+        for seed in config.train.seeds
     ]
 
 
@@ -379,7 +379,7 @@ def _execute(config: VlaConfig, run: Run, run_dir: Path) -> list[Row]:
         return nn.functional.cross_entropy(logits.flatten(0, 1), train.actions[index].flatten())
 
     generator = torch.Generator().manual_seed(derive_seed("vla-order", seed, 0))
-    summary = fit_signal_model(model, loss_of, config.train_size, config, generator)
+    summary = fit_signal_model(model, loss_of, config.train_size, config.train, generator)
     rows: list[Row] = []
     for condition, (label, grid, length) in enumerate(config.conditions):
         test = _split(

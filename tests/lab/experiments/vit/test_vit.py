@@ -3,6 +3,7 @@ every registered encoding, and the registry construction against the classes bui
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ pytest.importorskip("sklearn")
 from posenc.additive import LearnedPositionalEmbedding, Sinusoidal2D
 from posenc.attention import build_context, hooks_of
 from posenc.encoding import AdditiveEncoding
-from posenc.lab.config import RunnerArgs, replace_fields
+from posenc.lab.config import RunnerArgs, expand_flat_options, from_record, replace_fields
 from posenc.lab.experiments import vit as vit_module
 from posenc.lab.experiments.vit import (
     ALIASES,
@@ -37,7 +38,8 @@ from posenc.rotary import AxialRotary2D
 
 ENCODINGS = ["none", *ALIASES, *(spec.name for spec in list_encodings())]
 
-TINY = VitConfig(
+TINY = replace_fields(
+    VitConfig(),
     seeds=(0,),
     dim=16,
     depth=1,
@@ -75,7 +77,7 @@ def test_rows_columns_and_ranges(tiny_run: tuple[Path, list[dict[str, object]]])
         assert torch.isfinite(torch.tensor(row["final_loss"]))
     params = {r["encoding"]: r["params"] for r in rows}
     # learned_1d adds a 16 × dim table; the others add no parameters.
-    assert params["learned_1d"] == params["none"] + 16 * TINY.dim
+    assert params["learned_1d"] == params["none"] + 16 * TINY.model.dim
     assert params["sinusoidal_2d"] == params["rope_2d"] == params["none"]
 
 
@@ -146,9 +148,23 @@ def test_config_errors(changes: dict[str, object], name: str) -> None:
         replace_fields(TINY, **changes)  # type: ignore[arg-type]
 
 
+def test_a_flat_config_json_reads_as_the_sections() -> None:
+    """A config.json written before the model and training were sections: every field at
+    its top."""
+    record = dataclasses.asdict(TINY)
+    flat = json.loads(json.dumps({**record.pop("model"), **record.pop("train"), **record}))
+    assert from_record(VitConfig, flat) == TINY
+    assert expand_flat_options(VitConfig, ["--dim", "32", "--seeds", "1"]) == [
+        "--model.dim",
+        "32",
+        "--train.seeds",
+        "1",
+    ]
+
+
 def test_config_accepts_json_lists() -> None:
     config = replace_fields(TINY, encodings=["none", "rope_2d"], seeds=[3])  # type: ignore[arg-type]
-    assert config.encodings == ("none", "rope_2d") and config.seeds == (3,)
+    assert config.encodings == ("none", "rope_2d") and config.train.seeds == (3,)
 
 
 def _servable(encoding: str) -> bool:

@@ -152,7 +152,12 @@ def passkey_heatmaps(rows: Sequence[Row]) -> Figure:
 
 #: The report's sections of ``extend`` and ``passkey`` rows (``longctx`` writes both kinds too).
 SECTIONS = (
-    Section("RoPE context extension", _extend_tables, {"extension.png": extension_curves}),
+    Section(
+        "RoPE context extension",
+        _extend_tables,
+        {"extension.png": extension_curves},
+        rows="extend",  # named, so that longctx's page shows its extend rows too
+    ),
     Section(
         "Passkey retrieval", _passkey_tables, {"passkey.png": passkey_heatmaps}, rows="passkey"
     ),

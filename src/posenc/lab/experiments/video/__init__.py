@@ -65,7 +65,7 @@ import copy
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -78,6 +78,7 @@ from posenc.additive.learned import resize_table
 from posenc.additive.learned_grid import FactorizedLearned, resample_grid_table
 from posenc.lab.atlas import atlas_section, atlas_table
 from posenc.lab.batch import derive_seed
+from posenc.lab.config import EpochArgs, ModelArgs
 from posenc.lab.data.digits import IMAGE_SIZE, load_digits_splits
 from posenc.lab.data.moving_digits import NUM_CLASSES, make_moving_digits, tubelets
 from posenc.lab.experiments.video.claims import CLAIMS
@@ -145,10 +146,9 @@ class VideoConfig(SignalRunConfig):
     training, plus
 
     Args:
-        dim: the transformer's width (96 with 4 heads: head_dim 24, which axial 3D RoPE splits
-            evenly over t, h and w, and M-RoPE / VideoRoPE into 4 + 4 + 4 pairs).
-        depth: transformer blocks.
-        num_heads: attention heads.
+        model: the transformer (``dim`` 96 with 4 heads: head_dim 24, which axial 3D RoPE
+            splits evenly over t, h and w, and M-RoPE / VideoRoPE into 4 + 4 + 4 pairs).
+        train: the seeds and the schedule (10 epochs of 64 clips at lr 3e-3).
         frames: F, frames per training clip (a multiple of ``time_patch``, ≥ 2).
         canvas: C, side of the training canvas (a multiple of ``patch_size``, ≥ 9).
         test_canvas: side of the larger test canvas (a multiple of ``patch_size``, > ``canvas``).
@@ -167,11 +167,10 @@ class VideoConfig(SignalRunConfig):
     """
 
     encodings: tuple[str, ...] = DEFAULT_ENCODINGS
-    dim: int = 96
-    num_heads: int = 4
-    epochs: int = 10
-    batch_size: int = 64
-    lr: float = 3e-3
+    model: ModelArgs = field(default_factory=functools.partial(ModelArgs, dim=96, depth=2))
+    train: EpochArgs = field(
+        default_factory=functools.partial(EpochArgs, epochs=10, batch_size=64, lr=3e-3)
+    )
     frames: int = 4
     canvas: int = 16
     test_canvas: int = 24
@@ -211,7 +210,7 @@ class VideoConfig(SignalRunConfig):
 
     def _checked_model(self, encoding: str) -> SignalTransformer:
         """The model of ``encoding``, refused unless it reads the positions it will get."""
-        model = self.model(encoding, *self._shape)
+        model = self.transformer(encoding, *self._shape)
         wanted = 1 if encoding in (NONE, "v2pe") else 3
         if model.num_axes != wanted:
             raise ValueError(
@@ -230,12 +229,18 @@ class VideoConfig(SignalRunConfig):
         """The training grid and the longest test sequence (``max_seq_len``)."""
         return self.grid, max(math.prod(_grid(c.frames, c.canvas, self)) for c in conditions(self))
 
-    def model(self, encoding: str, grid: tuple[int, ...], max_seq_len: int) -> SignalTransformer:
+    def transformer(
+        self, encoding: str, grid: tuple[int, ...], max_seq_len: int
+    ) -> SignalTransformer:
         """The transformer of encoding label ``encoding`` (``v2pe`` builds ``rope``; MAE-ST's
         groups for ``learned_factorized`` and ``rope_base`` for the rotary ones unless
         ``pos_kwargs`` gives others)."""
         dims = ModelDims(
-            dim=self.dim, num_heads=self.num_heads, max_seq_len=max_seq_len, causal=False, grid=grid
+            dim=self.model.dim,
+            num_heads=self.model.num_heads,
+            max_seq_len=max_seq_len,
+            causal=False,
+            grid=grid,
         )
         name = _REGISTRY_NAME.get(encoding, encoding)
         kwargs = {**_DEFAULT_KWARGS.get(encoding, {}), **self.pos_kwargs.get(encoding, {})}
@@ -245,7 +250,7 @@ class VideoConfig(SignalRunConfig):
         return SignalTransformer(
             name,
             dims,
-            depth=self.depth,
+            depth=self.model.depth,
             mlp_ratio=self.mlp_ratio,
             pos_kwargs=kwargs,
         )
@@ -335,9 +340,9 @@ class VideoClassifier(nn.Module):
 
     def __init__(self, config: VideoConfig, encoding: str) -> None:
         super().__init__()
-        self.embed = nn.Linear(config.time_patch * config.patch_size**2, config.dim)
-        self.transformer = config.model(encoding, *config._shape)
-        self.head = nn.Linear(config.dim, NUM_CLASSES)
+        self.embed = nn.Linear(config.time_patch * config.patch_size**2, config.model.dim)
+        self.transformer = config.transformer(encoding, *config._shape)
+        self.head = nn.Linear(config.model.dim, NUM_CLASSES)
 
     def forward(self, tokens: Tensor, positions: Tensor) -> Tensor:
         hidden = self.transformer(self.embed(tokens), positions)
@@ -389,7 +394,7 @@ def _plan(config: VideoConfig) -> list[Run]:
     them all)."""
     return [
         Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
-        for seed in config.seeds
+        for seed in config.train.seeds
         for encoding in config.encodings
     ]
 
@@ -405,7 +410,7 @@ def _execute(config: VideoConfig, run: Run, run_dir: Path) -> list[Row]:
         return F.cross_entropy(model(train_tokens[index], positions), train_labels[index])
 
     generator = torch.Generator().manual_seed(derive_seed("video-batches", seed))
-    fit = fit_signal_model(model, loss_of, train_tokens.shape[0], config, generator)
+    fit = fit_signal_model(model, loss_of, train_tokens.shape[0], config.train, generator)
     rows: list[Row] = []
     for condition in conditions(config):
         tokens, labels = tests[condition.order]

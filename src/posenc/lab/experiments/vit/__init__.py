@@ -32,7 +32,7 @@ trains a classifier. One run folder per (encoding, seed) under ``out/runs/``.
 
 Example::
 
-    rows = run_vit(VitConfig(epochs=2, seeds=(0,)), "runs/vit")
+    rows = run_vit(replace_fields(VitConfig(), epochs=2, seeds=(0,)), "runs/vit")
 
 The package: this module (config, runs, tables, figure, claim) and :mod:`.model` (the ViT).
 """
@@ -52,7 +52,7 @@ from torch import Tensor, nn
 from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.lab.batch import derive_seed
 from posenc.lab.claims import Claim, difference_at
-from posenc.lab.config import RunnerArgs
+from posenc.lab.config import EpochArgs, ModelArgs, RunnerArgs
 from posenc.lab.data.digits import (
     NUM_IMAGES,
     DigitsSource,
@@ -73,7 +73,6 @@ from posenc.lab.runner import (
     Section,
     check_encoding_names,
     check_pos_kwargs_names,
-    check_seeds,
     run_experiment,
 )
 from posenc.lab.tables import Table, per_encoding_table
@@ -136,80 +135,71 @@ class VitConfig:
             as ``"sinusoidal_2d"`` and ``"rope_2d"`` get the patch grid) or their aliases
             (:data:`ALIASES`); one that cannot serve a bidirectional ViT on a patch grid
             raises ``ValueError`` naming ``encodings`` and the reason.
-        seeds: one run per seed and encoding (model init and batch order); the split is fixed.
         patch_size: patch side in pixels (2×2 patches of the 8×8 digits: 16 tokens).
-        dim: the transformer's width.
-        depth: its layers.
-        num_heads: attention heads per layer.
-        mlp_ratio: MLP hidden width as a multiple of ``dim``.
+        mlp_ratio: MLP hidden width as a multiple of ``model.dim``.
         pos_kwargs: per encoding (as named in ``encodings``), keyword arguments of its
             constructor (a JSON object on the command line, e.g. ``{"rope_2d": {"base":
             50}}``; the axial RoPE's base defaults to RoPE-ViT's 100).
         test_size: held-out images (the rest train).
         split_seed: seed of the train/test split.
-        epochs: passes over the training images (AdamW with warmup then cosine decay).
-        batch_size: images per step.
-        lr: peak learning rate.
-        weight_decay: AdamW's weight decay.
-        warmup_steps: linear warmup steps.
         device: torch device of training and evaluation.
+        model: the transformer's shape (``dim`` 64, 2 layers of 4 heads).
+        train: the seeds (one run per seed and encoding: model init and batch order; the split
+            is fixed) and the schedule: ``epochs`` passes over the training images of
+            ``batch_size`` (:attr:`steps`), trained by :mod:`posenc.lab.train` (AdamW, linear
+            warmup, cosine decay; :meth:`train_config`).
         runner: how the runs execute.
     """
 
     encodings: tuple[str, ...] = DEFAULT_ENCODINGS
-    seeds: tuple[int, ...] = (0, 1, 2)
     patch_size: int = 2
-    dim: int = 64
-    depth: int = 2
-    num_heads: int = 4
     mlp_ratio: float = 4.0
     pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     test_size: int = 500
     split_seed: int = 0
-    epochs: int = 20
-    batch_size: int = 64
-    lr: float = 3e-3
-    weight_decay: float = 0.05
-    warmup_steps: int = 40
     device: str = "cpu"
+    model: ModelArgs = field(default_factory=functools.partial(ModelArgs, dim=64, depth=2))
+    train: EpochArgs = field(
+        default_factory=functools.partial(EpochArgs, batch_size=64, lr=3e-3, warmup_steps=40)
+    )
     runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
         # JSON (CLI --set, config.json) gives lists; keep the tuples hashable and comparable.
         object.__setattr__(self, "encodings", check_encoding_names(self.encodings))
         check_pos_kwargs_names(self.pos_kwargs, self.encodings)
-        object.__setattr__(self, "seeds", check_seeds(self.seeds))
-        for name in ("epochs", "batch_size", "test_size"):
-            check_positive_int(name, getattr(self, name))
+        check_positive_int("test_size", self.test_size)
         check_non_negative_int("split_seed", self.split_seed)
-        check_non_negative_int("warmup_steps", self.warmup_steps)
-        if self.test_size + self.batch_size > NUM_IMAGES:
+        if self.test_size + self.train.batch_size > NUM_IMAGES:
             raise ValueError(
                 f"test_size + batch_size must be <= {NUM_IMAGES} images, got "
-                f"{self.test_size} + {self.batch_size}"
+                f"{self.test_size} + {self.train.batch_size}"
             )
         # The model fields first, naming them; then each encoding on that valid shape.
-        DigitsViTConfig(NONE, self.patch_size, self.dim, self.depth, self.num_heads, self.mlp_ratio)
+        model = self.model
+        DigitsViTConfig(
+            NONE, self.patch_size, model.dim, model.depth, model.num_heads, self.mlp_ratio
+        )
         for encoding in self.encodings:
             try:
                 self.model_config(encoding)
             except ValueError as error:  # the shape is valid: the encoding is refused
                 where = f"pos_kwargs[{encoding!r}]" if encoding in self.pos_kwargs else "encodings"
                 raise ValueError(f"{where}: {error}") from None
-        self.train_config(0)  # validates lr, weight_decay, device
+        self.train_config(0)  # validates device
 
     @property
     def steps(self) -> int:
         """Optimizer steps per run: ``epochs · ⌊(1797 - test_size) / batch_size⌋``."""
-        return self.epochs * ((NUM_IMAGES - self.test_size) // self.batch_size)
+        return self.train.epochs * ((NUM_IMAGES - self.test_size) // self.train.batch_size)
 
     def model_config(self, encoding: str) -> DigitsViTConfig:
         return DigitsViTConfig(
             encoding=encoding,
             patch_size=self.patch_size,
-            dim=self.dim,
-            depth=self.depth,
-            num_heads=self.num_heads,
+            dim=self.model.dim,
+            depth=self.model.depth,
+            num_heads=self.model.num_heads,
             mlp_ratio=self.mlp_ratio,
             pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
         )
@@ -217,11 +207,11 @@ class VitConfig:
     def train_config(self, seed: int) -> TrainConfig:
         return TrainConfig.for_steps(
             self.steps,
-            warmup_steps=self.warmup_steps,
+            warmup_steps=self.train.warmup_steps,
             eval_every=max(1, self.steps // 5),
-            batch_size=self.batch_size,
-            lr=self.lr,
-            weight_decay=self.weight_decay,
+            batch_size=self.train.batch_size,
+            lr=self.train.lr,
+            weight_decay=self.train.weight_decay,
             seed=seed,
             device=self.device,
             progress=self.runner.progress,
@@ -251,7 +241,7 @@ def _plan(config: VitConfig) -> list[Run]:
     return [
         Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
         for encoding in config.encodings
-        for seed in config.seeds
+        for seed in config.train.seeds
     ]
 
 
