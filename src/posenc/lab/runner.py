@@ -235,9 +235,8 @@ def trial_build(build: Callable[[], object]) -> None:
     memory is allocated and the global random state is left as it was.
 
     A constructor that cannot run on the meta device (one mixing a CPU constant into a meta
-    tensor, as YaRN's frequency ramp did before it kept its index on the frequencies'
-    device) is built again on the CPU, so that only the arguments decide: a ``ValueError``
-    or ``TypeError`` of the meta build is the verdict.
+    tensor) is built again on the CPU, so that only the arguments decide: a ``ValueError`` or
+    ``TypeError`` of the meta build is the verdict.
     """
     with torch.random.fork_rng(devices=[]):
         try:
