@@ -33,3 +33,29 @@ def test_the_build_backend_range_reads_spdx_licences_and_has_an_upper_bound() ->
     high = re.search(r"<(\d+)", setuptools[0])
     assert low is not None and int(low.group(1)) >= 77  # SPDX `license` and `license-files`
     assert high is not None and int(high.group(1)) > int(low.group(1))
+
+
+def test_no_install_hint_names_a_distribution_that_pypi_does_not_have() -> None:
+    """posenc is installed from a clone (README); ``pip install posenc`` / ``'posenc[lab]'``
+    finds nothing."""
+    hint = re.compile(r"pip install\s+['\"]?posenc\b")
+    files = [*(ROOT / "src").rglob("*.py"), *(ROOT / "docs").glob("*.md"), ROOT / "README.md"]
+    found = [
+        f"{path.relative_to(ROOT)}: {line.strip()}"
+        for path in files
+        for line in path.read_text().splitlines()
+        if hint.search(line) and "no such distribution" not in line
+    ]
+    assert found == []
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install -e ." in readme and "pip install -e '.[lab]'" in readme
+
+
+def test_the_plotting_import_error_says_how_to_install_the_extra(monkeypatch) -> None:
+    import sys
+
+    from posenc.viz.base import new_figure
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises
+    with pytest.raises(ImportError, match=re.escape("pip install -e '.[plot]' in a clone")):
+        new_figure()
