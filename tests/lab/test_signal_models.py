@@ -1,5 +1,5 @@
 """The shared pieces of the signal experiments: the token transformer, its config and
-training loop, and the atlas table and figure."""
+training loop, and the atlas table (its figure: tests/lab/test_atlas.py)."""
 
 from __future__ import annotations
 
@@ -131,35 +131,6 @@ def test_atlas_pivot_gives_mean_and_std_per_condition_with_the_trained_one_marke
     assert body[0][2].startswith("0.600 ± 0.141")
     assert atlas_pivot(rows, "audio") == ([], [])
     assert "2 seeds" in atlas_table(rows, "video", "moving digits")
-
-
-def test_atlas_figure_draws_one_line_per_encoding() -> None:
-    pytest.importorskip("matplotlib")
-    from posenc.lab.atlas import atlas_figure
-
-    rows = _rows() + [{**row, "encoding": "none", "accuracy": 0.1} for row in _rows()]
-    fig = atlas_figure(rows, "video", "moving digits")
-    lines = fig.axes[0].get_lines()
-    assert [line.get_label() for line in lines] == ["rope_axial", "none"]
-    assert_close(
-        torch.tensor(lines[0].get_ydata(), dtype=torch.float64),
-        torch.tensor([0.85, 0.6], dtype=torch.float64),
-    )
-
-
-def test_atlas_figure_draws_one_panel_per_layout() -> None:
-    pytest.importorskip("matplotlib")
-    from posenc.lab.atlas import atlas_figure
-
-    rows = [{**row, "layout": "frames"} for row in _rows()]
-    rows += [{**row, "layout": "patches", "encoding": "none"} for row in _rows()]
-    fig = atlas_figure(rows, "video", "moving digits")
-    panels = [ax for ax in fig.axes if ax.get_lines()]
-    assert [ax.get_title() for ax in panels] == ["frames", "patches"]
-    assert [[line.get_label() for line in ax.get_lines()] for ax in panels] == [
-        ["rope_axial"],
-        ["none"],
-    ]
 
 
 def _flat(config: SignalRunConfig) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from posenc.viz.base import (
     ENCODING_COLORS,
     encoding_color,
     label_line_ends,
+    linear_ticks,
     log_ticks,
     new_figure,
     set_log_ticks,
@@ -157,6 +158,42 @@ def test_set_log_ticks_puts_plain_labels_at_the_given_values() -> None:
         set_log_ticks(ax, "z")
     with pytest.raises(ValueError, match="labels"):
         set_log_ticks(ax, "x", [1, 2], ["one"])
+
+
+def test_a_log_axis_narrower_than_a_decade_gets_several_linear_ticks() -> None:
+    # the README example's perplexities: a 0.3 % range had only its two ends labelled
+    assert log_ticks(17.01, 17.06) == [17.01, 17.02, 17.03, 17.04, 17.05, 17.06]
+    assert log_ticks(16.93, 17.2) == [16.95, 17.0, 17.05, 17.1, 17.15, 17.2]
+    assert log_ticks(8.0, 12.0) == [8.0, 9.0, 10.0, 11.0, 12.0]  # not 8, 9, 10 of 8..12
+    assert log_ticks(0.9, 1.1) == [0.9, 0.95, 1.0, 1.05, 1.1]
+    assert log_ticks(6.5, 29.0) == [7.0, 8.0, 9.0, 10.0, 20.0]  # four log ticks: kept
+    assert log_ticks(5.0, 5.0) == [5.0]
+    assert linear_ticks(100.0, 150.0) == [100.0, 110.0, 120.0, 130.0, 140.0, 150.0]
+    assert linear_ticks(17.0501, 17.0503) == [17.0501, 17.05015, 17.0502, 17.05025, 17.0503]
+    assert linear_ticks(0.0, 1.0, most=4) == [0.0, 0.5, 1.0]  # five quarters would be too many
+    with pytest.raises(ValueError, match="low and high"):
+        linear_ticks(1.0, 1.0)
+    with pytest.raises(ValueError, match="most"):
+        linear_ticks(1.0, 2.0, most=3)
+
+
+def test_the_readme_examples_perplexity_plot_labels_several_distinct_ticks() -> None:
+    from posenc.lab.experiments.extrapolate import loss_vs_length
+
+    ppl = {"nope": [17.06, 17.04, 17.01], "rope": [17.03, 17.2, 17.4], "alibi": [16.98, 17.0, 17.0]}
+    rows = [
+        {"experiment": "extrapolate", "encoding": name, "train_len": 64, "eval_len": 64 * m,
+         "ppl": value}
+        for name, values in ppl.items()
+        for m, value in zip((1, 2, 4), values, strict=True)
+    ]  # fmt: skip
+    fig = loss_vs_length(rows)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["17", "17.1", "17.2", "17.3", "17.4"]
+    assert [float(text) for text in labels] == list(ax.get_yticks())
+    assert ax.get_yscale() == "log"
 
 
 # ------------------------------------------------------------ labels at line ends

@@ -1,10 +1,10 @@
 """What every figure module shares: a new matplotlib ``Figure`` on the Agg backend, one colour
 per encoding name, and readable log axes.
 
-The one place that checks for matplotlib, an optional dependency (``pip install
-'posenc[plot]'``): without it :func:`new_figure` raises an ``ImportError`` that names the
-extra. :mod:`posenc.viz`, :mod:`posenc.viz.grids`, :mod:`posenc.viz.segments`,
-:mod:`posenc.viz.graph` and the lab's figures draw on it.
+The one place that checks for matplotlib, an optional dependency (the ``plot`` extra: ``pip
+install -e '.[plot]'`` in a clone of posenc): without it :func:`new_figure` raises an
+``ImportError`` that names the extra. :mod:`posenc.viz`, :mod:`posenc.viz.grids`,
+:mod:`posenc.viz.segments`, :mod:`posenc.viz.graph` and the lab's figures draw on it.
 
 Colours: :func:`encoding_color` gives an encoding (or context-extension method) the same
 colour on every figure of every page, so ``rope`` in the perplexity plot and ``rope`` in the
@@ -27,6 +27,7 @@ __all__ = [
     "ENCODING_COLORS",
     "encoding_color",
     "label_line_ends",
+    "linear_ticks",
     "log_ticks",
     "new_figure",
     "set_log_ticks",
@@ -137,7 +138,18 @@ def log_ticks(low: float, high: float, most: int = 9) -> list[float]:
 
     Tries 1…9 × 10^k, then 1, 2, 3, 5, then 1, 2, 5, then 1 and every other decade, and keeps
     the first choice with at most ``most`` ticks inside ``[low, high]`` (and at least two when
-    any choice has two).
+    any choice has two). A range less than a decade wide where none of these choices puts
+    four ticks inside (perplexities 17.01 to 17.06, say) gets :func:`linear_ticks` instead:
+    evenly spaced round values, several of them, not only the range's two ends.
+
+    Example::
+
+        >>> log_ticks(6.5, 29.0)
+        [7.0, 8.0, 9.0, 10.0, 20.0]
+        >>> log_ticks(17.01, 17.06)
+        [17.01, 17.02, 17.03, 17.04, 17.05, 17.06]
+        >>> log_ticks(8.0, 12.0)
+        [8.0, 9.0, 10.0, 11.0, 12.0]
     """
     if not (0 < low <= high and math.isfinite(high)):
         raise ValueError(f"low and high must satisfy 0 < low <= high < inf, got {low}, {high}")
@@ -162,17 +174,48 @@ def log_ticks(low: float, high: float, most: int = 9) -> list[float]:
         ]
         inside = [value for value in values if low * (1 - 1e-9) <= value <= high * (1 + 1e-9)]
         if len(inside) <= most:
-            if len(inside) >= 2:
+            if len(inside) >= 4 or (len(inside) >= 2 and high >= 10 * low):
                 return inside
             fallback = fallback or inside
+    if high > low:
+        return linear_ticks(low, high, most)
     return fallback or [low, high]
+
+
+def linear_ticks(low: float, high: float, most: int = 9) -> list[float]:
+    """Evenly spaced round values inside ``[low, high]`` (``low < high``): the widest step of
+    1, 2, 2.5 or 5 × 10^k that puts at least four ticks inside, at most ``most``.
+
+    Example::
+
+        >>> linear_ticks(16.93, 17.2)
+        [16.95, 17.0, 17.05, 17.1, 17.15, 17.2]
+    """
+    if not (math.isfinite(low) and math.isfinite(high) and low < high):
+        raise ValueError(f"low and high must be finite with low < high, got {low}, {high}")
+    if most < 4:
+        raise ValueError(f"most must be at least 4, got {most}")
+    power = math.floor(math.log10(high - low))
+    best: list[float] = []
+    for exponent in range(power, power - 3, -1):
+        for mantissa in (5.0, 2.5, 2.0, 1.0):
+            step = mantissa * 10.0**exponent
+            decimals = max(0, 1 - exponent)  # 2.5 × 10^k needs one digit more than 10^k
+            start, stop = math.ceil(low / step - 1e-9), math.floor(high / step + 1e-9)
+            ticks = [round(k * step, decimals) for k in range(start, stop + 1)]
+            if len(ticks) > most:
+                return best or ticks[:: math.ceil(len(ticks) / most)]
+            best = ticks
+            if len(ticks) >= 4:
+                return ticks
+    return best
 
 
 def _plain(value: float) -> str:
     """``0.5``, ``8``, ``20``, ``1000000`` (no ``2×10⁰``, no ``1e+06`` below 10⁹)."""
     if float(value).is_integer() and abs(value) < 1e9:
         return str(int(value))
-    return f"{value:g}" if 1e-4 <= abs(value) < 1e6 else f"{value:.0e}"
+    return f"{value:.10g}" if 1e-4 <= abs(value) < 1e6 else f"{value:.0e}"
 
 
 def set_log_ticks(
@@ -292,7 +335,10 @@ def new_figure(**kwargs: Any) -> Figure:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError as error:  # pragma: no cover - exercised only without the extra
-        raise ImportError("plotting needs matplotlib: pip install 'posenc[plot]'") from error
+        raise ImportError(
+            "plotting needs matplotlib: pip install -e '.[plot]' in a clone of posenc "
+            "(or pip install matplotlib)"
+        ) from error
     figure = Figure(**kwargs)
     FigureCanvasAgg(figure)  # a canvas that draws: canvas.draw(), get_renderer() for text boxes
     return figure

@@ -1,6 +1,6 @@
 """Figures of what each encoding does; every function returns a matplotlib ``Figure``.
 
-matplotlib is an optional dependency (``pip install posenc[plot]``); importing this module
+matplotlib is an optional dependency (the ``plot`` extra); importing this module
 without it raises an ``ImportError`` that says so.
 
 The RoPE and context-extension figures (``posenc plot wavelengths|rope-decay|rope-scaling``,

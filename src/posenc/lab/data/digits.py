@@ -65,7 +65,7 @@ def load_digits_splits(test_size: int = 500, *, seed: int = 0) -> DigitsSplits:
     except ImportError as error:  # pragma: no cover - depends on the environment
         raise ImportError(
             "the digits images come bundled with scikit-learn: "
-            "pip install 'posenc[lab]' (or pip install scikit-learn)"
+            "pip install -e '.[lab]' in a clone of posenc (or pip install scikit-learn)"
         ) from error
     digits = load_digits()
     pixels = torch.as_tensor(digits.data).round().to(torch.long)  # (1797, 64), values 0..16

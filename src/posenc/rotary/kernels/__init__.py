@@ -15,7 +15,7 @@ with one of these implementations (``impl``):
 =========  ==================================================================================
 ``torch``  pure torch, always available; differentiable, traceable by ``torch.compile``.
            float16/bfloat16 compute in float32 and round once.
-``numba``  CPU kernels from the ``fast`` extra (``pip install posenc[fast]``): one pass over
+``numba``  CPU kernels from the ``fast`` extra (numba): one pass over
            q and k, every core, conversions in registers (:mod:`posenc.rotary.kernels._numba`).
 ``triton`` the CUDA kernel (:mod:`posenc.rotary.kernels._triton`; triton comes with torch's
            CUDA builds): one launch per tensor, strides as arguments, no copies.
@@ -98,7 +98,9 @@ def rotary_impl(impl: Impl) -> Iterator[None]:
 def _check_impl(impl: str) -> str:
     check_in_choices("impl", impl, IMPLS)
     if impl in FAST and FAST[impl][1]() is None:
-        package = "numba (pip install 'posenc[fast]')" if impl == "numba" else "triton"
+        package = "numba (pip install -e '.[fast]' in a posenc clone)"
+        if impl != "numba":
+            package = "triton"
         raise ValueError(
             f"impl={impl!r} needs {package}; available here: {', '.join(available_impls())}"
         )
