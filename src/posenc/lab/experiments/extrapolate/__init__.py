@@ -37,7 +37,7 @@ from torch import Tensor
 
 from posenc.attention.backends import NAMES as BACKENDS
 from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
-from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows
+from posenc.lab.data.corpus import CorpusSplits, LMSource, context_free_loss, eval_windows
 from posenc.lab.experiments.extrapolate.claims import CLAIMS
 from posenc.lab.figures import (
     encoding_color,
@@ -297,7 +297,11 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
                 defined=True,
                 note="",
             )
+        targets = eval_windows(corpus.test[: config.eval_tokens + 1], eval_len)[:, 1:]
         row.update(
+            # a unigram of the train bytes on the same targets: the loss of a model that ignores
+            # context, which a model must beat to have learned its data (posenc.lab.claims)
+            context_free_loss=context_free_loss(corpus.train, targets),
             train_loss=result.final_loss,
             tokens_per_s=result.tokens_per_second,
             peak_memory_mb=result.peak_memory_bytes / 2**20,
