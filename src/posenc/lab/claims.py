@@ -437,13 +437,20 @@ def judge(claim: Claim, rows: Sequence[Row]) -> Verdict:
     else:
         reason = "one seed and no spread over evaluation windows: no noise to weigh against"
     summary = f"{claim.name}: {status}: {weighed.text}"
-    unmet = [check for check in (r.check(rows) for r in claim.requires) if not check.passed]
-    if unmet and status in ("holds", "fails"):
-        status, reason = "undecided", "; ".join(check.reason for check in unmet)
-        summary = f"{claim.name}: {status}: {weighed.text}; {reason}"
+    checks = [requirement.check(rows) for requirement in claim.requires]
+    failed = "; ".join(check.reason for check in checks if check.passed is False)
+    unknown = "; ".join(check.reason for check in checks if check.passed is None)
+    passed = True
+    if status in ("holds", "fails") and failed:  # a model that did not learn decides nothing
+        passed, reason = False, failed
     elif status == "holds" and claim.control is not None:
+        # a control not run is named before what its missing rows cannot tell
         passed, reason = _control_gate(claim, claim.control, own)
-        status = "holds" if passed else "undecided"
+    if passed and status in ("holds", "fails") and unknown:
+        passed, reason = False, unknown
+    if not passed:
+        status = "undecided"
+    if claim.requires or claim.control is not None:
         summary = f"{claim.name}: {status}: {weighed.text}; {reason}"
     return Verdict(claim.name, status, m, summary, weighed.margin, weighed.noise, reason, label)
 
