@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -294,3 +295,39 @@ def test_context_free_loss_refuses_bad_input(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         context_free_loss(train, targets, vocab_size=vocab_size)
+
+
+# --- the report's claims table ------------------------------------------------------------------
+
+
+def test_report_shows_why_and_control_and_keeps_facts_apart(tmp_path: Path) -> None:
+    import html
+    import json
+    import re
+
+    from posenc.lab.experiments import EXPERIMENTS
+    from posenc.lab.report import write_report
+    from posenc.lab.results import write_results_csv
+
+    rows = seeds(lm("alibi", 0.96), lm("nope", 0.99)) + [
+        {"experiment": "extrapolate", "encoding": "learned", "seed": 0, "multiplier": m,
+         "ppl": None, "defined": False}
+        for m in (2.0, 4.0)
+    ]  # fmt: skip
+    rows = [{**r, "train_len": 64, "eval_len": int(64 * r["multiplier"])} for r in rows]
+    claims = [ALIBI_FLAT, _fact()]
+    records = [verdict_record(c, v) for c, v in zip(claims, judge_all(claims, rows), strict=True)]
+    write_results_csv(rows, tmp_path / "results.csv")
+    (tmp_path / "claims.json").write_text(json.dumps(records))
+    page = write_report(tmp_path, experiments=tuple(EXPERIMENTS.values())).read_text()
+    tables = re.findall(r"<table class='claims[^']*'>.*?</table>", page)
+    assert len(tables) == 2
+    claims_table, facts_table = (html.unescape(re.sub(r"<[^>]+>", " ", t)) for t in tables)
+    assert "<th>why</th>" in tables[0]
+    assert "the control nope passes the same test just as well (0.99" in claims_table
+    assert "control: nope" in claims_table
+    assert "learned_undefined_past_t" not in claims_table
+    assert "A learned table is undefined past T" in facts_table
+    # the fact holds but is not counted: the one claim is undecided
+    assert "Claims: 0 of 1 hold" in page and "0 fail, 1 undecided, 0 undefined" in page
+    assert "Facts (1, true by definition, not counted above)" in page
