@@ -331,3 +331,32 @@ def test_report_shows_why_and_control_and_keeps_facts_apart(tmp_path: Path) -> N
     # the fact holds but is not counted: the one claim is undecided
     assert "Claims: 0 of 1 hold" in page and "0 fail, 1 undecided, 0 undefined" in page
     assert "Facts (1, true by definition, not counted above)" in page
+
+
+def test_the_demo_count_leaves_facts_out() -> None:
+    from posenc.lab.demo import claim_counts
+
+    records = [
+        {"status": "holds", "kind": "claim"},
+        {"status": "undecided", "kind": "claim"},
+        {"status": "holds", "kind": "fact"},
+    ]
+    assert claim_counts(records) == "1 of 2 claims hold, 0 fails, 1 undecided, 0 undefined"
+
+
+def test_extrapolate_rows_carry_the_context_free_loss_of_their_targets(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from posenc.lab.data.corpus import eval_windows
+    from posenc.lab.experiments.extrapolate import run_extrapolate
+    from tests.lab.experiments.extrapolate.test_extrapolate import TINY
+
+    config = replace(TINY, encodings=("learned",))
+    rows = run_extrapolate(config, tmp_path, echo=lambda _: None)
+    corpus = config.data.load()
+    for row in rows:  # learned rows past T too: the baseline is defined at every length
+        targets = eval_windows(corpus.test[: config.eval_tokens + 1], row["eval_len"])[:, 1:]
+        expected = torch.tensor(context_free_loss(corpus.train, targets), dtype=torch.float64)
+        got = torch.tensor(row["context_free_loss"], dtype=torch.float64)
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+        assert 0 < row["context_free_loss"] < math.log(256)
