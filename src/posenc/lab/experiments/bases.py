@@ -41,9 +41,9 @@ from typing import Any
 import torch
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
-from posenc.lab.claims import Claim, Control, Statistic, ratio_at
+from posenc.lab.claims import Claim, Control, Learned, Statistic, ratio_at
 from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
-from posenc.lab.data.corpus import CorpusSplits, LMSource
+from posenc.lab.data.corpus import CorpusSplits, LMSource, context_free_loss, eval_windows
 from posenc.lab.experiments.extend import ExtendConfig, final_state, train_base
 from posenc.lab.experiments.extrapolate import evaluate_lm
 from posenc.lab.runner import Experiment, Run, run_experiment
@@ -174,6 +174,14 @@ _LIU_PUBLISHED = (
 )
 
 
+def _learned(*bases: float) -> tuple[Learned, ...]:
+    """The requirement that the model tuned at each of ``bases`` learned its data."""
+    return tuple(
+        Learned("bases", {"base": b, "stage": "ft", "multiplier": 1.0}, f"base-{b:g}")
+        for b in bases
+    )
+
+
 def _tuned_growth(base: float, multiplier: float, over: float = 1.0) -> Statistic:
     """ppl after tuning at ``base``: at ``multiplier``·T over at ``over``·T (bases sweep)."""
     return ratio_at(
@@ -189,7 +197,7 @@ def _tuned_growth(base: float, multiplier: float, over: float = 1.0) -> Statisti
 #: the paper contrasts it with (:class:`~posenc.lab.claims.Control`): the pre-training base
 #: 10⁴ for flatness (it holds only if 10⁴, tuned the same way, is not flat), the small base 10
 #: for the degradation beyond the bound (it holds only if base 10, which has no bound, does
-#: not degrade there too).
+#: not degrade there too). Each requires that the tuned models it reads learned their data.
 CLAIMS: tuple[Claim, ...] = (
     Claim(
         name="small_base_flat_16x",
@@ -204,6 +212,7 @@ CLAIMS: tuple[Claim, ...] = (
         threshold=1.5,
         direction="<=",
         control=Control("base 10000", _tuned_growth(PRETRAIN_BASE, 16.0)),
+        requires=_learned(10.0, PRETRAIN_BASE),
     ),
     Claim(
         name="large_base_holds_within_bound",
@@ -217,6 +226,7 @@ CLAIMS: tuple[Claim, ...] = (
         threshold=1.5,
         direction="<=",
         control=Control("base 10000", _tuned_growth(PRETRAIN_BASE, 8.0)),
+        requires=_learned(1_000_000.0, PRETRAIN_BASE),
     ),
     Claim(
         name="large_base_fails_beyond_bound",
@@ -230,6 +240,7 @@ CLAIMS: tuple[Claim, ...] = (
         threshold=1.2,
         direction=">=",
         control=Control("base 10", _tuned_growth(10.0, 16.0, over=8.0)),
+        requires=_learned(1_000_000.0, 10.0),
     ),
 )
 
@@ -282,6 +293,7 @@ def _rows(
     for multiplier in config.multipliers:
         length = max(1, round(multiplier * config.train_len))
         loss = evaluate_lm(model, corpus.test, length, eval_tokens=config.eval_tokens)
+        targets = eval_windows(corpus.test[: config.eval_tokens + 1], length)[:, 1:]
         rows.append(
             {
                 "experiment": "bases",
@@ -292,6 +304,8 @@ def _rows(
                 "eval_len": length,
                 "multiplier": float(multiplier),
                 "loss": loss,
+                # the unigram's loss on the same targets: a learned model is well below it
+                "context_free_loss": context_free_loss(corpus.train, targets),
                 "ppl": math.exp(loss),
                 "critical_dim": critical_dimension(config.head_dim, base, config.train_len),
                 "regime": regime,
