@@ -74,7 +74,7 @@ def test_control_passes_too_is_undecided() -> None:
     verdict = judge(ALIBI_FLAT, seeds(lm("alibi", 0.96), lm("nope", 0.99)))
     assert verdict.status == "undecided", verdict.summary
     assert verdict.reason.startswith("the control nope passes the same test just as well (0.99")
-    assert "says nothing that nope does not also show" in verdict.reason
+    assert "so the claim shows nothing that nope does not show too" in verdict.reason
     assert verdict.margin is not None and verdict.margin > 0  # ALiBi itself is flat
 
 
@@ -360,3 +360,14 @@ def test_extrapolate_rows_carry_the_context_free_loss_of_their_targets(tmp_path:
         got = torch.tensor(row["context_free_loss"], dtype=torch.float64)
         torch.testing.assert_close(got, expected, rtol=0, atol=0)
         assert 0 < row["context_free_loss"] < math.log(256)
+
+
+def test_an_undecided_claim_also_names_the_model_that_did_not_learn() -> None:
+    rows = [  # ALiBi's ratio straddles the bound (1.0 and 1.2) and its loss is near uniform
+        {**r, "seed": s, "ppl": r["ppl"] * g if r["multiplier"] == 4.0 else r["ppl"]}
+        for s, g in ((0, 1.0), (1, 1.2))
+        for r in lm("alibi", 1.0, loss=2.0, context_free=2.0, seed=s)
+    ] + seeds(lm("nope", 2.5))
+    verdict = judge(ALIBI_FLAT, rows)
+    assert verdict.status == "undecided"
+    assert verdict.reason.startswith("the margin is within the noise; the alibi model has not")

@@ -404,7 +404,7 @@ def _control_gate(claim: Claim, control: Control, rows: Sequence[Row]) -> tuple[
     if weighed.status == "holds":
         return False, (
             f"the control {control.label} passes the same test just as well ({weighed.text}), "
-            f"so it says nothing that {control.label} does not also show"
+            f"so the claim shows nothing that {control.label} does not show too"
         )
     return False, (
         f"the control {control.label} is not told apart from the claim ({weighed.text}): "
@@ -443,6 +443,8 @@ def judge(claim: Claim, rows: Sequence[Row]) -> Verdict:
     passed = True
     if status in ("holds", "fails") and failed:  # a model that did not learn decides nothing
         passed, reason = False, failed
+    elif failed:  # undecided already: say what else stands in the way
+        reason = f"{reason}; {failed}"
     elif status == "holds" and claim.control is not None:
         # a control not run is named before what its missing rows cannot tell
         passed, reason = _control_gate(claim, claim.control, own)

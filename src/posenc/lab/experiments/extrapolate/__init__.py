@@ -7,7 +7,10 @@ Figure 1) at CPU scale: a small byte-level decoder LM is trained with each encod
 ``eval_tokens`` of the test split), so the numbers compare across lengths. Training tokens/s
 and peak memory are recorded per encoding, as ALiBi's Table 1 does. Each length's row also
 carries ``loss_se`` and ``ppl_se``, the standard errors over its evaluation windows: the noise a
-claim on one seed is judged against (:mod:`posenc.lab.claims`).
+claim on one seed is judged against (:mod:`posenc.lab.claims`), and ``context_free_loss``, the
+loss of a unigram of the train bytes on the same targets
+(:func:`~posenc.lab.data.corpus.context_free_loss`): a model whose loss at ``T`` is not well
+below it has not learned its data, and its claims are undecided.
 
 A learned absolute table is only defined up to ``T``: longer lengths are reported as
 undefined (``defined = False``, no loss), never crashed or clamped.
