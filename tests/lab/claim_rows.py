@@ -5,14 +5,24 @@ reads, how it pairs seeds and on which side of its threshold the mean falls, but
 the mean to clear its noise (:mod:`posenc.lab.claims`: with two seeds the noise is 6.31 seed
 standard errors). :func:`replicate_seeds` repeats every seed's rows under new seed numbers: the
 mean is unchanged, the spread over seeds shrinks by about √copies, so the same rows decide.
+:func:`own_test` strips a claim's control and requirements: the hand-made cases check its own
+statistic and threshold; tests/lab/test_claim_controls.py checks the gates.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["replicate_seeds"]
+from posenc.lab.claims import Claim
+
+__all__ = ["own_test", "replicate_seeds"]
+
+
+def own_test(claim: Claim) -> Claim:
+    """``claim`` without its control and requirements: only its own statistic and threshold."""
+    return dataclasses.replace(claim, control=None, requires=())
 
 
 def replicate_seeds(rows: Sequence[Mapping[str, Any]], copies: int = 8) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ from posenc.lab.claims import (
     verdict_record,
 )
 from posenc.lab.experiments import all_claims
-from tests.lab.claim_rows import replicate_seeds
+from tests.lab.claim_rows import own_test, replicate_seeds
 from tests.lab.experiments.extrapolate.test_claims import METHOD_CASES
 from tests.lab.experiments.longctx.test_longctx import LONGCTX_CASES
 from tests.lab.experiments.temporal_links.test_temporal_links import TEMPORAL_CASES
@@ -648,13 +648,14 @@ def test_every_seed_claim_has_hand_made_cases() -> None:
 @pytest.mark.parametrize("status", ["holds", "fails"])
 def test_seed_claim_decides(name: str, status: str) -> None:
     rows, mean = CASES[name][status]
+    claim = own_test(CLAIMS[name])
     # the hand-made seeds as they are: the mean is on the expected side of the threshold, but
     # one or two seeds may not clear the noise
-    raw = judge(CLAIMS[name], rows)
+    raw = judge(claim, rows)
     assert raw.status in (status, "undecided"), raw.summary
     assert raw.margin is not None and (raw.margin >= 0) == (status == "holds"), raw.summary
     # the same per-seed values in 8 times as many seeds: decided, with the same mean
-    verdict = judge(CLAIMS[name], replicate_seeds(rows))
+    verdict = judge(claim, replicate_seeds(rows))
     assert verdict.status == status, verdict.summary
     assert verdict.measurement is not None
     assert verdict.measurement.value == pytest.approx(mean, abs=1e-12)
@@ -687,7 +688,7 @@ def test_seed_claims_are_documented() -> None:
 def test_judge_all_keeps_order_and_reads_each_experiment() -> None:
     rows = CASES["alibi_flat_4x"]["holds"][0] + CASES["pi_fine_tune_improves"]["fails"][0]
     rows = replicate_seeds(rows)  # enough seeds to decide
-    claims = [CLAIMS["pi_fine_tune_improves"], CLAIMS["alibi_flat_4x"]]
+    claims = [own_test(CLAIMS["pi_fine_tune_improves"]), own_test(CLAIMS["alibi_flat_4x"])]
     verdicts = judge_all(claims, rows)
     assert [(v.claim, v.status) for v in verdicts] == [
         ("pi_fine_tune_improves", "fails"),

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from posenc.lab.claims import Claim, difference_at
+from posenc.lab.claims import Claim, Control, difference_at
 from posenc.lab.runner import Section
 from posenc.lab.tables import Table, pivot, seed_note, text_table
 
@@ -98,7 +98,8 @@ def accuracy_gap(
     """A published finding's direction as a claim on atlas rows: ``accuracy`` of ``better``
     minus ``worse`` at ``where`` (a test condition), paired by seed, ≥ 0. The papers measure
     benchmarks not on this machine; the threshold is the finding's direction, set before any
-    run, and the verdict is ``undecided`` when the seeds' spread cannot tell."""
+    run, and the verdict is ``undecided`` when the seeds' spread cannot tell. Comparative:
+    decided against ``worse`` (its encoding, the baseline the paper names) directly."""
     return Claim(
         name=name,
         text=text,
@@ -108,6 +109,7 @@ def accuracy_gap(
         statistic=difference_at(experiment, where, "accuracy", better, worse),
         threshold=0.0,
         direction=">=",
+        control=Control(str(worse.get("encoding", worse))),
     )
 
 

@@ -38,6 +38,27 @@ holding. Each wrong decision (holds when the true mean sits on the bound, or fai
 most 5 % probability under the usual normal model; the verdict's ``margin``, ``noise`` and
 ``n`` are reported beside it.
 
+A verdict about an encoding must be one that could have gone the other way, so two gates come
+after the rule above (each verdict carries its ``reason`` in words):
+
+- **the control**: a claim names the baseline its paper compares with, or NoPE
+  (:class:`Control`). A claim whose statistic is about one encoding alone ("ALiBi is flat past
+  T") gives the control's statistic too; the claim **holds** only if the control, run in the
+  same experiment, **fails** the same test (threshold, direction and noise). A control that
+  holds too ("NoPE is just as flat") or sits within its noise makes the claim undecided; a
+  control not run makes it undecided, the reason naming the control to run. A comparative
+  claim ("X degrades less than RoPE", a statistic that already pairs X with its baseline)
+  names its control without a statistic: it is decided against it directly.
+- **the requirements** (:class:`Learned`: "the model learned its data", its eval loss at the
+  training length at most :data:`LEARNED_LOSS_FRACTION` of the context-free unigram loss): a
+  requirement that fails, or that the rows cannot tell, makes a verdict that would hold or
+  fail undecided, with the reason.
+
+A definitional **fact** (``kind="fact"``: a learned table is undefined past ``T``) is judged
+the same way but is not a finding about the data: :func:`count_verdicts` and
+:func:`format_verdicts` leave facts out of "N of M hold" and the report shows them in their
+own table (:func:`is_fact`).
+
 The numbers judged, per seed and over seeds, come from :mod:`posenc.lab.quantities`
 (re-exported here).
 
@@ -56,7 +77,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple, Protocol
 
 from posenc.lab.quantities import (
     Above,
@@ -83,16 +104,21 @@ from posenc.lab.quantities import (
 )
 
 __all__ = [
+    "LEARNED_LOSS_FRACTION",
     "Above",
     "Cell",
+    "Check",
     "Claim",
+    "Control",
     "Difference",
     "FractionDefined",
+    "Learned",
     "MeanOverSeeds",
     "Measurement",
     "OneOf",
     "Quantity",
     "Ratio",
+    "Requirement",
     "Sample",
     "Statistic",
     "Verdict",
@@ -106,6 +132,7 @@ __all__ = [
     "format_verdicts",
     "fraction_defined",
     "fraction_undefined",
+    "is_fact",
     "judge",
     "judge_all",
     "noise_quantile",
@@ -116,6 +143,13 @@ __all__ = [
 
 Direction = Literal["<=", ">="]
 Status = Literal["holds", "fails", "undecided", "undefined"]
+Kind = Literal["claim", "fact"]
+
+#: A model **learned its data** when its eval loss at the training length is at most this
+#: fraction of the context-free loss (a unigram fitted on the train tokens:
+#: :func:`posenc.lab.data.corpus.context_free_loss`); above it, what it says about position is
+#: noise on a model that has not used its context.
+LEARNED_LOSS_FRACTION = 0.9
 
 
 # one-sided 95 % quantiles of Student's t, by degrees of freedom 1..30
@@ -139,6 +173,95 @@ def noise_quantile(df: int | None) -> float:
     return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
 
 
+# --- controls and requirements --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Control:
+    """The baseline a claim is decided against: the one its paper compares with, or NoPE.
+
+    Args:
+        label: the control's name as the rows call it (``"nope"``, ``"rope"``, ``"pi"``).
+        statistic: the claim's statistic computed on the control's rows (ALiBi's
+            ``ppl(4T) / ppl(T)`` becomes NoPE's), judged by the same threshold and direction;
+            ``None`` when the claim's own statistic already compares with the control (a
+            difference or ratio against it): then it is decided against it directly.
+    """
+
+    label: str
+    statistic: Statistic | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.label, str) or not self.label:
+            raise ValueError(f"label must be a non-empty string, got {self.label!r}")
+
+
+class Check(NamedTuple):
+    """A requirement's answer: ``passed`` (``None``: the rows cannot tell) and why, in words."""
+
+    passed: bool | None
+    reason: str
+
+
+class Requirement(Protocol):
+    """What must be true of the rows before a claim about them means anything."""
+
+    @property
+    def label(self) -> str: ...
+
+    def check(self, rows: Sequence[Row]) -> Check: ...
+
+
+@dataclass(frozen=True)
+class Learned:
+    """Requirement: the model of the rows matching ``where`` learned its data.
+
+    Its eval ``loss`` at the training length (``where`` selects those rows, one per seed), mean
+    over seeds, is at most :data:`LEARNED_LOSS_FRACTION` of the ``context_free_loss`` the same
+    rows carry (a unigram fitted on the train tokens, scored on the same targets). A model
+    above it predicts the next token little better than its frequency: whatever its curve
+    does past ``T`` says nothing about its encoding.
+
+    Args:
+        experiment: the rows' experiment.
+        where: selects the model's rows at the training length (``{"encoding": "alibi",
+            "multiplier": 1.0}``).
+        model: how the reason names the model (``"alibi"``).
+    """
+
+    experiment: str
+    where: Mapping[str, Any] = field(hash=False)
+    model: str
+
+    @property
+    def label(self) -> str:
+        return f"the {self.model} model learned its data"
+
+    def check(self, rows: Sequence[Row]) -> Check:
+        losses = MeanOverSeeds(Cell(self.experiment, dict(self.where), "loss"))(rows)
+        baselines = MeanOverSeeds(Cell(self.experiment, dict(self.where), "context_free_loss"))(
+            rows
+        )
+        if losses is None or baselines is None or baselines.value <= 0:
+            missing = "its loss" if losses is None else "the context-free loss"
+            return Check(
+                None,
+                f"cannot tell whether the {self.model} model learned its data: {missing} at "
+                "the training length is missing from the rows",
+            )
+        fraction = losses.value / baselines.value
+        numbers = (
+            f"loss {losses.value:.3g} = {fraction:.2f} of the context-free {baselines.value:.3g}"
+        )
+        if fraction <= LEARNED_LOSS_FRACTION:
+            return Check(True, f"the {self.model} model learned its data ({numbers})")
+        return Check(
+            False,
+            f"the {self.model} model has not learned its data ({numbers}; it must be at "
+            f"most {LEARNED_LOSS_FRACTION:g})",
+        )
+
+
 # --- claims and verdicts --------------------------------------------------------------------
 
 
@@ -155,6 +278,11 @@ class Claim:
         statistic: rows -> :class:`Measurement`, or ``None`` when the rows cannot decide.
         threshold, direction: the mean must be ``>=`` or ``<=`` the threshold.
         margin_in_std: ``k ≥ 0``: the mean must clear the threshold by ``k`` stds.
+        control: the baseline it is decided against (:class:`Control`); ``None`` only for a
+            fact or a claim about no one encoding.
+        requires: what must hold of the rows first (:class:`Learned`).
+        kind: ``"claim"`` (a finding, counted) or ``"fact"`` (true by definition, shown apart
+            and never counted).
     """
 
     name: str
@@ -166,10 +294,19 @@ class Claim:
     threshold: float
     direction: Direction
     margin_in_std: float = 0.0
+    control: Control | None = None
+    requires: tuple[Requirement, ...] = ()
+    kind: Kind = "claim"
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("name must be a non-empty string")
+        if self.kind not in ("claim", "fact"):
+            raise ValueError(f"kind must be 'claim' or 'fact', got {self.kind!r}")
+        if self.control is not None and not isinstance(self.control, Control):
+            raise TypeError(f"control must be a Control or None, got {self.control!r}")
+        if not isinstance(self.requires, tuple):
+            raise TypeError(f"requires must be a tuple of requirements, got {self.requires!r}")
         if self.direction not in ("<=", ">="):
             raise ValueError(f"direction must be '<=' or '>=', got {self.direction!r}")
         if not math.isfinite(self.threshold):
@@ -184,7 +321,9 @@ class Claim:
 class Verdict:
     """The judgement of one claim: ``status``, the measurement (``None`` if undefined), a
     one-line ``summary``, the ``margin`` (positive: the claim's side of its bound) and the
-    ``noise`` it was weighed against (``q · se``; ``None`` when unknown)."""
+    ``noise`` it was weighed against (``q · se``; ``None`` when unknown), the ``reason`` in
+    words (the control's result, a requirement that failed) and the ``control`` it was decided
+    against (``None``: none named)."""
 
     claim: str
     status: Status
@@ -192,6 +331,8 @@ class Verdict:
     summary: str
     margin: float | None = None
     noise: float | None = None
+    reason: str = ""
+    control: str | None = None
 
 
 def _noise(m: Measurement) -> tuple[float, str] | None:
@@ -203,19 +344,28 @@ def _noise(m: Measurement) -> tuple[float, str] | None:
     return q * m.se, f"{q:.3g} × se {m.se:.3g} over {over}"
 
 
-def judge(claim: Claim, rows: Sequence[Row]) -> Verdict:
-    """Judge ``claim`` on the rows of its experiment among ``rows`` (the rule: module
-    docstring). The summary reads ``name: status: mean ± std (n=…) >= bound; margin …``."""
-    own = [r for r in rows if r.get("experiment") == claim.experiment]
-    m = claim.statistic(own)
+class _Weighed(NamedTuple):
+    """One measurement weighed against a claim's bound: status, margin, noise and the words."""
+
+    status: Status
+    margin: float | None
+    noise: float | None
+    text: str
+
+
+def _measured(m: Measurement) -> str:
+    return f"{m.value:.4g}" + ("" if m.std is None else f" ± {m.std:.4g}") + f" (n={m.n})"
+
+
+def _weigh(claim: Claim, m: Measurement) -> _Weighed:
+    """The module docstring's rule for one measurement against ``claim``'s bound; ``text``
+    reads ``0.95 ± 0.01 (n=3) <= 1.1; margin +0.15 beyond noise 0.02 = …``."""
     k = claim.margin_in_std
-    if m is None or math.isnan(m.value):
-        why = f"no {claim.experiment!r} rows" if not own else "rows missing or undefined"
-        return Verdict(claim.name, "undefined", None, f"{claim.name}: undefined ({why})")
-    measured = f"{m.value:.4g}" + ("" if m.std is None else f" ± {m.std:.4g}") + f" (n={m.n})"
+    measured = _measured(m)
     if k > 0 and (m.std is None or math.isnan(m.std)):
-        text = f"{claim.name}: undefined ({measured}; a margin of {k:g} std needs 2+ seeds)"
-        return Verdict(claim.name, "undefined", m, text)
+        return _Weighed(
+            "undefined", None, None, f"{measured}; a margin of {k:g} std needs 2+ seeds"
+        )
     sign = 1.0 if claim.direction == ">=" else -1.0
     bound = claim.threshold + sign * (k * m.std if k > 0 and m.std is not None else 0.0)
     margin = sign * (m.value - bound)
@@ -234,11 +384,77 @@ def judge(claim: Claim, rows: Sequence[Row]) -> Verdict:
         else:
             status, within = "undecided", "within"
         weighed = f"{within} noise {noise[0]:.3g} = {noise[1]}"
-    summary = (
-        f"{claim.name}: {status}: {measured} {claim.direction} {target}; "
-        f"margin {margin:+.3g} {weighed}"
+    text = f"{measured} {claim.direction} {target}; margin {margin:+.3g} {weighed}"
+    return _Weighed(status, margin, None if noise is None else noise[0], text)
+
+
+def _control_gate(claim: Claim, control: Control, rows: Sequence[Row]) -> tuple[bool, str]:
+    """Whether the control leaves a holding claim holding, and why in words."""
+    if control.statistic is None:
+        return True, f"decided against {control.label} directly (the statistic compares with it)"
+    m = control.statistic(rows)
+    if m is None or math.isnan(m.value):
+        return False, (
+            f"the control {control.label} was not run (its rows are missing or undefined): "
+            f"run {control.label} in the same experiment to decide"
+        )
+    weighed = _weigh(claim, m)
+    if weighed.status == "fails":
+        return True, f"the control {control.label} fails the same test ({weighed.text})"
+    if weighed.status == "holds":
+        return False, (
+            f"the control {control.label} passes the same test just as well ({weighed.text}), "
+            f"so the claim shows nothing that {control.label} does not show too"
+        )
+    return False, (
+        f"the control {control.label} is not told apart from the claim ({weighed.text}): "
+        f"only a control that fails the same test can make the claim hold"
     )
-    return Verdict(claim.name, status, m, summary, margin, None if noise is None else noise[0])
+
+
+def judge(claim: Claim, rows: Sequence[Row]) -> Verdict:
+    """Judge ``claim`` on the rows of its experiment among ``rows`` (the rule: module
+    docstring): the measurement against the threshold, then the requirements and the control.
+    The summary reads ``name: status: mean ± std (n=…) >= bound; margin …; reason``."""
+    own = [r for r in rows if r.get("experiment") == claim.experiment]
+    label = None if claim.control is None else claim.control.label
+    m = claim.statistic(own)
+    if m is None or math.isnan(m.value):
+        why = f"no {claim.experiment!r} rows" if not own else "rows missing or undefined"
+        text = f"{claim.name}: undefined ({why})"
+        return Verdict(claim.name, "undefined", None, text, reason=why, control=label)
+    weighed = _weigh(claim, m)
+    if weighed.status == "undefined":
+        text = f"{claim.name}: undefined ({weighed.text})"
+        return Verdict(claim.name, "undefined", m, text, reason=weighed.text, control=label)
+    status = weighed.status
+    if status == "holds":
+        reason = "the measurement clears its bound by more than the noise"
+    elif status == "fails":
+        reason = "the measurement misses its bound by more than the noise"
+    elif weighed.noise is not None:
+        reason = "the margin is within the noise"
+    else:
+        reason = "one seed and no spread over evaluation windows: no noise to weigh against"
+    summary = f"{claim.name}: {status}: {weighed.text}"
+    checks = [requirement.check(rows) for requirement in claim.requires]
+    failed = "; ".join(check.reason for check in checks if check.passed is False)
+    unknown = "; ".join(check.reason for check in checks if check.passed is None)
+    passed = True
+    if status in ("holds", "fails") and failed:  # a model that did not learn decides nothing
+        passed, reason = False, failed
+    elif failed:  # undecided already: say what else stands in the way
+        reason = f"{reason}; {failed}"
+    elif status == "holds" and claim.control is not None:
+        # a control not run is named before what its missing rows cannot tell
+        passed, reason = _control_gate(claim, claim.control, own)
+    if passed and status in ("holds", "fails") and unknown:
+        passed, reason = False, unknown
+    if not passed:
+        status = "undecided"
+    if claim.requires or claim.control is not None:
+        summary = f"{claim.name}: {status}: {weighed.text}; {reason}"
+    return Verdict(claim.name, status, m, summary, weighed.margin, weighed.noise, reason, label)
 
 
 def judge_all(claims: Sequence[Claim], rows: Sequence[Row]) -> list[Verdict]:
@@ -266,6 +482,9 @@ def verdict_record(claim: Claim, verdict: Verdict) -> dict[str, Any]:
         "noise": verdict.noise,
         "detail": None if m is None else m.detail,
         "summary": verdict.summary,
+        "kind": claim.kind,
+        "reason": verdict.reason,
+        "control": verdict.control,
     }
 
 
@@ -273,24 +492,48 @@ def verdict_record(claim: Claim, verdict: Verdict) -> dict[str, Any]:
 _MARKS = {"holds": "HOLDS", "fails": "FAILS", "undecided": "UNDECIDED", "undefined": "undefined"}
 
 
+def is_fact(claim: Claim | Mapping[str, Any]) -> bool:
+    """Whether ``claim`` (a :class:`Claim` or its :func:`verdict_record`) is a definitional
+    fact, shown apart and never counted among the claims that hold."""
+    if isinstance(claim, Claim):
+        return claim.kind == "fact"
+    return claim.get("kind") == "fact"
+
+
 def count_verdicts(records: Sequence[Mapping[str, Any]]) -> str:
-    """``"4 hold, 1 fails, 2 undecided, 0 undefined"``: the records' statuses counted."""
-    counts = {status: sum(r.get("status") == status for r in records) for status in _MARKS}
+    """``"4 hold, 1 fail, 2 undecided, 0 undefined"``: the claims' statuses counted, facts
+    (:func:`is_fact`) left out."""
+    claims = [r for r in records if not is_fact(r)]
+    counts = {status: sum(r.get("status") == status for r in claims) for status in _MARKS}
     return (
         f"{counts['holds']} hold, {counts['fails']} fail, {counts['undecided']} undecided, "
         f"{counts['undefined']} undefined"
     )
 
 
-def format_verdicts(records: Sequence[Mapping[str, Any]]) -> str:
-    """The verdicts as terminal lines: a count, then per claim ``HOLDS``/``FAILS``/
-    ``UNDECIDED``/``undefined`` and its summary (mean, n, the margin and the noise it was
-    weighed against), then the paper's number."""
-    lines = [f"claims ({len(records)}: {count_verdicts(records)}):"] if records else []
+def _verdict_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    lines = []
     for record in records:
         mark = _MARKS.get(record["status"], "undefined")
         lines.append(f"  {mark:<9} {record['summary']}")
+        if record.get("control"):
+            lines.append(f"            control: {record['control']}")
         lines.append(f"            paper: {record['published']}")
+    return lines
+
+
+def format_verdicts(records: Sequence[Mapping[str, Any]]) -> str:
+    """The verdicts as terminal lines: a count of the claims (facts left out), then per claim
+    ``HOLDS``/``FAILS``/``UNDECIDED``/``undefined`` and its summary (mean, n, the margin and
+    the noise it was weighed against, the reason), the control and the paper's number; then
+    the facts (:func:`is_fact`) under their own heading."""
+    claims = [r for r in records if not is_fact(r)]
+    facts = [r for r in records if is_fact(r)]
+    lines = [f"claims ({len(claims)}: {count_verdicts(claims)}):"] if claims else []
+    lines += _verdict_lines(claims)
+    if facts:
+        lines.append(f"facts ({len(facts)}, true by definition, not counted):")
+        lines += _verdict_lines(facts)
     return "\n".join(lines)
 
 

@@ -165,8 +165,12 @@ def extend_zero_shot(
 
 
 def claim_counts(records: Sequence[dict[str, Any]]) -> str:
-    """``"7 of 9 claims hold, 1 fails, 1 undecided, 0 undefined"``: every verdict counted
-    (a status other than these four is counted under its own name)."""
+    """``"7 of 9 claims hold, 1 fails, 1 undecided, 0 undefined"``: every claim's verdict
+    counted (a status other than these four under its own name); facts
+    (:func:`posenc.lab.claims.is_fact`) are not claims and are left out."""
+    from posenc.lab.claims import is_fact
+
+    records = [r for r in records if not is_fact(r)]
     statuses = [str(r.get("status")) for r in records]
     known = ("holds", "fails", "undecided", "undefined")
     parts = [f"{statuses.count(s)} {s}" for s in known[1:]]

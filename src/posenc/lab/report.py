@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
+from posenc.lab.claims import LEARNED_LOSS_FRACTION, is_fact
 from posenc.lab.figures import training_curves
 from posenc.lab.gather import RunFolder, gather
 from posenc.lab.results import Row
@@ -186,11 +187,10 @@ def _weighed(r: Row) -> str:
     return f"{text} {side} noise {noise:.3g} {over}".rstrip()
 
 
-def _claims_section(records: Sequence[Row]) -> list[str]:
-    """Verdict, claim and paper, measured (mean ± std over seeds, n, the margin and the noise
-    it was weighed against), threshold, published."""
-    if not records:
-        return []
+def _claims_rows(records: Sequence[Row]) -> str:
+    """The table body: verdict, claim and paper, measured (mean ± std over seeds, n, the margin
+    and the noise it was weighed against), threshold, why (the reason and the control),
+    published."""
     body = []
     for r in records:
         measured = html.escape(_number(r.get("value")))
@@ -202,6 +202,9 @@ def _claims_section(records: Sequence[Row]) -> list[str]:
             measured += f"<br>{html.escape(_weighed(r))}"
         if r.get("detail"):
             measured += f"<br><small>{_text(r['detail'])}</small>"
+        why = _text(r.get("reason") or "")
+        if r.get("control"):
+            why += f"<br><small>control: {_text(r['control'])}</small>"
         status = str(r.get("status"))
         cells = [
             f"<td class='verdict {html.escape(status)}'>{_MARKS.get(status, _text(status))}</td>",
@@ -209,25 +212,47 @@ def _claims_section(records: Sequence[Row]) -> list[str]:
             f"<td>{measured}</td>",
             f"<td class='num'>{html.escape(str(r.get('direction', '')))} "
             f"{html.escape(_number(r.get('threshold'), 'g'))}</td>",
+            f"<td>{why}</td>",
             f"<td>{_text(r.get('published'))}</td>",
         ]
         body.append("<tr>" + "".join(cells) + "</tr>")
     head = "".join(
-        f"<th>{name}</th>" for name in ("verdict", "claim", "measured", "needs", "published")
+        f"<th>{name}</th>" for name in ("verdict", "claim", "measured", "needs", "why", "published")
     )
-    counts = {s: sum(r.get("status") == s for r in records) for s in _MARKS}
-    return [
-        f"<h2 id='claims'>Claims: {counts['holds']} of {len(records)} hold</h2>",
+    return f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
+
+
+def _claims_section(records: Sequence[Row]) -> list[str]:
+    """The claims, each with its verdict and why (:func:`_claims_rows`), counted without the
+    facts; then the facts (true by definition) in their own small table, never counted."""
+    if not records:
+        return []
+    claims = [r for r in records if not is_fact(r)]
+    facts = [r for r in records if is_fact(r)]
+    counts = {s: sum(r.get("status") == s for r in claims) for s in _MARKS}
+    lines = [
+        f"<h2 id='claims'>Claims: {counts['holds']} of {len(claims)} hold</h2>",
         f"<p>{counts['fails']} fail, {counts['undecided']} undecided, {counts['undefined']} "
         "undefined. The margin is how far the mean clears the threshold (positive: the claim's "
         "side); the noise is a one-sided 95 % bound on the mean's error, Student's t times "
         "the standard error over seeds, or with one seed 1.645 times that over evaluation "
         "windows. A claim holds when the margin is at least the noise, fails when it is below "
         "minus the noise, and is undecided in between or when one seed gives no spread; "
-        "undefined when the rows cannot decide. The paper's number is on the right.</p>",
-        f"<table class='claims'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
-        "</table>",
+        "undefined when the rows cannot decide. Then two gates, said in the column why: a "
+        "claim holds only if its control (NoPE or the baseline the paper names), run in the "
+        "same experiment, fails the same test (a control that passes too, or was not run, "
+        "leaves it undecided), and only if the models it reads learned their data (eval loss "
+        f"at the training length at most {LEARNED_LOSS_FRACTION:g} of the context-free "
+        "unigram loss). The paper's number is on the right.</p>",
     ]
+    if claims:
+        lines.append(f"<table class='claims'>{_claims_rows(claims)}</table>")
+    if facts:
+        lines += [
+            f"<h3 id='facts'>Facts ({len(facts)}, true by definition, not counted above)</h3>",
+            f"<table class='claims facts'>{_claims_rows(facts)}</table>",
+        ]
+    return lines
 
 
 def _image(png: bytes, name: str, caption: str) -> str:

@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
 import sysconfig
@@ -36,6 +37,7 @@ __all__ = [
     "SPLITS",
     "CorpusSplits",
     "LMSource",
+    "context_free_loss",
     "eval_windows",
     "load_corpus",
     "stdlib_files",
@@ -310,3 +312,52 @@ def eval_windows(stream: Tensor, seq_len: int, max_windows: int | None = None) -
             index = torch.linspace(0, count - 1, max_windows).round().long().unique()
     starts = index * seq_len
     return stream[starts[:, None] + torch.arange(seq_len + 1)].long()
+
+
+def context_free_loss(train: Tensor, targets: Tensor, vocab_size: int = 256) -> float:
+    """The loss of a model that ignores context: a unigram fitted on ``train``, scored on
+    ``targets``.
+
+    .. math::
+
+        p(v) = \\frac{c_v + 1}{N + V}, \\qquad
+        \\text{loss} = -\\frac{1}{M} \\sum_{j=1}^{M} \\ln p(t_j)
+
+    with ``c_v`` the count of token ``v`` among the ``N`` train tokens (add-one smoothed, so
+    a token never seen in training still has a finite loss), ``V = vocab_size`` and ``t_j``
+    the ``M`` targets. In nats per token, as the cross-entropy of a language model: a model
+    whose eval loss is not well below it has not used its context
+    (:data:`posenc.lab.claims.LEARNED_LOSS_FRACTION`).
+
+    Args:
+        train: integer tensor of train tokens (any shape).
+        targets: integer tensor of the tokens scored (any shape), e.g. the targets of
+            :func:`eval_windows`: ``eval_windows(stream, seq_len)[:, 1:]``.
+        vocab_size: ``V``; every token must be in ``[0, V)``.
+
+    Returns:
+        The mean negative log-probability of ``targets``, a float.
+
+    Raises:
+        ValueError: naming ``train`` or ``targets`` when empty, floating point or out of
+            ``[0, vocab_size)``, or ``vocab_size`` when not a positive int.
+
+    Example::
+
+        >>> round(context_free_loss(torch.tensor([1, 1, 2]), torch.tensor([1]), vocab_size=3), 4)
+        0.6931
+    """
+    check_positive_int("vocab_size", vocab_size)
+    for name, tokens in (("train", train), ("targets", targets)):
+        if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.is_complex():
+            raise ValueError(f"{name} must be an integer tensor of tokens, got {tokens!r}")
+        if tokens.numel() == 0:
+            raise ValueError(f"{name} must hold at least one token, got an empty tensor")
+        low, high = int(tokens.min()), int(tokens.max())
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"{name} must hold tokens in [0, vocab_size={vocab_size}), got [{low}, {high}]"
+            )
+    counts = torch.bincount(train.reshape(-1).long(), minlength=vocab_size).double() + 1.0
+    log_p = counts.log() - math.log(float(counts.sum()))
+    return float(-log_p[targets.reshape(-1).long()].mean())

@@ -28,7 +28,7 @@ from torch import nn
 from posenc._validate import check_positive_int
 from posenc.lab.batch import Batch
 from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
-from posenc.lab.data.corpus import LMSource, eval_windows
+from posenc.lab.data.corpus import LMSource, context_free_loss, eval_windows
 from posenc.lab.distributed import rank_and_world
 from posenc.lab.results import Row
 from posenc.lab.runner import Experiment, Run, Section
@@ -135,6 +135,8 @@ def _execute(config: LmConfig, run: Run, folder: Path) -> list[Row]:
             "seed": seed,
             "val_loss": val_loss,
             "val_ppl": math.exp(val_loss),
+            # a unigram of the train bytes on the same targets: a learned model is well below
+            "context_free_loss": context_free_loss(corpus.train, windows[:, 1:]),
             "train_loss": result.final_loss,
             "tokens_per_s": result.tokens_per_second,
             "world_size": rank_and_world()[1],

@@ -130,9 +130,14 @@ def test_rope_in_linear_attention_reads_only_linear_rows() -> None:
     softmax_only = [r for r in METHOD_CASES[claim.name]["holds"][0] if "backend" not in r]
     # a softmax sweep does not test it (no row has backend "linear"): not applicable
     assert not applicable(claim, softmax_only)
-    verdict = judge(claim, replicate_seeds(METHOD_CASES[claim.name]["holds"][0]))
+    # both models learned their data (loss well below the context-free loss)
+    learned = [
+        {**r, "loss": 1.0, "context_free_loss": 2.0} for r in METHOD_CASES[claim.name]["holds"][0]
+    ]
+    verdict = judge(claim, replicate_seeds(learned))
     assert verdict.status == "holds" and verdict.measurement is not None
     assert verdict.measurement.value == 1.5  # the softmax rows (9.0 / 1.0) left out
+    assert verdict.control == "nope"
 
 
 def test_cape_claim_reads_only_the_text_recipes_rows() -> None:

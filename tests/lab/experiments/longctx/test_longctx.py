@@ -34,7 +34,7 @@ from posenc.lab.experiments.longctx import (
 )
 from posenc.lab.results import read_results_csv
 from posenc.models import DecoderLM
-from tests.lab.claim_rows import replicate_seeds
+from tests.lab.claim_rows import own_test, replicate_seeds
 
 Row = dict[str, Any]
 
@@ -474,7 +474,7 @@ def test_longctx_claims_decide_on_hand_made_rows(name: str, status: str) -> None
     case = LONGCTX_CASES[name]
     rows, mean = case[status] if status != "undefined" else (case[status], None)
     # each seed's rows repeated in 8 seeds: the hand-made means clear their noise
-    verdict = judge(_CLAIMS[name], replicate_seeds(rows))
+    verdict = judge(own_test(_CLAIMS[name]), replicate_seeds(rows))
     assert verdict.status == status, verdict.summary
     if mean is not None:
         assert verdict.measurement is not None

@@ -25,7 +25,7 @@ from posenc.lab.experiments.temporal_links import (
     training_laplacian,
 )
 from posenc.lab.train_links import link_data, train_links
-from tests.lab.claim_rows import replicate_seeds
+from tests.lab.claim_rows import own_test, replicate_seeds
 
 DATA = ("debian", "drifting")
 TINY = TemporalLinksConfig(
@@ -287,7 +287,7 @@ def test_temporal_claims_decide_on_hand_made_rows(name, status):
     case = TEMPORAL_CASES[name]
     rows, mean = case[status] if status != "undefined" else (case[status], None)
     # each seed's rows repeated in 8 seeds: the hand-made means clear their noise
-    verdict = judge(_CLAIMS[name], replicate_seeds(rows))
+    verdict = judge(own_test(_CLAIMS[name]), replicate_seeds(rows))
     assert verdict.status == status, verdict.summary
     if mean is not None:
         assert verdict.measurement.value == pytest.approx(mean, abs=1e-12)

@@ -61,7 +61,7 @@ from torch import Tensor
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
 from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
-from posenc.lab.data.corpus import CorpusSplits, LMSource
+from posenc.lab.data.corpus import CorpusSplits, LMSource, context_free_loss, eval_windows
 from posenc.lab.data.passkey import PasskeyMix, passkey_accuracy, passkey_min_context
 from posenc.lab.experiments.extend.claims import CLAIMS
 from posenc.lab.experiments.extend.report import (
@@ -344,6 +344,7 @@ def evaluate_model(
     for multiplier, length in zip(config.multipliers, config.eval_lengths, strict=True):
         model, factor = model_at(length)
         loss = evaluate_lm(model, corpus.test, length, eval_tokens=config.eval_tokens)
+        targets = eval_windows(corpus.test[: config.eval_tokens + 1], length)[:, 1:]
         rows.append(
             {
                 "experiment": "extend",
@@ -352,6 +353,8 @@ def evaluate_model(
                 "multiplier": multiplier,
                 "factor": factor,
                 "loss": loss,
+                # the unigram's loss on the same targets: a learned model is well below it
+                "context_free_loss": context_free_loss(corpus.train, targets),
                 "ppl": math.exp(loss),
                 "bits_per_byte": loss / math.log(2),
                 **ft,

@@ -7,7 +7,10 @@ Figure 1) at CPU scale: a small byte-level decoder LM is trained with each encod
 ``eval_tokens`` of the test split), so the numbers compare across lengths. Training tokens/s
 and peak memory are recorded per encoding, as ALiBi's Table 1 does. Each length's row also
 carries ``loss_se`` and ``ppl_se``, the standard errors over its evaluation windows: the noise a
-claim on one seed is judged against (:mod:`posenc.lab.claims`).
+claim on one seed is judged against (:mod:`posenc.lab.claims`), and ``context_free_loss``, the
+loss of a unigram of the train bytes on the same targets
+(:func:`~posenc.lab.data.corpus.context_free_loss`): a model whose loss at ``T`` is not well
+below it has not learned its data, and its claims are undecided.
 
 A learned absolute table is only defined up to ``T``: longer lengths are reported as
 undefined (``defined = False``, no loss), never crashed or clamped.
@@ -37,7 +40,7 @@ from torch import Tensor
 
 from posenc.attention.backends import NAMES as BACKENDS
 from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
-from posenc.lab.data.corpus import CorpusSplits, LMSource, eval_windows
+from posenc.lab.data.corpus import CorpusSplits, LMSource, context_free_loss, eval_windows
 from posenc.lab.experiments.extrapolate.claims import CLAIMS
 from posenc.lab.figures import (
     encoding_color,
@@ -297,7 +300,11 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
                 defined=True,
                 note="",
             )
+        targets = eval_windows(corpus.test[: config.eval_tokens + 1], eval_len)[:, 1:]
         row.update(
+            # a unigram of the train bytes on the same targets: the loss of a model that ignores
+            # context, which a model must beat to have learned its data (posenc.lab.claims)
+            context_free_loss=context_free_loss(corpus.train, targets),
             train_loss=result.final_loss,
             tokens_per_s=result.tokens_per_second,
             peak_memory_mb=result.peak_memory_bytes / 2**20,

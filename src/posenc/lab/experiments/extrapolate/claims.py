@@ -13,6 +13,16 @@ its text. Thresholds were set from the papers, not from our results; a claim tha
 our scale is reported as failing. :mod:`posenc.lab.claims` judges them. Learned sinks and
 soft-capping make no claim about length (their sources, gpt-oss and Gemma 2, publish none
 testable here): they are measured only.
+
+Every claim names the control it is decided against (:class:`~posenc.lab.claims.Control`):
+a claim about one encoding's curve ("ALiBi is flat past T") holds only if the control fails the
+same test in the same run, NoPE for flatness (an encoding is flat *because of* its bias only if
+a model with no position encoding is not flat too), ALiBi for the sinusoidal encoding's rise
+(the paper's contrast: ALiBi still improves where sinusoidal degrades), RoPE for
+stick-breaking (the paper's softmax + RoPE baseline); a comparative claim ("X degrades less
+than RoPE") is decided against the encoding it compares with. Every claim also requires that
+the models it reads learned their data (:class:`~posenc.lab.claims.Learned`: loss at T at most
+0.9 of the context-free unigram loss), else it is undecided.
 """
 
 from __future__ import annotations
@@ -23,7 +33,9 @@ from posenc.lab.claims import (
     Above,
     Cell,
     Claim,
+    Control,
     Difference,
+    Learned,
     MeanOverSeeds,
     OneOf,
     Ratio,
@@ -89,6 +101,14 @@ _ROFORMER = (
 CAPE_TEXT_RECIPE = {"max_global_shift": 5.0, "max_local_shift": 0.5, "max_global_scaling": 1.03}
 
 
+def _learned(*encodings: str, **where: object) -> tuple[Learned, ...]:
+    """The requirement that each of ``encodings`` (rows also matching ``where``) learned its
+    data: its loss at T well below the context-free loss."""
+    return tuple(
+        Learned("extrapolate", {"encoding": e, "multiplier": 1.0, **where}, e) for e in encodings
+    )
+
+
 def _growth(encoding: str, multiplier: float, **where: object) -> Ratio:
     """ppl of ``encoding`` at ``multiplier``·T over its ppl at T (rows selected by ``where``
     too)."""
@@ -103,7 +123,8 @@ def _flat_2x(encoding: str, label: str, paper: str, dape: str) -> Claim:
     own tables were not retrievable)."""
     return Claim(
         name=f"{encoding}_flat_2x",
-        text=f"{label} extrapolates to 2×T: ppl(2T) / ppl(T) ≤ 1.10.",
+        text=f"{label} extrapolates to 2×T: ppl(2T) / ppl(T) ≤ 1.10; decided against NoPE "
+        "(it holds only if NoPE's own ppl(2T) / ppl(T) is above 1.10).",
         paper=paper,
         published=f"{label.split()[0]}'s own tables not retrieved; DAPE Table 5 (125M, arXiv, "
         f"T = 512, 3 seeds): {dape}",
@@ -111,6 +132,8 @@ def _flat_2x(encoding: str, label: str, paper: str, dape: str) -> Claim:
         statistic=MeanOverSeeds(_growth(encoding, 2.0)),
         threshold=1.10,
         direction="<=",
+        control=Control("nope", MeanOverSeeds(_growth("nope", 2.0))),
+        requires=_learned(encoding, "nope"),
     )
 
 
@@ -122,7 +145,8 @@ def _dape_lowers(inner: str, label: str, published: str) -> Claim:
     return Claim(
         name=f"dape_lowers_{inner}_8x",
         text=f"DAPE around {label} has lower perplexity than {label} alone at 8×T: "
-        f"ppl({inner}) / ppl(dape, pos_kwargs {kwargs}) at 8×T ≥ 1, paired by seed.",
+        f"ppl({inner}) / ppl(dape, pos_kwargs {kwargs}) at 8×T ≥ 1, paired by seed "
+        f"(decided against {inner} directly).",
         paper=_DAPE,
         published=published,
         experiment="extrapolate",
@@ -135,20 +159,35 @@ def _dape_lowers(inner: str, label: str, published: str) -> Claim:
         ),
         threshold=1.0,
         direction=">=",
+        control=Control(inner),
+        requires=(
+            *_learned(inner),
+            Learned(
+                "extrapolate",
+                {"encoding": "dape", "pos_kwargs": OneOf(variants), "multiplier": 1.0},
+                "dape",
+            ),
+        ),
     )
 
 
-def _flat(encoding: str, label: str, threshold: float, paper: str, published: str) -> Claim:
-    """``encoding``'s ppl(8T) / ppl(T) at most ``threshold``, averaged over seeds."""
+def _flat(
+    encoding: str, label: str, threshold: float, paper: str, published: str, control: str
+) -> Claim:
+    """``encoding``'s ppl(8T) / ppl(T) at most ``threshold``, averaged over seeds, and
+    ``control``'s above it."""
     return Claim(
         name=f"{encoding}_flat_8x",
-        text=f"{label} extrapolates to 8×T: ppl(8T) / ppl(T) ≤ {threshold:.2f}.",
+        text=f"{label} extrapolates to 8×T: ppl(8T) / ppl(T) ≤ {threshold:.2f}; decided "
+        f"against {control} (it holds only if {control}'s own ratio is above the bound).",
         paper=paper,
         published=published,
         experiment="extrapolate",
         statistic=MeanOverSeeds(_growth(encoding, 8.0)),
         threshold=threshold,
         direction="<=",
+        control=Control(control, MeanOverSeeds(_growth(control, 8.0))),
+        requires=_learned(encoding, control),
     )
 
 
@@ -161,7 +200,7 @@ def _degrades_less(
     return Claim(
         name=f"{encoding}_degrades_less_than_{than}_{multiplier:g}x",
         text=f"{label} degrades less than {than_label} at {at}: {than}'s ppl({at}) / ppl(T) "
-        f"minus {encoding}'s, paired by seed, ≥ 0.",
+        f"minus {encoding}'s, paired by seed, ≥ 0 (decided against {than} directly).",
         paper=paper,
         published=published,
         experiment="extrapolate",
@@ -170,6 +209,8 @@ def _degrades_less(
         ),
         threshold=0.0,
         direction=">=",
+        control=Control(than),
+        requires=_learned(encoding, than),
     )
 
 
@@ -182,7 +223,7 @@ def _lower_than(
     return Claim(
         name=f"{better}_lower_than_{worse}_{multiplier:g}x",
         text=f"Past T, {label} has lower perplexity than {worse_label}: ppl({worse}) / "
-        f"ppl({better}) at {at}, paired by seed, ≥ 1.",
+        f"ppl({better}) at {at}, paired by seed, ≥ 1 (decided against {worse} directly).",
         paper=paper,
         published=published,
         experiment="extrapolate",
@@ -195,6 +236,8 @@ def _lower_than(
         ),
         threshold=1.0,
         direction=">=",
+        control=Control(worse),
+        requires=_learned(better, worse),
     )
 
 
@@ -211,10 +254,12 @@ def _rope_in_linear_attention() -> Statistic:
 
 #: The newest methods' claims (the sweep's last encodings).
 METHOD_CLAIMS: tuple[Claim, ...] = (
-    _flat("fox", "FoX (no position encoding, a forget gate)", 1.10, _FOX, _FOX_PUBLISHED),
+    # FoX is NoPE plus a forget gate: NoPE is the control that isolates the gate
+    _flat("fox", "FoX (no position encoding, a forget gate)", 1.10, _FOX, _FOX_PUBLISHED, "nope"),
     _degrades_less("fox", "FoX", "rope", "RoPE", 8.0, _FOX, _FOX_PUBLISHED),
     # "perform well at 2^14 with perplexity improvements": no worse at 8×T than at T
-    _flat("stick_breaking", "Stick-breaking attention", 1.0, _STICK, _STICK_PUBLISHED),
+    # the paper's baseline is softmax + RoPE
+    _flat("stick_breaking", "Stick-breaking attention", 1.0, _STICK, _STICK_PUBLISHED, "rope"),
     _degrades_less(
         "stick_breaking",
         "Stick-breaking attention",
@@ -242,7 +287,8 @@ METHOD_CLAIMS: tuple[Claim, ...] = (
         name="cape_degrades_less_than_sinusoidal_2x",
         text="CAPE (the reference port's text recipe: global shift 5, local shift 0.5, "
         "scaling 1.03) generalizes to unseen lengths better than the sinusoidal encoding it "
-        "augments: sinusoidal's ppl(2T) / ppl(T) minus CAPE's, paired by seed, ≥ 0.",
+        "augments: sinusoidal's ppl(2T) / ppl(T) minus CAPE's, paired by seed, ≥ 0 (decided "
+        "against sinusoidal directly).",
         paper=_CAPE,
         published="Abstract: absolute embeddings 'suffer from generalization issues when "
         "evaluating on sequences longer than seen at training time'; CAPE keeps relative "
@@ -258,12 +304,18 @@ METHOD_CLAIMS: tuple[Claim, ...] = (
         ),
         threshold=0.0,
         direction=">=",
+        control=Control("sinusoidal"),
+        requires=(
+            *_learned("sinusoidal"),
+            *_learned("cape", pos_kwargs=json.dumps(CAPE_TEXT_RECIPE, sort_keys=True)),
+        ),
     ),
     Claim(
         name="rope_helps_linear_attention",
         text="RoPE with linear attention (rotary on the feature-mapped q and k, elu + 1 "
         "features) beats linear attention without a position encoding: ppl(nope) / "
-        "ppl(rope) at T, both with the linear backend, paired by seed, ≥ 1.",
+        "ppl(rope) at T, both with the linear backend, paired by seed, ≥ 1 (decided against "
+        "nope directly).",
         paper=_ROFORMER,
         published="'Performer with RoPE' (§4, Enwik8, a 12-layer Performer): with RoPE "
         "the language-modeling loss converges faster and ends lower than without; a loss "
@@ -272,6 +324,8 @@ METHOD_CLAIMS: tuple[Claim, ...] = (
         statistic=_rope_in_linear_attention(),
         threshold=1.0,
         direction=">=",
+        control=Control("nope"),
+        requires=_learned("rope", "nope", backend="linear"),
     ),
 )
 
@@ -280,7 +334,8 @@ CLAIMS: tuple[Claim, ...] = (
     Claim(
         name="alibi_flat_4x",
         text="ALiBi is flat past T: its ppl at 4×T is within 10 % of its ppl at T "
-        "(ppl(4T) / ppl(T) ≤ 1.10).",
+        "(ppl(4T) / ppl(T) ≤ 1.10); decided against NoPE: it holds only if NoPE's own "
+        "ppl(4T) / ppl(T) is above 1.10 (a flat NoPE would make flatness say nothing of ALiBi).",
         paper=_ALIBI,
         published="Table 3 (T = 1024): 18.66 at T, 17.95 at 4024 ≈ 3.9×T (ratio 0.96); "
         "Table 2 (T = 512): 19.73 at T, 18.41 at 2512 ≈ 4.9×T (0.93)",
@@ -288,12 +343,15 @@ CLAIMS: tuple[Claim, ...] = (
         statistic=MeanOverSeeds(_growth("alibi", 4.0)),
         threshold=1.10,
         direction="<=",
+        control=Control("nope", MeanOverSeeds(_growth("nope", 4.0))),
+        requires=_learned("alibi", "nope"),
     ),
     Claim(
         name="sinusoidal_degrades_1_25x",
         text="Sinusoidal degrades from the first extra tokens: ppl(1.25T) / ppl(T) ≥ 1.02 "
         "(at least 2 % worse; the published rise at 1.2×T is 2.7 %, where ALiBi and rotary "
-        "still improve).",
+        "still improve); decided against ALiBi, the paper's contrast: it holds only if ALiBi's "
+        "own ratio is below 1.02.",
         paper=_ALIBI,
         published="Table 2 (T = 512): 20.05 at T, 20.59 at 612 = 1.2×T (ratio 1.027); it "
         "improves only up to 20-50 extra tokens (§4)",
@@ -301,10 +359,14 @@ CLAIMS: tuple[Claim, ...] = (
         statistic=MeanOverSeeds(_growth("sinusoidal", 1.25)),
         threshold=1.02,
         direction=">=",
+        control=Control("alibi", MeanOverSeeds(_growth("alibi", 1.25))),
+        requires=_learned("sinusoidal", "alibi"),
     ),
     Claim(
         name="sinusoidal_explodes_2x",
-        text="Sinusoidal at 2×T is at least 1.5× its ppl at T (ppl(2T) / ppl(T) ≥ 1.5).",
+        text="Sinusoidal at 2×T is at least 1.5× its ppl at T (ppl(2T) / ppl(T) ≥ 1.5); "
+        "decided against ALiBi, the paper's contrast: it holds only if ALiBi's own ratio is "
+        "below 1.5.",
         paper=_ALIBI,
         published="Table 2 (T = 512): 20.05 -> 43.54 at 1012 ≈ 2×T (2.17); Table 3 "
         "(T = 1024): 19.34 -> 51.09 at 2024 ≈ 2×T (2.64)",
@@ -312,11 +374,14 @@ CLAIMS: tuple[Claim, ...] = (
         statistic=MeanOverSeeds(_growth("sinusoidal", 2.0)),
         threshold=1.5,
         direction=">=",
+        control=Control("alibi", MeanOverSeeds(_growth("alibi", 2.0))),
+        requires=_learned("sinusoidal", "alibi"),
     ),
     Claim(
         name="learned_undefined_past_t",
         text="A learned table is undefined past T: every learned row with multiplier > 1 has "
-        "an undefined ppl (fraction undefined ≥ 1.0).",
+        "an undefined ppl (fraction undefined ≥ 1.0). A fact by construction (the table has "
+        "T rows), shown apart and not counted among the claims.",
         paper=_ALIBI,
         published="Learned absolute positions cannot be evaluated past L (§2, footnote 4)",
         experiment="extrapolate",
@@ -325,13 +390,14 @@ CLAIMS: tuple[Claim, ...] = (
         ),
         threshold=1.0,
         direction=">=",
+        kind="fact",
     ),
     # "RoPE lies between ALiBi and sinusoidal" is two orderings; one claim each, so that a
     # failure says which side broke (a single min() of both would hide it).
     Claim(
         name="rope_degrades_more_than_alibi_4x",
         text="RoPE degrades more than ALiBi at 4×T: rope's ppl(4T) / ppl(T) minus ALiBi's, "
-        "paired by seed, ≥ 0.",
+        "paired by seed, ≥ 0 (decided against alibi directly).",
         paper=_ALIBI,
         published="Table 3 (T = 1024) at 4024 ≈ 3.9×T: rotary 19.33 -> 44.30 (×2.29), "
         "ALiBi 18.66 -> 17.95 (×0.96)",
@@ -339,11 +405,13 @@ CLAIMS: tuple[Claim, ...] = (
         statistic=MeanOverSeeds(Difference(_growth("rope", 4.0), _growth("alibi", 4.0))),
         threshold=0.0,
         direction=">=",
+        control=Control("alibi"),
+        requires=_learned("rope", "alibi"),
     ),
     Claim(
         name="rope_degrades_less_than_sinusoidal_4x",
         text="RoPE degrades less than sinusoidal at 4×T: sinusoidal's ppl(4T) / ppl(T) minus "
-        "rope's, paired by seed, ≥ 0.",
+        "rope's, paired by seed, ≥ 0 (decided against sinusoidal directly).",
         paper=_ALIBI,
         published="Table 3 (T = 1024) at 4024 ≈ 3.9×T: sinusoidal 19.34 -> 144.00 (×7.45), "
         "rotary 19.33 -> 44.30 (×2.29)",
@@ -351,6 +419,8 @@ CLAIMS: tuple[Claim, ...] = (
         statistic=MeanOverSeeds(Difference(_growth("sinusoidal", 4.0), _growth("rope", 4.0))),
         threshold=0.0,
         direction=">=",
+        control=Control("sinusoidal"),
+        requires=_learned("rope", "sinusoidal"),
     ),
     _flat_2x(
         "kerple",

@@ -1,9 +1,13 @@
 """The published findings the ``tasks`` rows test: Ruoss et al.'s randomized positions and
-CoPE's against RoPE out of distribution, as data (:mod:`posenc.lab.claims` judges them)."""
+CoPE's against RoPE out of distribution, as data (:mod:`posenc.lab.claims` judges them).
+
+Both are comparative, decided against the baseline the papers name directly
+(:class:`~posenc.lab.claims.Control`): the same encoding with plain positions (Ruoss et al.),
+RoPE (CoPE's Tables 2-3)."""
 
 from __future__ import annotations
 
-from posenc.lab.claims import Claim, difference_at
+from posenc.lab.claims import Claim, Control, difference_at
 
 __all__ = ["CLAIMS"]
 
@@ -30,6 +34,7 @@ def _randomized_helps(encoding: str, published: str) -> Claim:
         ),
         threshold=0.05,
         direction=">=",
+        control=Control(f"{encoding} with plain positions"),
     )
 
 
@@ -57,6 +62,7 @@ def _cope_beats_rope(task: str, what: str, published: str) -> Claim:
         ),
         threshold=0.05,
         direction=">=",
+        control=Control("rope"),
     )
 
 
