@@ -430,9 +430,9 @@ def test_non_finite_starting_tensors_are_refused(name: str, bad: float) -> None:
 
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
-def test_non_finite_parameters_are_refused_at_the_next_rotation(kind: str, bad: float) -> None:
+def test_non_finite_parameters_are_refused_by_the_validated_call(kind: str, bad: float) -> None:
     """A parameter that became NaN or inf (a diverged step, a bad checkpoint) would give NaN
-    rotations silently; the next call names it."""
+    rotations silently; the validated call (``forward``) names it."""
     rot = LearnedRotation(12, 2, kind=kind, block_size=4)
     parameter = "axis_scale" if kind == "comrope_ld" else "weight"
     with torch.no_grad():

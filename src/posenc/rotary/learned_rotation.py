@@ -42,8 +42,9 @@ takes any block count of at least ``N`` (ComRoPE asks ``head_dim`` divisible by 
 
 Precision: the exponent ``Σ_a p_a B_{a,j}`` and its exponential are computed in float64 and
 the rotation cast once to float32 (float64 for float64 inputs), as RoPE's tables are: in
-float32 the angles of positions near ``2^18`` keep no fraction of a radian. Parameters or
-starting tensors holding NaN or inf raise ``ValueError`` naming them.
+float32 the angles of positions near ``2^18`` keep no fraction of a radian. Starting tensors
+holding NaN or inf raise ``ValueError`` naming them, as do parameters in the validated call
+(``forward``; attention's hot path reads no values).
 
 Cost: a ``b × b`` float64 matrix exponential per token, head and block, then ``O(head_dim ·
 b)`` multiply-adds per vector (in float32, or float64 for float64 inputs) where RoPE takes
@@ -389,17 +390,11 @@ class LearnedRotation(RotaryEncoding):
     ) -> Tensor:
         """``R(p)``'s blocks per token: ``(heads|1, seq, blocks, b, b)``, or with a leading
         batch for batched positions; computed in float64 and returned in float32 (float64
-        when ``dtype`` or the parameters are), with autograd to the generators.
-
-        Raises:
-            ValueError: naming ``weight`` or ``axis_scale`` when it holds NaN or inf.
-        """
+        when ``dtype`` or the parameters are), with autograd to the generators. No value
+        checks (attention's hot path): :meth:`forward` checks the parameters."""
         out = torch.promote_types(self.weight.dtype, torch.float32)
         if dtype == torch.float64:
             out = torch.float64
-        for name, parameter in (("weight", self.weight), ("axis_scale", self.axis_scale)):
-            if parameter is not None:
-                check_finite(name, parameter.detach())
         # p·A and its exponential in float64 whatever the output dtype (as RoPE's tables):
         # in float32 the angle of a position near 2^18 keeps no fraction of a radian
         f64 = torch.float64
@@ -428,8 +423,13 @@ class LearnedRotation(RotaryEncoding):
             )
 
     def check_rotary_call(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> None:
-        """The base checks, and per-head generators need q and k with ``num_heads`` heads."""
+        """The base checks; per-head generators need q and k with ``num_heads`` heads; the
+        parameters must be finite (a diverged step or a bad checkpoint: ``ValueError``
+        naming ``weight`` or ``axis_scale``, rather than NaN rotations)."""
         super().check_rotary_call(q, k, q_pos, k_pos)
+        for name, parameter in (("weight", self.weight), ("axis_scale", self.axis_scale)):
+            if parameter is not None:
+                check_finite(name, parameter.detach())
         for name, x in (("q", q), ("k", k)):
             if self.num_heads > 1 and x.shape[1] != self.num_heads:
                 raise ValueError(
