@@ -145,7 +145,8 @@ def test_encoding_head_dim_must_be_the_attentions(name: str, kwargs: dict) -> No
     encoding = build_case(name, kwargs, head_dim=16)  # the attention's is 32 / 4 = 8
     hooks = hooks_of(encoding)
     causal = not spec.needs_grid
-    if hooks.head_dim is not None:  # rotary, contextual terms, a scores reader reading q
+    # rotary, contextual terms, a scores reader reading q; stick-breaking's r_h (value width)
+    if hooks.head_dim is not None or hooks.weights is not None:
         with pytest.raises(ValueError, match=r"^pos: .*head_dim=16 .*head_dim is 8"):
             Attention(32, 4, pos=encoding, causal=causal)
     elif not hooks.token_embedding:

@@ -134,3 +134,108 @@ def test_bad_arguments_name_them(name: str, value: object) -> None:
     if name != "dim":
         with pytest.raises(ValueError, match=name):
             build_encoding("cape", ModelDims(dim=8, num_heads=2), {name: value})
+
+
+# ---- padding and bad inputs -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_normalize_reads_only_the_real_tokens_of_a_padded_batch(side: str) -> None:
+    """A padded row's real tokens give what the same tokens give unpadded: the mean of the
+    normalization is over the real tokens (with the padding's positions it moved a real
+    token's logits by 0.46 here)."""
+    model = _model(normalize=True).eval()
+    tokens = torch.randint(0, 32, (2, 9), generator=torch.Generator().manual_seed(1))
+    real = torch.ones(2, 9, dtype=torch.bool)
+    kept = slice(0, 6) if side == "right" else slice(3, 9)
+    real[1] = False
+    real[1, kept] = True
+    with torch.no_grad():
+        padded = model(tokens, key_padding_mask=real)
+        alone = model(tokens[1:, kept])
+        whole = model(tokens[:1])
+    assert_close(padded[1, kept], alone[0])
+    assert_close(padded[:1], whole)  # the unpadded row is its own forward
+
+
+def test_normalize_centres_the_real_tokens_and_shifts_padding_alike() -> None:
+    cape = CAPE(8, normalize=True).eval()
+    positions = torch.tensor([[0, 1, 2, 3], [5, 6, 7, 8]])
+    real = torch.tensor([[True, True, True, True], [True, True, False, False]])
+    rows = cape.transform_positions(positions, batch=2, real=real)
+    want = torch.tensor([[-1.5, -0.5, 0.5, 1.5], [-0.5, 0.5, 1.5, 2.5]], dtype=torch.float64)
+    assert_close(rows, want, rtol=0, atol=0)
+    # 0/1 masks as bool ones; a row without real tokens is left as it is (nothing to centre)
+    ints = cape.transform_positions(positions, batch=2, real=real.long())
+    assert_close(ints, want, rtol=0, atol=0)
+    empty = cape.transform_positions(positions, batch=2, real=torch.zeros(2, 4, dtype=torch.bool))
+    assert_close(empty, positions.double(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("real", "match"),
+    [
+        (torch.tensor([[1.0, 0.5, 1.0, 1.0]] * 2), "real must be bool or hold only 0 and 1"),
+        (torch.ones(2, 3, dtype=torch.bool), r"real must have the shape \(2, 4\)"),
+    ],
+)
+def test_a_bad_real_mask_is_named(real: torch.Tensor, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        CAPE(8, normalize=True).transform_positions(torch.arange(4), batch=2, real=real)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_cape_augment_refuses_non_finite_positions(bad: float) -> None:
+    positions = torch.zeros(2, 4, dtype=torch.float64)
+    positions[1, 2] = bad
+    with pytest.raises(ValueError, match=r"^positions must be finite"):
+        cape_augment(positions, max_global_shift=1.0)
+
+
+@pytest.mark.parametrize(
+    "positions",
+    [torch.arange(4.0), torch.zeros(1, 2, 4), torch.zeros(2, 4, dtype=torch.bool), [[0.0, 1.0]]],
+)
+def test_cape_augment_refuses_positions_that_are_not_a_batch_of_rows(positions: object) -> None:
+    """1-D positions would unpack into a wrong (batch, seq); the pure function takes rows
+    (``CAPE.transform_positions`` expands ``(seq,)`` to its batch)."""
+    with pytest.raises(ValueError, match=r"^positions must be a real \(batch, seq\) tensor"):
+        cape_augment(positions, max_global_shift=1.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "match"),
+    [
+        ("max_global_scaling", 0.0, "max_global_scaling must be a number >= 1"),
+        ("max_global_scaling", 0.5, "max_global_scaling must be a number >= 1"),
+        ("max_global_scaling", math.nan, "max_global_scaling must be a number >= 1"),
+        ("max_global_shift", -1.0, "max_global_shift must be a finite number >= 0"),
+        ("max_global_shift", math.inf, "max_global_shift must be a finite number >= 0"),
+        ("max_local_shift", math.nan, "max_local_shift must be a finite number >= 0"),
+    ],
+)
+def test_cape_augment_names_a_bad_range(name: str, value: float, match: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{match}"):
+        cape_augment(torch.zeros(2, 4), **{name: value})
+
+
+def test_cape_augment_takes_integer_positions_and_numpy_ranges() -> None:
+    import numpy as np
+
+    g = torch.Generator().manual_seed(0)
+    got = cape_augment(
+        torch.arange(4).expand(2, 4),
+        max_global_shift=np.float64(2.0),
+        max_local_shift=0.5,
+        max_global_scaling=np.int64(2),
+        generator=g,
+    )
+    g = torch.Generator().manual_seed(0)
+    want = cape_augment(
+        torch.arange(4.0).expand(2, 4),
+        max_global_shift=2.0,
+        max_local_shift=0.5,
+        max_global_scaling=2.0,
+        generator=g,
+    )
+    assert_close(got, want, rtol=0, atol=0)

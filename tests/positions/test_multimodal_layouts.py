@@ -4,13 +4,16 @@ video-only case, padding, errors naming the argument."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.positions.multimodal import IMAGE, TEXT, VIDEO
+from posenc.positions import positions_from_padding_mask
+from posenc.positions.multimodal import IMAGE, TEXT, VIDEO, mrope_position_ids
 from posenc.positions.multimodal_layouts import (
     v2pe_position_ids,
     videorope_position_ids,
@@ -287,10 +290,47 @@ def test_v2pe_steps_visual_by_delta_and_text_by_one():
     assert pos[0] == 0
 
 
+def reference_v2pe_rule(types, step):
+    """``get_rope_pos_id``'s numbering (``v2pe_fix``) applied to token types, whatever the
+    first token: the running position starts at ``-1``, a text token is the previous
+    position ``+ 1``, a visual run ``last + δ, last + 2δ, …``, then ``last = ⌈last⌉``."""
+    values, last = [], -1.0
+    for kind, group in itertools.groupby(types):
+        count = len(list(group))
+        if kind == TEXT:
+            values += [last + i + 1 for i in range(count)]
+            last = values[-1]
+        else:
+            values += [last + step * (i + 1) for i in range(count)]
+            last = float(math.ceil(values[-1]))
+    return torch.tensor(values, dtype=F64)
+
+
 def test_v2pe_with_step_one_is_arange_and_visual_first_starts_at_zero():
     types = torch.tensor([[IMAGE] * 4 + [TEXT] * 3, [TEXT] * 2 + [VIDEO] * 5])
     assert_close(v2pe_position_ids(types, 1.0), torch.arange(7, dtype=F64).expand(2, 7))
-    assert v2pe_position_ids(torch.tensor([IMAGE] * 3 + [TEXT]), 0.5).tolist() == [0, 0.5, 1, 2]
+    assert v2pe_position_ids(torch.tensor([IMAGE] * 3), 0.5).tolist() == [0, 0.5, 1]
+
+
+@pytest.mark.parametrize("step", [0.25, 0.5, 1 / 3, 1.0, 2.0])
+@pytest.mark.parametrize(
+    "types",
+    [
+        [IMAGE] * 3 + [TEXT] * 2,
+        [VIDEO] * 5 + [TEXT] + [IMAGE] * 2 + [TEXT] * 3,
+        [TEXT] * 2 + [IMAGE] * 3 + [TEXT],
+        [IMAGE] * 4,
+    ],
+)
+def test_v2pe_a_leading_visual_run_keeps_the_references_relative_positions(types, step):
+    """The reference starts at -1 (its first token is always text, ``<img>``); a leading
+    visual token would sit at ``δ − 1``. posenc shifts the row so its first token sits at 0:
+    every difference of two positions (all RoPE reads) equals the reference's, including
+    those of the text after the visual run."""
+    got = v2pe_position_ids(torch.tensor(types), step)
+    want = reference_v2pe_rule(types, step)
+    assert got[0] == 0
+    assert_close(got, want - want[0], rtol=0, atol=1e-12)
 
 
 def test_v2pe_takes_one_step_per_visual_run_and_skips_padding():
@@ -326,3 +366,93 @@ def test_v2pe_refuses_wrong_token_types_and_masks():
         v2pe_position_ids(torch.tensor([0, 4]), 0.5)
     with pytest.raises(ValueError, match="attention_mask must have the shape"):
         v2pe_position_ids(torch.tensor([0, 1]), 0.5, attention_mask=torch.ones(3))
+
+
+@pytest.mark.parametrize(
+    "step",
+    [np.float64(0.25), np.float32(0.25), torch.tensor(0.25), torch.tensor(0.25, dtype=F64)],
+)
+def test_v2pe_takes_numpy_and_0d_tensor_steps(step):
+    types = torch.tensor([TEXT, IMAGE, IMAGE, TEXT])
+    assert_close(v2pe_position_ids(types, step), v2pe_position_ids(types, 0.25))
+
+
+@pytest.mark.parametrize("step", [np.int64(1), np.int32(2), torch.tensor(2)])
+def test_v2pe_takes_integer_numpy_and_tensor_steps(step):
+    types = torch.tensor([TEXT, IMAGE, IMAGE, TEXT])
+    assert_close(v2pe_position_ids(types, step), v2pe_position_ids(types, float(step)))
+
+
+def test_v2pe_takes_per_run_steps_as_a_tensor_or_array():
+    types = torch.tensor([TEXT, IMAGE, TEXT, VIDEO, VIDEO])
+    want = v2pe_position_ids(types, [0.5, 0.25])
+    for steps in (torch.tensor([0.5, 0.25]), np.array([0.5, 0.25]), [np.float64(0.5), 0.25]):
+        assert_close(v2pe_position_ids(types, steps), want)
+
+
+@pytest.mark.parametrize(
+    "step",
+    [
+        np.float64("nan"),
+        np.float64(0.0),
+        np.int64(-1),
+        torch.tensor(float("inf")),
+        torch.tensor(0.0),
+        torch.tensor(-2),
+        True,
+        "0.5",
+    ],
+)
+def test_v2pe_refuses_a_bad_scalar_step_with_one_message(step):
+    with pytest.raises(ValueError, match=r"^visual_step must be a finite number > 0"):
+        v2pe_position_ids(torch.tensor([TEXT, IMAGE, TEXT]), step)
+
+
+BAD_MASKS = [
+    ("fractional", [[1.0, 0.5, 1.0, 0.0]]),
+    ("two", [[1, 2, 1, 0]]),
+    ("negative", [[1, -1, 1, 0]]),
+    ("nan", [[1.0, float("nan"), 1.0, 0.0]]),
+    ("additive", [[0.0, 0.0, 0.0, -math.inf]]),
+]
+
+
+def _layouts_with_mask(mask):
+    types = torch.tensor([[TEXT, TEXT, TEXT, TEXT]])
+    return [
+        lambda: videorope_position_ids(types, attention_mask=mask),
+        lambda: v2pe_position_ids(types, 0.5, attention_mask=mask),
+        lambda: mrope_position_ids(types, attention_mask=mask),
+        lambda: positions_from_padding_mask(mask),
+    ]
+
+
+@pytest.mark.parametrize(("kind", "values"), BAD_MASKS, ids=[k for k, _ in BAD_MASKS])
+def test_every_position_id_builder_refuses_a_mask_that_is_not_0_1(kind, values):
+    """A cast to bool would count 0.5, 2, -1, NaN or -inf as a real token."""
+    mask = torch.tensor(values)
+    for build in _layouts_with_mask(mask):
+        with pytest.raises(ValueError, match=r"must be bool or hold only 0 and 1"):
+            build()
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [
+        torch.tensor([[1, 1, 0, 0]]),
+        torch.tensor([[1.0, 1.0, 0.0, 0.0]]),
+        torch.tensor([[True, True, False, False]]),
+    ],
+)
+def test_every_position_id_builder_takes_bool_and_0_1_masks_alike(mask):
+    want = [
+        videorope_position_ids(torch.tensor([[TEXT] * 2]))[0],
+        v2pe_position_ids(torch.tensor([[TEXT] * 2]), 0.5),
+        mrope_position_ids(torch.tensor([[TEXT] * 2]))[0],
+        torch.arange(2)[None],
+    ]
+    for build, expected in zip(_layouts_with_mask(mask), want, strict=True):
+        got = build()
+        got = got[0] if isinstance(got, tuple) else got
+        assert_close(got[..., :2], expected)
+        assert bool((got[..., 2:] == 0).all())

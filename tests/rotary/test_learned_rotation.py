@@ -293,6 +293,24 @@ def test_float32_and_bfloat16_inputs_rotate_in_float32() -> None:
     assert torch.equal(got16, rotate_in_float32(rot, x.bfloat16(), pos))
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("base", [2**14, 2**18, 2**20])
+def test_float32_rotations_are_exact_at_large_positions(kind: str, base: int) -> None:
+    """The exponent ``p·A`` and its matrix exponential are computed in float64 and the
+    rotation cast once (as RoPE's tables are): in float32 throughout, ComRoPE-LD at
+    positions near 2^18 was 4.7 off the float64 formula (the generators at their drawn
+    initialization, ``|x| ≈ 4``)."""
+    torch.manual_seed(0)
+    rot = LearnedRotation(16, 2, kind=kind, block_size=4)  # float32, drawn as the references
+    line = torch.arange(base - 8, base + 8)
+    pos = torch.stack([line, line.flip(0)])
+    x = torch.randn(1, 1, 16, 16)
+    want = apply(formula_matrix(rot, pos), x.double())
+    got, _ = rot(x, x, pos, pos)
+    assert got.dtype == torch.float32
+    assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
 def rotate_in_float32(rot: LearnedRotation, x: Tensor, pos: Tensor) -> Tensor:
     r = rot.rotary_tables(pos, torch.float32)
     b = rot.block_size
@@ -398,6 +416,31 @@ def test_bad_arguments_are_named(kwargs: dict[str, Any], match: str) -> None:
     args = {"head_dim": 12, "num_axes": 2, "block_size": 4} | kwargs
     with pytest.raises(ValueError, match=match):
         LearnedRotation(**args)
+
+
+@pytest.mark.parametrize("name", ["weight", "axis_scale"])
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_starting_tensors_are_refused(name: str, bad: float) -> None:
+    shapes = {"weight": (1, 1, 3, 4, 4), "axis_scale": (2, 3)}
+    value = torch.zeros(shapes[name])
+    value.view(-1)[1] = bad
+    with pytest.raises(ValueError, match=rf"^{name} must be finite"):
+        LearnedRotation(12, 2, block_size=4, **{name: value})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_non_finite_parameters_are_refused_by_the_validated_call(kind: str, bad: float) -> None:
+    """A parameter that became NaN or inf (a diverged step, a bad checkpoint) would give NaN
+    rotations silently; the validated call (``forward``) names it."""
+    rot = LearnedRotation(12, 2, kind=kind, block_size=4)
+    parameter = "axis_scale" if kind == "comrope_ld" else "weight"
+    with torch.no_grad():
+        getattr(rot, parameter).view(-1)[0] = bad
+    x = torch.randn(1, 1, 6, 12)
+    pos = grid_positions(2, 3)
+    with pytest.raises(ValueError, match=rf"^{parameter} must be finite"):
+        rot(x, x, pos, pos)
 
 
 def test_bad_inputs_are_named() -> None:

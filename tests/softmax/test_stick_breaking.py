@@ -178,3 +178,21 @@ def test_softmax_wrappers_around_it_are_refused() -> None:
     for wrapped in (SoftCap(StickBreaking(HEADS, 8)), LearnedSinks(HEADS, StickBreaking(HEADS, 8))):
         with pytest.raises(ValueError, match=r"^pos: .* wraps stick-breaking attention"):
             Attention(16, HEADS, pos=wrapped)
+
+
+@pytest.mark.parametrize("remainder", [True, False])
+def test_a_head_count_that_differs_from_the_attention_is_refused_at_construction(
+    remainder: bool,
+) -> None:
+    """As for PoPE, FoX and sinks: at construction, not at the first forward (with a
+    remainder) or never (without one, where the weights would broadcast silently)."""
+    with pytest.raises(ValueError, match=r"^pos: the encoding has num_heads=4 .* num_heads=2"):
+        Attention(16, HEADS, pos=StickBreaking(4, 8, remainder=remainder))
+    q = torch.randn(1, HEADS, 3, 8)
+    with pytest.raises(ValueError, match=r"^pos: the encoding has num_heads=4"):
+        attend(q, q, q, pos=StickBreaking(4, 8, remainder=remainder), causal=True)
+
+
+def test_a_head_dim_that_differs_from_the_attention_is_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match=r"^pos: StickBreaking has head_dim=4 .* head_dim is 8"):
+        Attention(16, HEADS, pos=StickBreaking(HEADS, 4))

@@ -12,7 +12,9 @@ cannot rely on absolute values, only on relative ones. Each sequence ``b`` draws
     \\log λ_b \\sim U[-\\log λ_{max}, \\log λ_{max}]
 
 and its positions become ``x'_{b,i} = λ_b (x_{b,i} + Δ_b + ε_{b,i})`` (global shift, local
-shift, global scaling), after an optional mean-normalization ``x_{b,i} − mean_i x_{b,i}``.
+shift, global scaling), after an optional mean-normalization ``x_{b,i} − mean_i x_{b,i}``
+(the mean over the sequence's real tokens: attention passes its ``key_padding_mask``, so
+padding does not move the real tokens' positions).
 In evaluation the positions are used as given (normalized if asked). The draws and their
 order (global shift, local shift, scaling) follow the reference port
 (github.com/gcambara/cape ``CAPE1d``, after the authors' flashlight recipe), against which
@@ -34,23 +36,76 @@ chunked, flex) serves it as it serves the sinusoidal encoding.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import Tensor
 
-from posenc._validate import check_positive_float
+from posenc._validate import check_finite, check_positive_float
 from posenc.additive.sinusoidal import check_table_dtype, sinusoidal_encoding
 from posenc.encoding.protocols import AdditiveEncoding, PositionTransform
+from posenc.positions import check_padding_mask
 
 __all__ = ["CAPE", "cape_augment"]
 
 
-def _check_non_negative(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+def _real_number(value: object) -> float | None:
+    """``float(value)`` for a real number (Python's, NumPy's, a 0-d tensor), else None."""
+    if isinstance(value, Tensor) and value.dim() == 0 and not value.is_complex():
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
     return float(value)
+
+
+def _check_non_negative(name: str, value: object) -> float:
+    number = _real_number(value)
+    if number is None or not math.isfinite(number) or number < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return number
+
+
+def _check_scaling(value: object) -> float:
+    number = _real_number(value)
+    if number is None or not (math.isfinite(number) and number >= 1.0):
+        raise ValueError(
+            f"max_global_scaling must be a number >= 1 (1: no scaling; the scale is drawn "
+            f"log-uniformly in [1/λ, λ]), got {value!r}"
+        )
+    return number
+
+
+def _check_rows(positions: object) -> Tensor:
+    """``positions`` if it is a finite real ``(batch, seq)`` tensor, else ``ValueError``."""
+    if (
+        not isinstance(positions, Tensor)
+        or positions.dim() != 2
+        or positions.dtype == torch.bool
+        or positions.is_complex()
+    ):
+        got = (
+            f"{tuple(positions.shape)} {positions.dtype}"
+            if isinstance(positions, Tensor)
+            else type(positions).__name__
+        )
+        raise ValueError(
+            "positions must be a real (batch, seq) tensor, one row per sequence (each row "
+            f"draws its own shift and scale; expand (seq,) positions with "
+            f"positions.expand(batch, -1)); got {got}"
+        )
+    check_finite("positions", positions)
+    return positions
+
+
+def _centred(rows: Tensor, real: Tensor | None) -> Tensor:
+    """Each row minus the mean of its real positions (of all when ``real`` is None); a row
+    with no real token is left as it is."""
+    if real is None:
+        return rows - rows.mean(dim=-1, keepdim=True)
+    weights = real.to(rows.dtype)
+    count = weights.sum(dim=-1, keepdim=True)
+    mean = (rows * weights).sum(dim=-1, keepdim=True) / count.clamp(min=1)
+    return rows - mean
 
 
 def _uniform(
@@ -71,7 +126,8 @@ def cape_augment(
     """CAPE's training augmentation of ``(batch, seq)`` positions (see the module).
 
     Args:
-        positions: ``(batch, seq)`` floating.
+        positions: ``(batch, seq)``, integer or floating, finite (``(seq,)`` positions:
+            ``positions.expand(batch, -1)``).
         max_global_shift: ``Δ_max`` ≥ 0 (one shift per sequence).
         max_local_shift: ``ε_max`` ≥ 0 (one shift per token, in ``[−ε_max/2, ε_max/2]``).
         max_global_scaling: ``λ_max`` ≥ 1 (one scale per sequence, log-uniform).
@@ -80,7 +136,15 @@ def cape_augment(
 
     Returns:
         float64 ``(batch, seq)``: ``λ (positions + Δ + ε)``.
+
+    Raises:
+        ValueError: naming ``positions`` (not a real ``(batch, seq)`` tensor, or holding NaN
+            or inf) or the range out of bounds (a shift < 0 or not finite, a scaling < 1).
     """
+    positions = _check_rows(positions)
+    max_global_shift = _check_non_negative("max_global_shift", max_global_shift)
+    max_local_shift = _check_non_negative("max_local_shift", max_local_shift)
+    max_global_scaling = _check_scaling(max_global_scaling)
     batch, seq = positions.shape
     delta = _uniform((batch, 1), max_global_shift, generator)
     local = _uniform((batch, seq), max_local_shift / 2, generator)
@@ -136,12 +200,7 @@ class CAPE(AdditiveEncoding, PositionTransform):
         self.base = check_positive_float("base", base)
         self.max_global_shift = _check_non_negative("max_global_shift", max_global_shift)
         self.max_local_shift = _check_non_negative("max_local_shift", max_local_shift)
-        scaling = max_global_scaling
-        if isinstance(scaling, bool) or not isinstance(scaling, (int, float)):
-            raise ValueError(f"max_global_scaling must be a number >= 1, got {scaling!r}")
-        if not (math.isfinite(scaling) and scaling >= 1.0):
-            raise ValueError(f"max_global_scaling must be a number >= 1, got {scaling!r}")
-        self.max_global_scaling = float(scaling)
+        self.max_global_scaling = _check_scaling(max_global_scaling)
         if not isinstance(normalize, bool):
             raise ValueError(f"normalize must be a bool, got {normalize!r}")
         self.normalize = normalize
@@ -160,7 +219,12 @@ class CAPE(AdditiveEncoding, PositionTransform):
         return (self.training and self.augments) or self.normalize
 
     def transform_positions(
-        self, positions: Tensor, *, batch: int, continuing: bool = False
+        self,
+        positions: Tensor,
+        *,
+        batch: int,
+        continuing: bool = False,
+        real: Tensor | None = None,
     ) -> Tensor:
         """The position hook: positions as CAPE sees them (see the module).
 
@@ -168,13 +232,17 @@ class CAPE(AdditiveEncoding, PositionTransform):
             positions: ``(seq,)`` or ``(batch, seq)``.
             batch: rows of the forward (each draws its own augmentation).
             continuing: True when the call continues a KV cache.
+            real: ``(batch, seq)`` bool or 0/1, True for real tokens (attention passes its
+                ``key_padding_mask``); the mean-normalization reads only those, so a padded
+                row's real tokens get the positions they get unpadded (padding is shifted
+                alike). None: every token is real.
 
         Returns:
             float64 ``(batch, seq)`` when drawing or normalizing, else ``positions``.
 
         Raises:
             ValueError: naming ``cache`` when a draw or the normalization would continue a
-                KV cache.
+                KV cache, or ``real`` (not bool or 0/1, or not ``(batch, seq)``).
         """
         drawing = self.training and self.augments
         if not (drawing or self.normalize):
@@ -185,10 +253,13 @@ class CAPE(AdditiveEncoding, PositionTransform):
                 f"cache: CAPE {why}, so it cannot continue a KV cache; decode with "
                 "model.eval() and normalize=False"
             )
+        check_finite("positions", positions)
         rows = positions.to(torch.float64).expand(batch, -1) if positions.dim() == 1 else positions
         rows = rows.to(torch.float64)
         if self.normalize:
-            rows = rows - rows.mean(dim=-1, keepdim=True)
+            if real is not None:
+                real = check_padding_mask(real, "real", tuple(rows.shape)).to(rows.device)
+            rows = _centred(rows, real)
         if not drawing:
             return rows
         return cape_augment(

@@ -268,9 +268,17 @@ def build_context(
             f"positions must have shape {want} (batch {batch}, seq {seq}); got "
             f"{tuple(positions.shape)}"
         )
+    real = (
+        None
+        if key_padding_mask is None
+        else check_key_padding_mask(key_padding_mask, batch, seq, device=device)
+    )
     if hooks.position_transform is not None:  # randomized: drawn before anything reads them
         transform = hooks.position_transform
-        positions = transform.transform_positions(positions, batch=batch, continuing=cached)
+        # the real tokens too: CAPE's mean-normalization must not read padding
+        positions = transform.transform_positions(
+            positions, batch=batch, continuing=cached, real=real
+        )
         index_positions = index_positions and not transform.randomizing
     if validating_values():
         hooks.validate_positions(positions, "positions")
@@ -278,7 +286,7 @@ def build_context(
     old_len = cache.length if cached and cache is not None else 0
 
     held = cache if cached else None
-    padding = _keys_padding(key_padding_mask, held, batch, seq, old_len, device)
+    padding = _keys_padding(real, held, batch, seq, old_len, device)
     q_docs, k_docs = _keys_documents(document_ids, held, batch, seq, device)
 
     k_len = old_len + seq
@@ -303,7 +311,7 @@ def build_context(
 
 
 def _keys_padding(
-    key_padding_mask: Tensor | None,
+    padding: Tensor | None,
     cache: KVCache | None,
     batch: int,
     seq: int,
@@ -311,12 +319,7 @@ def _keys_padding(
     device: torch.device,
 ) -> Tensor | None:
     """The key padding of every key: the cache's (real where it kept none), then the new
-    tokens' (real where none is given); None when neither has any."""
-    padding = (
-        None
-        if key_padding_mask is None
-        else check_key_padding_mask(key_padding_mask, batch, seq, device=device)
-    )
+    tokens' (``padding``, checked bool; real where None); None when neither has any."""
     old_padding = None if cache is None else cache.key_padding_mask
     if padding is None and old_padding is None:
         return None

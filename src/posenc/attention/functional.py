@@ -59,9 +59,10 @@ def check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
 
 
 def check_heads_match(hooks: Hooks, num_heads: int) -> None:
-    """A bias encoding must have as many heads as the attention's queries."""
+    """An encoding with per-head parts (a bias, a contextual term, sinks, stick-breaking's
+    weights) must have as many heads as the attention's queries."""
     heads = hooks.num_heads
-    per_head = hooks.bias or hooks.contextual or hooks.sinks
+    per_head = hooks.bias or hooks.contextual or hooks.sinks or hooks.weights
     if per_head is not None and heads is not None and heads != num_heads:
         raise ValueError(
             f"pos: the encoding has num_heads={heads} but attention has num_heads={num_heads}; "
@@ -97,6 +98,8 @@ def check_encoding_fits(hooks: Hooks, *, num_heads: int, head_dim: int, causal: 
             f"pos: {name} wraps stick-breaking attention, which has no softmax for a score "
             "map or sink logits to act on"
         )
+    if hooks.weights is not None and width is None:  # stick-breaking: r_h has the value width
+        width = getattr(hooks.weights, "head_dim", None)
     if width is not None and width != head_dim:
         raise ValueError(
             f"pos: {name} has head_dim={width} but the attention's head_dim is {head_dim} "

@@ -26,7 +26,7 @@ softmax transform      :class:`ScoreMap` (``map_scores``), :class:`SinkLogits`
 token state            :class:`TokenStateEncoding`: ``token_state(x, previous, real)``,
                        ``state_bias(q_state, k_state)``
 positions              :class:`PositionTransform`: ``transform_positions(positions, *,
-                       batch, continuing)``
+                       batch, continuing, real)``
 =====================  =================================================================
 
 The methods attention calls on the hot path do no value checks; each class's ``forward`` is
@@ -426,9 +426,16 @@ class PositionTransform(PositionalEncoding):
         return False
 
     def transform_positions(
-        self, positions: Tensor, *, batch: int, continuing: bool = False
+        self,
+        positions: Tensor,
+        *,
+        batch: int,
+        continuing: bool = False,
+        real: Tensor | None = None,
     ) -> Tensor:
-        """New positions of ``batch`` rows; ``continuing``: the call extends a KV cache."""
+        """New positions of ``batch`` rows; ``continuing``: the call extends a KV cache;
+        ``real``: ``(batch, seq)`` bool, True for the real tokens (None: all are), so that
+        a transform reading several tokens (CAPE's mean) reads no padding."""
         raise required(self, "transform_positions")
 
 

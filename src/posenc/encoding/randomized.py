@@ -105,7 +105,12 @@ class RandomizedPositions(EncodingWrapper, PositionTransform):
         return self.training or self.evaluation == "randomized"
 
     def transform_positions(
-        self, positions: Tensor, *, batch: int, continuing: bool = False
+        self,
+        positions: Tensor,
+        *,
+        batch: int,
+        continuing: bool = False,
+        real: Tensor | None = None,
     ) -> Tensor:
         """Map whole positions ``p ≥ 0`` to ``S_b[p]``, ``S_b`` a sorted random subset of
         ``[0, L)`` per batch row (see the module), or return them unchanged in ordered
@@ -115,6 +120,8 @@ class RandomizedPositions(EncodingWrapper, PositionTransform):
             positions: ``(seq,)`` or ``(batch, seq)``, whole numbers in ``[0, max_length)``.
             batch: rows of the forward (1-D positions get one draw per row).
             continuing: True when the call continues a KV cache.
+            real: the protocol's real-token mask; not read (each row's map is drawn for its
+                positions, padded ones included).
 
         Returns:
             int64 ``(batch, seq)`` when drawing, else ``positions``.

@@ -7,6 +7,7 @@ from __future__ import annotations
 from posenc.positions.sequence import (
     POSITION_LIMIT,
     check_device,
+    check_padding_mask,
     check_positions,
     concat_positions,
     cu_seqlens_to_document_ids,
@@ -24,6 +25,7 @@ from posenc.positions.sequence import (
 __all__ = [
     "POSITION_LIMIT",
     "check_device",
+    "check_padding_mask",
     "check_positions",
     "concat_positions",
     "cu_seqlens_to_document_ids",

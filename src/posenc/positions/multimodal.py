@@ -39,6 +39,7 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
+from posenc.positions.sequence import check_padding_mask
 
 __all__ = [
     "IMAGE",
@@ -124,7 +125,8 @@ def mrope_position_ids(
             (row by row of the batch).
         video_grid_thw: ``(num_videos, 3)`` likewise for video runs (Qwen3-VL: whole videos,
             split here into frames, one run per frame).
-        attention_mask: ``(batch, seq)``, 0 on padding (left or right); None = no padding.
+        attention_mask: ``(batch, seq)``, bool or 0/1, 0 on padding (left or right); None =
+            no padding.
         spatial_merge_size: ``M``, patches merged per side before the language model (2 in
             every Qwen-VL).
         version: ``"qwen2_vl"``, ``"qwen2_5_vl"`` (absolute video time) or ``"qwen3_vl"``.
@@ -136,8 +138,9 @@ def mrope_position_ids(
         ``(position_ids, deltas)``: int64 ``(3, batch, seq)`` (padding 0) and ``(batch, 1)``.
 
     Raises:
-        ValueError: naming the argument: wrong shapes or types, a run without a grid, grids
-            left over, a run whose length differs from its grid's token count.
+        ValueError: naming the argument: wrong shapes or types, an ``attention_mask`` that is
+            not 0/1 or bool, a run without a grid, grids left over, a run whose length
+            differs from its grid's token count.
     """
     check_in_choices("version", version, _VERSIONS)
     check_positive_float("tokens_per_second", tokens_per_second)
@@ -146,11 +149,11 @@ def mrope_position_ids(
     types = token_types.long().cpu()
     if types.numel() and not bool(((types >= 0) & (types <= 2)).all()):
         raise ValueError("token_types must hold 0 (text), 1 (image) or 2 (video) only")
-    if attention_mask is not None and tuple(attention_mask.shape) != tuple(types.shape):
-        raise ValueError(
-            f"attention_mask must have the shape of token_types {tuple(types.shape)}, "
-            f"got {tuple(attention_mask.shape)}"
-        )
+    real = (
+        None
+        if attention_mask is None
+        else check_padding_mask(attention_mask, "attention_mask", tuple(types.shape)).cpu()
+    )
     images = check_grids("image_grid_thw", image_grid_thw)
     videos = check_grids("video_grid_thw", video_grid_thw)
     seconds = (
@@ -172,11 +175,7 @@ def mrope_position_ids(
     position_ids = torch.zeros(3, batch, seq, dtype=torch.long)
     deltas = torch.zeros(batch, 1, dtype=torch.long)
     for row in range(batch):
-        keep = (
-            torch.ones(seq, dtype=torch.bool)
-            if attention_mask is None
-            else attention_mask[row].cpu().bool()
-        )
+        keep = torch.ones(seq, dtype=torch.bool) if real is None else real[row]
         pieces, position = [], 0
         for kind, length in type_runs(types[row][keep].tolist()):
             if kind == TEXT:

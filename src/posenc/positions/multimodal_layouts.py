@@ -39,13 +39,15 @@ and left at 0, as :func:`posenc.positions.multimodal.mrope_position_ids` does.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import Tensor
 
-from posenc._validate import check_positive_float, check_positive_int
+from posenc._validate import check_positive_int
 from posenc.positions.multimodal import IMAGE, TEXT, VIDEO, check_grid_thw, check_grids, type_runs
+from posenc.positions.sequence import check_padding_mask
 
 __all__ = ["v2pe_position_ids", "videorope_position_ids", "videorope_vision_ids"]
 
@@ -73,7 +75,7 @@ def videorope_vision_ids(
         >>> videorope_vision_ids(0, (2, 2, 3), temporal_spacing=2.0).tolist()[1]
         [0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0]
     """
-    spacing = check_positive_float("temporal_spacing", temporal_spacing)
+    spacing = _positive_step("temporal_spacing", temporal_spacing)
     start = _finite("start", start)
     t, h, w, merge = check_grid_thw(grid_thw, spatial_merge_size)
     rows, cols = h // merge, w // merge
@@ -113,11 +115,12 @@ def videorope_position_ids(
         [0.0, 0.0, 0.0, 0.0, 2.0, 2.0, 2.0, 2.0]
 
     Raises:
-        ValueError: naming the argument: wrong shapes or token types, a run without a grid,
-            grids left over, a run whose length differs from its grid's token count,
-            ``temporal_spacing`` not finite and > 0.
+        ValueError: naming the argument: wrong shapes or token types, an ``attention_mask``
+            that is not 0/1 or bool, a run without a grid, grids left over, a run whose
+            length differs from its grid's token count, ``temporal_spacing`` not finite and
+            > 0.
     """
-    spacing = check_positive_float("temporal_spacing", temporal_spacing)
+    spacing = _positive_step("temporal_spacing", temporal_spacing)
     merge = check_positive_int("spatial_merge_size", spatial_merge_size)
     types, keep_mask, squeeze = _types_and_mask(token_types, attention_mask)
     queues = {IMAGE: check_grids("image_grid_thw", image_grid_thw)}
@@ -168,20 +171,26 @@ def v2pe_position_ids(
 ) -> Tensor:
     """V2PE's float64 positions, ``token_types``' shape ``(seq,)`` or ``(batch, seq)``.
 
-    The first token sits at 0; each later token at the previous one's position plus its
-    step, 1 for text (:data:`~posenc.positions.multimodal.TEXT`) and ``δ`` for a visual token
-    (:data:`~posenc.positions.multimodal.IMAGE` or :data:`~posenc.positions.multimodal.VIDEO`); at
-    the end of a
-    visual run the position is rounded up, so text after it continues at ``⌈last⌉ + 1``.
-    With ``δ = 1`` the positions are ``arange(seq)``. Decoding after a visual run that ends
+    Each token sits at the previous one's position plus its step, 1 for text
+    (:data:`~posenc.positions.multimodal.TEXT`) and ``δ`` for a visual token
+    (:data:`~posenc.positions.multimodal.IMAGE` or :data:`~posenc.positions.multimodal.VIDEO`),
+    starting from ``-1`` as the reference does; at the end of a visual run the position is
+    rounded up, so text after it continues at ``⌈last⌉ + 1``. Each row is then shifted so
+    that its first real token sits at 0: a sequence that starts with text is the
+    reference's numbering; one that starts with a visual run (the reference never does:
+    ``<img>`` precedes every image) is the reference's rule shifted by ``1 − δ``, so every
+    difference of two positions, all that RoPE reads, is the rule's. With ``δ = 1`` the
+    positions are ``arange(seq)``. Decoding after a visual run that ends
     at a fractional position continues at ``⌈last⌉ + 1``: pass the positions explicitly (a
     :class:`~posenc.attention.KVCache` continues at ``last + 1``).
 
     Args:
         token_types: 0 text, 1 image, 2 video.
-        visual_step: ``δ`` (finite, > 0), or one per visual run in order (row by row of the
+        visual_step: ``δ`` (finite, > 0; a Python or NumPy number or a 0-d tensor),
+            or one per visual run in order (a sequence or 1-D tensor, row by row of the
             batch: V2PE's training draws one per image).
-        attention_mask: ``token_types``' shape, 0 on padding (skipped, left at 0).
+        attention_mask: ``token_types``' shape, bool or 0/1, 0 on padding (skipped, left at
+            0).
 
     Example::
 
@@ -189,14 +198,7 @@ def v2pe_position_ids(
         [0.0, 1.0, 1.25, 1.5, 1.75, 3.0]
     """
     types, keep_mask, squeeze = _types_and_mask(token_types, attention_mask)
-    per_run = not isinstance(visual_step, (int, float))
-    if isinstance(visual_step, Tensor):
-        visual_step = visual_step.tolist()
-    steps = list(visual_step) if per_run else [visual_step]  # type: ignore[arg-type]
-    steps = [
-        check_positive_float(f"visual_step[{i}]" if per_run else "visual_step", s)
-        for i, s in enumerate(steps)
-    ]
+    per_run, steps = _visual_steps(visual_step)
     batch, seq = types.shape
     rows = [type_runs(types[row][keep_mask[row]].tolist()) for row in range(batch)]
     visual_runs = sum(kind != TEXT for runs in rows for kind, _ in runs)
@@ -208,16 +210,18 @@ def v2pe_position_ids(
     next_step = iter(steps if per_run else steps * visual_runs)
     for row, runs in enumerate(rows):
         values: list[float] = []
-        running: float | None = None  # the position the next step starts from
+        running = -1.0  # the position the next step starts from (the reference's -1)
         for kind, length in runs:
             step = 1.0 if kind == TEXT else next(next_step)
-            # the first token of the sequence sits at 0 whatever its type
-            base = -step if running is None else running
-            values += [base + step * (i + 1) for i in range(length)]
+            values += [running + step * (i + 1) for i in range(length)]
             running = values[-1]
             if kind != TEXT:  # rounded up (within 1e-9: 3 · (1/3) is 1, not 2)
                 running = float(math.ceil(round(running, 9)))
-        positions[row, keep_mask[row]] = torch.tensor(values, dtype=torch.float64)
+        # the first token at 0 (a leading visual token would sit at δ − 1): one shift of the
+        # row, so every difference of two positions is the reference's
+        first = values[0] if values else 0.0
+        row_values = torch.tensor(values, dtype=torch.float64) - first
+        positions[row, keep_mask[row]] = row_values
     positions = positions.to(token_types.device)
     return positions[0] if squeeze else positions
 
@@ -240,13 +244,40 @@ def _types_and_mask(
         raise ValueError("token_types must hold 0 (text), 1 (image) or 2 (video) only")
     if attention_mask is None:
         return types, torch.ones(types.shape, dtype=torch.bool), squeeze
-    if tuple(attention_mask.shape) != tuple(token_types.shape):
-        raise ValueError(
-            f"attention_mask must have the shape of token_types {tuple(token_types.shape)}, "
-            f"got {tuple(attention_mask.shape)}"
-        )
-    mask = attention_mask.cpu().bool()
+    shape = tuple(token_types.shape)
+    mask = check_padding_mask(attention_mask, "attention_mask", shape).cpu()
     return types, mask[None] if squeeze else mask, squeeze
+
+
+def _visual_steps(visual_step: object) -> tuple[bool, list[float]]:
+    """``(per_run, steps)``: one ``δ`` (a real scalar: Python, NumPy or a
+    0-d tensor) or a sequence (list, tuple, 1-D tensor or array) of them, each finite and > 0."""
+    if isinstance(visual_step, Tensor) and visual_step.dim() == 0:
+        visual_step = visual_step.item()
+    elif hasattr(visual_step, "ndim") and getattr(visual_step, "ndim", None) == 0:
+        visual_step = visual_step.item()  # type: ignore[attr-defined]  # a NumPy scalar
+    if isinstance(visual_step, numbers.Real) and not isinstance(visual_step, bool):
+        return False, [_positive_step("visual_step", visual_step)]
+    if isinstance(visual_step, Tensor):
+        visual_step = visual_step.tolist()
+    if isinstance(visual_step, (str, bytes)) or not isinstance(visual_step, Iterable):
+        raise ValueError(
+            f"visual_step must be a finite number > 0 or one per visual run, got {visual_step!r}"
+        )
+    steps = list(visual_step)
+    return True, [_positive_step(f"visual_step[{i}]", v) for i, v in enumerate(steps)]
+
+
+def _positive_step(name: str, value: object) -> float:
+    """``float(value)`` for a real number (NumPy's included) that is finite and > 0."""
+    if hasattr(value, "ndim") and getattr(value, "ndim", None) == 0:
+        value = value.item()  # type: ignore[attr-defined]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return number
 
 
 def _finite(name: str, value: object) -> float:

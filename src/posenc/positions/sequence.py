@@ -34,6 +34,7 @@ from posenc._validate import (
 __all__ = [
     "POSITION_LIMIT",
     "check_device",
+    "check_padding_mask",
     "check_positions",
     "concat_positions",
     "cu_seqlens_to_document_ids",
@@ -234,18 +235,56 @@ def positions_from_length(
     return torch.arange(offset, offset + length, device=device)
 
 
+def check_padding_mask(
+    mask: object, name: str = "attention_mask", shape: tuple[int, ...] | None = None
+) -> Tensor:
+    """A padding mask (True or 1 = real token, False or 0 = padding), checked and returned
+    as bool on its device.
+
+    Bool, integer or floating tensors holding only 0 and 1 are accepted; anything else (a
+    fractional 0.5, a 2, a NaN, an additive ``0 / -inf`` mask) would be counted as a real
+    token by a cast to bool, so it raises. Shared by the position-id builders
+    (:func:`positions_from_padding_mask`, M-RoPE's, VideoRoPE's and V2PE's ids).
+
+    Args:
+        mask: the tensor.
+        name: the argument's name, for messages.
+        shape: the shape it must have, or None (any).
+
+    Raises:
+        ValueError: naming ``name``: not a tensor, the wrong shape, complex, or values other
+            than 0 and 1.
+    """
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"{name} must be a tensor of 0/1 or bool, got {type(mask).__name__}")
+    if shape is not None and tuple(mask.shape) != tuple(shape):
+        raise ValueError(f"{name} must have the shape {tuple(shape)}, got {tuple(mask.shape)}")
+    if mask.dtype == torch.bool:
+        return mask
+    if mask.is_complex():
+        raise ValueError(f"{name} must be bool or hold only 0 and 1, got {mask.dtype}")
+    if validating_values() and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError(
+            f"{name} must be bool or hold only 0 and 1 (1 = real token, 0 = padding); it "
+            "holds other values (a fractional, negative, NaN or additive -inf mask is not a "
+            "padding mask)"
+        )
+    return mask != 0
+
+
 def positions_from_padding_mask(mask: Tensor) -> Tensor:
     """Positions for left- (or right-) padded rows: count real tokens, pads get 0.
 
     ``mask`` is ``(batch, seq)`` bool or 0/1, True for real tokens. A real token's position
     is the number of real tokens before it in its row, so a left-padded row starts at 0 at
     its first real token (what HF ``generate`` does with ``attention_mask.cumsum(-1) - 1``).
+
+    Raises:
+        ValueError: naming ``mask`` (see :func:`check_padding_mask`).
     """
     if not isinstance(mask, Tensor) or mask.dim() != 2:
         raise ValueError("mask must be a (batch, seq) tensor")
-    if mask.is_floating_point() and not bool(((mask == 0) | (mask == 1)).all()):
-        raise ValueError("mask must hold only 0/1 or True/False")
-    keep = mask.to(torch.long)
+    keep = check_padding_mask(mask, "mask").to(torch.long)
     return ((keep.cumsum(-1) - 1) * keep).clamp(min=0)
 
 

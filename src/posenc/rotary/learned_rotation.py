@@ -40,8 +40,15 @@ block size defaults to the largest of 8, 4, 2 that divides ``head_dim`` (LieRE's
 use one block of the whole head, ComRoPE's config 2; pass ``block_size``); axis-partition
 takes any block count of at least ``N`` (ComRoPE asks ``head_dim`` divisible by ``N·b``).
 
-Cost: a ``b × b`` matrix exponential (float32, float64 for float64 inputs) per token, head
-and block, then ``O(head_dim · b)`` multiply-adds per vector where RoPE takes ``O(head_dim)``.
+Precision: the exponent ``Σ_a p_a B_{a,j}`` and its exponential are computed in float64 and
+the rotation cast once to float32 (float64 for float64 inputs), as RoPE's tables are: in
+float32 the angles of positions near ``2^18`` keep no fraction of a radian. Starting tensors
+holding NaN or inf raise ``ValueError`` naming them, as do parameters in the validated call
+(``forward``; attention's hot path reads no values).
+
+Cost: a ``b × b`` float64 matrix exponential per token, head and block, then ``O(head_dim ·
+b)`` multiply-adds per vector (in float32, or float64 for float64 inputs) where RoPE takes
+``O(head_dim)``.
 """
 
 from __future__ import annotations
@@ -53,7 +60,12 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_in_choices, check_positive_float, check_positive_int
+from posenc._validate import (
+    check_finite,
+    check_in_choices,
+    check_positive_float,
+    check_positive_int,
+)
 from posenc.encoding.protocols import RotaryEncoding
 
 __all__ = ["LearnedRotation", "RotationKind", "block_rotations", "rotate_blocks", "skew"]
@@ -231,6 +243,7 @@ class LearnedRotation(RotaryEncoding):
             raise ValueError(f"{name} must have shape {shape}, got {tuple(value.shape)}")
         if value.device.type == "meta":
             raise ValueError(f"{name} must hold values (a tensor on the meta device has none)")
+        check_finite(name, value.detach())
         return value.detach().to(device="cpu", dtype=torch.float64).clone()
 
     # ---- presets ---------------------------------------------------------------------------
@@ -376,17 +389,20 @@ class LearnedRotation(RotaryEncoding):
         length: int | None = None,
     ) -> Tensor:
         """``R(p)``'s blocks per token: ``(heads|1, seq, blocks, b, b)``, or with a leading
-        batch for batched positions; float32 (float64 when ``dtype`` or the parameters are),
-        with autograd to the generators."""
-        compute = torch.promote_types(self.weight.dtype, torch.float32)
+        batch for batched positions; computed in float64 and returned in float32 (float64
+        when ``dtype`` or the parameters are), with autograd to the generators. No value
+        checks (attention's hot path): :meth:`forward` checks the parameters."""
+        out = torch.promote_types(self.weight.dtype, torch.float32)
         if dtype == torch.float64:
-            compute = torch.float64
+            out = torch.float64
+        # p·A and its exponential in float64 whatever the output dtype (as RoPE's tables):
+        # in float32 the angle of a position near 2^18 keeps no fraction of a radian
+        f64 = torch.float64
         coords = positions[None] if self.num_axes == 1 else positions  # (N, [batch,] seq)
-        coords = coords.to(device=self.weight.device, dtype=compute).movedim(0, -1)
+        coords = coords.to(device=self.weight.device, dtype=f64).movedim(0, -1)
         if any(s != 1.0 for s in self.position_scale):
-            scale = torch.tensor(self.position_scale, dtype=compute, device=coords.device)
-            coords = coords * scale
-        return block_rotations(self.generators(compute), coords)
+            coords = coords * torch.tensor(self.position_scale, dtype=f64, device=coords.device)
+        return block_rotations(self.generators(f64), coords).to(out)
 
     def rotate_qk(
         self, q: Tensor, k: Tensor, q_tables: Tensor, k_tables: Tensor, *, inplace: bool = False
@@ -407,8 +423,13 @@ class LearnedRotation(RotaryEncoding):
             )
 
     def check_rotary_call(self, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor) -> None:
-        """The base checks, and per-head generators need q and k with ``num_heads`` heads."""
+        """The base checks; per-head generators need q and k with ``num_heads`` heads; the
+        parameters must be finite (a diverged step or a bad checkpoint: ``ValueError``
+        naming ``weight`` or ``axis_scale``, rather than NaN rotations)."""
         super().check_rotary_call(q, k, q_pos, k_pos)
+        for name, parameter in (("weight", self.weight), ("axis_scale", self.axis_scale)):
+            if parameter is not None:
+                check_finite(name, parameter.detach())
         for name, x in (("q", q), ("k", k)):
             if self.num_heads > 1 and x.shape[1] != self.num_heads:
                 raise ValueError(
