@@ -341,3 +341,44 @@ def test_an_encoding_that_cannot_be_built_on_meta_is_judged_on_the_cpu() -> None
         ExtrapolateConfig(
             encodings=("rope",), pos_kwargs={"rope": {"scaling": {**yarn, "factor": 0.5}}}
         )
+
+
+@pytest.fixture
+def umask() -> Iterator[Callable[[int], None]]:
+    """Set the process's umask for the test; the previous one is restored after it."""
+    import os
+
+    before = os.umask(0o022)
+    try:
+        yield os.umask
+    finally:
+        os.umask(before)
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
+def test_every_file_of_a_run_folder_gets_the_users_umask(
+    toy: Path, umask: Callable[[int], None], mask: int, mode: int
+) -> None:
+    import os
+    import stat
+
+    from posenc.lab.run import atomic_torch_save, atomic_write_text
+
+    umask(mask)
+    out, log = toy / "out", toy / "log.txt"
+    assert main(["lab", "toy", "--out", str(out), "--log", str(log)]) == 0
+    written = {
+        path.relative_to(out).as_posix(): stat.S_IMODE(path.stat().st_mode)
+        for path in out.rglob("*")
+        if path.is_file() and path.name != ".lock"
+    }
+    assert {"config.json", "results.csv", "claims.json", "report.html"} <= set(written)
+    assert "runs/v1/eval.json" in written
+    assert written == dict.fromkeys(written, mode)
+    # the figures' way (a plain open) and the atomic writers agree
+    text, tensor, plain = toy / "a.txt", toy / "a.pt", toy / "plain.txt"
+    atomic_write_text(text, "x")
+    atomic_torch_save({"x": 1}, tensor)
+    plain.write_text("x")
+    modes = [stat.S_IMODE(os.stat(p).st_mode) for p in (text, tensor, plain)]
+    assert modes == [mode, mode, mode]

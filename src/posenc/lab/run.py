@@ -2,7 +2,9 @@
 
 Every file of a run folder is written atomically (a temporary file in the same folder,
 ``fsync``, then ``os.replace``, then ``fsync`` of the folder), so a kill at any point leaves
-the previous version readable and never a half-written one.
+the previous version readable and never a half-written one; the file gets the mode a plain
+``open`` would give it (``0o666`` less the user's umask), not the temporary file's
+owner-only one.
 """
 
 from __future__ import annotations
@@ -38,11 +40,29 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``os.umask`` alone
+    sets it: reading it that way briefly changes it for every thread)."""
+    with (
+        contextlib.suppress(OSError, ValueError),
+        open("/proc/self/status", encoding="ascii") as status,
+    ):
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        # mkstemp creates the file owner-only (0o600); give it the mode open() would give
+        # (0o666 less the umask), as figures written by open() have
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
