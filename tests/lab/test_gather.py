@@ -134,3 +134,39 @@ def test_a_report_of_given_runs_is_written_where_asked(tmp_path: Path) -> None:
     assert (tmp_path / "both" / "figures" / "extension.png").is_file()
     with pytest.raises(ValueError, match=r"run_dir .* has no results\.csv"):
         write_report(tmp_path / "empty", experiments=REGISTRY)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("method,loss\nrope,3.0\n", r"results\.csv is not a results file of the lab: missing "
+         r"column\(s\) experiment \(its columns: method, loss\)"),
+        ("", r"missing column\(s\) experiment \(its columns: none\)"),
+        ("experiment,method,loss\n", r"results\.csv holds no rows \(only a header\)"),
+        ("experiment,loss\nextend,3.0,4.0\n", r"results\.csv, row 1: more cells than the "
+         r"header's 2 columns"),
+        ("experiment,loss\n,3.0\n", r"results\.csv, row 1: no experiment"),
+    ],
+)  # fmt: skip
+def test_a_report_refuses_a_results_file_that_holds_no_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, match: str
+) -> None:
+    from posenc.cli import main
+
+    run = make_extension(tmp_path / "run")
+    (run / "results.csv").write_text(text)
+    with pytest.raises(ValueError, match=match):
+        gather(run)
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and str(run / "results.csv") in err, err
+    assert not (run / "report.html").exists()
+
+
+@pytest.mark.parametrize("name", ["claims.json", "config.json"])
+def test_a_truncated_json_file_of_a_run_is_refused_naming_it(tmp_path: Path, name: str) -> None:
+    run = make_extension(tmp_path / "run")
+    path = run / name
+    path.write_text(path.read_text()[:-5])
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is not valid JSON \(.*line 1"):
+        gather(run)

@@ -20,13 +20,13 @@ Example::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from posenc.lab.results import read_results_csv
+from posenc.lab.run import read_json
 
 __all__ = ["RunFolder", "find_runs", "gather"]
 
@@ -74,7 +74,7 @@ def _label(folder: Path, run: Path) -> str:
 
 
 def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_json(path) if path.is_file() else None
 
 
 def gather(folder: str | Path, runs: Sequence[str | Path] | None = None) -> list[RunFolder]:

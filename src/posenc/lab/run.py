@@ -26,6 +26,7 @@ __all__ = [
     "atomic_torch_save",
     "atomic_write_text",
     "check_run_dir",
+    "read_json",
     "read_metrics",
     "torch_threads",
 ]
@@ -83,6 +84,29 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 def atomic_torch_save(obj: object, path: str | Path) -> Path:
     """``torch.save(obj, path)`` via a temporary file: ``path`` is never half-written."""
     return _atomic_write(path, lambda handle: torch.save(obj, handle))
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON document in ``path``: what every JSON file of a run folder is read through, so
+    that a file cut short or edited by hand is refused naming it.
+
+    Raises:
+        ValueError: naming ``path`` and where its JSON breaks off (a truncated or edited
+            file: restore it, or delete it to have the runner compute it again).
+        FileNotFoundError: when there is no such file.
+    """
+    target = Path(path)
+    text = target.read_bytes()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{target} is not valid JSON ({error.msg}: line {error.lineno} column "
+            f"{error.colno}): the file was cut short or edited; restore it, or delete it so "
+            "that it is computed again"
+        ) from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{target} is not valid JSON (not UTF-8 text: {error.reason})") from None
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -149,7 +173,7 @@ class MetricsLog:
 def check_run_dir(run_dir: Path, expected: dict[str, Any]) -> None:
     path = run_dir / "config.json"
     if path.exists():
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        stored = read_json(path)
         difference = _first_difference(stored, expected)
         if difference is not None:
             raise ValueError(

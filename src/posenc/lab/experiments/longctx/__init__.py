@@ -387,9 +387,10 @@ def _check_base(config: LongCtxConfig, seed: int) -> Path:
 
 def _plan(config: LongCtxConfig) -> list[Run]:
     """The bases (unless ``base_run`` holds them), then one evaluation per (seed, method)."""
-    bases = (
-        [] if config.base_run else [Run(f"base/seed{s}", {"seed": s}) for s in config.train.seeds]
-    )
+    bases = [
+        Run(f"base/seed{s}", {"seed": s}, rows=False)  # a base model, no rows
+        for s in ([] if config.base_run else config.train.seeds)
+    ]
     return bases + [
         Run(f"{method}/seed{seed}", {"method": method, "seed": seed}, stage=1)
         for seed in config.train.seeds

@@ -358,7 +358,7 @@ def _plan(config: TemporalLinksConfig) -> list[Run]:
     ]
     if "drifting" in config.datasets and set(config.encodings) - {"none"}:
         params = {"dataset": "drifting", "encoding": "figure", "seed": 0}
-        runs.append(Run("drifting/separation", params, stage=1))
+        runs.append(Run("drifting/separation", params, stage=1, rows=False))
     return runs
 
 
