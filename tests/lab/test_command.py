@@ -171,3 +171,16 @@ def test_heads_that_do_not_divide_the_width_are_refused_before_the_folder_is_wri
     said = _said(capsys)
     assert "dim must be a multiple of num_heads" in said and "got dim 10 and num_heads 4" in said
     assert not out.exists()
+
+
+def test_package_entry_refuses_an_out_that_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "notes"
+    afile.write_text("x")
+    assert experiment_main(lm.EXPERIMENT, ["--out", str(afile / "lm"), *TINY_LM.split()]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"posenc: error: --out: {afile} is a file, not a folder, so {afile / 'lm'} cannot be "
+        "a folder; give a folder\n"
+    )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc.lab.config import RunnerArgs, flat_record
-from posenc.lab.run import atomic_write_text, read_json
+from posenc.lab.run import atomic_write_text, check_writable_folder, read_json
 
 __all__ = [
     "check_out_dir",
@@ -64,7 +64,8 @@ def _lock(folder: Path) -> None:
 
 
 def check_out_dir(out: str | Path, experiment: str, config: Any) -> None:
-    """Refuse ``out`` when it holds runs of another configuration; read-only.
+    """Refuse ``out`` when it holds runs of another configuration, or when it is a file or a
+    folder this user cannot write (:func:`~posenc.lab.run.check_writable_folder`); read-only.
 
     ``config`` is the experiment's dataclass. A folder is bound to its ``config.json`` once a
     run has written a file under ``out/runs/``: then a ``config.json`` differing in a field
@@ -76,7 +77,7 @@ def check_out_dir(out: str | Path, experiment: str, config: Any) -> None:
     nothing with its ``config.json`` (a start that failed before the first run wrote
     anything), so another configuration may take it over.
     """
-    folder = Path(out)
+    folder = check_writable_folder("out", out)
     saved = folder / "config.json"
     if not saved.is_file() or not _holds_runs(folder):
         return

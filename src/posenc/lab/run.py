@@ -26,10 +26,34 @@ __all__ = [
     "atomic_torch_save",
     "atomic_write_text",
     "check_run_dir",
+    "check_writable_folder",
     "read_json",
     "read_metrics",
     "torch_threads",
 ]
+
+
+def check_writable_folder(name: str, path: str | Path) -> Path:
+    """``path`` as a folder this process can write in: an existing folder, or one that can be
+    created (the nearest existing folder above it is one, and writable); creates nothing.
+
+    Raises:
+        ValueError: naming ``name`` (the option or argument) when ``path``, or a part of it,
+            is a file, or when the folder it would be written in does not let this user write.
+    """
+    folder = Path(path)
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        inside = "" if existing == folder else f", so {folder} cannot be a folder"
+        raise ValueError(f"{name}: {existing} is a file, not a folder{inside}; give a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"{name}: cannot write in {existing} (permission denied); give a folder you can "
+            "write in"
+        )
+    return folder
 
 
 def _fsync_dir(folder: Path) -> None:
