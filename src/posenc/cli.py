@@ -325,7 +325,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     check_writable_folder("RUN_DIR", args.run_dir)  # where report.html is written
     experiments = tuple(EXPERIMENTS.values())
-    print(f"wrote {write_report(args.run_dir, runs=args.runs, experiments=experiments)}")
+    try:
+        path = write_report(args.run_dir, runs=args.runs, experiments=experiments)
+    except KeyError as error:  # a section read a column: refused naming the file lacking it
+        from posenc.lab.gather import gather, missing_column
+
+        found = missing_column(gather(args.run_dir, args.runs), error.args[0])
+        if found is None:
+            raise
+        raise found from None
+    print(f"wrote {path}")
     return 0
 
 
