@@ -47,7 +47,7 @@ from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
 from posenc.lab.experiments import extend
 from posenc.lab.experiments.longctx.claims import CLAIMS
 from posenc.lab.experiments.longctx.report import WINDOWED, format_longctx_tables
-from posenc.lab.run import as_json
+from posenc.lab.run import as_json, read_json
 from posenc.lab.runner import Experiment, Run, check_builds, run_experiment
 from posenc.models import DecoderLM, ModelConfig
 from posenc.registry import ModelDims, build_encoding
@@ -370,7 +370,7 @@ def _check_base(config: LongCtxConfig, seed: int) -> Path:
     saved = folder / "config.json"
     if not saved.is_file():
         raise ValueError(f"base_run {folder} has no config.json: not an experiment's out folder")
-    previous = flat_record(LongCtxConfig, json.loads(saved.read_text(encoding="utf-8")))
+    previous = flat_record(LongCtxConfig, read_json(saved))
     record = flat_record(LongCtxConfig, as_json(config))
     current = {name: record[name] for name in _BASE_FIELDS}
     for name in _BASE_FIELDS:
@@ -409,7 +409,7 @@ def _execute(config: LongCtxConfig, run: Run, folder: Path) -> list[Row]:
         base = folder.parent.parent / "base" / f"seed{seed}"
     else:
         base = _check_base(config, seed)
-    train_loss = json.loads((base / "done.json").read_text(encoding="utf-8"))["final_loss"]
+    train_loss = read_json(base / "done.json")["final_loss"]
     return _method_rows(config, corpus, extend.final_state(base), method, seed, train_loss)
 
 
