@@ -252,3 +252,122 @@ def test_startup_benchmark_runs_each_command_and_takes_medians() -> None:
     assert "posenc --help" in bench.format_result({"posenc --help": 0.5}, 2)
     with pytest.raises(ValueError, match="rounds"):
         bench.measure(0)
+
+
+# ---- --out and --threads: the path written is the one printed; bad ones are one-line errors
+
+
+def test_plot_prints_the_file_it_writes(tmp_path: Path, capsys) -> None:
+    """No suffix: matplotlib writes OUT.png, and the message names that file."""
+    assert main(["plot", "rope", "--out", str(tmp_path / "foo")]) == 0
+    written = tmp_path / "foo.png"
+    assert capsys.readouterr().out == f"wrote {written}\n"
+    assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["foo.png"]
+
+
+@pytest.mark.parametrize("trailing", ["", "/"])
+def test_plot_into_a_folder_writes_method_png_inside_it(
+    tmp_path: Path, capsys, trailing: str
+) -> None:
+    folder = tmp_path / "figures"
+    if not trailing:
+        folder.mkdir()  # an existing folder; with a trailing slash, a new one
+    assert main(["plot", "alibi", "--out", str(folder) + trailing]) == 0
+    written = folder / "alibi.png"
+    assert capsys.readouterr().out == f"wrote {written}\n"
+    assert written.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures"]  # no figures.png beside
+
+
+def _one_line_error(capsys, *named: str) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("posenc: error: ") and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    for text in named:
+        assert text in err, (text, err)
+    return err
+
+
+def test_plot_refuses_an_out_it_cannot_write(tmp_path: Path, capsys) -> None:
+    afile = tmp_path / "notes"
+    afile.write_text("x")
+    assert main(["plot", "rope", "--out", str(afile / "rope.png")]) == 2
+    _one_line_error(capsys, "--out:", f"{afile} is a file, not a folder")
+    assert main(["plot", "rope", "--out", str(tmp_path / "rope.xyz")]) == 2
+    _one_line_error(capsys, "--out:", "suffix '.xyz'", "png", "svg")
+    # /proc/self refuses new files even to root, where a chmod-ed folder would not
+    assert main(["plot", "rope", "--out", "/proc/self/rope.png"]) == 2
+    _one_line_error(capsys, "--out: cannot write in /proc/self (permission denied)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
+
+
+def test_plot_reports_a_failed_write_naming_out(tmp_path: Path, capsys, monkeypatch) -> None:
+    """What no check foresees (a full disk, a folder removed meanwhile) is still one line."""
+    from matplotlib.figure import Figure
+
+    def full_disk(self: Figure, *args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    assert main(["plot", "rope", "--out", str(tmp_path / "r.png")]) == 2
+    _one_line_error(capsys, f"--out: cannot write {tmp_path / 'r.png'}: No space left on device")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "--out", "{file}"],
+        ["demo", "--out", "{file}/demo"],
+        ["lab", "csl", "--out", "{file}"],
+        ["lab", "extrapolate", "--out", "{file}/run"],
+        ["report", "{file}"],
+        ["report", "{file}", "--runs", "{file}"],
+    ],
+)
+def test_every_output_folder_that_is_a_file_is_a_one_line_error(
+    tmp_path: Path, capsys, argv: list[str]
+) -> None:
+    afile = tmp_path / "notes"
+    afile.write_text("x")
+    args = [arg.format(file=afile) for arg in argv]
+    assert main(args) == 2
+    option = "RUN_DIR" if argv[0] == "report" else "--out"
+    _one_line_error(capsys, f"{option}: {afile} is a file, not a folder")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
+
+
+def test_an_unwritable_output_folder_is_a_one_line_error(tmp_path: Path, capsys) -> None:
+    for argv in (["demo", "--out", "/proc/self/demo"], ["lab", "csl", "--out", "/proc/self/r"]):
+        assert main(argv) == 2
+        _one_line_error(capsys, "--out: cannot write in /proc/self (permission denied)")
+
+
+@pytest.mark.parametrize("threads", ["0", "-1", "two"])
+def test_bench_threads_must_be_positive(capsys, threads: str) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "attention", "--threads", threads])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --threads: must be a positive integer (>= 1)" in err
+    assert "Traceback" not in err
+
+
+def test_bench_suites_refuse_threads_below_one() -> None:
+    from posenc.bench import run_suites
+
+    for threads in (0, -2, True, 1.5):
+        with pytest.raises(ValueError, match=r"threads must be a positive integer \(>= 1\)"):
+            run_suites({}, None, threads=threads)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("option", ["--threads", "--workers"])
+def test_lab_threads_and_workers_must_be_positive(tmp_path: Path, capsys, option: str) -> None:
+    out = tmp_path / "csl"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["lab", "csl", "--out", str(out), option, "0"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    said = " ".join(err.replace("│", " ").split())  # tyro's box around the config's message
+    assert f"{option[2:]} must be a positive integer (>= 1), got 0" in said
+    assert "Traceback" not in err and not out.exists()

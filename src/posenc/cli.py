@@ -12,13 +12,14 @@ import contextlib
 import inspect
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["build_parser", "main", "plain_help"]
+__all__ = ["build_parser", "main", "plain_help", "plot_path", "positive_int"]
 
 #: The figures of ``posenc plot`` besides the encodings (keys of ``posenc.viz.FIGURES``; a
 #: test checks the two agree), named here so that ``--help`` needs no plotting import.
@@ -75,6 +76,20 @@ def plain_help(text: str) -> str:
             line = strip(line)
         lines.append(line)
     return "\n".join(lines) + ("\n" if text.endswith("\n") else "")
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type``: ``text`` as an integer >= 1 (argparse names the option and exits
+    with status 2 otherwise)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive integer (>= 1), got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer (>= 1), got {value}")
+    return value
 
 
 def _parse_value(text: str) -> Any:
@@ -178,18 +193,54 @@ def check_plot_arguments(name: str, kwargs: dict[str, Any]) -> None:
         )
 
 
+def plot_path(out: str | None, method: str) -> Path:
+    """The file ``posenc plot METHOD --out OUT`` writes, checked before anything is drawn.
+
+    ``OUT`` as given when it names an image file (``rope.svg``); ``OUT.png`` when it has no
+    suffix (the file matplotlib would write; the message names it); ``OUT/METHOD.png`` when
+    ``OUT`` is an existing folder or ends with ``/``; ``METHOD.png`` without ``--out``.
+
+    Raises:
+        ValueError: naming ``--out`` when its suffix is no image format matplotlib writes,
+            when a part of its folder is a file, or when that folder is not writable.
+    """
+    from matplotlib.figure import Figure
+
+    from posenc.lab.run import check_writable_folder
+
+    if out is None:
+        path = Path(f"{method}.png")
+    elif out.endswith(("/", os.sep)) or Path(out).is_dir():
+        path = Path(out) / f"{method}.png"
+    else:
+        path = Path(out)
+        if not path.suffix:
+            path = path.with_name(path.name + ".png")
+    formats = Figure().canvas.get_supported_filetypes()
+    if path.suffix[1:].lower() not in formats:
+        raise ValueError(
+            f"--out: {str(path)!r} has suffix {path.suffix!r}, which is no image format; "
+            f"use one of {', '.join(sorted(formats))} (or no suffix: .png)"
+        )
+    check_writable_folder("--out", path.parent)
+    return path
+
+
 def _cmd_plot(args: argparse.Namespace) -> int:
     kwargs = _parse_kwargs(args.set)
     check_plot_arguments(args.method, kwargs)
+    out = plot_path(args.out, args.method)
     from posenc.viz import plot_encoding, plot_figure
 
     if args.method in FIGURE_NAMES:
         figure = plot_figure(args.method, **kwargs)
     else:
         figure = plot_encoding(args.method, **kwargs)
-    out = Path(args.out or f"{args.method}.png")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(out, dpi=110)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(out, dpi=110)
+    except OSError as error:  # what the check cannot foresee: a full disk, a race
+        raise ValueError(f"--out: cannot write {out}: {error.strerror or error}") from None
     print(f"wrote {out}")
     return 0
 
@@ -209,6 +260,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from posenc.lab.demo import run_demo
+    from posenc.lab.run import check_writable_folder
+
+    check_writable_folder("--out", args.out)
 
     summary = run_demo(args.out)
     return 0 if not summary["failed"] else 1
@@ -244,6 +298,10 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
     experiment = get_experiment(args.experiment)
     if not asks_help:
+        if args.out is not None:
+            from posenc.lab.run import check_writable_folder
+
+            check_writable_folder("--out", args.out)
         run_with_options(experiment, options, args.out)
         return 0
     # tyro renders the config's field docstrings; print them without their Sphinx markup
@@ -263,9 +321,20 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from posenc.lab.experiments import EXPERIMENTS
     from posenc.lab.report import write_report
+    from posenc.lab.run import check_writable_folder
 
+    check_writable_folder("RUN_DIR", args.run_dir)  # where report.html is written
     experiments = tuple(EXPERIMENTS.values())
-    print(f"wrote {write_report(args.run_dir, runs=args.runs, experiments=experiments)}")
+    try:
+        path = write_report(args.run_dir, runs=args.runs, experiments=experiments)
+    except KeyError as error:  # a section read a column: refused naming the file lacking it
+        from posenc.lab.gather import gather, missing_column
+
+        found = missing_column(gather(args.run_dir, args.runs), error.args[0])
+        if found is None:
+            raise
+        raise found from None
+    print(f"wrote {path}")
     return 0
 
 
@@ -310,7 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="an encoding or graph method (the names of 'posenc list'), or a figure: "
         f"{', '.join(FIGURE_NAMES)}",
     )
-    p.add_argument("--out", help="output file (default METHOD.png)")
+    p.add_argument(
+        "--out",
+        help="output file (default METHOD.png; no suffix: .png added; a folder: METHOD.png in it)",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -352,9 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         default=1,
-        help="torch threads for attention (default 1); rope runs at 1 and at all cores",
+        help="torch threads for attention, >= 1 (default 1); rope runs at 1 and at all cores",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_bench)

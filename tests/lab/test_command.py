@@ -138,3 +138,49 @@ def test_lab_help_lists_exactly_the_registry(capsys: pytest.CaptureFixture[str])
     assert names == sorted(EXPERIMENTS)
     for line, name in zip(listed, names, strict=True):
         assert " ".join(EXPERIMENTS[name].summary.split()[:3]) in line
+
+
+def _has_model_section(name: str) -> bool:
+    from posenc.lab.config import ModelArgs, sections
+    from posenc.lab.experiments import EXPERIMENTS
+
+    return sections(EXPERIMENTS[name].config).get("model") is ModelArgs
+
+
+def _experiment_names() -> list[str]:
+    from posenc.lab.experiments import EXPERIMENTS
+
+    return sorted(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("name", _experiment_names())
+def test_heads_that_do_not_divide_the_width_are_refused_before_the_folder_is_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    """Every experiment with a transformer (a ``model`` section) refuses ``--dim 10
+    --num-heads 4`` while its options are parsed, not after its run folder and config.json
+    are written (as csl did, when the model was first built in its first run)."""
+    from posenc.cli import main as posenc
+
+    if not _has_model_section(name):
+        pytest.skip(f"{name} has no model section")
+    out = tmp_path / name
+    with pytest.raises(SystemExit) as exit_info:
+        posenc(["lab", name, "--out", str(out), "--dim", "10", "--num-heads", "4"])
+    assert exit_info.value.code == 2
+    said = _said(capsys)
+    assert "dim must be a multiple of num_heads" in said and "got dim 10 and num_heads 4" in said
+    assert not out.exists()
+
+
+def test_package_entry_refuses_an_out_that_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    afile = tmp_path / "notes"
+    afile.write_text("x")
+    assert experiment_main(lm.EXPERIMENT, ["--out", str(afile / "lm"), *TINY_LM.split()]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"posenc: error: --out: {afile} is a file, not a folder, so {afile / 'lm'} cannot be "
+        "a folder; give a folder\n"
+    )

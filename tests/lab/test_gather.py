@@ -134,3 +134,69 @@ def test_a_report_of_given_runs_is_written_where_asked(tmp_path: Path) -> None:
     assert (tmp_path / "both" / "figures" / "extension.png").is_file()
     with pytest.raises(ValueError, match=r"run_dir .* has no results\.csv"):
         write_report(tmp_path / "empty", experiments=REGISTRY)
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("method,loss\nrope,3.0\n", r"results\.csv is not a results file of the lab: missing "
+         r"column\(s\) experiment \(its columns: method, loss\)"),
+        ("", r"missing column\(s\) experiment \(its columns: none\)"),
+        ("experiment,method,loss\n", r"results\.csv holds no rows \(only a header\)"),
+        ("experiment,loss\nextend,3.0,4.0\n", r"results\.csv, row 1: more cells than the "
+         r"header's 2 columns"),
+        ("experiment,loss\n,3.0\n", r"results\.csv, row 1: no experiment"),
+    ],
+)  # fmt: skip
+def test_a_report_refuses_a_results_file_that_holds_no_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, match: str
+) -> None:
+    from posenc.cli import main
+
+    run = make_extension(tmp_path / "run")
+    (run / "results.csv").write_text(text)
+    with pytest.raises(ValueError, match=match):
+        gather(run)
+    assert main(["report", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and str(run / "results.csv") in err, err
+    assert not (run / "report.html").exists()
+
+
+@pytest.mark.parametrize("name", ["claims.json", "config.json"])
+def test_a_truncated_json_file_of_a_run_is_refused_naming_it(tmp_path: Path, name: str) -> None:
+    run = make_extension(tmp_path / "run")
+    path = run / name
+    path.write_text(path.read_text()[:-5])
+    with pytest.raises(ValueError, match=rf"{re.escape(str(path))} is not valid JSON \(.*line 1"):
+        gather(run)
+
+
+@pytest.mark.parametrize("column", ["method", "eval_len"])
+def test_a_report_names_the_results_file_lacking_a_column_its_tables_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], column: str
+) -> None:
+    from posenc.cli import main
+
+    good = make_extension(tmp_path / "good")
+    bad = make_extension(tmp_path / "bad")
+    rows = [{k: v for k, v in row.items() if k != column} for row in EXTENSION_ROWS]
+    write_results_csv(rows, bad / "results.csv")
+    assert main(["report", str(tmp_path / "page"), "--runs", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"posenc: error: {bad / 'results.csv'}: missing column {column!r}, which the report's "
+        "tables and figures of these rows need (a results file edited, or written by something "
+        "else)\n"
+    )
+    assert not (tmp_path / "page" / "report.html").exists()
+
+
+def test_missing_column_blames_no_file_that_has_the_column(tmp_path: Path) -> None:
+    from posenc.lab.gather import missing_column
+
+    runs = gather(tmp_path, [make_extension(tmp_path / "a")])
+    assert missing_column(runs, "method") is None  # a KeyError of the report's own making
+    assert missing_column(runs, 3) is None
+    error = missing_column(runs, "passkey_depth")
+    assert error is not None and str(error).startswith(f"{tmp_path / 'a' / 'results.csv'}: ")

@@ -3,6 +3,7 @@ gives it the folder guard, resume, stages, worker processes, results.csv, report
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -341,3 +342,130 @@ def test_an_encoding_that_cannot_be_built_on_meta_is_judged_on_the_cpu() -> None
         ExtrapolateConfig(
             encodings=("rope",), pos_kwargs={"rope": {"scaling": {**yarn, "factor": 0.5}}}
         )
+
+
+@pytest.fixture
+def umask() -> Iterator[Callable[[int], None]]:
+    """Set the process's umask for the test; the previous one is restored after it."""
+    import os
+
+    before = os.umask(0o022)
+    try:
+        yield os.umask
+    finally:
+        os.umask(before)
+
+
+@pytest.mark.parametrize(("mask", "mode"), [(0o022, 0o644), (0o077, 0o600)])
+def test_every_file_of_a_run_folder_gets_the_users_umask(
+    toy: Path, umask: Callable[[int], None], mask: int, mode: int
+) -> None:
+    import os
+    import stat
+
+    from posenc.lab.run import atomic_torch_save, atomic_write_text
+
+    umask(mask)
+    out, log = toy / "out", toy / "log.txt"
+    assert main(["lab", "toy", "--out", str(out), "--log", str(log)]) == 0
+    written = {
+        path.relative_to(out).as_posix(): stat.S_IMODE(path.stat().st_mode)
+        for path in out.rglob("*")
+        if path.is_file() and path.name != ".lock"
+    }
+    assert {"config.json", "results.csv", "claims.json", "report.html"} <= set(written)
+    assert "runs/v1/eval.json" in written
+    assert written == dict.fromkeys(written, mode)
+    # the figures' way (a plain open) and the atomic writers agree
+    text, tensor, plain = toy / "a.txt", toy / "a.pt", toy / "plain.txt"
+    atomic_write_text(text, "x")
+    atomic_torch_save({"x": 1}, tensor)
+    plain.write_text("x")
+    modes = [stat.S_IMODE(os.stat(p).st_mode) for p in (text, tensor, plain)]
+    assert modes == [mode, mode, mode]
+
+
+# ---- tampered run folders are refused naming the file --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[]", r"eval\.json holds no rows, but run 'v1' yields rows"),
+        ('[{"experiment": "toy", "val', r"eval\.json is not valid JSON \(Unterminated string"),
+        ('"done"', r"eval\.json must hold a list of row objects, got 'done'"),
+        ("[1, 2]", r"eval\.json must hold a list of row objects"),
+    ],
+)
+def test_a_tampered_eval_json_is_refused_naming_it(
+    toy: Path, capsys: pytest.CaptureFixture[str], text: str, match: str
+) -> None:
+    import re
+
+    out, log = toy / "out", str(toy / "log.txt")
+    args = ["lab", "toy", "--out", str(out), "--log", log]
+    assert main(args) == 0
+    finished = out / "runs" / "v1" / "eval.json"
+    finished.write_text(text)
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert re.search(match, err) and str(finished) in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "delete it" in err
+    finished.unlink()  # as the message says: deleted, the run is computed again
+    assert main(args) == 0
+    assert _executions(toy / "log.txt").count("v1") == 2
+
+
+def test_a_run_without_rows_is_finished_only_when_it_yields_none(tmp_path: Path) -> None:
+    from posenc.lab.runner import Run, finished_rows
+
+    path = tmp_path / "eval.json"
+    path.write_text("[]")
+    assert finished_rows(Run("base", rows=False), path) == []
+    with pytest.raises(ValueError, match=r"eval\.json holds no rows, but run 'base'"):
+        finished_rows(Run("base"), path)
+    path.write_text('{"experiment": "toy", "value": 1}')  # a one-row run's object
+    assert finished_rows(Run("one"), path) == [{"experiment": "toy", "value": 1}]
+
+
+@dataclasses.dataclass(frozen=True)
+class NoFields:
+    """A config without fields."""
+
+
+def test_a_run_returning_no_rows_is_an_error_unless_planned_without(tmp_path: Path) -> None:
+    from posenc.lab.runner import Experiment, Run, run_experiment
+
+    def experiment(rows: bool) -> Experiment[NoFields]:
+        return Experiment(
+            name="empty",
+            summary="",
+            title="",
+            config=NoFields,
+            plan=lambda config: [Run("a", rows=rows), Run("b", stage=1)],
+            execute=lambda config, run, folder: [] if run.name == "a" else [{"experiment": "e"}],
+            table=str,
+        )
+
+    with pytest.raises(ValueError, match=r"empty: what run 'a' returned holds no rows"):
+        run_experiment(experiment(True), NoFields(), tmp_path / "strict", echo=None)
+    assert not (tmp_path / "strict" / "runs" / "a" / "eval.json").exists()
+    rows = run_experiment(experiment(False), NoFields(), tmp_path / "fine", echo=None)
+    assert rows == [{"experiment": "e"}]
+    assert json.loads((tmp_path / "fine" / "runs" / "a" / "eval.json").read_text()) == []
+
+
+def test_a_truncated_config_json_is_refused_naming_it(
+    toy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, log = toy / "out", str(toy / "log.txt")
+    args = ["lab", "toy", "--out", str(out), "--log", log]
+    assert main(args) == 0
+    saved = out / "config.json"
+    saved.write_text(saved.read_text()[:20])
+    capsys.readouterr()
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f"{saved} is not valid JSON" in err and "Traceback" not in err

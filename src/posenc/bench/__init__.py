@@ -92,6 +92,10 @@ def run_suites(
     unknown = sorted(set(names) - set(suites))
     if unknown:
         raise ValueError(f"unknown suite(s) {', '.join(unknown)}; choose from {', '.join(suites)}")
+    if threads is not None and (
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < 1
+    ):
+        raise ValueError(f"threads must be a positive integer (>= 1) or None, got {threads!r}")
     previous = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)

@@ -307,7 +307,20 @@ def run_checks(progress: Callable[[str], None] | None = None) -> list[CheckResul
 
     ``progress`` receives each result's line (:func:`format_result`) as soon as it is
     measured, so that ``posenc check`` shows its rows while the run goes on.
+
+    The checks run on one torch thread (torch's thread count is restored afterwards): their
+    models are tiny, and more threads only contend for the cores, which on a loaded machine
+    costs several times the CPU time of the work itself.
     """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run_checks(progress)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run_checks(progress: Callable[[str], None] | None) -> list[CheckResult]:
     from posenc.registry import list_encodings
 
     results: list[CheckResult] = []

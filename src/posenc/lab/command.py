@@ -18,6 +18,7 @@ from typing import Any
 
 from posenc.lab.config import expand_flat_options
 from posenc.lab.results import Row
+from posenc.lab.run import check_writable_folder
 from posenc.lab.runner import Experiment, run_experiment
 
 __all__ = ["experiment_main", "json_dicts", "run_with_options"]
@@ -49,6 +50,8 @@ def experiment_main(experiment: Experiment[Any], argv: Sequence[str] | None = No
     parser.add_argument("--out", help="run folder (default runs/NAME)")
     args, options = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     try:
+        if args.out is not None:
+            check_writable_folder("--out", args.out)
         run_with_options(experiment, options, args.out)
     except ValueError as error:
         print(f"posenc: error: {error}", file=sys.stderr)

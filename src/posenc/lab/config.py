@@ -85,7 +85,7 @@ class ModelArgs:
     """The transformer's shape (``head_dim = dim / num_heads``).
 
     Args:
-        dim: the model's width.
+        dim: the model's width, a multiple of ``num_heads``.
         depth: its layers (blocks).
         num_heads: attention heads per layer.
     """
@@ -97,6 +97,11 @@ class ModelArgs:
     def __post_init__(self) -> None:
         for name in ("dim", "depth", "num_heads"):
             check_positive_int(name, getattr(self, name))
+        if self.dim % self.num_heads:  # checked here, before any experiment writes a folder
+            raise ValueError(
+                f"dim must be a multiple of num_heads (head_dim = dim / num_heads), got dim "
+                f"{self.dim} and num_heads {self.num_heads}"
+            )
 
 
 @dataclass(frozen=True)

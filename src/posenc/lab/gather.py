@@ -20,15 +20,15 @@ Example::
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from posenc.lab.results import read_results_csv
+from posenc.lab.run import read_json
 
-__all__ = ["RunFolder", "find_runs", "gather"]
+__all__ = ["RunFolder", "find_runs", "gather", "missing_column"]
 
 Row = dict[str, Any]
 
@@ -74,7 +74,7 @@ def _label(folder: Path, run: Path) -> str:
 
 
 def _read_json(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    return read_json(path) if path.is_file() else None
 
 
 def gather(folder: str | Path, runs: Sequence[str | Path] | None = None) -> list[RunFolder]:
@@ -111,3 +111,21 @@ def gather(folder: str | Path, runs: Sequence[str | Path] | None = None) -> list
             )
         )
     return gathered
+
+
+def missing_column(runs: Sequence[RunFolder], column: object) -> ValueError | None:
+    """The error to raise when a report of ``runs`` asked their rows for ``column`` (a
+    ``KeyError``) and some ``results.csv`` lacks it: naming those files and the column.
+    ``None`` when every row has it (then the ``KeyError`` is no fault of the files).
+    """
+    if not isinstance(column, str):
+        return None
+    lacking = [
+        str(run.path / "results.csv") for run in runs if any(column not in row for row in run.rows)
+    ]
+    if not lacking:
+        return None
+    return ValueError(
+        f"{', '.join(lacking)}: missing column {column!r}, which the report's tables and "
+        "figures of these rows need (a results file edited, or written by something else)"
+    )

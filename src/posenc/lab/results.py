@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc.lab.config import RunnerArgs, flat_record
-from posenc.lab.run import atomic_write_text
+from posenc.lab.run import atomic_write_text, check_writable_folder, read_json
 
 __all__ = [
     "check_out_dir",
@@ -64,7 +64,8 @@ def _lock(folder: Path) -> None:
 
 
 def check_out_dir(out: str | Path, experiment: str, config: Any) -> None:
-    """Refuse ``out`` when it holds runs of another configuration; read-only.
+    """Refuse ``out`` when it holds runs of another configuration, or when it is a file or a
+    folder this user cannot write (:func:`~posenc.lab.run.check_writable_folder`); read-only.
 
     ``config`` is the experiment's dataclass. A folder is bound to its ``config.json`` once a
     run has written a file under ``out/runs/``: then a ``config.json`` differing in a field
@@ -76,14 +77,14 @@ def check_out_dir(out: str | Path, experiment: str, config: Any) -> None:
     nothing with its ``config.json`` (a start that failed before the first run wrote
     anything), so another configuration may take it over.
     """
-    folder = Path(out)
+    folder = check_writable_folder("out", out)
     saved = folder / "config.json"
     if not saved.is_file() or not _holds_runs(folder):
         return
     kind = type(config)
     current = flat_record(kind, _config_record(experiment, config))
     try:
-        previous = flat_record(kind, json.loads(saved.read_text()))
+        previous = flat_record(kind, read_json(saved))
     except ValueError as error:
         raise ValueError(
             f"{saved} is not a config of this experiment's layout ({error}); choose another folder"
@@ -170,10 +171,40 @@ def _parse(text: str) -> Any:
         return text
 
 
+#: The columns every results file has: which experiment's rows each row is.
+REQUIRED_COLUMNS = ("experiment",)
+
+
 def read_results_csv(path: str | Path) -> list[Row]:
-    """Rows of a results CSV with numbers and booleans parsed (empty cells are ``None``)."""
+    """Rows of a results CSV with numbers and booleans parsed (empty cells are ``None``).
+
+    Raises:
+        ValueError: naming the file when it lacks a column of :data:`REQUIRED_COLUMNS`
+            (listing the missing ones and those it has), holds no rows (only a header, or
+            nothing), or has a row with more cells than the header or no ``experiment``: a
+            file edited or written by something else, which a report would otherwise show as
+            if it were results.
+    """
     with open(path, newline="") as handle:
-        return [{k: _parse(v) for k, v in row.items()} for row in csv.DictReader(handle)]
+        reader = csv.DictReader(handle)
+        raw = list(reader)
+        columns = list(reader.fieldnames or [])
+    missing = [column for column in REQUIRED_COLUMNS if column not in columns]
+    if missing:
+        raise ValueError(
+            f"{path} is not a results file of the lab: missing column(s) "
+            f"{', '.join(missing)} (its columns: {', '.join(columns) or 'none'})"
+        )
+    if not raw:
+        raise ValueError(f"{path} holds no rows (only a header): no results to read")
+    for number, row in enumerate(raw, start=1):
+        if None in row:  # DictReader's key for cells beyond the header
+            raise ValueError(
+                f"{path}, row {number}: more cells than the header's {len(columns)} columns"
+            )
+        if not row["experiment"]:
+            raise ValueError(f"{path}, row {number}: no experiment")
+    return [{k: _parse(v) for k, v in row.items()} for row in raw]
 
 
 def merge_rows(existing: Iterable[Row], new: Iterable[Row], key: Sequence[str]) -> list[Row]:

@@ -2,7 +2,9 @@
 
 Every file of a run folder is written atomically (a temporary file in the same folder,
 ``fsync``, then ``os.replace``, then ``fsync`` of the folder), so a kill at any point leaves
-the previous version readable and never a half-written one.
+the previous version readable and never a half-written one; the file gets the mode a plain
+``open`` would give it (``0o666`` less the user's umask), not the temporary file's
+owner-only one.
 """
 
 from __future__ import annotations
@@ -24,9 +26,34 @@ __all__ = [
     "atomic_torch_save",
     "atomic_write_text",
     "check_run_dir",
+    "check_writable_folder",
+    "read_json",
     "read_metrics",
     "torch_threads",
 ]
+
+
+def check_writable_folder(name: str, path: str | Path) -> Path:
+    """``path`` as a folder this process can write in: an existing folder, or one that can be
+    created (the nearest existing folder above it is one, and writable); creates nothing.
+
+    Raises:
+        ValueError: naming ``name`` (the option or argument) when ``path``, or a part of it,
+            is a file, or when the folder it would be written in does not let this user write.
+    """
+    folder = Path(path)
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        inside = "" if existing == folder else f", so {folder} cannot be a folder"
+        raise ValueError(f"{name}: {existing} is a file, not a folder{inside}; give a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"{name}: cannot write in {existing} (permission denied); give a folder you can "
+            "write in"
+        )
+    return folder
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -38,11 +65,29 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (``os.umask`` alone
+    sets it: reading it that way briefly changes it for every thread)."""
+    with (
+        contextlib.suppress(OSError, ValueError),
+        open("/proc/self/status", encoding="ascii") as status,
+    ):
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _atomic_write(path: str | Path, write: Callable[[IO[bytes]], object]) -> Path:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        # mkstemp creates the file owner-only (0o600); give it the mode open() would give
+        # (0o666 less the umask), as figures written by open() have
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
             write(handle)
             handle.flush()
@@ -63,6 +108,29 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 def atomic_torch_save(obj: object, path: str | Path) -> Path:
     """``torch.save(obj, path)`` via a temporary file: ``path`` is never half-written."""
     return _atomic_write(path, lambda handle: torch.save(obj, handle))
+
+
+def read_json(path: str | Path) -> Any:
+    """The JSON document in ``path``: what every JSON file of a run folder is read through, so
+    that a file cut short or edited by hand is refused naming it.
+
+    Raises:
+        ValueError: naming ``path`` and where its JSON breaks off (a truncated or edited
+            file: restore it, or delete it to have the runner compute it again).
+        FileNotFoundError: when there is no such file.
+    """
+    target = Path(path)
+    text = target.read_bytes()
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{target} is not valid JSON ({error.msg}: line {error.lineno} column "
+            f"{error.colno}): the file was cut short or edited; restore it, or delete it so "
+            "that it is computed again"
+        ) from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{target} is not valid JSON (not UTF-8 text: {error.reason})") from None
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
@@ -129,7 +197,7 @@ class MetricsLog:
 def check_run_dir(run_dir: Path, expected: dict[str, Any]) -> None:
     path = run_dir / "config.json"
     if path.exists():
-        stored = json.loads(path.read_text(encoding="utf-8"))
+        stored = read_json(path)
         difference = _first_difference(stored, expected)
         if difference is not None:
             raise ValueError(

@@ -14,8 +14,10 @@ every experiment shares:
    created, locked against a second writer and its ``config.json`` written, so a failed start
    leaves the folder as it was;
 2. skipping finished runs: a run is finished when ``runs/<name>/eval.json`` exists (written
-   atomically after its evaluation), so the same command resumes a killed experiment and
-   reproduces the uninterrupted one (training itself resumes from its checkpoint);
+   atomically after its evaluation; one that is no valid JSON, or holds no rows for a run
+   that yields them, is refused naming it: :func:`finished_rows`), so the same command
+   resumes a killed experiment and reproduces the uninterrupted one (training itself resumes
+   from its checkpoint);
 3. executing the pending runs stage by stage (a later stage may read an earlier one's
    folder, e.g. fine-tuning from a trained base), serially or in a pool of spawned processes
    (``workers`` > 1, or ``isolate``: a fresh process per run, so peak memory is the run's
@@ -62,7 +64,7 @@ from posenc.lab.config import check_seeds, runner_args
 from posenc.lab.distributed import rank_and_world
 from posenc.lab.report import Section, write_report
 from posenc.lab.results import Row, check_out_dir, prepare_out_dir, write_results_csv
-from posenc.lab.run import atomic_write_text, torch_threads
+from posenc.lab.run import atomic_write_text, read_json, torch_threads
 
 __all__ = [
     "Experiment",
@@ -75,6 +77,7 @@ __all__ = [
     "check_pos_kwargs_names",
     "check_seeds",
     "execute_run",
+    "finished_rows",
     "record_claims",
     "run_experiment",
     "trial_build",
@@ -91,11 +94,15 @@ class Run:
         name: its folder under ``runs/`` (may contain ``/``), unique within the experiment.
         params: what this run varies (``{"encoding": "rope", "seed": 0}``), for ``execute``.
         stage: runs execute in increasing stage; within one stage, in any order.
+        rows: whether the run yields result rows (``False`` for one that only prepares a
+            later stage, a base model or a figure); a run that should and returns none, or
+            whose ``eval.json`` holds none, is refused rather than counted finished and empty.
     """
 
     name: str
     params: Mapping[str, Any] = field(default_factory=dict)
     stage: int = 0
+    rows: bool = True
 
 
 @dataclass(frozen=True)
@@ -259,12 +266,49 @@ def record_claims(folder: Path, claims: Sequence[Claim], rows: Sequence[Row]) ->
     return records
 
 
+def _check_rows(rows: object, run: Run, source: str) -> list[Row]:
+    """``rows`` as a run's list of rows: a list of objects, not empty when ``run.rows``;
+    ``ValueError`` naming ``source`` otherwise."""
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise ValueError(f"{source} must hold a list of row objects, got {rows!r:.80}")
+    if run.rows and not rows:
+        raise ValueError(
+            f"{source} holds no rows, but run {run.name!r} yields rows (a run that yields "
+            "none is planned with Run(..., rows=False))"
+        )
+    return rows
+
+
+def finished_rows(run: Run, path: Path) -> list[Row]:
+    """The rows of a finished run from its ``eval.json`` (``path``): the list
+    :func:`execute_run` wrote, or one row object as some runs wrote it.
+
+    Raises:
+        ValueError: naming the file when it is no valid JSON, holds something other than
+            rows, or holds no rows for a run that yields them (``[]`` written by hand would
+            otherwise count as a finished run without seeds); delete it to run again.
+    """
+    stored = read_json(path)
+    if isinstance(stored, dict):  # a one-row run
+        return [stored]
+    try:
+        return _check_rows(stored, run, str(path))
+    except ValueError as error:
+        raise ValueError(f"{error}; delete it to run {run.name!r} again") from None
+
+
 def execute_run(experiment: Experiment[Any], config: Any, run: Run, run_dir: Path) -> list[Row]:
     """Execute one run with the config's threads and record it finished (``eval.json``,
-    written by rank 0 under ``torchrun``)."""
+    written by rank 0 under ``torchrun``).
+
+    Raises:
+        ValueError: when the experiment returns no rows for a run that yields them
+            (:attr:`Run.rows`), or something other than a list of row objects.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     with torch_threads(runner_args(config).threads):
         rows = experiment.execute(config, run, run_dir)
+    _check_rows(rows, run, f"{experiment.name}: what run {run.name!r} returned")
     if rank_and_world()[0] == 0:
         atomic_write_text(run_dir / "eval.json", json.dumps(rows, indent=2))
     return rows
@@ -310,8 +354,7 @@ def run_experiment(
     for run in runs:
         finished = folder / "runs" / run.name / "eval.json"
         if finished.is_file():
-            stored = json.loads(finished.read_text(encoding="utf-8"))
-            done[run.name] = stored if isinstance(stored, list) else [stored]  # one-row runs
+            done[run.name] = finished_rows(run, finished)
         else:
             pending.append(run)
     start = time.perf_counter()

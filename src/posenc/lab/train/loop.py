@@ -24,7 +24,14 @@ from torch import Tensor, nn
 
 from posenc.lab.batch import Batch, BatchSource, derive_seed, shard_slice
 from posenc.lab.distributed import rank_and_world, rank_device
-from posenc.lab.run import MetricsLog, as_json, atomic_torch_save, atomic_write_text, check_run_dir
+from posenc.lab.run import (
+    MetricsLog,
+    as_json,
+    atomic_torch_save,
+    atomic_write_text,
+    check_run_dir,
+    read_json,
+)
 from posenc.lab.train.config import TrainConfig, TrainResult
 from posenc.lab.train.loss import masked_ce_sum
 from posenc.lab.train.optim import ADAM_BETAS, ADAM_EPS, lr_at, parameter_groups
@@ -172,7 +179,7 @@ def _finished(model: nn.Module, config: TrainConfig, run_dir: Path) -> TrainResu
     model.to(device)
     final = torch.load(run_dir / "final.pt", map_location=device, weights_only=True)
     model.load_state_dict(final["model"])
-    return TrainResult(**json.loads((run_dir / "done.json").read_text(encoding="utf-8")))
+    return TrainResult(**read_json(run_dir / "done.json"))
 
 
 def _start(session: _Session, model: nn.Module) -> TrainState:

@@ -47,7 +47,7 @@ from posenc.lab.data.passkey import PASSKEY_DIGITS, passkey_batch
 from posenc.lab.experiments import extend
 from posenc.lab.experiments.longctx.claims import CLAIMS
 from posenc.lab.experiments.longctx.report import WINDOWED, format_longctx_tables
-from posenc.lab.run import as_json
+from posenc.lab.run import as_json, read_json
 from posenc.lab.runner import Experiment, Run, check_builds, run_experiment
 from posenc.models import DecoderLM, ModelConfig
 from posenc.registry import ModelDims, build_encoding
@@ -370,7 +370,7 @@ def _check_base(config: LongCtxConfig, seed: int) -> Path:
     saved = folder / "config.json"
     if not saved.is_file():
         raise ValueError(f"base_run {folder} has no config.json: not an experiment's out folder")
-    previous = flat_record(LongCtxConfig, json.loads(saved.read_text(encoding="utf-8")))
+    previous = flat_record(LongCtxConfig, read_json(saved))
     record = flat_record(LongCtxConfig, as_json(config))
     current = {name: record[name] for name in _BASE_FIELDS}
     for name in _BASE_FIELDS:
@@ -387,9 +387,10 @@ def _check_base(config: LongCtxConfig, seed: int) -> Path:
 
 def _plan(config: LongCtxConfig) -> list[Run]:
     """The bases (unless ``base_run`` holds them), then one evaluation per (seed, method)."""
-    bases = (
-        [] if config.base_run else [Run(f"base/seed{s}", {"seed": s}) for s in config.train.seeds]
-    )
+    bases = [
+        Run(f"base/seed{s}", {"seed": s}, rows=False)  # a base model, no rows
+        for s in ([] if config.base_run else config.train.seeds)
+    ]
     return bases + [
         Run(f"{method}/seed{seed}", {"method": method, "seed": seed}, stage=1)
         for seed in config.train.seeds
@@ -408,7 +409,7 @@ def _execute(config: LongCtxConfig, run: Run, folder: Path) -> list[Row]:
         base = folder.parent.parent / "base" / f"seed{seed}"
     else:
         base = _check_base(config, seed)
-    train_loss = json.loads((base / "done.json").read_text(encoding="utf-8"))["final_loss"]
+    train_loss = read_json(base / "done.json")["final_loss"]
     return _method_rows(config, corpus, extend.final_state(base), method, seed, train_loss)
 
 

@@ -89,7 +89,7 @@ from posenc.lab.data.temporal import (
 )
 from posenc.lab.experiments.temporal_links.claims import CLAIMS
 from posenc.lab.figures import encoding_color, finite, mean_line, new_figure, without_seed
-from posenc.lab.run import atomic_write_text
+from posenc.lab.run import atomic_write_text, read_json
 from posenc.lab.runner import Experiment, Run, Section, check_seeds, run_experiment
 from posenc.lab.tables import Table, complete_rows, has_column, pivot, seed_note, text_table
 from posenc.lab.train_links import (
@@ -338,7 +338,7 @@ def _execute(config: TemporalLinksConfig, run: Run, folder: Path) -> list[Row]:
 def _separation_figure(folder: Path) -> list[Row]:
     """Stage 1: ``separation.png`` from the ``trace.json`` of the drifting runs (no rows)."""
     traces = {
-        str(path.parent.relative_to(folder.parent)): json.loads(path.read_text("utf-8"))
+        str(path.parent.relative_to(folder.parent)): read_json(path)
         for path in sorted(folder.parent.glob("*/seed*/trace.json"))
     }
     figure = separation_over_time(traces)
@@ -358,7 +358,7 @@ def _plan(config: TemporalLinksConfig) -> list[Run]:
     ]
     if "drifting" in config.datasets and set(config.encodings) - {"none"}:
         params = {"dataset": "drifting", "encoding": "figure", "seed": 0}
-        runs.append(Run("drifting/separation", params, stage=1))
+        runs.append(Run("drifting/separation", params, stage=1, rows=False))
     return runs
 
 
