@@ -55,7 +55,7 @@ class _PlainRotary(SegmentedRotary):
     cache and rotated with the current frequencies (exact dynamic NTK under a cache).
     """
 
-    def segments(self) -> tuple[Segment, ...]:
+    def build_segments(self) -> tuple[Segment, ...]:
         return (Segment("all", Region()),)
 
 
