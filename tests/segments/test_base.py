@@ -177,6 +177,8 @@ class Capped(SegmentedRotary):
 def test_the_subclass_recipe_builds_its_segments_at_construction() -> None:
     method = Capped(RotaryEmbedding(8), window=3)
     assert [s.region for s in method.segments()] == [Region(hi=3), Region(lo=3)]
+    assert method.checked(method.segments())  # attention skips checking it again
+    assert not method.checked(tuple(list(method.segments())))
     _, distance = pair_positions(method.segments(), torch.arange(6), torch.arange(6))
     assert distance[5].tolist() == [3, 3, 3, 2, 1, 0]
 

@@ -47,7 +47,13 @@ from posenc.attention.plans.segments import segment_parts, segment_parts_apply
 from posenc.attention.rows import compute_dtype, expand_heads
 from posenc.encoding.protocols import RotaryEncoding
 from posenc.encoding.resolve import Hooks
-from posenc.segments.base import PositionMap, Region, Segment, check_segments
+from posenc.segments.base import (
+    PositionMap,
+    Region,
+    Segment,
+    SegmentedRotary,
+    check_segments,
+)
 from posenc.softmax.query_scale import scale_queries
 
 __all__ = ["Rotated", "rotate_keys_on_read", "segment_rows", "segmented_attention"]
@@ -256,8 +262,10 @@ def _rotate_segments(
         q = scale_queries(q, scale)
     segments: list[Segment] = [IDENTITY]
     if hooks.segments is not None:
-        own = hooks.segments.segments()
-        check_segments(own, type(hooks.segments).__name__)  # a hook that bypassed the build
+        method = hooks.segments
+        own = method.segments()
+        if not (isinstance(method, SegmentedRotary) and method.checked(own)):
+            check_segments(own, type(method).__name__)  # a hook that bypassed the build
         segments = list(own)
     memoise = True
     if per_query_lengths(encoding):

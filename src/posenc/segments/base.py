@@ -564,6 +564,11 @@ class SegmentedRotary(SegmentEncoding):
         check_segments(segments, type(self).__name__)
         self._segments = segments
 
+    def checked(self, segments: object) -> bool:
+        """True when ``segments`` is the tuple built and checked at construction (attention
+        checks any other tuple a ``segments()`` hook returns, :func:`check_segments`)."""
+        return segments is self.__dict__.get("_segments")
+
     def segments(self) -> tuple[Segment, ...]:
         """The method's segments (the segments hook)."""
         if "_segments" not in self.__dict__:  # an __init__ that bypassed the wrapper
