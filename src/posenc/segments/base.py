@@ -402,8 +402,8 @@ def check_segments(segments: object, owner: str = "segments") -> None:
     and the intervals repeat (shifted) with the query once it is past every bound of the
     regions (the widest band, plus the largest ``key_below``/``q_from``/``q_below``), with the
     chunk lengths' least common multiple as period: checking the query positions up to the
-    bounds plus two periods checks them all. A checked tuple is remembered (attention checks
-    the segments hook's tuple at each forward at the cost of a hash).
+    bounds plus two periods checks them all. A checked tuple is remembered: attention checks
+    a tuple that its method did not build and check at construction at the cost of a hash.
 
     Args:
         segments: a tuple of :class:`Segment`.
