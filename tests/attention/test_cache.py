@@ -117,3 +117,74 @@ def test_a_cache_stays_bound_to_its_layer_after_that_layer_is_gone() -> None:
     second = Attention(16, 2, pos=RotaryEmbedding(8)).eval()
     with pytest.raises(ValueError, match="cache: this KVCache already holds another"):
         second(torch.randn(1, 1, 16), cache=cache)
+
+
+def _decode(attn: Attention, x: torch.Tensor, cache: KVCache, start: int, stop: int) -> list:
+    return [attn(x[:, i : i + 1], cache=cache) for i in range(start, stop)]
+
+
+@pytest.mark.parametrize("method", ["sinks", "lm_infinite"])
+def test_rolling_back_a_rolling_cache_below_its_evicted_keys_raises(method: str) -> None:
+    """Truncating a rolling cache below the length it had just after its last eviction would
+    let the next queries miss keys it dropped: refused, naming both lengths."""
+    from posenc.segments import AttentionSinks, LMInfinite
+
+    torch.manual_seed(0)
+    rotary = RotaryEmbedding(8)
+    pos = (
+        AttentionSinks(rotary, sinks=1, window=3)
+        if method == "sinks"
+        else LMInfinite(rotary, local_window=4, global_tokens=1)
+    )
+    attn = Attention(16, 2, pos=pos).eval()
+    x = torch.randn(1, 30, 16)
+    cache = KVCache()
+    with torch.no_grad():
+        _decode(attn, x, cache, 0, 20)
+        assert cache.evicted > 0
+        floor = cache.rollback_floor
+        assert 0 < floor <= cache.length
+        with pytest.raises(
+            ValueError,
+            match=rf"length must be >= {floor} .*got {floor - 1}.* dropped {cache.evicted} keys",
+        ):
+            cache.truncate(floor - 1)
+        with pytest.raises(ValueError, match=rf"length must be >= {floor}"):
+            cache.truncate(0)
+        assert cache.length > floor - 1  # nothing was changed by the refusals
+
+
+@pytest.mark.parametrize("method", ["sinks", "lm_infinite"])
+def test_rolling_back_a_rolling_cache_to_its_floor_stays_exact(method: str) -> None:
+    """From the earliest length it accepts, decoding again equals a fresh forward."""
+    from posenc.segments import AttentionSinks, LMInfinite
+
+    torch.manual_seed(0)
+    rotary = RotaryEmbedding(8)
+    pos = (
+        AttentionSinks(rotary, sinks=1, window=3)
+        if method == "sinks"
+        else LMInfinite(rotary, local_window=4, global_tokens=1)
+    )
+    attn = Attention(16, 2, pos=pos).eval()
+    x = torch.randn(1, 30, 16)
+    cache = KVCache()
+    with torch.no_grad():
+        _decode(attn, x, cache, 0, 20)
+        floor = cache.rollback_floor
+        assert cache.positions is not None
+        next_position = int(cache.positions[floor - 1]) + 1
+        cache.truncate(floor)
+        again = torch.cat(_decode(attn, x, cache, next_position, 30), dim=1)
+        fresh = attn(x)
+    assert_close(again, fresh[:, next_position:])
+
+
+def test_a_cache_that_never_evicted_rolls_back_to_zero() -> None:
+    cache = KVCache()
+    attn = Attention(16, 2, pos=RotaryEmbedding(8)).eval()
+    with torch.no_grad():
+        attn(torch.randn(1, 5, 16), cache=cache)
+    assert cache.rollback_floor == 0
+    cache.truncate(0)
+    assert cache.length == 0

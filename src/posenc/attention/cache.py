@@ -18,7 +18,8 @@ Keys are kept in one of two forms (:data:`KeyForm`):
 A method whose pairs see only a window of keys (LM-Infinite, attention sinks) makes the cache
 *rolling*: keys no later query can see are dropped (in batches, when they outnumber the kept
 ones), the kept keys keep their original positions, and the method's position maps renumber
-them inside the window. Later queries must come at positions after the cached ones.
+them inside the window. Later queries must come at positions after the cached ones, and
+:meth:`KVCache.truncate` rolls back only to the length just after the last eviction.
 """
 
 from __future__ import annotations
@@ -155,6 +156,9 @@ class KVCache:
         self.index_positions = True
         #: Keys dropped so far by a rolling (windowed) method.
         self.evicted = 0
+        #: The earliest length :meth:`truncate` accepts: the length just after the last
+        #: eviction (0 while nothing was dropped).
+        self.rollback_floor = 0
         # the layer the cache serves, weakly (an id could be reused by a later layer)
         self._owner: weakref.ref[object] | None = None
 
@@ -282,6 +286,9 @@ class KVCache:
         self._map_key_metadata(lambda value: value.index_select(-1, index.to(value.device)))
         self.evicted += dropped
         self.index_positions = False
+        # a query before the newest kept key could have seen a dropped key: no rolling back
+        # below the keys kept now
+        self.rollback_floor = self.length
 
     def _map_key_metadata(self, keep: Callable[[Tensor], Tensor]) -> None:
         """Apply ``keep`` to each per-key tensor the cache holds besides keys and values."""
@@ -293,10 +300,25 @@ class KVCache:
             self.document_ids = keep(self.document_ids)
 
     def truncate(self, length: int) -> None:
-        """Keep the first ``length`` keys (speculative decoding, benchmarks, beam resets)."""
+        """Keep the first ``length`` keys (speculative decoding, benchmarks, beam resets).
+
+        A rolling cache rolls back only to :attr:`rollback_floor` (the length just after its
+        last eviction): below it the next queries would have seen keys it dropped.
+
+        Raises:
+            ValueError: naming ``length`` when it is above the cache length or below
+                :attr:`rollback_floor`.
+        """
         check_non_negative_int("length", length)
         if length > self.length:
             raise ValueError(f"length must be <= the cache length {self.length}, got {length}")
+        if length < self.rollback_floor:
+            raise ValueError(
+                f"length must be >= {self.rollback_floor} (the earliest length this rolling "
+                f"KVCache can roll back to), got {length}: it dropped {self.evicted} keys that "
+                "queries at the earlier positions would see; start a new cache (KVCache()) to "
+                "go back further, or keep every key with KVCache(evict=False)"
+            )
         for rows in (self._k, self._v, self._states, *self._memo.values()):
             rows.length = min(rows.length, length)
         self._map_key_metadata(lambda value: value[..., :length])

@@ -47,7 +47,13 @@ from posenc.attention.plans.segments import segment_parts, segment_parts_apply
 from posenc.attention.rows import compute_dtype, expand_heads
 from posenc.encoding.protocols import RotaryEncoding
 from posenc.encoding.resolve import Hooks
-from posenc.segments.base import PositionMap, Region, Segment
+from posenc.segments.base import (
+    PositionMap,
+    Region,
+    Segment,
+    SegmentedRotary,
+    check_segments,
+)
 from posenc.softmax.query_scale import scale_queries
 
 __all__ = ["Rotated", "rotate_keys_on_read", "segment_rows", "segmented_attention"]
@@ -254,9 +260,13 @@ def _rotate_segments(
     scale = None if hooks.segments is None else hooks.segments.query_scale(context.q_pos)
     if scale is not None:  # log-n: one factor per query row
         q = scale_queries(q, scale)
-    segments: list[Segment] = (
-        [IDENTITY] if hooks.segments is None else list(hooks.segments.segments())
-    )
+    segments: list[Segment] = [IDENTITY]
+    if hooks.segments is not None:
+        method = hooks.segments
+        own = method.segments()
+        if not (isinstance(method, SegmentedRotary) and method.checked(own)):
+            check_segments(own, type(method).__name__)  # a hook that bypassed the build
+        segments = list(own)
     memoise = True
     if per_query_lengths(encoding):
         groups = context.cached(

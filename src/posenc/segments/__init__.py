@@ -11,7 +11,7 @@ one softmax on every backend and keeps its KV cache unrotated
 * :class:`LMInfinite`: a Λ-shaped window with the first tokens at a capped distance.
 * :class:`AttentionSinks`: StreamingLLM's sinks and recent window, positions inside the cache.
 * :class:`Segment`, :class:`Region`, :class:`PositionMap`, :class:`SegmentedRotary`: how a
-  method is described (a new one is a subclass with a ``segments()`` method).
+  method is described (a new one is a subclass with a ``build_segments()`` method).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from posenc.segments.base import (
     Region,
     Segment,
     SegmentedRotary,
+    check_segments,
     log_scale,
     pair_positions,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "Segment",
     "SegmentedRotary",
     "SelfExtend",
+    "check_segments",
     "log_scale",
     "pair_positions",
 ]

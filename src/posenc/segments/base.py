@@ -24,6 +24,7 @@ when it reads them.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -39,6 +40,7 @@ __all__ = [
     "Region",
     "Segment",
     "SegmentedRotary",
+    "check_segments",
     "log_scale",
     "pair_positions",
 ]
@@ -228,6 +230,25 @@ class Region:
             inside = inside & (q_pos < self.q_below)
         return inside
 
+    def key_interval(self, q_pos: Tensor) -> tuple[Tensor, Tensor]:
+        """``(start, stop)``: the keys at positions ``0 … p`` the region holds for a query at
+        each integer position ``p`` of ``q_pos``, as the half-open ``[start, stop)`` (empty
+        when ``stop ≤ start``). A region holds one interval of keys per query: a band of
+        distances or of chunk indices, cut by ``key_below``."""
+        unit = 1 if self.chunk is None else self.chunk
+        base = self.coordinate(q_pos)
+        start = torch.zeros_like(q_pos) if self.hi is None else unit * (base - self.hi + 1)
+        stop = q_pos + 1 if self.lo is None else unit * (base - self.lo + 1)
+        start, stop = start.clamp(min=0), torch.minimum(stop, q_pos + 1)
+        if self.key_below is not None:
+            stop = stop.clamp(max=self.key_below)
+        queries = torch.ones_like(q_pos, dtype=torch.bool)
+        if self.q_from is not None:
+            queries &= q_pos >= self.q_from
+        if self.q_below is not None:
+            queries &= q_pos < self.q_below
+        return start, torch.where(queries, stop, 0)
+
     def seen_later(self, k_pos: Tensor, q_min: Tensor | float) -> Tensor:
         """Keys some query at a position ``≥ q_min`` (broadcast against ``k_pos``) may still
         pair with in this region; a rolling KV cache drops the keys no region keeps. The gap
@@ -298,16 +319,27 @@ class Segment:
 def pair_positions(
     segments: tuple[Segment, ...], q_pos: Tensor, k_pos: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """Which segment each causal pair lies in, and the distance it is rotated by.
+    """Which segment each pair that causal attention scores lies in, and the distance it is
+    rotated by.
+
+    The queries are the last ``q_len`` of the ``k_len`` keys (attention's causal order,
+    bottom-right aligned): query ``i`` sees key ``j`` when ``j ≤ k_len − q_len + i`` and a
+    segment's region holds their positions. The order is by index, as attention's, so two
+    tokens at one position still see only backwards.
 
     Args:
         segments: a method's :meth:`SegmentedRotary.segments`.
-        q_pos, k_pos: 1-D positions of the queries and keys.
+        q_pos, k_pos: positions of the queries and keys, ``(q_len,)`` and ``(k_len,)`` or
+            per row ``(batch, q_len)`` and ``(batch, k_len)``; ``q_len ≤ k_len``.
 
     Returns:
-        ``(index, distance)``, both ``(q, k)``: the segment index (−1 where no segment holds
-        the pair or the key comes after the query) and ``f_s(p_i) − g_s(p_j)`` in float64
-        (NaN where hidden). For plots and tests; attention never builds it.
+        ``(index, distance)``, both ``(q_len, k_len)`` (``(batch, q_len, k_len)`` per row):
+        the segment index (−1 where no segment holds the pair or the key comes after the
+        query) and ``f_s(p_i) − g_s(p_j)`` in float64 (NaN where hidden). For plots and tests;
+        attention never builds it.
+
+    Raises:
+        ValueError: naming ``q_pos``/``k_pos`` when their shapes do not fit.
 
     Example::
 
@@ -316,10 +348,27 @@ def pair_positions(
         >>> pair_positions(segs, torch.arange(4), torch.arange(4))[1][3]
         tensor([2., 2., 1., 0.], dtype=torch.float64)
     """
-    q_grid, k_grid = q_pos[:, None], k_pos[None, :]
-    index = torch.full((q_pos.numel(), k_pos.numel()), -1, dtype=torch.long)
-    distance = torch.full(index.shape, float("nan"), dtype=torch.float64)
-    causal = k_grid <= q_grid
+    if q_pos.dim() not in (1, 2) or k_pos.dim() != q_pos.dim():
+        raise ValueError(
+            "q_pos and k_pos must both be (seq,) or both (batch, seq); got shapes "
+            f"{tuple(q_pos.shape)} and {tuple(k_pos.shape)}"
+        )
+    if q_pos.dim() == 2 and q_pos.shape[0] != k_pos.shape[0]:
+        raise ValueError(
+            f"q_pos and k_pos must have one batch; got {q_pos.shape[0]} and {k_pos.shape[0]} rows"
+        )
+    q_len, k_len = q_pos.shape[-1], k_pos.shape[-1]
+    if q_len > k_len:
+        raise ValueError(
+            f"q_pos must not be longer than k_pos (the queries are the last keys); got {q_len} "
+            f"queries and {k_len} keys"
+        )
+    q_grid, k_grid = q_pos[..., :, None], k_pos[..., None, :]  # (..., q, 1), (..., 1, k)
+    shape = (*q_pos.shape[:-1], q_len, k_len)
+    index = torch.full(shape, -1, dtype=torch.long, device=q_pos.device)
+    distance = torch.full(shape, float("nan"), dtype=torch.float64, device=q_pos.device)
+    rows = torch.arange(q_len, device=q_pos.device)[:, None] + (k_len - q_len)
+    causal = torch.arange(k_len, device=q_pos.device)[None, :] <= rows  # (q, k), by index
     for number, segment in enumerate(segments):
         inside = segment.region.contains(q_grid, k_grid) & causal
         gap = segment.q_map(q_grid).to(torch.float64) - segment.k_map(k_grid).to(torch.float64)
@@ -335,20 +384,96 @@ def log_scale(positions: Tensor, base_length: int) -> Tensor:
     length ``base_length``, and 1 at negative positions (padding at -1, -5: never ``-inf`` or
     NaN, which would reach real tokens through the next layer). Float64. Also Qwen-1's
     log-n (:meth:`posenc.attention.QueryScale.logn`).
+
+    Raises:
+        ValueError: naming ``base_length`` unless it is an integer ≥ 2 (``log(1) = 0``
+            divides).
     """
+    _check_int("base_length", base_length, low=2)
     p = positions.to(torch.float64)
     return (torch.log((p + 1.0).clamp(min=1.0)) / math.log(base_length)).clamp(min=1.0)
+
+
+def check_segments(segments: object, owner: str = "segments") -> None:
+    """Refuse segments whose regions overlap on a causal pair, or that leave a query without
+    its own key (the pairs in no segment are hidden, so such a query could see nothing).
+
+    Each region holds an interval of keys per query position (:meth:`Region.key_interval`),
+    and the intervals repeat (shifted) with the query once it is past every bound of the
+    regions (the widest band, plus the largest ``key_below``/``q_from``/``q_below``), with the
+    chunk lengths' least common multiple as period: checking the query positions up to the
+    bounds plus two periods checks them all. A checked tuple is remembered: attention checks
+    a tuple that its method did not build and check at construction at the cost of a hash.
+
+    Args:
+        segments: a tuple of :class:`Segment`.
+        owner: what the messages name (the method's class).
+
+    Raises:
+        ValueError: naming ``owner``, the two overlapping segments and a pair they share, or
+            the first query position whose own key no segment holds.
+    """
+    if not isinstance(segments, tuple) or not segments:
+        raise ValueError(f"{owner}: the segments must be a non-empty tuple of Segment")
+    for segment in segments:
+        if not isinstance(segment, Segment):
+            raise ValueError(
+                f"{owner}: the segments must be Segment objects, got {type(segment).__name__}"
+            )
+    _check_partition(segments, owner)
+
+
+@functools.lru_cache(maxsize=64)
+def _check_partition(segments: tuple[Segment, ...], owner: str) -> None:
+    regions = [segment.region for segment in segments]
+    period, span, edge = 1, 0, 0
+    for region in regions:
+        unit = region.chunk or 1
+        period = math.lcm(period, unit)
+        span = max(span, unit * (abs(region.lo or 0) + abs(region.hi or 0) + 1))
+        edge = max(edge, *(abs(x or 0) for x in (region.key_below, region.q_from, region.q_below)))
+    count = span + edge + 1 + 2 * period
+    if count > 1 << 22:
+        raise ValueError(
+            f"{owner}: the regions' bounds and chunk lengths are too large to check ({count} "
+            "query positions); use smaller windows or one chunk length"
+        )
+    p = torch.arange(count, dtype=torch.int64)
+    intervals = [region.key_interval(p) for region in regions]
+    for a in range(len(regions)):
+        for b in range(a + 1, len(regions)):
+            (start_a, stop_a), (start_b, stop_b) = intervals[a], intervals[b]
+            first = torch.maximum(start_a, start_b)
+            both = first < torch.minimum(stop_a, stop_b)
+            if bool(both.any()):
+                q = int(both.nonzero()[0, 0])
+                raise ValueError(
+                    f"{owner}: segments {segments[a].name!r} and {segments[b].name!r} overlap "
+                    f"(both hold the query at position {q} with the key at {int(first[q])}); "
+                    "regions must be disjoint"
+                )
+    own = torch.zeros_like(p, dtype=torch.bool)
+    for start, stop in intervals:
+        own |= (start <= p) & (p < stop)
+    if not bool(own.all()):
+        q = int((~own).nonzero()[0, 0])
+        raise ValueError(
+            f"{owner}: no segment holds the query at position {q} with its own key (distance "
+            "0); every query must see itself in exactly one segment"
+        )
 
 
 class SegmentedRotary(SegmentEncoding):
     """Base of the segment methods: a one-axis rotary encoding whose pairs are positioned by
     segments (see the module docstring).
 
-    Subclasses implement :meth:`build_segments` (and :meth:`query_scale` for a log-n scale)
-    and call :meth:`_freeze` once their settings are set; the rotary hooks are the wrapped
-    encoding's. Settings are fixed at construction: build a new method to change them. The
-    encoding reads one position axis, serves causal attention only, and needs a KV cache that
-    keeps keys unrotated.
+    Subclasses set their settings in ``__init__`` (after ``super().__init__(rotary)``) and
+    implement :meth:`build_segments` (and :meth:`query_scale` for a log-n scale); the segments
+    are built and checked once, when the outermost ``__init__`` returns (overlapping regions,
+    or a query whose own key lies in no segment, raise ``ValueError`` there). The rotary hooks
+    are the wrapped encoding's. Settings are fixed at construction: build a new method to
+    change them. The encoding reads one position axis, serves causal attention only, and
+    needs a KV cache that keeps keys unrotated.
 
     Args:
         rotary: a one-axis rotary encoding (e.g. :class:`~posenc.rotary.RotaryEmbedding`
@@ -356,11 +481,44 @@ class SegmentedRotary(SegmentEncoding):
         log_scale_base: the pre-training length of a log-n query scale
             (:func:`log_scale`: every query times ``max(1, ln(p + 1) / ln(base))``), or
             None (off); ≥ 2.
+
+    Example::
+
+        >>> from posenc.rotary import RotaryEmbedding
+        >>> class Capped(SegmentedRotary):  # true distances below 4, every farther key at 4
+        ...     def __init__(self, rotary, *, window: int) -> None:
+        ...         super().__init__(rotary)
+        ...         self.window = window
+        ...     def build_segments(self) -> tuple[Segment, ...]:
+        ...         far = Segment("far", Region(lo=self.window), PositionMap(const=self.window),
+        ...                       PositionMap(const=0))
+        ...         return (Segment("near", Region(hi=self.window)), far)
+        >>> [s.name for s in Capped(RotaryEmbedding(8), window=4).segments()]
+        ['near', 'far']
     """
 
     shared_across_layers: ClassVar[bool] = True
     #: The segment methods are defined for causal (decoder) attention.
     causal_only: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Wrap each subclass's ``__init__`` so that the segments are built and checked once
+        the outermost ``__init__`` (the constructed class's) has set every setting."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self: SegmentedRotary, *args: Any, **kw: Any) -> None:
+            depth = self.__dict__.get("_init_depth", 0)
+            object.__setattr__(self, "_init_depth", depth + 1)
+            try:
+                init(self, *args, **kw)
+            finally:
+                object.__setattr__(self, "_init_depth", depth)
+            if depth == 0:
+                self._freeze()
+
+        cls.__init__ = __init__  # type: ignore[method-assign]
 
     def __init__(self, rotary: RotaryEncoding, *, log_scale_base: int | None = None) -> None:
         super().__init__()
@@ -391,19 +549,31 @@ class SegmentedRotary(SegmentEncoding):
     # ---- the segments hook ------------------------------------------------------------------
 
     def build_segments(self) -> tuple[Segment, ...]:
-        """The method's segments from its settings (disjoint regions; pairs in none are
-        hidden). Subclasses implement it and call :meth:`_freeze` at the end of
-        ``__init__``."""
-        raise NotImplementedError
+        """The method's segments from its settings: disjoint regions, each query's own key in
+        one of them; pairs in none are hidden. Subclasses implement it; it runs once, after
+        construction."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement build_segments() (a segment method's "
+            "segments from its settings)"
+        )
 
     def _freeze(self) -> None:
-        """Build the segments once: a method's settings are fixed at construction (a compiled
-        graph reads the same objects every call)."""
-        self._segments = self.build_segments()
+        """Build and check the segments once: a method's settings are fixed at construction (a
+        compiled graph reads the same objects every call)."""
+        segments = self.build_segments()
+        check_segments(segments, type(self).__name__)
+        self._segments = segments
+
+    def checked(self, segments: object) -> bool:
+        """True when ``segments`` is the tuple built and checked at construction (attention
+        checks any other tuple a ``segments()`` hook returns, :func:`check_segments`)."""
+        return segments is self.__dict__.get("_segments")
 
     def segments(self) -> tuple[Segment, ...]:
         """The method's segments (the segments hook)."""
-        segments: tuple[Segment, ...] = self._segments
+        if "_segments" not in self.__dict__:  # an __init__ that bypassed the wrapper
+            self._freeze()
+        segments: tuple[Segment, ...] = self.__dict__["_segments"]
         return segments
 
     def query_scale(self, positions: Tensor) -> Tensor | None:

@@ -65,7 +65,6 @@ class DualChunk(SegmentedRotary):
                 "length chunk_size - local_window must be >= 1"
             )
         self.local_window = local_window
-        self._freeze()
 
     @property
     def chunk_len(self) -> int:

@@ -63,7 +63,6 @@ class ReRoPE(SegmentedRotary):
                     f"leak must be > 1 (distances beyond w grow 1/leak as fast), got {leak}"
                 )
         self.leak = leak
-        self._freeze()
 
     def build_segments(self) -> tuple[Segment, ...]:
         w, k = self.window, self.leak

@@ -77,7 +77,6 @@ class SelfExtend(SegmentedRotary):
             )
         check_in_choices("offset", offset, ("float", "floor"))
         self.offset: Offset = offset
-        self._freeze()
 
     def build_segments(self) -> tuple[Segment, ...]:
         w, g = self.window, self.group

@@ -69,7 +69,6 @@ class LMInfinite(SegmentedRotary):
                 "beyond the local branch"
             )
         self.limit = limit
-        self._freeze()
 
     def build_segments(self) -> tuple[Segment, ...]:
         n = self.local_window
@@ -122,7 +121,6 @@ class AttentionSinks(SegmentedRotary):
         super().__init__(rotary)
         self.sinks = check_positive_int("sinks", sinks)
         self.window = check_positive_int("window", window)
-        self._freeze()
 
     def build_segments(self) -> tuple[Segment, ...]:
         span = self.window + 1  # the window and the query

@@ -652,3 +652,102 @@ def test_dynamic_ntk_decoding_equals_fresh_forwards() -> None:
     assert seq.shape[1] == 24
     assert patched_gap <= TOL
     assert hf_gap > 1e-3
+
+
+# ------------------------------------------------------------------------- (f) mixed patching
+
+
+def test_switching_attention_after_patch_segments_raises_instead_of_dropping_rope() -> None:
+    """After patch_segments the rotary tables are identity; an attention implementation
+    switched behind its back would run the model without RoPE: the next forward raises, and
+    switching back (or unpatching) restores the model."""
+    model = tiny("llama")
+    ids, _ = prompts()
+    ref = model(ids).logits
+    patch_segments(model)
+    patched = model(ids).logits
+    model.set_attn_implementation("sdpa")
+    with pytest.raises(
+        ValueError,
+        match=r"attention implementation is 'sdpa', but the model is patched by patch_segments"
+        r".*without RoPE.*unpatch_segments\(model\)",
+    ):
+        model(ids)
+    model.set_attn_implementation(ATTENTION_NAME)
+    torch.testing.assert_close(model(ids).logits, patched, rtol=0, atol=0)
+    model.set_attn_implementation("eager")
+    unpatch_segments(model)  # puts back the implementation chosen before patching
+    assert model.config._attn_implementation == "sdpa"
+    torch.testing.assert_close(model(ids).logits, ref, rtol=0, atol=0)
+
+
+def _patch_rotary(model: nn.Module) -> None:
+    patch_rotary(model)
+
+
+# name -> (calls before, the refused call, what its message must say)
+MIXED: dict[str, tuple[list[Callable[[nn.Module], Any]], Callable[[nn.Module], Any], str]] = {
+    "unpatch_rotary of a plain model": (
+        [],
+        unpatch_rotary,
+        r"not patched by patch_rotary \(its rotary modules are HF's own\): nothing to undo",
+    ),
+    "unpatch_segments of a plain model": (
+        [],
+        unpatch_segments,
+        r"not patched by patch_segments \(nothing to undo\)",
+    ),
+    "unpatch_rotary after patch_segments": (
+        [patch_segments],
+        unpatch_rotary,
+        r"not patched by patch_rotary; it is patched by patch_segments "
+        r"\(unpatch_segments\(model\) undoes that\)",
+    ),
+    "unpatch_segments after patch_rotary": (
+        [_patch_rotary],
+        unpatch_segments,
+        r"not patched by patch_segments; its rotary module is patch_rotary's "
+        r"\(unpatch_rotary\(model\) undoes that\)",
+    ),
+    "patch_rotary after patch_segments": (
+        [patch_segments],
+        _patch_rotary,
+        r"patched by patch_segments \(its rotary module is posenc's identity stand-in\): "
+        r"unpatch_segments\(model\) first, then patch_rotary",
+    ),
+    "patch_rotary after patch_rotary and patch_segments": (
+        [_patch_rotary, patch_segments],
+        _patch_rotary,
+        r"patched by patch_segments over patch_rotary's rope .*unpatch_segments\(model\) first",
+    ),
+    "unpatch_rotary after patch_rotary and patch_segments": (
+        [_patch_rotary, patch_segments],
+        unpatch_rotary,
+        r"patched by patch_segments over patch_rotary's rope: unpatch_segments\(model\) first, "
+        r"then unpatch_rotary\(model\)",
+    ),
+    "patch_segments twice": (
+        [patch_segments],
+        patch_segments,
+        r"already patched by patch_segments; unpatch_segments\(model\) first",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(MIXED))
+def test_mixed_patching_messages_say_what_is_patched_and_what_undoes_it(case: str) -> None:
+    """Each refused call leaves the model as it was, and following the message (the calls it
+    names, in its order) brings back the unpatched logits."""
+    before, refused, pattern = MIXED[case]
+    model = tiny("llama")
+    ids, _ = prompts()
+    ref = model(ids).logits
+    for call in before:
+        call(model)
+    state = model(ids).logits
+    with pytest.raises(ValueError, match=pattern):
+        refused(model)
+    torch.testing.assert_close(model(ids).logits, state, rtol=0, atol=0)
+    for call in reversed(before):  # the undo calls the messages name, outermost first
+        {patch_segments: unpatch_segments, _patch_rotary: unpatch_rotary}[call](model)
+    torch.testing.assert_close(model(ids).logits, ref, rtol=0, atol=0)

@@ -362,6 +362,16 @@ def patch_rotary(
     """
     if rope is not None and not isinstance(rope, RotaryEmbedding):
         raise ValueError(f"rope must be a posenc RotaryEmbedding, got {type(rope).__name__}")
+    segments = _segments_stand_in(model)
+    if segments is not None:
+        under = (
+            " over patch_rotary's rope" if isinstance(segments.original, HFRotaryAdapter) else ""
+        )
+        raise ValueError(
+            f"model is patched by patch_segments{under} (its rotary module is posenc's identity "
+            "stand-in): unpatch_segments(model) first, then patch_rotary, then patch_segments "
+            "again"
+        )
     found = rotary_modules(model)
     if not found:
         raise ValueError(
@@ -399,8 +409,30 @@ def _replace(model: nn.Module, by_id: Mapping[int, nn.Module]) -> None:
 
 def unpatch_rotary(model: nn.Module) -> nn.Module:
     """Undo :func:`patch_rotary`: put every original HF rotary module back (in place)."""
+    segments = _segments_stand_in(model)
+    if segments is not None:
+        if isinstance(segments.original, HFRotaryAdapter):
+            raise ValueError(
+                "model is patched by patch_segments over patch_rotary's rope: "
+                "unpatch_segments(model) first, then unpatch_rotary(model)"
+            )
+        raise ValueError(
+            "model is not patched by patch_rotary; it is patched by patch_segments "
+            "(unpatch_segments(model) undoes that)"
+        )
     patched = [m for _, m in model.named_modules() if isinstance(m, HFRotaryAdapter)]
     if not patched or any(m.original is None for m in patched):
-        raise ValueError("model is not patched by posenc (its rotary modules are HF's own)")
+        raise ValueError(
+            "model is not patched by patch_rotary (its rotary modules are HF's own): nothing to "
+            "undo"
+        )
     _replace(model, {id(m): m.original for m in patched if m.original is not None})
     return model
+
+
+def _segments_stand_in(model: nn.Module) -> Any:
+    """The rotary stand-in of :func:`~posenc.integrations.hf.segments.patch_segments` in
+    ``model``, or None (imported here: the segments package imports this module)."""
+    from posenc.integrations.hf.segments.forward import IdentityRotary
+
+    return next((m for m in model.modules() if isinstance(m, IdentityRotary)), None)

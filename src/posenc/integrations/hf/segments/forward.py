@@ -58,6 +58,7 @@ class IdentityRotary(nn.Module):
 
     @torch.no_grad()
     def forward(self, x: Tensor, position_ids: Tensor, *args: Any, **kwargs: Any) -> Any:
+        _check_attention_implementation(self.state)
         self.state.positions = _read_positions(position_ids)
         tables = self.original(x, position_ids, *args, **kwargs)
         if not (isinstance(tables, tuple) and len(tables) == 2):
@@ -67,6 +68,22 @@ class IdentityRotary(nn.Module):
             )
         cos, sin = tables
         return torch.ones_like(cos), torch.zeros_like(sin)
+
+
+def _check_attention_implementation(state: SegmentState) -> None:
+    """The tables are identity: a layer whose attention is not :data:`ATTENTION_NAME` (the
+    model's ``set_attn_implementation`` called after patching) would run without RoPE."""
+    for module in state.modules:
+        config = getattr(module, "config", None)
+        chosen = getattr(config, "_attn_implementation", ATTENTION_NAME)
+        if chosen != ATTENTION_NAME:
+            raise ValueError(
+                f"model: its attention implementation is {chosen!r}, but the model is patched by "
+                f"patch_segments (attention {ATTENTION_NAME!r}, identity rotary tables): it would "
+                "run without RoPE. Call unpatch_segments(model) before set_attn_implementation "
+                f"(then patch_segments again if wanted), or set_attn_implementation("
+                f"{ATTENTION_NAME!r}) to go back"
+            )
 
 
 def _read_positions(position_ids: Tensor) -> QueryPositions:

@@ -55,7 +55,7 @@ class _PlainRotary(SegmentedRotary):
     cache and rotated with the current frequencies (exact dynamic NTK under a cache).
     """
 
-    def segments(self) -> tuple[Segment, ...]:
+    def build_segments(self) -> tuple[Segment, ...]:
         return (Segment("all", Region()),)
 
 
@@ -244,7 +244,9 @@ def patch_segments(
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     parent, attr, original = _find_rotary(model)
     if isinstance(original, IdentityRotary):
-        raise ValueError("model is already patched by patch_segments; unpatch_segments first")
+        raise ValueError(
+            "model is already patched by patch_segments; unpatch_segments(model) first"
+        )
     attentions = [
         m
         for m in model.modules()
@@ -296,6 +298,11 @@ def unpatch_segments(model: nn.Module) -> nn.Module:
     patched raises ValueError. Caches built while patched hold unrotated keys: drop them."""
     parent, attr, module = _find_rotary(model)
     if not isinstance(module, IdentityRotary):
+        if isinstance(module, HFRotaryAdapter):
+            raise ValueError(
+                "model is not patched by patch_segments; its rotary module is patch_rotary's "
+                "(unpatch_rotary(model) undoes that)"
+            )
         raise ValueError("model is not patched by patch_segments (nothing to undo)")
     state = module.state
     setattr(parent, attr, state.original)
