@@ -57,6 +57,7 @@ def patchify(images: Tensor, patch_size: int) -> Tensor:
 
     Example::
 
+        >>> import torch
         >>> patchify(torch.arange(16.0).reshape(1, 1, 4, 4), 2)[0, 1]
         tensor([2., 3., 6., 7.])
     """

@@ -422,9 +422,22 @@ class EncoderClassifier(nn.Module):
     Causal-only encodings (``causal_only``: xPos, CoPE, the segment methods) are refused
     (``ValueError`` naming ``pos``). Meta-device construction as :class:`DecoderLM`.
 
+    An image classifier (ViT) by name: ``ModelConfig(grid=(h, w), patch_size=p)`` reads
+    images ``(batch, in_channels, h·p, w·p)`` through a linear patch embedding; grid encodings
+    (``rope_axial``, ``sinusoidal_2d``, ...) take the grid, and the default positions are the
+    grid's, row-major (:class:`ModelConfig`). Images or token rows that do not fit the grid
+    raise ``ValueError`` naming ``grid`` unless ``positions`` place them.
+
     Shape:
-        tokens ``(batch, seq)`` → logits ``(batch, num_classes)``; :meth:`encode` returns
-        the per-token states ``(batch, seq, dim)``.
+        tokens ``(batch, seq)`` (or images ``(batch, in_channels, H, W)`` with
+        ``patch_size``: ``seq = (H/p)·(W/p)`` patches) → logits ``(batch, num_classes)``;
+        :meth:`encode` returns the per-token states ``(batch, seq, dim)``.
+
+    Example::
+
+        >>> config = ModelConfig(dim=64, num_heads=4, pos="rope_mixed", grid=(8, 8), patch_size=4)
+        >>> EncoderClassifier(config, num_classes=10)(torch.randn(2, 3, 32, 32)).shape
+        torch.Size([2, 10])
     """
 
     def __init__(self, config: ModelConfig, num_classes: int) -> None:
