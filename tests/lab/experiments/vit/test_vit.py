@@ -33,6 +33,7 @@ from posenc.lab.experiments.vit import (
 )
 from posenc.lab.results import read_results_csv
 from posenc.models import Block, EncoderClassifier, ModelConfig
+from posenc.positions import grid_positions
 from posenc.registry import EncodingSpec, list_encodings, register_encoding, unregister_encoding
 from posenc.rotary import AxialRotary2D
 
@@ -416,3 +417,28 @@ def test_config_validation_leaves_the_global_rng_alone() -> None:
     torch.manual_seed(0)
     DigitsViTConfig(encoding="learned", dim=16, num_heads=2)  # a trial build draws a table
     assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("encoding", [e for e in ENCODINGS if _servable(e)])
+def test_the_vit_is_the_public_model_its_config_names(encoding: str) -> None:
+    """Same config, same seed: the ViT's weights and logits are those of
+    ``EncoderClassifier(config.model_config(), 10)`` on its scaled pixels."""
+    config = DigitsViTConfig(encoding=encoding, dim=16, depth=2, num_heads=2)
+    torch.manual_seed(0)
+    vit = DigitsViT(config).eval()
+    torch.manual_seed(0)
+    public = EncoderClassifier(config.model_config(), num_classes=10).eval()
+    ours, theirs = vit.state_dict(), public.state_dict()
+    assert list(ours) == [f"model.{key}" for key in theirs]
+    for mine, built in zip(ours.values(), theirs.values(), strict=True):
+        assert torch.equal(mine, built)
+    tokens = torch.randint(0, 17, (3, 64), generator=torch.Generator().manual_seed(2))
+    # the ViT numbers its patches explicitly (as before it was the public model): the same
+    # positions give the same logits bit for bit; the model's own default positions (the
+    # index path of some encodings: FIRE, XL, dynamic) agree to rounding
+    axes = public.trunk.position_hooks.num_axes
+    positions = grid_positions(4, 4) if axes == 2 else torch.arange(16)
+    with torch.no_grad():
+        logits = vit(tokens)
+        assert torch.equal(logits, public(vit.pixels(tokens), positions))
+        assert_close(public(vit.pixels(tokens)), logits)
