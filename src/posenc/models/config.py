@@ -1,7 +1,8 @@
 """The configuration of posenc's small transformers (:mod:`posenc.models`).
 
-:class:`ModelConfig` holds the shape, the encoding by name and the per-layer attention
-options (Llama-4's iRoPE layout: NoPE layers, chunked local attention, a query temperature);
+:class:`ModelConfig` holds the shape, the encoding by name, the input (token ids, or images
+cut into patches on a ``grid``) and the per-layer attention options (Llama-4's iRoPE layout:
+NoPE layers, chunked local attention, a query temperature);
 :meth:`ModelConfig.layer_attention` says what one layer gets (:class:`LayerAttention`).
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 from posenc._validate import check_positive_int
 from posenc.attention import QueryScale
 from posenc.attention.backends import NAMES as BACKENDS
-from posenc.registry import ModelDims
+from posenc.registry import ModelDims, list_encodings
 
 __all__ = ["LayerAttention", "ModelConfig"]
 
@@ -44,6 +45,20 @@ class ModelConfig:
             ``QueryScale.logn(train_len)``) on the ``nope_layers`` when there are any
             (Llama-4's temperature tuning), else on every layer (Qwen-1's log-n); needs
             one-axis positions.
+        grid: the token grid of an image (``(height, width)`` in patches) or a video
+            (``(frames, height, width)``), row-major: token ``t`` of an ``H × W`` grid sits at
+            row ``t // W``, column ``t % W``. Grid encodings (``rope_axial``, ``rope_mixed``,
+            ``rope_2d``, ``sinusoidal_2d``, ``learned_2d``, ...: ``needs_grid`` in ``posenc
+            list``) take their sizes from it and need it; the model's default positions
+            are the grid's (:func:`~posenc.positions.grid_positions` for an encoding reading
+            one axis per grid axis, the row-major index for one reading one axis). Only
+            :class:`~posenc.models.EncoderClassifier` takes a grid. Needs
+            ``max_seq_len >= prod(grid)``.
+        patch_size: the model reads images ``(batch, in_channels, H, W)`` cut into
+            ``patch_size × patch_size`` patches (a linear patch embedding, as ViT's) in place
+            of token ids; needs a 2-axis ``grid`` (the images' default size is
+            ``grid · patch_size``); ``vocab_size`` is then unused. None: token ids.
+        in_channels: channels of the images (with ``patch_size``; 3 for RGB).
     """
 
     vocab_size: int = 256
@@ -60,6 +75,9 @@ class ModelConfig:
     nope_layers: tuple[int, ...] = ()
     chunk_size: int | None = None
     query_scale: QueryScale | None = None
+    grid: tuple[int, ...] | None = None
+    patch_size: int | None = None
+    in_channels: int = 3
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "depth", "num_heads", "max_seq_len"):
@@ -108,6 +126,31 @@ class ModelConfig:
                 "query_scale must be a posenc QueryScale (QueryScale.llama4(), "
                 f"QueryScale.logn(train_len)) or None; got {type(self.query_scale).__name__}"
             )
+        object.__setattr__(self, "grid", _check_grid(self.grid, self.max_seq_len))
+        check_positive_int("in_channels", self.in_channels)
+        if self.patch_size is not None:
+            check_positive_int("patch_size", self.patch_size)
+            if self.grid is None or len(self.grid) != 2:
+                raise ValueError(
+                    "grid must be (height, width) in patches when patch_size is set (images "
+                    f"are cut into a 2-axis grid of patches); got grid={self.grid!r}"
+                )
+        if self.grid is None and self.pos in _grid_encoding_names():
+            raise ValueError(
+                f"grid is required: encoding {self.pos!r} is defined on a patch grid; set "
+                "ModelConfig(grid=(height, width)) in patches (e.g. grid=(8, 8) with "
+                "patch_size=4 for 32×32 images), or (frames, height, width) for a video"
+            )
+
+    @property
+    def images(self) -> bool:
+        """The model reads images cut into patches (``patch_size`` set), not token ids."""
+        return self.patch_size is not None
+
+    @property
+    def num_tokens(self) -> int | None:
+        """Tokens of the grid, ``prod(grid)`` (None without a grid)."""
+        return None if self.grid is None else math.prod(self.grid)
 
     def layer_attention(self, index: int) -> LayerAttention:
         """What layer ``index``'s attention gets: the encoding or none (``nope_layers``),
@@ -128,9 +171,39 @@ class ModelConfig:
             num_heads=self.num_heads,
             max_seq_len=self.max_seq_len,
             causal=causal,
-            vocab_size=self.vocab_size,
+            grid=self.grid,
+            vocab_size=None if self.images else self.vocab_size,  # images have no token ids
             num_kv_heads=self.num_kv_heads,
         )
+
+
+def _grid_encoding_names() -> frozenset[str]:
+    """Names of the registered encodings that need a grid (``needs_grid``), read at call
+    time (a user's registered encoding counts)."""
+    return frozenset(spec.name for spec in list_encodings() if spec.needs_grid)
+
+
+def _check_grid(grid: object, max_seq_len: int) -> tuple[int, ...] | None:
+    """``grid`` as a tuple of 1 to 3 axis sizes >= 1 whose product fits ``max_seq_len``."""
+    if grid is None:
+        return None
+    if isinstance(grid, (str, bytes)) or not isinstance(grid, (tuple, list)):
+        raise ValueError(
+            "grid must be None or 1 to 3 axis sizes ((height, width) in patches; (frames, "
+            f"height, width)), got {type(grid).__name__}"
+        )
+    if not 1 <= len(grid) <= 3:
+        raise ValueError(
+            "grid must be None or 1 to 3 axis sizes ((height, width) in patches; (frames, "
+            f"height, width)), got {len(grid)} axes: {tuple(grid)!r}"
+        )
+    sizes = tuple(check_positive_int(f"grid[{i}]", n) for i, n in enumerate(grid))
+    if math.prod(sizes) > max_seq_len:
+        raise ValueError(
+            f"grid {sizes} holds {math.prod(sizes)} tokens, more than max_seq_len="
+            f"{max_seq_len}; give max_seq_len >= prod(grid)"
+        )
+    return sizes  # JSON gives a list
 
 
 def _check_nope_layers(layers: object, depth: int) -> tuple[int, ...]:

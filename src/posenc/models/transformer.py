@@ -7,13 +7,20 @@ Both take a :class:`ModelConfig`; ``pos`` and ``pos_kwargs`` select the encoding
 :mod:`posenc.registry`, so an experiment can sweep encodings by name. Llama-4's iRoPE
 layout is three more fields: ``nope_layers`` (layers without the encoding), ``chunk_size``
 (chunked local attention on the other layers) and ``query_scale`` (a query temperature on
-the NoPE layers); see :meth:`ModelConfig.layer_attention`.
+the NoPE layers); see :meth:`ModelConfig.layer_attention`. An image classifier is three
+more: ``grid`` (the patch grid, which grid encodings such as ``rope_axial`` read),
+``patch_size`` and ``in_channels`` (images in place of token ids).
 
 Example::
 
     >>> model = DecoderLM(ModelConfig(vocab_size=256, dim=64, depth=2, num_heads=4, pos="alibi"))
     >>> model(torch.randint(0, 256, (2, 16))).shape
     torch.Size([2, 16, 256])
+    >>> vit = EncoderClassifier(
+    ...     ModelConfig(dim=64, num_heads=4, pos="rope_axial", grid=(8, 8), patch_size=4), 10
+    ... )
+    >>> vit(torch.randn(2, 3, 32, 32)).shape
+    torch.Size([2, 10])
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_positive_int
+from posenc._validate import check_finite, check_positive_int
 from posenc.attention import (
     Attention,
     AttentionContext,
@@ -38,7 +45,9 @@ from posenc.encoding.protocols import TokenEmbedding
 from posenc.encoding.resolve import Hooks
 from posenc.models.config import LayerAttention, ModelConfig
 from posenc.models.layout import LayerEncodings, check_tokens, layer_encodings
-from posenc.registry import build_encoding
+from posenc.models.patches import check_images, patchify
+from posenc.positions import grid_positions
+from posenc.registry import build_encoding, encoding_spec
 
 __all__ = [
     "Block",
@@ -134,6 +143,13 @@ def _check_token_embedding(encoding: TokenEmbedding, config: ModelConfig) -> Non
         )
 
 
+def _refuse_token_embedding(pos: str) -> None:
+    raise ValueError(
+        f"pos: {pos!r} embeds token ids in place of the token embedding; a model reading "
+        "images (patch_size set) embeds pixel patches"
+    )
+
+
 def _init_embedding(weight: Tensor, dim: int) -> None:
     """The token table's draws in :class:`_Trunk`'s constructor: ``nn.Embedding``'s own
     ``N(0, 1)``, then ``N(0, 1/dim)`` (both kept, so that a seed gives the model it always
@@ -146,7 +162,9 @@ def _init_embedding(weight: Tensor, dim: int) -> None:
 class _Trunk(nn.Module):
     """Embedding, additive encoding, blocks and final norm, shared by both models.
 
-    An encoding with the token-embedding hook (``embed_tokens``) replaces the embedding.
+    An encoding with the token-embedding hook (``embed_tokens``) replaces the embedding. With
+    ``config.patch_size`` the input is images and a linear patch embedding (ViT's) replaces
+    the token table (built first, as the table would be; no ``sqrt(dim)`` scale).
 
     The per-forward :class:`~posenc.attention.AttentionContext` (positions, mask, the
     tables of a shared encoding) is built and validated once here and handed to every layer.
@@ -156,11 +174,26 @@ class _Trunk(nn.Module):
         super().__init__()
         self.config = config
         self.causal = causal
-        embed = nn.Embedding(config.vocab_size, config.dim)  # draws N(0, 1) (kept: seeds)
-        # Token vectors enter at unit scale (init std dim^-1/2, times sqrt(dim)) so that an
-        # additive encoding of unit amplitude neither drowns them nor is drowned (fairseq).
-        nn.init.normal_(embed.weight, std=config.dim**-0.5)
-        self.embed: nn.Embedding | None = embed
+        if causal and (config.grid is not None or config.images):
+            raise ValueError(
+                "grid and patch_size are for EncoderClassifier (images, bidirectional); "
+                f"DecoderLM is a sequence model: got grid={config.grid!r}, "
+                f"patch_size={config.patch_size!r}"
+            )
+        if config.images and callable(getattr(encoding_spec(config.pos).cls, "embed_tokens", None)):
+            _refuse_token_embedding(config.pos)  # before building: it needs a vocabulary
+        self.embed: nn.Embedding | None = None
+        self.patch_embed: nn.Linear | None = None
+        if config.images:
+            assert config.patch_size is not None
+            width = config.in_channels * config.patch_size**2
+            self.patch_embed = nn.Linear(width, config.dim)
+        else:
+            embed = nn.Embedding(config.vocab_size, config.dim)  # draws N(0, 1) (kept: seeds)
+            # Token vectors enter at unit scale (init std dim^-1/2, times sqrt(dim)) so that an
+            # additive encoding of unit amplitude neither drowns them nor is drowned (fairseq).
+            nn.init.normal_(embed.weight, std=config.dim**-0.5)
+            self.embed = embed
         self.embed_scale = math.sqrt(config.dim)
         dims = config.dims(causal=causal)
         laid = layer_encodings(
@@ -170,6 +203,8 @@ class _Trunk(nn.Module):
         )
         self.additive = laid.additive
         self.token_embedding = laid.token_embedding
+        if laid.hooks.token_embedding is not None and config.images:
+            _refuse_token_embedding(config.pos)  # a wrapper around one
         if laid.hooks.token_embedding is not None:
             _check_token_embedding(laid.hooks.token_embedding, config)
             # The encoding is the token embedding: no table of our own. (It is still drawn
@@ -189,6 +224,15 @@ class _Trunk(nn.Module):
                 f"query_scale reads one position per query; pos {config.pos!r} reads "
                 f"{laid.hooks.num_axes} position axes"
             )
+        self.grid_positions = False  # default positions: the grid's axes (else the index)
+        if config.grid is not None and (laid.hooks.encoding is not None):
+            axes = laid.hooks.num_axes
+            if axes not in (1, len(config.grid)):
+                raise ValueError(
+                    f"pos {config.pos!r} reads {axes} position axes; grid {config.grid} gives "
+                    f"{len(config.grid)} (one per grid axis) or 1 (the row-major token index)"
+                )
+            self.grid_positions = axes == len(config.grid) and axes > 1
 
     def encodings(self) -> list[PositionalEncoding]:
         """The encoding modules, each once, in the order the constructor built them (the
@@ -205,7 +249,9 @@ class _Trunk(nn.Module):
         """Re-draw every parameter as the constructor does, in its order: the embedding,
         the encodings, the blocks, the final norm. See :meth:`DecoderLM.reset_parameters`."""
         config = self.config
-        if self.embed is not None:
+        if self.patch_embed is not None:
+            self.patch_embed.reset_parameters()
+        elif self.embed is not None:
             _init_embedding(self.embed.weight, config.dim)
         else:  # the constructor drew a table the encoding then replaced: draw it again
             device = self.norm.weight.device
@@ -243,13 +289,37 @@ class _Trunk(nn.Module):
         cache: list[KVCache] | None,
     ) -> Tensor:
         device = self.norm.weight.device
+        config = self.config
+        name = "images" if config.images else "tokens"
         if isinstance(tokens, Tensor) and tokens.device != device:  # before reading values
             raise ValueError(
-                f"tokens must be on {device} (the model's device); got a tensor on "
+                f"{name} must be on {device} (the model's device); got a tensor on "
                 f"{tokens.device}: move it with .to({str(device)!r})"
             )
-        check_tokens(tokens, self.config.vocab_size)
-        batch, seq = tokens.shape
+        if config.images:
+            assert config.patch_size is not None and self.patch_embed is not None
+            images = check_images(tokens, config.in_channels, config.patch_size)
+            check_finite("images", images)
+            height, width = images.shape[-2:]
+            patches = patchify(images, config.patch_size)
+            batch, seq = patches.shape[:2]
+            size = (height // config.patch_size, width // config.patch_size)
+            misfit = f"{height}×{width} images give a {size[0]}×{size[1]} patch grid"
+            fits = size == config.grid
+        else:
+            check_tokens(tokens, config.vocab_size)
+            batch, seq = tokens.shape
+            misfit = f"{seq} tokens per row"
+            fits = seq == config.num_tokens
+        if config.grid is not None and positions is None:
+            if not fits:  # positions given: the caller places the tokens (another grid)
+                raise ValueError(
+                    f"{name} do not fit grid={config.grid} (patch_size={config.patch_size}, "
+                    f"{config.num_tokens} tokens, row-major): {misfit}; give {name} of the "
+                    "grid's size, or positions for another layout"
+                )
+            if self.grid_positions:
+                positions = grid_positions(*config.grid, device=device)
         if cache is not None and (
             not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks)
         ):
@@ -267,7 +337,9 @@ class _Trunk(nn.Module):
             cache=None if cache is None else cache[0],
         )
         hooks = self.position_hooks
-        if hooks.token_embedding is not None:
+        if self.patch_embed is not None:
+            x = self.patch_embed(patches.to(self.patch_embed.weight.dtype))
+        elif hooks.token_embedding is not None:
             x = hooks.token_embedding.embed_tokens(tokens, context.q_pos)
         else:
             assert self.embed is not None
@@ -350,9 +422,22 @@ class EncoderClassifier(nn.Module):
     Causal-only encodings (``causal_only``: xPos, CoPE, the segment methods) are refused
     (``ValueError`` naming ``pos``). Meta-device construction as :class:`DecoderLM`.
 
+    An image classifier (ViT) by name: ``ModelConfig(grid=(h, w), patch_size=p)`` reads
+    images ``(batch, in_channels, h·p, w·p)`` through a linear patch embedding; grid encodings
+    (``rope_axial``, ``sinusoidal_2d``, ...) take the grid, and the default positions are the
+    grid's, row-major (:class:`ModelConfig`). Images or token rows that do not fit the grid
+    raise ``ValueError`` naming ``grid`` unless ``positions`` place them.
+
     Shape:
-        tokens ``(batch, seq)`` → logits ``(batch, num_classes)``; :meth:`encode` returns
-        the per-token states ``(batch, seq, dim)``.
+        tokens ``(batch, seq)`` (or images ``(batch, in_channels, H, W)`` with
+        ``patch_size``: ``seq = (H/p)·(W/p)`` patches) → logits ``(batch, num_classes)``;
+        :meth:`encode` returns the per-token states ``(batch, seq, dim)``.
+
+    Example::
+
+        >>> config = ModelConfig(dim=64, num_heads=4, pos="rope_mixed", grid=(8, 8), patch_size=4)
+        >>> EncoderClassifier(config, num_classes=10)(torch.randn(2, 3, 32, 32)).shape
+        torch.Size([2, 10])
     """
 
     def __init__(self, config: ModelConfig, num_classes: int) -> None:

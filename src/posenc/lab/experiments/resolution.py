@@ -46,7 +46,6 @@ from posenc.lab.experiments.vit import (
     NONE,
     DigitsViT,
     VitConfig,
-    patchify,
     prepare_digits,
     train_digits_vit,
 )
@@ -175,9 +174,8 @@ def evaluate_at(
     correct = 0
     with torch.no_grad():
         for start in range(0, images.shape[0], 512):
-            chunk = images[start : start + 512]
-            embedded = model.patch_embed(patchify(chunk, patch))
-            logits = model.classify(embedded, grid=grid, coords=coords)
+            chunk = images[start : start + 512].reshape(-1, 1, side, side)
+            logits = model.classify(chunk, grid=grid, coords=coords)
             correct += int((logits.argmax(-1) == labels[start : start + 512]).sum())
     return correct / images.shape[0]
 

@@ -32,7 +32,8 @@ from posenc.lab.experiments.vit import (
     run_vit,
 )
 from posenc.lab.results import read_results_csv
-from posenc.models import Block, ModelConfig
+from posenc.models import Block, EncoderClassifier, ModelConfig
+from posenc.positions import grid_positions
 from posenc.registry import EncodingSpec, list_encodings, register_encoding, unregister_encoding
 from posenc.rotary import AxialRotary2D
 
@@ -192,8 +193,7 @@ def test_patch_order(encoding: str) -> None:
     with torch.no_grad():
         logits, logits_permuted = model(tokens), model(permuted)
         # Moving each patch together with its position never changes the logits.
-        patches = model.embed(tokens)
-        assert_close(model.classify(patches[:, perm], perm), logits, rtol=1e-5, atol=1e-5)
+        assert_close(model(permuted, perm), logits, rtol=1e-5, atol=1e-5)
     if encoding in ("none", "nope"):
         assert_close(logits_permuted, logits, rtol=1e-5, atol=1e-5)
     else:
@@ -315,21 +315,40 @@ class _DirectViT(nn.Module):
 
 @pytest.mark.parametrize("encoding", DEFAULT_ENCODINGS)
 def test_registry_construction_equals_the_classes_built_directly(encoding: str) -> None:
-    """Same seed, same parameters and the same logits: the documented rows reproduce."""
+    """Same seed, same parameters and the same logits: the documented rows reproduce. The
+    ViT is the public EncoderClassifier; the direct build is the ViT's first wiring (its
+    parameters in the same order, under the names run folders of that version saved)."""
     torch.manual_seed(0)
     model = DigitsViT(DigitsViTConfig(encoding=encoding, dim=16, depth=2, num_heads=2))
+    assert isinstance(model.model, EncoderClassifier)
     torch.manual_seed(0)
     direct = _DirectViT(encoding, dim=16, depth=2, num_heads=2)
     ours, theirs = model.state_dict(), direct.state_dict()
-    assert list(ours) == list(theirs)
-    for key in ours:
-        assert torch.equal(ours[key], theirs[key]), key
+    assert [key.removeprefix("model.").removeprefix("trunk.") for key in ours] == list(theirs)
+    for mine, old in zip(ours.values(), theirs.values(), strict=True):
+        assert torch.equal(mine, old)
     assert type(model.encoding) is type(direct.additive or direct.blocks[0].attn.pos)
-    patches = model.embed(torch.randint(0, 17, (3, 64)))
+    tokens = torch.randint(0, 17, (3, 64))
+    patches = direct.patch_embed(patchify(model.pixels(tokens).reshape(3, 8, 8), 2))
     perm = torch.randperm(16, generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         for positions in (torch.arange(16), perm):
-            assert torch.equal(model.classify(patches, positions), direct(patches, positions))
+            permuted = _unpatchify(patchify(tokens, 2)[:, positions], 2)
+            assert torch.equal(model(permuted, positions), direct(patches[:, positions], positions))
+
+
+@pytest.mark.parametrize("encoding", DEFAULT_ENCODINGS)
+def test_weights_saved_under_the_old_names_load(encoding: str) -> None:
+    """Run folders written before the ViT was the public model keep loading."""
+    torch.manual_seed(1)
+    direct = _DirectViT(encoding, dim=16, depth=2, num_heads=2)
+    model = DigitsViT(DigitsViTConfig(encoding=encoding, dim=16, depth=2, num_heads=2))
+    model.load_state_dict(direct.state_dict())  # strict: every key found
+    for mine, old in zip(model.state_dict().values(), direct.state_dict().values(), strict=True):
+        assert torch.equal(mine, old)
+    wrapped = nn.ModuleDict({"vit": DigitsViT(model.config)})  # nested, as in training
+    wrapped.load_state_dict({f"vit.{k}": v for k, v in direct.state_dict().items()})
+    assert torch.equal(wrapped["vit"].model.head.weight, direct.head.weight)
 
 
 class _RowColumnTable(AdditiveEncoding):
@@ -379,7 +398,7 @@ def test_a_two_axis_encoding_gets_rows_and_columns(register: Any) -> None:
     register("row_column_table", _RowColumnTable)
     model = DigitsViT(DigitsViTConfig(encoding="row_column_table", dim=16, num_heads=2))
     perm = torch.randperm(16, generator=torch.Generator().manual_seed(1))
-    model.classify(torch.randn(2, 16, 16), perm)
+    model.classify(torch.randn(2, 1, 8, 8), perm)
     expected = torch.stack((perm // 4, perm % 4))  # (2, seq): row, column
     assert torch.equal(model.encoding.seen[-1], expected)  # type: ignore[union-attr, index]
 
@@ -398,3 +417,28 @@ def test_config_validation_leaves_the_global_rng_alone() -> None:
     torch.manual_seed(0)
     DigitsViTConfig(encoding="learned", dim=16, num_heads=2)  # a trial build draws a table
     assert torch.equal(torch.rand(3), expected)
+
+
+@pytest.mark.parametrize("encoding", [e for e in ENCODINGS if _servable(e)])
+def test_the_vit_is_the_public_model_its_config_names(encoding: str) -> None:
+    """Same config, same seed: the ViT's weights and logits are those of
+    ``EncoderClassifier(config.model_config(), 10)`` on its scaled pixels."""
+    config = DigitsViTConfig(encoding=encoding, dim=16, depth=2, num_heads=2)
+    torch.manual_seed(0)
+    vit = DigitsViT(config).eval()
+    torch.manual_seed(0)
+    public = EncoderClassifier(config.model_config(), num_classes=10).eval()
+    ours, theirs = vit.state_dict(), public.state_dict()
+    assert list(ours) == [f"model.{key}" for key in theirs]
+    for mine, built in zip(ours.values(), theirs.values(), strict=True):
+        assert torch.equal(mine, built)
+    tokens = torch.randint(0, 17, (3, 64), generator=torch.Generator().manual_seed(2))
+    # the ViT numbers its patches explicitly (as before it was the public model): the same
+    # positions give the same logits bit for bit; the model's own default positions (the
+    # index path of some encodings: FIRE, XL, dynamic) agree to rounding
+    axes = public.trunk.position_hooks.num_axes
+    positions = grid_positions(4, 4) if axes == 2 else torch.arange(16)
+    with torch.no_grad():
+        logits = vit(tokens)
+        assert torch.equal(logits, public(vit.pixels(tokens), positions))
+        assert_close(public(vit.pixels(tokens)), logits)

@@ -5,12 +5,13 @@ https://arxiv.org/abs/2010.11929, Table 8: ImageNet 5-shot linear accuracy 0.614
 position embedding, 0.640–0.642 with 1-D, 2-D or relative ones: "having a PE matters, which
 kind matters little") at CPU scale. The 1797 8×8 images of ``sklearn.datasets.load_digits``
 (bundled with scikit-learn, no download; :mod:`posenc.lab.data.digits`) are cut into 2×2
-patches, a 4×4 grid of 16 tokens of 4 pixels; a linear patch embedding, a few bidirectional
-pre-norm blocks (:class:`posenc.models.Block`), mean pooling and a 10-way linear head classify
-them.
+patches, a 4×4 grid of 16 tokens of 4 pixels; the public image classifier
+``EncoderClassifier(ModelConfig(pos=..., grid=(4, 4), patch_size=2, in_channels=1), 10)``
+(:mod:`posenc.models`: a linear patch embedding, a few bidirectional pre-norm blocks, mean
+pooling and a 10-way linear head) classifies them.
 
-Encodings are chosen by name: ``"none"`` (no position at all; the model sees a bag of
-patches and is exactly invariant to permuting them) or any encoding of
+Encodings are chosen by name: ``"none"`` (no position at all, the registry's ``"nope"``; the
+model sees a bag of patches and is exactly invariant to permuting them) or any encoding of
 :mod:`posenc.registry` (``posenc list``), built by :func:`~posenc.registry.build_encoding`
 for this model: ``ModelDims(dim, num_heads, max_seq_len=16, causal=False, grid=(4, 4))``
 plus the encoding's ``pos_kwargs``. Grid encodings (``needs_grid``: ``"sinusoidal_2d"``, the

@@ -1,12 +1,15 @@
-"""The digits ViT: patch embedding, a positional encoding, bidirectional blocks, mean pooling.
+"""The digits ViT: the public image classifier of :mod:`posenc.models` on 8×8 digits.
 
-The model of :mod:`posenc.lab.experiments.vit` (and of the resolution experiment): an 8×8
-digit cut into square patches (:func:`patchify`), a linear patch embedding, the encoding
-added to the embeddings or inside every block's attention as :mod:`posenc.models` lays it out,
-pre-norm blocks (:class:`posenc.models.Block`), mean pooling and a 10-way linear head.
-:class:`DigitsViTConfig` says which encoding, built by name from :mod:`posenc.registry` for
-the patch grid, and refuses one that cannot serve it (causal-only, token-id embeddings, a
-number of position axes other than 1 or 2, arguments rejected at this size).
+The model of :mod:`posenc.lab.experiments.vit` (and of the resolution experiment) is
+``EncoderClassifier(ModelConfig(pos=..., grid=(4, 4), patch_size=2, in_channels=1), 10)``
+(:meth:`DigitsViTConfig.model_config`): an 8×8 digit cut into square patches, a linear patch
+embedding, the encoding added to the embeddings or inside every block's attention, pre-norm
+blocks, mean pooling and a 10-way linear head. :class:`DigitsViT` scales the pixel
+intensities 0..16 to ``[-1, 1]`` and numbers the patches (row-major indices, or their (row,
+column) for an encoding reading two axes). :class:`DigitsViTConfig` says which encoding,
+built by name from :mod:`posenc.registry` for the patch grid, and refuses one that cannot
+serve it (causal-only, token-id embeddings, a number of position axes other than 1 or 2,
+arguments rejected at this size).
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_positive_float, check_positive_int
-from posenc.attention import build_context, hooks_of
+from posenc.attention import hooks_of
 from posenc.encoding import PositionalEncoding
+from posenc.encoding.resolve import Hooks
 from posenc.lab.data.digits import IMAGE_SIZE, LEVELS, NUM_CLASSES
-from posenc.models import Block, ModelConfig, layer_encodings
+from posenc.models import EncoderClassifier, ModelConfig
 from posenc.positions import grid_coordinates
 from posenc.registry import ModelDims, build_encoding, encoding_spec
 
@@ -113,15 +117,27 @@ class DigitsViTConfig:
         """The encoding's name in :mod:`posenc.registry` (None for ``"none"``)."""
         return None if self.encoding == NONE else ALIASES.get(self.encoding, self.encoding)
 
-    def dims(self) -> ModelDims:
-        """What the registry fills the encoding's arguments from."""
-        return ModelDims(
+    def model_config(self) -> ModelConfig:
+        """The public model's configuration: :class:`DigitsViT` is
+        ``EncoderClassifier(config.model_config(), 10)`` on scaled pixels; ``"none"`` is
+        the registry's ``"nope"`` (no encoding module)."""
+        return ModelConfig(
+            vocab_size=LEVELS,  # unused: the model reads images
             dim=self.dim,
+            depth=self.depth,
             num_heads=self.num_heads,
+            mlp_ratio=self.mlp_ratio,
             max_seq_len=self.num_patches,
-            causal=False,
+            pos=self.registry_name or "nope",
+            pos_kwargs=dict(self.pos_kwargs),
             grid=self.grid,
+            patch_size=self.patch_size,
+            in_channels=1,
         )
+
+    def dims(self) -> ModelDims:
+        """What the registry fills the encoding's arguments from (the model's)."""
+        return self.model_config().dims(causal=False)
 
     def build_encoding(self) -> PositionalEncoding | None:
         """A new encoding module for this ViT (None for ``"none"``)."""
@@ -155,8 +171,34 @@ def _refusal(config: DigitsViTConfig) -> str | None:
     return None
 
 
+#: ``state_dict`` keys of the ViT before it was the public model: old prefix -> new.
+_KEYS_BEFORE_PUBLIC_MODEL = {
+    "patch_embed.": "model.trunk.patch_embed.",
+    "additive.": "model.trunk.additive.",
+    "blocks.": "model.trunk.blocks.",
+    "norm.": "model.trunk.norm.",
+    "head.": "model.head.",
+}
+
+
+def _rename_old_keys(
+    module: nn.Module, state_dict: dict[str, Any], prefix: str, *args: Any
+) -> None:
+    """Read weights saved before the ViT was :class:`~posenc.models.EncoderClassifier` (run
+    folders of earlier versions): same parameters, in the same order, under older names."""
+    for key in list(state_dict):
+        rest = key[len(prefix) :] if key.startswith(prefix) else None
+        if rest is None or rest.startswith("model."):
+            continue
+        for old, new in _KEYS_BEFORE_PUBLIC_MODEL.items():
+            if rest.startswith(old):
+                state_dict[prefix + new + rest[len(old) :]] = state_dict.pop(key)
+                break
+
+
 class DigitsViT(nn.Module):
-    """Patch embedding, a positional encoding, bidirectional blocks, mean pooling, linear head.
+    """The public image classifier (:attr:`model`, an :class:`~posenc.models.EncoderClassifier`
+    built from :meth:`DigitsViTConfig.model_config`) on digit pixel intensities.
 
     Shape:
         tokens ``(batch, 64)`` pixel intensities 0..16 (row-major 8×8 image), positions of
@@ -167,52 +209,44 @@ class DigitsViT(nn.Module):
     def __init__(self, config: DigitsViTConfig) -> None:
         super().__init__()
         self.config = config
-        self.patch_embed = nn.Linear(config.patch_size**2, config.dim)
-        # Added to the patch embeddings, or in every block's attention, as posenc.models does.
-        laid = layer_encodings(config.build_encoding, config.depth)
-        self.additive = laid.additive
-        # Block reads only the shape fields of ModelConfig; the encoding object is passed in.
-        shape = ModelConfig(
-            vocab_size=LEVELS,
-            dim=config.dim,
-            depth=config.depth,
-            num_heads=config.num_heads,
-            mlp_ratio=config.mlp_ratio,
-            max_seq_len=config.num_patches,
-            pos="none",
-        )
-        self.blocks = nn.ModuleList(Block(shape, pos, causal=False) for pos in laid.layers)
-        self.hooks = laid.hooks
-        self.norm = nn.LayerNorm(config.dim)
-        self.head = nn.Linear(config.dim, NUM_CLASSES)
+        self.model = EncoderClassifier(config.model_config(), NUM_CLASSES)
+        self.register_load_state_dict_pre_hook(_rename_old_keys)
 
     @property
     def encoding(self) -> nn.Module | None:
         """The (first layer's) positional encoding module, or None."""
-        if self.additive is not None:
-            return self.additive
-        first_block: Block = self.blocks[0]  # type: ignore[assignment]
-        return first_block.attn.pos
+        return self.model.encoding
 
-    def embed(self, tokens: Tensor) -> Tensor:
-        """Pixel intensities ``(batch, 64)`` → patch embeddings ``(batch, num_patches, dim)``."""
+    @property
+    def additive(self) -> nn.Module | None:
+        """The encoding when it adds to the patch embeddings, else None."""
+        return self.model.trunk.additive
+
+    @property
+    def hooks(self) -> Hooks:
+        """The hooks the model's positions follow (their number of axes)."""
+        return self.model.trunk.position_hooks
+
+    def pixels(self, tokens: Tensor) -> Tensor:
+        """Pixel intensities ``(batch, 64)`` → images ``(batch, 1, 8, 8)`` in ``[-1, 1]``."""
         if tokens.dim() != 2 or tokens.shape[1] != IMAGE_SIZE**2:
             raise ValueError(
                 f"tokens must be (batch, {IMAGE_SIZE**2}) pixel intensities, got "
                 f"{tuple(tokens.shape)}"
             )
-        pixels = tokens.to(self.patch_embed.weight.dtype) * (2.0 / (LEVELS - 1)) - 1.0  # [-1, 1]
-        return self.patch_embed(patchify(pixels, self.config.patch_size))
+        dtype = self.model.head.weight.dtype
+        pixels = tokens.to(dtype) * (2.0 / (LEVELS - 1)) - 1.0  # [-1, 1]
+        return pixels.reshape(-1, 1, IMAGE_SIZE, IMAGE_SIZE)
 
     def classify(
         self,
-        patches: Tensor,
+        images: Tensor,
         positions: Tensor | None = None,
         *,
         grid: tuple[int, int] | None = None,
         coords: Tensor | None = None,
     ) -> Tensor:
-        """Logits ``(batch, 10)`` of patch embeddings ``(batch, num_patches, dim)``.
+        """Logits ``(batch, 10)`` of images ``(batch, 1, H, W)`` in ``[-1, 1]``.
 
         ``positions`` are the patches' row-major indices into ``grid`` (default the training
         grid), ``(num_patches,)`` or ``(batch, num_patches)`` (default ``arange``); an encoding
@@ -220,26 +254,13 @@ class DigitsViT(nn.Module):
         (``(2, num_patches)``, e.g. fractional positions rescaled to the training grid).
         """
         if positions is None:
-            positions = torch.arange(patches.shape[1], device=patches.device)
+            patch = self.config.patch_size
+            count = (images.shape[-2] // patch) * (images.shape[-1] // patch)
+            positions = torch.arange(count, device=images.device)
         rows, cols = grid_coordinates(positions, *(grid or self.config.grid))  # range check
         if self.hooks.num_axes == 2:
             positions = torch.stack((rows, cols)) if coords is None else coords
-        batch, seq, _ = patches.shape
-        context = build_context(
-            batch=batch,
-            seq=seq,
-            device=patches.device,
-            causal=False,
-            hooks=self.hooks,
-            positions=positions,
-        )
-        x = patches
-        if self.additive is not None:
-            additive: Any = self.additive  # implements the additive hook
-            x = x + additive.position_embedding(context.q_pos).to(x.dtype)
-        for block in self.blocks:
-            x = block(x, context=context)
-        return self.head(self.norm(x).mean(dim=1))
+        return self.model(images, positions)
 
     def forward(
         self,
@@ -250,4 +271,4 @@ class DigitsViT(nn.Module):
     ) -> Tensor:
         if key_padding_mask is not None:
             raise ValueError("key_padding_mask must be None: every digit has all its patches")
-        return self.classify(self.embed(tokens), positions)
+        return self.classify(self.pixels(tokens), positions)
