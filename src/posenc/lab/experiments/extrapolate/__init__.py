@@ -58,7 +58,6 @@ from posenc.lab.runner import (
 from posenc.lab.tables import (
     Table,
     complete_rows,
-    has_column,
     length_label,
     pivot,
     seed_note,
@@ -329,7 +328,9 @@ def run_extrapolate(
 
 def format_ppl_table(rows: Sequence[Row]) -> str:
     """Perplexity table: encodings down, evaluation lengths across, mean ± std over seeds
-    (``–`` = undefined), then training tokens/s and peak memory."""
+    (``–`` = undefined). Tokens/s and peak memory stay in the rows, out of the table: taken
+    while other runs share the cores, and peak memory being the process's, they compare no
+    encoding with another."""
     selected = [r for r in rows if r.get("experiment") == "extrapolate"]
     if not selected:
         return "no extrapolate rows"
@@ -339,7 +340,6 @@ def format_ppl_table(rows: Sequence[Row]) -> str:
         "eval_len",
         "ppl",
         label=length_label,
-        extra=[("tok/s", "tokens_per_s", 0), ("mem MB", "peak_memory_mb", 0)],
     )
     backend = selected[0].get("backend")
     title = (
@@ -350,16 +350,12 @@ def format_ppl_table(rows: Sequence[Row]) -> str:
 
 
 def _tables(rows: Sequence[Row]) -> list[Table]:
-    """The report's table: perplexity by encoding × evaluation length, tokens/s, memory."""
+    """The report's table: perplexity by encoding × evaluation length (no tokens/s or memory
+    columns: see :func:`format_ppl_table`)."""
     rows = complete_rows(rows, ["encoding", "eval_len"])
     if not rows:
         return []
-    extra = [
-        (title, column, 0)
-        for title, column in (("tok/s", "tokens_per_s"), ("mem MB", "peak_memory_mb"))
-        if has_column(rows, column)
-    ]
-    header, body = pivot(rows, ["encoding"], "eval_len", "ppl", label=length_label, extra=extra)
+    header, body = pivot(rows, ["encoding"], "eval_len", "ppl", label=length_label)
     trained = ", ".join(str(t) for t in dict.fromkeys(row.get("train_len") for row in rows))
     caption = f"Perplexity (bytes) by evaluation length; trained at T={trained}; {seed_note(rows)}."
     return [(caption, header, body)]
