@@ -45,6 +45,7 @@ from posenc.lab.figures import (
     label_line_ends,
     mean_line,
     new_figure,
+    set_length_multiple_axis,
     set_log_ticks,
 )
 from posenc.lab.results import Row
@@ -361,11 +362,6 @@ def _tables(rows: Sequence[Row]) -> list[Table]:
     return [(caption, header, body)]
 
 
-def _times(value: float) -> str:
-    """A length multiplier as a tick label: ``1×``, ``1.25×``, ``8×``."""
-    return f"{value:g}×"
-
-
 def loss_vs_length(rows: Sequence[Row]) -> Figure:
     """Perplexity against evaluation length / training length, one line per encoding.
 
@@ -373,22 +369,20 @@ def loss_vs_length(rows: Sequence[Row]) -> Figure:
     undefined points (learned past its table) are left out of the line.
     """
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    trained: dict[int, None] = {}
     for row in rows:
         if row.get("experiment") == "extrapolate" and finite(row.get("ppl")):
             series[row["encoding"]].append((row["eval_len"] / row["train_len"], row["ppl"]))
+            trained[row["train_len"]] = None
     fig = new_figure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for name, points in series.items():
         mean_line(ax, points, marker="o", label=name, color=encoding_color(name))
-    ax.axvline(1.0, color="gray", lw=0.8, ls=":")
-    ax.set(
-        xlabel="evaluation length / training length",
-        ylabel="perplexity (bytes)",
-        title="train short, test long",
-    )
+    at = f": each encoding trained at T = {', '.join(map(str, trained))} bytes" if trained else ""
+    ax.set(ylabel="perplexity (bytes; mean ± std over seeds)", title=f"Train short, test long{at}")
     multipliers = sorted({x for points in series.values() for x, _ in points})
     if multipliers:
-        set_log_ticks(ax, "x", multipliers, _times)
+        set_length_multiple_axis(ax, multipliers)
         set_log_ticks(ax, "y")
         label_line_ends(ax)
     return fig
