@@ -213,6 +213,7 @@ def test_data_and_model_describe_the_corpus_the_model_and_its_training() -> None
         "decay; seeds 0, 1, 2 (3 seeds: tables show mean ± std over them)."
     )
     same = [{"encoding": "rope", "params": 132352}]
+    same += [{"experiment": "vit", "encoding": "rope_2d", "params": 20000}]  # not this model
     assert dict(data_and_model(CONFIG, same))["model"].endswith("; 0.13 M parameters.")
 
 

@@ -426,7 +426,8 @@ def data_and_model(
     Args:
         config: the run's ``config.json`` (its ``data``, ``model`` and ``train`` sections; an
             ``evaluated`` list marks a run that only evaluated trained weights).
-        rows: its rows (the ``params`` column gives the parameter counts).
+        rows: its rows (the ``params`` column of the config's ``experiment``'s rows gives the
+            parameter counts).
         corpus: what was loaded (``files`` and ``bytes`` per split, ``python``, ``root``),
             as :func:`posenc.lab.demo.corpus_summary` records it; ``None``: from the config.
 
@@ -468,7 +469,10 @@ def data_and_model(
             f" of {dim // heads}" if isinstance(dim, int) and isinstance(heads, int) else ""
         )
         params: dict[str, int] = {}
+        experiment = config.get("experiment")
         for row in rows:
+            if experiment is not None and row.get("experiment") not in (None, experiment):
+                continue  # another experiment's model
             if isinstance(row.get("params"), (int, float)) and row.get("encoding"):
                 params.setdefault(str(row["encoding"]), int(row["params"]))
         if params:
