@@ -63,31 +63,32 @@ def test_findings_name_the_best_encoding_at_t_and_past_it_with_paired_margins() 
     rope = list(LOSS["rope"][1.0])
     assert at_t.startswith(
         f"At the training length (T = 64 bytes), RoPE predicts best: loss {pm(rope, 3)} nats "
-        f"per byte (perplexity {math.exp(statistics.fmean(rope)):.2f}), "
-        f"{statistics.fmean(diff('rope', 'alibi', 1.0)):.2f} below the next, ALiBi "
-        f"(margin {pm(diff('rope', 'alibi', 1.0), 2)} over 3 seeds, paired by seed)"
+        f"per byte (perplexity {math.exp(statistics.fmean(rope)):.2f}; guessing uniformly over "
+        "the 256 byte values scores 5.545), "
+        f"{statistics.fmean(diff('rope', 'alibi', 1.0)):.3f} below the next, ALiBi "
+        f"(margin {pm(diff('rope', 'alibi', 1.0), 3)} over 3 seeds, paired by seed)"
     )
-    assert at_t.endswith("; NoPE, the control that sees no positions, 2.300.")
+    assert at_t.endswith("; NoPE, the control that sees no positions, scores 2.300.")
     alibi = list(LOSS["alibi"][8.0])
     assert far == (
         f"At 8×T, the longest length evaluated, ALiBi predicts best: loss {pm(alibi, 3)} nats "
-        f"per byte, {statistics.fmean(diff('alibi', 'nope', 8.0)):.2f} below the next, NoPE "
-        f"(margin {pm(diff('alibi', 'nope', 8.0), 2)} over 3 seeds, paired by seed)."
+        f"per byte, {statistics.fmean(diff('alibi', 'nope', 8.0)):.3f} below the next, NoPE "
+        f"(margin {pm(diff('alibi', 'nope', 8.0), 3)} over 3 seeds, paired by seed)."
     )
     rises = {name: diff(name, name, 1.0, 8.0) for name in ("alibi", "nope", "rope")}
     assert changes == (
         "From T to 8×T the loss changes by (nats per byte, mean ± std over 3 seeds): "
         + "; ".join(
-            f"{label} {pm(rises[name], 2, sign=True)}"
+            f"{label} {pm(rises[name], 3, sign=True)}"
             for name, label in (("alibi", "ALiBi"), ("nope", "NoPE"), ("rope", "RoPE"))
         )
         + ". Undefined past T: learned (a learned table has T positions)."
     )
     margin = [r - a for a, r in zip(rises["alibi"], rises["rope"], strict=True)]
     assert past == (
-        f"Past T, ALiBi's loss rises {statistics.fmean(rises['alibi']):.2f} nats per byte while "
-        f"RoPE's, the best at T, rises {statistics.fmean(rises['rope']):.2f}: "
-        f"margin {pm(margin, 2)} over 3 seeds, paired by seed."
+        f"Past T, ALiBi's loss rises {statistics.fmean(rises['alibi']):.3f} nats per byte while "
+        f"RoPE's, the best at T, rises {statistics.fmean(rises['rope']):.3f}: "
+        f"margin {pm(margin, 3)} over 3 seeds, paired by seed."
     )
 
 
@@ -101,7 +102,7 @@ def test_a_margin_within_the_seeds_noise_is_said_to_be() -> None:
     (at_t,) = findings(rows)
     # alibi − rope per seed: 0.4, −0.4, 0.1: mean 0.033, far inside t·se
     assert at_t.startswith("At the training length (T = 8 bytes), RoPE predicts best")
-    assert "margin 0.03 ± 0.40 over 3 seeds, paired by seed, within the seeds' noise" in at_t
+    assert "margin 0.033 ± 0.404 over 3 seeds, paired by seed, within the seeds' noise" in at_t
 
 
 def test_zero_shot_extension_is_compared_with_plain_rope_at_the_longest_length() -> None:
@@ -121,8 +122,8 @@ def test_zero_shot_extension_is_compared_with_plain_rope_at_the_longest_length()
     assert said == (
         "Zero-shot context extension of the RoPE models (no fine-tuning): at 8×T YaRN does "
         "best, loss 3.510 ± 0.010 nats per byte against plain RoPE's 4.110 ± 0.010 "
-        "(margin 0.60 ± 0.00 over 3 seeds, paired by seed). Loss below plain RoPE's at 8×T, "
-        "per method: YaRN +0.60 ± 0.00; PI +0.20 ± 0.00."
+        "(margin 0.600 ± 0.000 over 3 seeds, paired by seed). Loss below plain RoPE's at 8×T, "
+        "per method: YaRN +0.600 ± 0.000; PI +0.200 ± 0.000."
     )
 
 

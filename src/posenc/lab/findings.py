@@ -171,7 +171,7 @@ def _within_noise(values: Sequence[float]) -> bool:
         return True
     mean, std = _mean_std(values)
     assert std is not None
-    return abs(mean) < noise_quantile(len(values) - 1) * std / math.sqrt(len(values))
+    return abs(mean) <= noise_quantile(len(values) - 1) * std / math.sqrt(len(values))
 
 
 def _seeds(count: int) -> str:
@@ -180,7 +180,7 @@ def _seeds(count: int) -> str:
 
 def _change(value: float) -> str:
     """``"rises 0.02"``, ``"falls 0.13"``."""
-    return f"{'rises' if value >= 0 else 'falls'} {abs(value):.2f}"
+    return f"{'rises' if value >= 0 else 'falls'} {abs(value):.3f}"
 
 
 def _times(multiple: float) -> str:
@@ -213,7 +213,7 @@ def _ranking(table: Mapping[str, Mapping[float, Mapping[Any, float]]], at: float
 
 
 def _margin(values: Sequence[float]) -> str:
-    text = f"margin {_pm(values, 2)} over {_seeds(len(values))}, paired by seed"
+    text = f"margin {_pm(values)} over {_seeds(len(values))}, paired by seed"
     return text + (", within the seeds' noise" if _within_noise(values) else "")
 
 
@@ -232,17 +232,18 @@ def _extrapolation(rows: Sequence[Row]) -> list[str]:
         ppl = math.exp(statistics.fmean(losses))
         text = (
             f"At the training length (T = {train_len} bytes), {_name(best)} predicts best: "
-            f"loss {_pm(losses)} nats per byte (perplexity {ppl:.2f})"
+            f"loss {_pm(losses)} nats per byte (perplexity {ppl:.2f}; guessing uniformly over "
+            f"the 256 byte values scores {math.log(256):.3f})"
         )
         if len(at_t) > 1:
             second = at_t[1]
             gap = _paired(table[best][1.0], table[second][1.0])
             text += (
-                f", {statistics.fmean(gap):.2f} below the next, {_name(second)} ({_margin(gap)})"
+                f", {statistics.fmean(gap):.3f} below the next, {_name(second)} ({_margin(gap)})"
             )
         if "nope" in table and best != "nope" and table["nope"].get(1.0):
             text += (
-                f"; NoPE, the control that sees no positions, "
+                f"; NoPE, the control that sees no positions, scores "
                 f"{statistics.fmean(table['nope'][1.0].values()):.3f}"
             )
         sentences.append(text + ".")
@@ -259,7 +260,7 @@ def _extrapolation(rows: Sequence[Row]) -> list[str]:
             second = ranked[1]
             gap = _paired(table[best][far], table[second][far])
             text += (
-                f", {statistics.fmean(gap):.2f} below the next, {_name(second)} ({_margin(gap)})"
+                f", {statistics.fmean(gap):.3f} below the next, {_name(second)} ({_margin(gap)})"
             )
         sentences.append(text + ".")
         rises = {
@@ -276,7 +277,7 @@ def _extrapolation(rows: Sequence[Row]) -> list[str]:
         if order:
             seeds = max(len(by_seed) for by_seed in rises.values())
             listed = "; ".join(
-                f"{_name(name)} {_pm(list(rises[name].values()), 2, sign=True)}" for name in order
+                f"{_name(name)} {_pm(list(rises[name].values()), sign=True)}" for name in order
             )
             text = (
                 f"From T to {_times(far)} the loss changes by (nats per byte, mean ± std over "
@@ -315,7 +316,7 @@ def _extension(rows: Sequence[Row]) -> list[str]:
     if not others:
         return []
     gains = {name: _paired(table[name][far], plain) for name in others}
-    listed = "; ".join(f"{_name(name)} {_pm(gains[name], 2, sign=True)}" for name in others)
+    listed = "; ".join(f"{_name(name)} {_pm(gains[name], sign=True)}" for name in others)
     best = others[0]
     text = (
         f"Zero-shot context extension of the RoPE models (no fine-tuning): at {_times(far)} "
@@ -464,10 +465,13 @@ def data_and_model(
         )
         lines.append(("data", text))
     if isinstance(model, Mapping):
-        dim, heads = model.get("dim"), model.get("num_heads")
-        text = f"byte-level decoder: {model.get('depth')} layers, width {dim}, {heads} heads" + (
-            f" of {dim // heads}" if isinstance(dim, int) and isinstance(heads, int) else ""
+        dim, heads, depth = model.get("dim"), model.get("num_heads"), model.get("depth")
+        text = (
+            f"byte-level decoder: {depth} layer{'' if depth == 1 else 's'}, width {dim}, "
+            f"{heads} head{'' if heads == 1 else 's'}"
         )
+        if isinstance(dim, int) and isinstance(heads, int):
+            text += f" of {dim // heads}"
         params: dict[str, int] = {}
         experiment = config.get("experiment")
         for row in rows:
