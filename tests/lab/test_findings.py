@@ -63,8 +63,8 @@ def test_findings_name_the_best_encoding_at_t_and_past_it_with_paired_margins() 
     rope = list(LOSS["rope"][1.0])
     assert at_t.startswith(
         f"At the training length (T = 64 bytes), RoPE predicts best: loss {pm(rope, 3)} nats "
-        f"per byte (perplexity {math.exp(statistics.fmean(rope)):.2f}; guessing uniformly over "
-        "the 256 byte values scores 5.545), "
+        f"per byte (perplexity {math.exp(statistics.fmean(rope)):.2f}; a uniform guess over "
+        "the 256 byte values has loss 5.545), "
         f"{statistics.fmean(diff('rope', 'alibi', 1.0)):.3f} below the next, ALiBi "
         f"(margin {pm(diff('rope', 'alibi', 1.0), 3)} over 3 seeds, paired by seed)"
     )

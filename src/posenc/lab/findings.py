@@ -232,8 +232,8 @@ def _extrapolation(rows: Sequence[Row]) -> list[str]:
         ppl = math.exp(statistics.fmean(losses))
         text = (
             f"At the training length (T = {train_len} bytes), {_name(best)} predicts best: "
-            f"loss {_pm(losses)} nats per byte (perplexity {ppl:.2f}; guessing uniformly over "
-            f"the 256 byte values scores {math.log(256):.3f})"
+            f"loss {_pm(losses)} nats per byte (perplexity {ppl:.2f}; a uniform guess over the "
+            f"256 byte values has loss {math.log(256):.3f})"
         )
         if len(at_t) > 1:
             second = at_t[1]
