@@ -11,7 +11,14 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from posenc.lab.config import replace_fields
-from posenc.lab.demo import DEMO_CONFIG, EXTENSION_METHODS, SEGMENT_METHOD, claim_counts, run_demo
+from posenc.lab.demo import (
+    DEMO_CONFIG,
+    DEMO_TITLE,
+    EXTENSION_METHODS,
+    SEGMENT_METHOD,
+    claim_counts,
+    run_demo,
+)
 from posenc.lab.results import read_results_csv
 
 
@@ -84,6 +91,25 @@ def test_demo_writes_checks_results_and_one_report(tmp_path: Path) -> None:
     counted = [r for r in records if r.get("kind") != "fact"]
     assert len(counted) == len(records) - 1
     assert f"of {len(counted)} hold" in page and "Property checks" in page
+    # the page says its question, leads with findings, describes the data and model, links
+    # the atlas
+    assert DEMO_TITLE == "posenc demo: which positional encoding for text past its training length"
+    assert f"<h1>{DEMO_TITLE}</h1>" in page
+    heads = ("findings", "data", "atlas", "claims", "tables")
+    order = [page.index(f"<h2 id='{name}'>") for name in heads]
+    assert order == sorted(order)
+    assert "At the training length (T = 16 bytes), " in page and "Training had " in page
+    corpus = json.loads((tmp_path / "data.json").read_text())
+    assert corpus["bytes"]["train"] == tiny.data.corpus_bytes and corpus["files"]["train"] > 0
+    assert corpus["corpus"] == [] and corpus["python"]
+    files = corpus["files"]
+    assert (
+        f"train {files['train']:,} files, {tiny.data.corpus_bytes:,} tokens" in page
+        and "the Python standard library's own source files" in page
+    )
+    assert "1 layer, width 16, 2 heads of 8" in page and "4 steps of AdamW" in page
+    assert "evaluation only, of the weights ../runs/rope/seed0/final.pt" in page
+    assert "docs/results.md §9" in page
     for figure in ("loss_vs_length", "extension", "training_curves"):
         assert (tmp_path / "figures" / f"{figure}.png").is_file()
     text = "\n".join(printed)

@@ -91,23 +91,101 @@ def test_loss_vs_length_names_each_line_at_its_end_without_overlaps() -> None:
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["learned"]  # ends at 1x
 
 
-def test_extension_curves_tick_at_the_evaluated_lengths_in_the_methods_colours() -> None:
+def test_extension_curves_tick_at_the_evaluated_multiples_in_the_methods_colours() -> None:
     lengths = (64, 128, 256, 512, 1024, 2048)
     rows = [
-        {"experiment": "extend", "method": method, "stage": stage, "eval_len": n,
-         "ppl": 5.0 + index + n / 512}
+        {"experiment": "extend", "method": method, "stage": stage, "train_len": 64,
+         "eval_len": n, "ppl": 5.0 + index + n / 512}
         for index, method in enumerate(("rope", "pi", "yarn", "self_extend"))
         for stage in ("no_ft", "ft")
         for n in lengths
     ]  # fmt: skip
     fig = extend.extension_curves(rows)
     fig.canvas.draw()
+    assert len(fig.axes) == 2
     for ax in fig.axes:
-        assert list(ax.get_xticks()) == list(lengths)
-        assert [t.get_text() for t in ax.get_xticklabels()] == [str(n) for n in lengths]
+        assert list(ax.get_xticks()) == [n / 64 for n in lengths]
+        assert [t.get_text() for t in ax.get_xticklabels()] == [
+            "1×",
+            "2×",
+            "4×",
+            "8×",
+            "16×",
+            "32×",
+        ]
+        assert ax.get_xlabel() == figures.LENGTH_MULTIPLE_LABEL
+        assert ax.get_title() in ("no fine-tuning", "after fine-tuning")
         for label, colour in line_colors(ax).items():
             assert colour == encoding_color(label)
+        assert {t.get_text() for t in ax.get_legend().get_texts()} == {
+            "rope", "pi", "yarn", "self_extend"
+        }  # fmt: skip
+    assert fig.axes[0].get_ylabel().startswith("perplexity")
+    assert "T = 64" in fig.get_suptitle()
     assert tick_label_overlaps(fig) == []
+
+
+# the demo's step 3: the extension methods and ReRoPE on the RoPE models of step 2
+DEMO_METHODS = ("rope", "pi", "ntk", "dynamic_ntk", "yarn", "rerope")
+
+
+def demo_extension_rows() -> list[dict[str, Any]]:
+    return [
+        {"experiment": "extend", "method": method, "stage": "zero", "seed": seed,
+         "train_len": 64, "eval_len": round(64 * m), "ppl": 6.0 + index + m + 0.1 * seed}
+        for index, method in enumerate(DEMO_METHODS)
+        for seed in (0, 1)
+        for m in MULTIPLIERS
+    ]  # fmt: skip
+
+
+def test_the_demos_two_length_figures_share_the_x_axis_and_no_colour_means_two_things() -> None:
+    from posenc.lab.demo import EXTENSION_METHODS, SEGMENT_METHOD
+
+    assert (*EXTENSION_METHODS, SEGMENT_METHOD) == DEMO_METHODS
+    loss = extrapolate.loss_vs_length(extrapolate_rows())
+    extension = extend.extension_curves(demo_extension_rows())
+    (loss_ax,) = loss.axes
+    (ext_ax,) = extension.axes
+    for fig in (loss, extension):
+        fig.canvas.draw()
+    # the same x unit: multiples of T, the same ticks and label
+    for ax in (loss_ax, ext_ax):
+        assert list(ax.get_xticks()) == list(MULTIPLIERS)
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["1×", "1.25×", "2×", "4×", "8×"]
+        assert ax.get_xlabel() == figures.LENGTH_MULTIPLE_LABEL
+        assert ax.get_ylabel().startswith("perplexity (bytes")
+    # a colour means one name across both figures (and the training curves)
+    meaning: dict[str, str] = {}
+    training = figures.training_curves(curves())
+    drawn = [line_colors(loss_ax), line_colors(ext_ax)]
+    drawn += [line_colors(ax) for ax in training.axes]
+    for colours in drawn:
+        for label, colour in colours.items():
+            assert meaning.setdefault(colour, label) == label, (colour, label, meaning[colour])
+    assert set(line_colors(ext_ax)) == set(DEMO_METHODS)
+    assert len(meaning) == len(set(ENCODINGS) | set(DEMO_METHODS))
+    # each readable on its own: a title, and a name for every line
+    assert (
+        loss_ax.get_title().startswith("Train short, test long") and "T = 64" in loss_ax.get_title()
+    )
+    assert "T = 64" in extension.get_suptitle() and ext_ax.get_title() == "no fine-tuning"
+    assert {t.get_text() for t in ext_ax.get_legend().get_texts()} == set(DEMO_METHODS)
+    named = {t.get_text() for t in loss_ax.texts} | {
+        t.get_text() for t in loss_ax.get_legend().get_texts()
+    }
+    assert named == set(ENCODINGS)
+
+
+def test_extension_methods_have_colours_no_sequence_encoding_has() -> None:
+    from posenc.registry import list_encodings
+
+    encodings = {spec.name for spec in list_encodings() if not spec.needs_grid}
+    taken = {encoding_color(name): name for name in encodings - {"rope", "rerope"}}
+    methods = ("pi", "linear", "ntk", "dynamic_ntk", "yarn", "llama3", "longrope", "proportional")
+    for method in (*methods, "rerope"):
+        assert encoding_color(method) not in taken, (method, taken.get(encoding_color(method)))
+    assert len({encoding_color(m) for m in methods}) == len(methods) - 1  # pi is linear
 
 
 def test_passkey_heatmaps_label_their_colour_bars() -> None:

@@ -388,7 +388,10 @@ def test_pivot_tables_hold_mean_and_std_over_seeds(report: tuple[Path, str]) -> 
     ppl = [math.exp(_loss("rope", seed, 2.0)) for seed in SEEDS]
     expected = format_mean_std(statistics.fmean(ppl), statistics.stdev(ppl), 3)
     assert " ± " in expected and expected in extrapolate
-    assert "L=64" in extrapolate and "L=512" in extrapolate and "tok/s" in extrapolate
+    assert "L=64" in extrapolate and "L=512" in extrapolate
+    # throughput and process memory compare no encoding with another: not in the table
+    assert "tok/s" not in extrapolate and "mem MB" not in extrapolate
+    assert "31000" not in extrapolate and "364" not in extrapolate
     assert "3 seeds, mean ± std" in extrapolate
     # passkey: per seed the mean over depths, then mean ± std over seeds
     passkey = next(t for t in tables if t.startswith("Passkey accuracy"))
@@ -478,7 +481,69 @@ def test_lm_rows_get_a_table_per_encoding(tmp_path: Path) -> None:
     text = text_of(table)
     assert "Validation loss per positional encoding; 2 seeds, mean ± std." in text
     assert format_mean_std(2.1, statistics.stdev([2.0, 2.2]), 4) in text
-    assert "2.0000–2.2000" in text and "1000 ± 1" in text
+    assert "2.0000–2.2000" in text
+    assert "tok/s" not in text and "1000 ± 1" not in text
+    page = (tmp_path / "report.html").read_text()
+    # no text-extrapolation rows: nothing for the findings to say, no atlas
+    assert "id='findings'" not in page and "id='atlas'" not in page
+
+
+def test_the_page_leads_with_findings_then_data_and_model_and_the_atlas(tmp_path: Path) -> None:
+    from posenc.lab.findings import ATLAS, findings
+    from posenc.lab.run import read_metrics
+
+    folder = make_run_folder(tmp_path / "run", checks=False)
+    config = {
+        "experiment": "extrapolate",
+        "data": {"corpus": [], "corpus_bytes": 2_000_000, "split_seed": 0, "train_len": 64},
+        "model": {"dim": 64, "depth": 2, "num_heads": 4},
+        "train": {"seeds": [0, 1, 2], "steps": 300, "batch_size": 32, "lr": 0.003,
+                  "warmup_steps": 30},
+    }  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    corpus = {"python": "3.12.3", "root": "/usr/lib/python3.12"}
+    corpus |= {"files": {"train": 120, "validation": 40, "test": 38}}
+    corpus |= {"bytes": {"train": 2_000_000, "validation": 1_100_000, "test": 1_000_000}}
+    (folder / "data.json").write_text(json.dumps(corpus))
+    page = write_report(folder, title="t", experiments=REGISTRY).read_text(encoding="utf-8")
+    heads = ("findings", "data", "atlas", "claims", "tables", "figures", "configuration")
+    order = [page.index(f"<h2 id='{name}'>") for name in heads]
+    assert order == sorted(order)
+    nav = re.search(r"<nav>(.*?)</nav>", page)
+    assert nav is not None and nav.group(1).startswith(
+        "<a href='#findings'>findings</a><a href='#data'>data and model</a>"
+        "<a href='#atlas'>atlas</a><a href='#claims'>"
+    )
+    # the findings: the sentences of posenc.lab.findings, from these rows and training curves
+    curves = {
+        f"{name}/seed{seed}": read_metrics(folder / "runs" / name / f"seed{seed}")
+        for name, seed in (("alibi", 0), ("rope", 0), ("rope", 1))
+    }
+    expected = findings(read_results_csv(folder / "results.csv"), curves)
+    found = re.search(r"<ul class='findings'>(.*?)</ul>", page)
+    assert found is not None
+    items = [text_of(item) for item in re.findall(r"<li>(.*?)</li>", found.group(1))]
+    assert items == expected and len(items) >= 3
+    assert items[0].startswith("Training had not converged: the training loss still fell")
+    assert "At 8×T, the longest length evaluated" in items[2]
+    # the data and the model, in words
+    data = re.search(r"<h2 id='data'>.*?</table>", page)
+    assert data is not None
+    described = text_of(data.group(0))
+    assert "the Python standard library's own source files" in described
+    assert "train 120 files, 2,000,000 tokens" in described and "vocabulary 256" in described
+    assert "2 layers, width 64, 4 heads of 16; 0.13 M parameters" in described
+    assert "300 steps of AdamW" in described and "seeds 0, 1, 2 (3 seeds" in described
+    # the atlas: every signal, and a link that reaches docs/results.md from the page's folder
+    atlas = re.search(r"<h2 id='atlas'>.*?</table>", page)
+    assert atlas is not None
+    assert all(html.escape(entry.signal) in atlas.group(0) for entry in ATLAS)
+    link = re.search(r"<a href='([^']+)'>docs/results.md §9", atlas.group(0))
+    assert link is not None and link.group(1).endswith(
+        "results.md#9-which-encoding-for-which-signal-the-atlas-audio-video-vla-images-in-4-5"
+    )
+    results = Path(__file__).resolve().parents[2] / "docs" / "results.md"
+    assert (folder / link.group(1).split("#")[0]).resolve() == results
 
 
 def test_report_without_results_names_the_folder(tmp_path: Path) -> None:

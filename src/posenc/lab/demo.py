@@ -16,10 +16,13 @@
    ``OUT/extension/`` (``results.csv``, ``claims.json``, and a ``config.json`` recording what
    ran: the weights evaluated and the training they came from).
 
-Then one report, ``OUT/report.html``, gathers both run folders (:mod:`posenc.lab.gather`):
-every claim of steps 2 and 3, their tables and figures, the property checks and each run's
-configuration. The closing lines name it, count the verdicts and say which ``claims.json``
-and ``results.csv`` hold each step's claims and numbers. A killed demo resumes where it
+Then one report, ``OUT/report.html``, titled with the question the demo answers
+(:data:`DEMO_TITLE`), gathers both run folders (:mod:`posenc.lab.gather`): the findings in
+words first (:mod:`posenc.lab.findings`), the data and model described (what the corpus was:
+``OUT/data.json``, :func:`corpus_summary`), the cross-signal atlas in brief, every claim of
+steps 2 and 3, their tables and figures, the property checks and each run's configuration.
+The closing lines name it, count the verdicts and say which ``claims.json`` and
+``results.csv`` hold each step's claims and numbers. A killed demo resumes where it
 stopped when the same command is given again.
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import platform
+import sysconfig
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -38,7 +42,10 @@ from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.experiments import EXPERIMENTS, extend, longctx
 from posenc.lab.experiments.extrapolate import ExtrapolateConfig, run_extrapolate
 
-__all__ = ["DEMO_CONFIG", "claim_counts", "run_demo"]
+__all__ = ["DEMO_CONFIG", "DEMO_TITLE", "claim_counts", "corpus_summary", "run_demo"]
+
+#: The report's title: the question the demo answers.
+DEMO_TITLE = "posenc demo: which positional encoding for text past its training length"
 
 #: The demo's experiment: 3 seeds (so that its claims are decided: docs/results.md, "The demo"),
 #: two trainings at a time; the whole demo took 202 s on 2 idle CPU cores.
@@ -164,6 +171,22 @@ def extend_zero_shot(
     return rows
 
 
+def corpus_summary(data: DataArgs) -> dict[str, Any]:
+    """What ``data`` loads: the files and bytes (= tokens) of each split, and for the default
+    corpus the Python whose standard library it is (``python``, ``root``); the report's
+    "Data and model" section reads it from ``OUT/data.json``."""
+    splits = data.load()
+    return {
+        "corpus": list(data.corpus),
+        "python": None if data.corpus else platform.python_version(),
+        "root": None if data.corpus else sysconfig.get_paths()["stdlib"],
+        "files": {name: len(splits.files[name]) for name in ("train", "validation", "test")},
+        "bytes": {
+            name: int(getattr(splits, name).numel()) for name in ("train", "validation", "test")
+        },
+    }
+
+
 def claim_counts(records: Sequence[dict[str, Any]]) -> str:
     """``"7 of 9 claims hold, 1 fails, 1 undecided, 0 undefined"``: every claim's verdict
     counted (a status other than these four under its own name); facts
@@ -189,6 +212,7 @@ def run_demo(
     (``checks``, ``rows``, ``claims``, ``report``, ``seconds``, ``failed``)."""
     from posenc.lab.gather import gather
     from posenc.lab.report import write_report
+    from posenc.lab.run import atomic_write_text
 
     start = time.perf_counter()
     folder = Path(out)
@@ -207,6 +231,8 @@ def run_demo(
         + f"; seed{'s' if len(config.train.seeds) > 1 else ''} {seeds}"
     )
     rows = run_extrapolate(config, folder, echo=echo)
+    summary = json.dumps(corpus_summary(config.data), indent=2)
+    atomic_write_text(folder / "data.json", summary)
     if "rope" in config.encodings:
         echo(
             "3. zero-shot context extension of those RoPE models: "
@@ -215,7 +241,7 @@ def run_demo(
         rows += extend_zero_shot(config, folder, echo=echo)
     report = write_report(
         folder,
-        title="posenc demo: train short, test long, extend",
+        title=DEMO_TITLE,
         experiments=tuple(EXPERIMENTS.values()),
     )
     runs = gather(folder)

@@ -1,5 +1,7 @@
 """What the lab's figures share: each encoding's colour, mean lines over seeds, bars per
-encoding, log ticks at the evaluated lengths, and the training curves of every run.
+encoding, log ticks at the evaluated lengths, the one x axis of every loss-against-length
+figure (multiples of the training length ``T``: :func:`set_length_multiple_axis`), and the
+training curves of every run.
 
 Each experiment's result figures live with it (its :class:`~posenc.lab.report.Section`), each
 a function of result rows (``results.csv``) returning a matplotlib ``Figure``, drawn with
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = [
+    "LENGTH_MULTIPLE_LABEL",
     "encoding_bars",
     "encoding_color",
     "finite",
@@ -39,12 +42,31 @@ __all__ = [
     "log_ticks",
     "mean_line",
     "new_figure",
+    "set_length_multiple_axis",
     "set_log_ticks",
+    "times",
     "training_curves",
     "without_seed",
 ]
 
 Row = dict[str, Any]
+
+#: The x label of every figure of a metric against evaluation length: the demo's perplexity
+#: and context-extension figures sit side by side and read the same axis.
+LENGTH_MULTIPLE_LABEL = "evaluation length (multiple of the training length T)"
+
+
+def times(value: float) -> str:
+    """A length multiple as a tick label: ``1×``, ``1.25×``, ``8×``."""
+    return f"{value:g}×"
+
+
+def set_length_multiple_axis(ax: Axes, multiples: Sequence[float]) -> None:
+    """Log x axis of evaluation length / training length: ticks at ``multiples`` labelled
+    ``1×, 2×, 4×…``, :data:`LENGTH_MULTIPLE_LABEL` as its label, a dotted line at ``1×``."""
+    ax.axvline(1.0, color="gray", lw=0.8, ls=":")
+    set_log_ticks(ax, "x", multiples, times)
+    ax.set_xlabel(LENGTH_MULTIPLE_LABEL)
 
 
 def finite(value: Any) -> bool:

@@ -2,6 +2,12 @@
 
 The page, top to bottom:
 
+0. what the numbers say, before any table: the findings in plain sentences with their margins
+   over seeds, and whether training converged (:func:`posenc.lab.findings.findings`); the
+   data and model of each run described in words (:func:`posenc.lab.findings.data_and_model`,
+   the corpus as ``data.json`` records it); and, for a page of text-extrapolation rows, the
+   cross-signal atlas in brief (:data:`posenc.lab.findings.ATLAS`) with a link to
+   docs/results.md §9;
 1. the claims (``claims.json``, judged by :mod:`posenc.lab.runner`): verdict, the measured
    mean ± std over seeds, the threshold and the paper's published number;
 2. the tables: per kind of rows (their ``experiment`` column), the tables of the
@@ -48,6 +54,7 @@ import torch
 
 from posenc.lab.claims import LEARNED_LOSS_FRACTION, is_fact
 from posenc.lab.figures import training_curves
+from posenc.lab.findings import ATLAS, ATLAS_SECTION, data_and_model, findings
 from posenc.lab.gather import RunFolder, gather
 from posenc.lab.results import Row
 from posenc.lab.run import atomic_write_text, read_metrics
@@ -114,6 +121,7 @@ code { background: #f4f4f4; padding: 1px 4px; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 details { margin: 0.4em 0; } summary { cursor: pointer; }
 .scroll { overflow-x: auto; max-width: 100%; }
+ul.findings li { margin: 0.3em 0; }
 table.raw { font-size: 0.75em; } table.raw td, table.raw th { white-space: nowrap; }
 """
 
@@ -369,6 +377,62 @@ def _runs_section(runs: Sequence[RunFolder]) -> list[str]:
     return ["<h2 id='runs'>Runs</h2>", _html_table((caption, header, body), "config")]
 
 
+def _findings_section(rows: Sequence[Row], curves: Mapping[str, Any]) -> list[str]:
+    """The page's lead: what the numbers say, one sentence per item."""
+    sentences = findings(rows, curves)
+    if not sentences:
+        return []
+    items = "".join(f"<li>{html.escape(sentence)}</li>" for sentence in sentences)
+    return ["<h2 id='findings'>Findings</h2>", f"<ul class='findings'>{items}</ul>"]
+
+
+def _data_section(runs: Sequence[RunFolder]) -> list[str]:
+    """The data, the model and its training of each run, in words."""
+    parts = []
+    for run in runs:
+        corpus_file = run.path / "data.json"
+        corpus = (
+            json.loads(corpus_file.read_text(encoding="utf-8")) if corpus_file.is_file() else None
+        )
+        lines = data_and_model(run.config or {}, run.rows, corpus)
+        if lines:
+            where = "this run" if run.label == "." else f"{run.label}/"
+            caption = f"{where} (from {'' if run.label == '.' else run.label + '/'}config.json)"
+            parts.append(
+                _html_table((caption, ["", "described"], [list(line) for line in lines]), "config")
+            )
+    return (["<h2 id='data'>Data and model</h2>", *parts]) if parts else []
+
+
+#: docs/results.md's heading anchor of the atlas (GitHub's slug of "## 9. Which encoding ...")
+_ATLAS_ANCHOR = "#9-which-encoding-for-which-signal-the-atlas-audio-video-vla-images-in-4-5"
+
+
+def _results_doc(folder: Path) -> str | None:
+    """A link from ``folder`` to docs/results.md when this code runs from a checkout."""
+    docs = Path(__file__).resolve().parents[3] / "docs" / "results.md"
+    if not docs.is_file():
+        return None
+    return Path(os.path.relpath(docs, folder.resolve())).as_posix() + _ATLAS_ANCHOR
+
+
+def _atlas_section(folder: Path) -> list[str]:
+    """The cross-signal atlas in brief, with a link to its measurements."""
+    link = _results_doc(folder)
+    where = html.escape(ATLAS_SECTION)
+    cited = f"<a href='{html.escape(link)}'>{where}</a>" if link else f"<code>{where}</code>"
+    body = [[entry.signal, entry.answer, entry.margin, entry.section] for entry in ATLAS]
+    caption = "Which encoding for which signal, as measured by the lab at small scale."
+    table = (caption, ["signal", "encoding", "the numbers", "docs/results.md"], body)
+    return [
+        "<h2 id='atlas'>Which encoding for which signal</h2>",
+        f"<p>This page answers it for text past its training length; the lab's other "
+        f"experiments answer it for other signals. The measurements, figures and verdicts: "
+        f"{cited} (the posenc repository).</p>",
+        _html_table(table, "config"),
+    ]
+
+
 def _sections(experiments: Sequence[ShowsRows]) -> dict[str, Section]:
     """The section of each kind of rows, in the order of ``experiments``; the first to claim
     a kind keeps it (``extend`` and ``longctx`` share one section of their rows)."""
@@ -418,15 +482,35 @@ def write_report(
     def heading(name: str) -> str:
         return html.escape(sections[name].heading if name in sections else name)
 
+    curves = {
+        name if run.label == "." else f"{run.label}/{name}": records
+        for run in gathered
+        for name, records in _training_curves(run.path).items()
+    }
+    lead = _findings_section(rows, curves)
+    data = _data_section(gathered)
+    atlas = _atlas_section(folder) if "extrapolate" in names else []
     records = [record for run in gathered for record in run.claims]
     claims = _claims_section(records)
     sources = _runs_section(gathered)
     links = ["tables", "figures", "configuration", "environment", "raw"]
-    nav = "".join(
-        f"<a href='#{link}'>{'raw rows' if link == 'raw' else link}</a>"
-        for link in (["claims"] if claims else []) + (["runs"] if sources else []) + links
-    )
+    shown = [
+        name
+        for name, section in (
+            ("findings", lead),
+            ("data", data),
+            ("atlas", atlas),
+            ("claims", claims),
+            ("runs", sources),
+        )
+        if section
+    ]
+    titles = {"raw": "raw rows", "data": "data and model", "atlas": "atlas"}
+    nav = "".join(f"<a href='#{link}'>{titles.get(link, link)}</a>" for link in shown + links)
     page = [f"<h1>{html.escape(title or f'posenc run: {folder.name}')}</h1><nav>{nav}</nav>"]
+    page += lead
+    page += data
+    page += atlas
     page += claims
     page += sources
 
@@ -448,11 +532,6 @@ def write_report(
             png = _png(draw(selected[name]))
             (figure_dir / filename).write_bytes(png)
             page.append(_image(png, filename, f"{heading(name)} (figures/{filename})"))
-    curves = {
-        name if run.label == "." else f"{run.label}/{name}": records
-        for run in gathered
-        for name, records in _training_curves(run.path).items()
-    }
     if curves:
         png = _png(training_curves(curves))
         (figure_dir / "training_curves.png").write_bytes(png)

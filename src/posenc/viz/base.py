@@ -34,9 +34,10 @@ __all__ = [
 ]
 
 #: One colour per name: the sequence encodings of the registry in its order (tab10's ten, then
-#: tab20's lighter ten, then Dark2 for the segment methods), the grid encodings (tab10 again:
-#: they are never drawn beside the 1D ones; Fourier features, which are, take tab20b), then
-#: the context-extension methods of the lab (``pi`` shares ``linear``'s colour).
+#: tab20's lighter ten, then Dark2 for the segment methods, ReRoPE a navy apart from ALiBi's
+#: purple), the grid encodings (tab10 again: they are never drawn beside the 1D ones; Fourier
+#: features, which are, take tab20b), then the context-extension methods of the lab, each a
+#: colour of its own (``pi`` shares ``linear``'s: the same method).
 ENCODING_COLORS: dict[str, str] = {
     "nope": "#7f7f7f",
     "sinusoidal": "#1f77b4",
@@ -58,7 +59,7 @@ ENCODING_COLORS: dict[str, str] = {
     "dape": "#dbdb8d",
     "self_extend": "#1b9e77",
     "dual_chunk": "#e6ab02",
-    "rerope": "#7570b3",
+    "rerope": "#1a1a6e",
     "leaky_rerope": "#b3b0e0",
     "lm_infinite": "#e7298a",
     "sinks": "#000000",
@@ -86,15 +87,16 @@ ENCODING_COLORS: dict[str, str] = {
     "comrope_ap": "#31a354",
     "comrope_ld": "#3182bd",
     # context extension (posenc.lab.experiments.extend / longctx), beside "rope" and the
-    # segment methods
-    "linear": "#1f77b4",
-    "pi": "#1f77b4",
-    "ntk": "#2ca02c",
-    "dynamic_ntk": "#17becf",
-    "yarn": "#ff7f0e",
-    "llama3": "#8c564b",
-    "longrope": "#bcbd22",
-    "proportional": "#7f7f7f",
+    # segment methods: colours no sequence encoding has, so that a colour means one thing on
+    # every figure of a page that draws both (the demo's)
+    "linear": "#a6761d",
+    "pi": "#a6761d",
+    "ntk": "#00a6a6",
+    "dynamic_ntk": "#8b0a50",
+    "yarn": "#f781bf",
+    "llama3": "#b15928",
+    "longrope": "#80b1d3",
+    "proportional": "#8dd3c7",
     # the lab's ViT, graph and temporal-link encodings (posenc.lab.experiments.vit,
     # graph_models.GRAPH_ENCODINGS, temporal_links.ENCODINGS): no encoding is nope's grey
     "none": "#7f7f7f",

@@ -146,9 +146,10 @@ def _execute(config: LmConfig, run: Run, folder: Path) -> list[Row]:
 
 
 def format_lm_table(rows: Sequence[Row]) -> str:
-    """One line per run: validation loss and perplexity, training loss and tokens/s."""
+    """One line per run: validation loss and perplexity, training loss (tokens/s stays in the
+    rows: runs sharing the machine make it compare no encoding with another)."""
     selected = [r for r in rows if r.get("experiment") == "lm"]
-    header = ["encoding", "seed", "val loss", "val ppl", "train loss", "tok/s"]
+    header = ["encoding", "seed", "val loss", "val ppl", "train loss"]
     body = [
         [
             str(r["encoding"]),
@@ -156,7 +157,6 @@ def format_lm_table(rows: Sequence[Row]) -> str:
             f"{r['val_loss']:.4f}",
             f"{r['val_ppl']:.3f}",
             f"{r['train_loss']:.4f}",
-            f"{r['tokens_per_s']:.0f}",
         ]
         for r in selected
     ]
@@ -164,13 +164,12 @@ def format_lm_table(rows: Sequence[Row]) -> str:
 
 
 def _tables(rows: Sequence[Row]) -> list[Table]:
-    """The report's table: validation loss and perplexity, training loss and tokens/s per
-    encoding, mean ± std over seeds."""
+    """The report's table: validation loss and perplexity and training loss per encoding,
+    mean ± std over seeds."""
     values = [
         ("val loss", "val_loss", 4),
         ("val ppl", "val_ppl", 3),
         ("train loss", "train_loss", 4),
-        ("tok/s", "tokens_per_s", 0),
     ]
     return per_encoding_table(rows, "Validation loss per positional encoding", values)
 

@@ -68,6 +68,7 @@ def test_rows_cover_every_encoding_and_length(tmp_path: Path) -> None:
         assert (tmp_path / name).is_file()
     table = format_ppl_table(rows)
     assert "learned" in table and "–" in table
+    assert "tok/s" not in table and "mem MB" not in table
 
 
 def test_rows_record_each_encodings_constructor_arguments(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from posenc.lab.figures import (
     log_ticks,
     mean_line,
     new_figure,
+    set_length_multiple_axis,
     set_log_ticks,
 )
 from posenc.lab.runner import Section
@@ -94,28 +95,38 @@ _STAGE_TITLES = {"no_ft": "no fine-tuning", "zero": "no fine-tuning", "ft": "aft
 
 def extension_curves(rows: Sequence[Row]) -> Figure:
     """Perplexity against evaluation length per RoPE scaling, one panel per stage (before and
-    after fine-tuning)."""
+    after fine-tuning). The x axis is the evaluation length as a multiple of the training
+    length ``T`` (``1×, 2×, 4×…``), as in the extrapolation figure beside it; each method has
+    its own colour (:func:`~posenc.viz.base.encoding_color`), none an encoding's but ``rope``.
+
+    Rows: ``experiment == "extend"`` with ``method, stage, train_len, eval_len, ppl``.
+    """
     series: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    trained: dict[int, None] = {}
     for row in rows:
         if row.get("experiment") == "extend" and finite(row.get("ppl")):
-            series[(row["method"], row["stage"])].append((row["eval_len"], row["ppl"]))
+            point = (row["eval_len"] / row["train_len"], row["ppl"])
+            series[(row["method"], row["stage"])].append(point)
+            trained[row["train_len"]] = None
     stages = list(dict.fromkeys(stage for _, stage in series)) or ["no_ft"]
     fig = new_figure(figsize=(4 * max(len(stages), 2), 4.2), layout="constrained")
     axes = fig.subplots(1, len(stages), sharey=True, squeeze=False)[0]
-    lengths = sorted({x for points in series.values() for x, _ in points})
+    multiples = sorted({x for points in series.values() for x, _ in points})
     ppl = [y for points in series.values() for _, y in points]
     for ax, stage in zip(axes, stages, strict=True):
         for (method, s), points in sorted(series.items()):
             if s == stage:  # one colour per method on every panel and page
                 mean_line(ax, points, marker="o", label=method, color=encoding_color(method))
-        ax.set(xlabel="evaluation length", title=_STAGE_TITLES.get(stage, stage))
-        if lengths:
-            set_log_ticks(ax, "x", lengths)
-            ax.tick_params(axis="x", labelrotation=45 if len(lengths) > 5 else 0)
+        ax.set(title=_STAGE_TITLES.get(stage, stage))
+        if multiples:
+            set_length_multiple_axis(ax, multiples)
+            ax.tick_params(axis="x", labelrotation=45 if len(multiples) > 5 else 0)
             set_log_ticks(ax, "y", log_ticks(min(ppl), max(ppl)))
         if ax.has_data():
-            ax.legend(fontsize=8)
-    axes[0].set_ylabel("perplexity (bytes)")
+            ax.legend(fontsize=8, title="method")
+    axes[0].set_ylabel("perplexity (bytes; mean ± std over seeds)")
+    at = f" trained at T = {', '.join(map(str, trained))} bytes" if trained else ""
+    fig.suptitle(f"Context extension of RoPE models{at}: perplexity per method")
     return fig
 
 

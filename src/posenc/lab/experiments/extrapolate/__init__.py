@@ -48,6 +48,7 @@ from posenc.lab.figures import (
     label_line_ends,
     mean_line,
     new_figure,
+    set_length_multiple_axis,
     set_log_ticks,
 )
 from posenc.lab.results import Row
@@ -61,7 +62,6 @@ from posenc.lab.runner import (
 from posenc.lab.tables import (
     Table,
     complete_rows,
-    has_column,
     length_label,
     pivot,
     seed_note,
@@ -336,7 +336,9 @@ def run_extrapolate(
 
 def format_ppl_table(rows: Sequence[Row]) -> str:
     """Perplexity table: encodings down, evaluation lengths across, mean ± std over seeds
-    (``–`` = undefined), then training tokens/s and peak memory."""
+    (``–`` = undefined). Tokens/s and peak memory stay in the rows, out of the table: taken
+    while other runs share the cores, and peak memory being the process's, they compare no
+    encoding with another."""
     selected = [r for r in rows if r.get("experiment") == "extrapolate"]
     if not selected:
         return "no extrapolate rows"
@@ -346,7 +348,6 @@ def format_ppl_table(rows: Sequence[Row]) -> str:
         "eval_len",
         "ppl",
         label=length_label,
-        extra=[("tok/s", "tokens_per_s", 0), ("mem MB", "peak_memory_mb", 0)],
     )
     backend = selected[0].get("backend")
     title = (
@@ -357,24 +358,15 @@ def format_ppl_table(rows: Sequence[Row]) -> str:
 
 
 def _tables(rows: Sequence[Row]) -> list[Table]:
-    """The report's table: perplexity by encoding × evaluation length, tokens/s, memory."""
+    """The report's table: perplexity by encoding × evaluation length (no tokens/s or memory
+    columns: see :func:`format_ppl_table`)."""
     rows = complete_rows(rows, ["encoding", "eval_len"])
     if not rows:
         return []
-    extra = [
-        (title, column, 0)
-        for title, column in (("tok/s", "tokens_per_s"), ("mem MB", "peak_memory_mb"))
-        if has_column(rows, column)
-    ]
-    header, body = pivot(rows, ["encoding"], "eval_len", "ppl", label=length_label, extra=extra)
+    header, body = pivot(rows, ["encoding"], "eval_len", "ppl", label=length_label)
     trained = ", ".join(str(t) for t in dict.fromkeys(row.get("train_len") for row in rows))
     caption = f"Perplexity (bytes) by evaluation length; trained at T={trained}; {seed_note(rows)}."
     return [(caption, header, body)]
-
-
-def _times(value: float) -> str:
-    """A length multiplier as a tick label: ``1×``, ``1.25×``, ``8×``."""
-    return f"{value:g}×"
 
 
 def loss_vs_length(rows: Sequence[Row]) -> Figure:
@@ -384,22 +376,20 @@ def loss_vs_length(rows: Sequence[Row]) -> Figure:
     undefined points (learned past its table) are left out of the line.
     """
     series: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    trained: dict[int, None] = {}
     for row in rows:
         if row.get("experiment") == "extrapolate" and finite(row.get("ppl")):
             series[row["encoding"]].append((row["eval_len"] / row["train_len"], row["ppl"]))
+            trained[row["train_len"]] = None
     fig = new_figure(figsize=(7.5, 4.2), layout="constrained")
     ax = fig.add_subplot()
     for name, points in series.items():
         mean_line(ax, points, marker="o", label=name, color=encoding_color(name))
-    ax.axvline(1.0, color="gray", lw=0.8, ls=":")
-    ax.set(
-        xlabel="evaluation length / training length",
-        ylabel="perplexity (bytes)",
-        title="train short, test long",
-    )
+    at = f": each encoding trained at T = {', '.join(map(str, trained))} bytes" if trained else ""
+    ax.set(ylabel="perplexity (bytes; mean ± std over seeds)", title=f"Train short, test long{at}")
     multipliers = sorted({x for points in series.values() for x, _ in points})
     if multipliers:
-        set_log_ticks(ax, "x", multipliers, _times)
+        set_length_multiple_axis(ax, multipliers)
         set_log_ticks(ax, "y")
         label_line_ends(ax)
     return fig
