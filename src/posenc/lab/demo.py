@@ -41,6 +41,7 @@ import torch
 from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.experiments import EXPERIMENTS, extend, longctx
 from posenc.lab.experiments.extrapolate import ExtrapolateConfig, run_extrapolate
+from posenc.lab.run import read_json
 
 __all__ = ["DEMO_CONFIG", "DEMO_TITLE", "claim_counts", "corpus_summary", "run_demo"]
 
@@ -48,7 +49,7 @@ __all__ = ["DEMO_CONFIG", "DEMO_TITLE", "claim_counts", "corpus_summary", "run_d
 DEMO_TITLE = "posenc demo: which positional encoding for text past its training length"
 
 #: The demo's experiment: 3 seeds (so that its claims are decided: docs/results.md, "The demo"),
-#: two trainings at a time; the whole demo took 202 s on 2 idle CPU cores.
+#: two trainings at a time (the demo prints its own wall time).
 DEMO_CONFIG = ExtrapolateConfig(
     encodings=("nope", "sinusoidal", "learned", "rope", "alibi", "t5"),
     multipliers=(1.0, 1.25, 2.0, 4.0, 8.0),
@@ -146,7 +147,7 @@ def extend_zero_shot(
         with torch_threads(config.runner.threads):
             for seed, path in zip(seeds, weights, strict=True):
                 state = torch.load(folder / path, map_location="cpu", weights_only=True)
-                done = json.loads((folder / path).with_name("done.json").read_text())
+                done = read_json((folder / path).with_name("done.json"))
                 loss = done["final_loss"]
                 rows += extend.zero_shot_rows(ext, state["model"], seed=seed, train_loss=loss)
                 rows += longctx.zero_shot_rows(segment, state["model"], seed=seed, train_loss=loss)

@@ -57,7 +57,7 @@ from posenc.lab.figures import training_curves
 from posenc.lab.findings import ATLAS, ATLAS_SECTION, data_and_model, findings
 from posenc.lab.gather import RunFolder, gather
 from posenc.lab.results import Row
-from posenc.lab.run import atomic_write_text, read_metrics
+from posenc.lab.run import atomic_write_text, read_json, read_metrics
 from posenc.lab.tables import Table
 
 if TYPE_CHECKING:
@@ -295,7 +295,7 @@ def _checks_section(folder: Path) -> list[str]:
     parts = [_image(p.read_bytes(), p.name, f"checks/{p.name}") for p in pngs]
     summary = checks / "checks.json"
     if summary.is_file():
-        results = json.loads(summary.read_text(encoding="utf-8")).get("checks", [])
+        results = read_json(summary).get("checks", [])
         body = [
             [
                 "✔" if r.get("passed") else "✘",
@@ -391,9 +391,7 @@ def _data_section(runs: Sequence[RunFolder]) -> list[str]:
     parts = []
     for run in runs:
         corpus_file = run.path / "data.json"
-        corpus = (
-            json.loads(corpus_file.read_text(encoding="utf-8")) if corpus_file.is_file() else None
-        )
+        corpus = read_json(corpus_file) if corpus_file.is_file() else None
         lines = data_and_model(run.config or {}, run.rows, corpus)
         if lines:
             where = "this run" if run.label == "." else f"{run.label}/"
