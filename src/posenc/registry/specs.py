@@ -237,7 +237,8 @@ def sequence_encoding_spec(name: str, argument: str = "encodings") -> EncodingSp
     if spec.needs_grid:
         raise ValueError(
             f"{argument}: {name!r} encodes positions on an image grid (ModelDims.grid); a "
-            "sequence model cannot use it (the ViT experiment can)"
+            "sequence model cannot use it (an image model can: EncoderClassifier("
+            f"ModelConfig(pos={name!r}, grid=(height, width), patch_size=...), num_classes))"
         )
     return spec
 
@@ -265,7 +266,8 @@ def build_encoding(
     if spec.needs_grid and dims.grid is None:
         raise ValueError(
             f"encoding {name!r} is defined on a patch grid: set ModelDims.grid = "
-            "(height, width), the grid of the image model it goes into (grid is None)"
+            "(height, width), the grid of the image model it goes into (grid is None; "
+            "through a model, ModelConfig(grid=(height, width)))"
         )
     user = {**(kwargs or {}), **more}
     randomized = user.pop("randomized", None)
