@@ -406,3 +406,19 @@ def test_randomized_positions_are_seeded_per_step(tmp_path: Path) -> None:
 def test_randomize_positions_shorter_than_sequence_raises(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="randomize_positions"):
         train(tiny_model(), CountingSource(), quick_config(randomize_positions=SEQ - 1), tmp_path)
+
+
+def test_a_run_folder_written_before_the_image_fields_resumes(tmp_path: Path) -> None:
+    from posenc.lab.run import ADDED_FIELDS, check_run_dir
+
+    model = {"dim": 64, "pos": "rope", "grid": None, "patch_size": None, "in_channels": 3}
+    expected = {"model": model, "train": {"steps": 10}}
+    older = {"model": {"dim": 64, "pos": "rope"}, "train": {"steps": 10}}
+    (tmp_path / "config.json").write_text(json.dumps(older))
+    check_run_dir(tmp_path, expected)  # the fields it lacks had these values in effect
+    assert {name for _, name in ADDED_FIELDS} == {"grid", "patch_size", "in_channels"}
+    # a field the folder does record still has to match, and so does everything else
+    for stored in ({**older["model"], "in_channels": 1}, {"dim": 32, "pos": "rope"}):
+        (tmp_path / "config.json").write_text(json.dumps({**older, "model": stored}))
+        with pytest.raises(ValueError, match="holds a different experiment"):
+            check_run_dir(tmp_path, expected)

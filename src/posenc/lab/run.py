@@ -194,10 +194,34 @@ class MetricsLog:
                 os.fsync(handle.fileno())
 
 
+#: Fields the recorded configs gained after run folders were written without them, each with
+#: the value such a run had in effect: a folder that lacks one resumes rather than reading as
+#: another experiment (``ModelConfig``'s image fields, which a text model never reads).
+ADDED_FIELDS: dict[tuple[str, str], Any] = {
+    ("model", "grid"): None,
+    ("model", "patch_size"): None,
+    ("model", "in_channels"): 3,
+}
+
+
+def _with_added_fields(stored: Any) -> Any:
+    """``stored`` with every :data:`ADDED_FIELDS` entry it lacks filled in (a copy)."""
+    if not isinstance(stored, dict):
+        return stored
+    filled = dict(stored)
+    for (section, name), value in ADDED_FIELDS.items():
+        inner = filled.get(section)
+        if isinstance(inner, dict) and name not in inner:
+            filled[section] = {**inner, name: value}
+    return filled
+
+
 def check_run_dir(run_dir: Path, expected: dict[str, Any]) -> None:
+    """Refuse ``run_dir`` when its ``config.json`` records another experiment than
+    ``expected`` (a config written before :data:`ADDED_FIELDS` existed still matches)."""
     path = run_dir / "config.json"
     if path.exists():
-        stored = read_json(path)
+        stored = _with_added_fields(read_json(path))
         difference = _first_difference(stored, expected)
         if difference is not None:
             raise ValueError(
