@@ -11,10 +11,12 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor, nn
 
+from posenc._validate import check_int, check_non_negative_int, check_positive_int
 from posenc.attention import Attention, KVCache, attend, hooks_of
 from posenc.encoding.base import NoPE
 from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
@@ -410,3 +412,71 @@ FUNCTION_CALLS: list[tuple[str, str, Callable[[], Any]]] = [
 def test_functions_name_their_bad_argument(argument: str, call: Callable[[], Any]) -> None:
     with pytest.raises(ValueError, match=rf"^{argument}"):
         call()
+
+
+# Integer arguments: any integral scalar a user naturally passes (a numpy integer from an array,
+# a 0-d tensor from ``x.shape``-like arithmetic on tensors) is read as the int it holds; bool,
+# floats (whole or not), strings and tensors of one dimension or more are refused with one
+# message that names the argument, its range and the accepted types.
+
+INTEGRAL = [
+    pytest.param(3, id="int"),
+    pytest.param(np.int64(3), id="np.int64"),
+    pytest.param(np.int32(3), id="np.int32"),
+    pytest.param(np.uint8(3), id="np.uint8"),
+    pytest.param(torch.tensor(3), id="tensor-int64"),
+    pytest.param(torch.tensor(3, dtype=torch.int16), id="tensor-int16"),
+]
+NOT_INTEGRAL = [
+    pytest.param(True, id="bool"),
+    pytest.param(np.bool_(True), id="np.bool_"),
+    pytest.param(torch.tensor(True), id="tensor-bool"),
+    pytest.param(3.0, id="float"),
+    pytest.param(3.5, id="fraction"),
+    pytest.param(np.float64(3.0), id="np.float64"),
+    pytest.param(torch.tensor(3.0), id="tensor-float"),
+    pytest.param(torch.tensor([3]), id="tensor-1d"),
+    pytest.param("3", id="str"),
+    pytest.param(None, id="None"),
+]
+
+
+@pytest.mark.parametrize("value", INTEGRAL)
+def test_integer_checks_read_any_integral_scalar(value: object) -> None:
+    for check in (check_positive_int, check_non_negative_int):
+        out = check("count", value)
+        assert type(out) is int and out == 3
+    assert check_int("count", value, low=3, high=3) == 3
+
+
+@pytest.mark.parametrize("value", NOT_INTEGRAL)
+@pytest.mark.parametrize(
+    ("check", "allowed"),
+    [
+        (check_positive_int, "a positive integer (>= 1)"),
+        (check_non_negative_int, "a non-negative integer (>= 0)"),
+        (lambda name, v: check_int(name, v, low=2, high=9), "an integer in [2, 9]"),
+    ],
+)
+def test_integer_checks_refuse_other_values_with_one_message(
+    value: object, check: Callable[[str, object], int], allowed: str
+) -> None:
+    expected = f"count must be {allowed}: an int, numpy integer or 0-d integer tensor; got "
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}"):
+        check("count", value)
+
+
+@pytest.mark.parametrize(
+    ("value", "check", "message"),
+    [
+        (0, check_positive_int, "count must be a positive integer (>= 1), got 0"),
+        (np.int64(0), check_positive_int, "count must be a positive integer (>= 1), got 0"),
+        (torch.tensor(-1), check_non_negative_int, "count must be a non-negative integer (>= 0)"),
+        (np.int8(10), lambda n, v: check_int(n, v, low=2, high=9), "count must be an integer in"),
+    ],
+)
+def test_integer_checks_name_the_range_for_an_integer_outside_it(
+    value: object, check: Callable[[str, object], int], message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        check("count", value)
