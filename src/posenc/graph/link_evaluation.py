@@ -234,7 +234,7 @@ def run_stream(
     state the training pass ends in. ``losses`` are the total loss (training) or the link
     BCE (evaluation, as the reference logs).
     """
-    check_positive_int("batch_size", batch_size)
+    batch_size = check_positive_int("batch_size", batch_size)
     losses: list[float] = []
     precisions: list[float] = []
     aucs: list[float] = []
