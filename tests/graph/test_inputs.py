@@ -342,3 +342,40 @@ def test_graphormer_set_distances_marker_and_masks() -> None:
         bias.set_distances(d, torch.full((1, 4), 0.5))
     with pytest.raises(ValueError, match=r"^q_pos must be finite"):
         bias.bias(positions.double().index_fill(1, torch.tensor([1]), float("inf")), positions)
+
+
+def sampler(**kwargs: Any) -> Any:
+    from posenc.graph.link_evaluation import NegativeSampler
+
+    src, dst = torch.tensor([0, 1, 2, 0]), torch.tensor([1, 2, 3, 3])
+    return NegativeSampler(src, dst, torch.tensor([1.0, 2.0, 3.0, 4.0]), **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("argument", "kwargs"),
+    [
+        ("last_observed_time", {"strategy": "inductive", "last_observed_time": float("nan")}),
+        ("last_observed_time", {"strategy": "inductive", "last_observed_time": float("inf")}),
+        ("last_observed_time", {"strategy": "inductive", "last_observed_time": "2"}),
+        ("seed", {"seed": 1.5}),
+        ("seed", {"seed": True}),
+        ("seed", {"seed": -1}),
+    ],
+)
+def test_negative_sampler_refuses_a_non_finite_time_or_bad_seed(
+    argument: str, kwargs: dict[str, Any]
+) -> None:
+    with pytest.raises(ValueError, match=rf"^{argument} must be"):
+        sampler(**kwargs)
+
+
+def test_negative_sampler_reads_numpy_and_tensor_scalars_as_numbers() -> None:
+    reference = sampler(strategy="inductive", last_observed_time=2.0, seed=3)
+    src, dst, times = torch.tensor([0, 1]), torch.tensor([3, 2]), torch.tensor([5.0, 6.0])
+    expected = reference.sample(src, dst, times)
+    for last, seed in [(np.float64(2.0), np.int64(3)), (torch.tensor(2.0), torch.tensor(3))]:
+        other = sampler(strategy="inductive", last_observed_time=last, seed=seed)
+        assert other.seed == 3 and type(other.seed) is int
+        assert_close(other.observed, reference.observed, rtol=0, atol=0)
+        for a, b in zip(other.sample(src, dst, times), expected, strict=True):
+            assert_close(a, b, rtol=0, atol=0)

@@ -121,17 +121,18 @@ def time_encoding(delta: Tensor, time_dim: int, dtype: torch.dtype | None = None
     return torch.cos(phases).to(dtype or torch.float32)
 
 
-def _check_now(now: object) -> Tensor:
-    """``now`` as a float64 0-d tensor, if it is a finite real number (or 0-d real tensor)."""
-    real = isinstance(now, numbers.Real) and not isinstance(now, bool)
-    if isinstance(now, Tensor):
-        real = now.dim() == 0 and not now.is_complex() and now.dtype != torch.bool
+def check_time(name: str, time: object) -> Tensor:
+    """Return ``time`` as a float64 0-d tensor if it is a finite real number (a Python or
+    numpy number, or a 0-d real tensor), else raise ``ValueError`` naming ``name``."""
+    real = isinstance(time, numbers.Real) and not isinstance(time, bool)
+    if isinstance(time, Tensor):
+        real = time.dim() == 0 and not time.is_complex() and time.dtype != torch.bool
     if not real:
-        raise ValueError(f"now must be a finite real number or 0-d tensor; got {now!r}")
-    now_t = torch.as_tensor(now, dtype=torch.float64)
-    if validating_values() and not bool(torch.isfinite(now_t)):
-        raise ValueError(f"now must be a finite real number; got {float(now_t)}")
-    return now_t
+        raise ValueError(f"{name} must be a finite real number or 0-d tensor; got {time!r}")
+    time_t = torch.as_tensor(time, dtype=torch.float64)
+    if validating_values() and not bool(torch.isfinite(time_t)):
+        raise ValueError(f"{name} must be a finite real number; got {float(time_t)}")
+    return time_t
 
 
 def _compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
@@ -378,7 +379,7 @@ class LSTEPEncoding(nn.Module):
         if dst.shape != src.shape:
             raise ValueError(f"dst must have the length of src ({len(src)}); got {len(dst)}")
         times = check_times("times", times, len(src))
-        now_t = _check_now(now).to(times.device)
+        now_t = check_time("now", now).to(times.device)
         if len(times) and bool(now_t < times[-1]):
             raise ValueError(f"now must not precede the events; got {float(now_t)} < {times[-1]}")
         time_features = time_encoding(now_t - times, self.time_dim, encodings.dtype)
