@@ -15,12 +15,15 @@ import numpy as np
 import pytest
 import torch
 from torch import Tensor, nn
+from torch.testing import assert_close
 
 from posenc._validate import check_int, check_non_negative_int, check_positive_int
 from posenc.attention import Attention, KVCache, attend, hooks_of
 from posenc.encoding.base import NoPE
 from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
+from posenc.positions import randomized_positions
 from posenc.registry import encoding_spec
+from posenc.rotary.fope import fope_inv_freq
 from tests.cases import SEQ, build_case, case_positions, registered_cases
 
 META = torch.device("meta")
@@ -480,3 +483,85 @@ def test_integer_checks_name_the_range_for_an_integer_outside_it(
 ) -> None:
     with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
         check("count", value)
+
+
+def _library_calls() -> list[tuple[str, Callable[[Any], Any]]]:
+    """``(what, call(n))``: public calls whose integer argument ``n`` is read through
+    ``check_int``; each returns something comparable (tensors, or ints it stored)."""
+    from posenc.additive.sinusoidal_nd import sinusoidal_2d
+    from posenc.bias.alibi import alibi_slopes
+    from posenc.positions import grid_positions
+    from posenc.rotary.frequencies import rope_inv_freq
+    from posenc.rotary.scaling import YaRN
+    from posenc.softmax.query_scale import QueryScale
+
+    def attention(n: Any) -> tuple[int, ...]:
+        attn = Attention(8 * n, n, num_kv_heads=n)
+        return attn.dim, attn.num_heads, attn.num_kv_heads, attn.head_dim
+
+    def model(n: Any) -> tuple[object, ...]:
+        c = ModelConfig(vocab_size=10 * n, dim=8 * n, num_heads=n, depth=n, nope_layers=(n - 1,))
+        return c.vocab_size, c.dim, c.num_heads, c.depth, c.nope_layers
+
+    def generator() -> torch.Generator:
+        return torch.Generator().manual_seed(0)
+
+    return [
+        ("rope_inv_freq", lambda n: rope_inv_freq(2 * n)),
+        ("fope_inv_freq.num_frequencies", lambda n: fope_inv_freq(16, num_frequencies=n)),
+        ("alibi_slopes", alibi_slopes),
+        ("sinusoidal_2d", lambda n: sinusoidal_2d(n, n, 8)),
+        ("grid_positions", lambda n: grid_positions(n, n, offset=n)),
+        (
+            "randomized_positions",
+            lambda n: randomized_positions(n, 10 * n, batch=n, generator=generator()),
+        ),
+        ("Attention", attention),
+        ("ModelConfig", model),
+        ("QueryScale.shift", lambda n: QueryScale("log_n", length=8 * n, shift=n).shift),
+        (
+            "YaRN",
+            lambda n: (
+                YaRN(4.0, original_max_position_embeddings=64 * n).original_max_position_embeddings
+            ),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("value", [np.int64(3), torch.tensor(3)], ids=["np.int64", "tensor"])
+@pytest.mark.parametrize(("what", "call"), _library_calls(), ids=[w for w, _ in _library_calls()])
+def test_library_integer_arguments_read_integral_scalars(
+    what: str, call: Callable[[Any], Any], value: object
+) -> None:
+    expected, got = call(3), call(value)
+    if isinstance(expected, Tensor):
+        assert_close(got, expected, rtol=0, atol=0)
+    else:
+        assert got == expected
+        leaves = got if isinstance(got, tuple) else (got,)
+        flat = [x for leaf in leaves for x in (leaf if isinstance(leaf, tuple) else (leaf,))]
+        assert all(type(x) is int for x in flat), got
+
+
+@pytest.mark.parametrize(
+    ("argument", "call"),
+    [
+        (
+            "nope_layers",
+            lambda: ModelConfig(vocab_size=10, dim=8, num_heads=2, depth=2, nope_layers=(1.0,)),
+        ),
+        (
+            "max_length",
+            lambda: randomized_positions(2, 8.0),  # type: ignore[arg-type]
+        ),
+        (
+            "num_frequencies",
+            lambda: fope_inv_freq(16, num_frequencies=np.float64(2)),  # type: ignore[arg-type]
+        ),
+    ],
+)
+def test_library_integer_arguments_refuse_floats_with_the_shared_message(
+    argument: str, call: Callable[[], Any]
+) -> None:
+    with pytest.raises(ValueError, match=rf"^{argument} must be .*: an int, numpy integer or 0-d"):
+        call()
