@@ -294,7 +294,7 @@ class KVCache:
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` keys (speculative decoding, benchmarks, beam resets)."""
-        length = check_non_negative_int("length", length)
+        check_non_negative_int("length", length)
         if length > self.length:
             raise ValueError(f"length must be <= the cache length {self.length}, got {length}")
         for rows in (self._k, self._v, self._states, *self._memo.values()):
