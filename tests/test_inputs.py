@@ -11,14 +11,19 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor, nn
+from torch.testing import assert_close
 
+from posenc._validate import check_int, check_non_negative_int, check_positive_int
 from posenc.attention import Attention, KVCache, attend, hooks_of
 from posenc.encoding.base import NoPE
 from posenc.models import DecoderLM, EncoderClassifier, ModelConfig
+from posenc.positions import randomized_positions
 from posenc.registry import encoding_spec
+from posenc.rotary.fope import fope_inv_freq
 from tests.cases import SEQ, build_case, case_positions, registered_cases
 
 META = torch.device("meta")
@@ -410,4 +415,154 @@ FUNCTION_CALLS: list[tuple[str, str, Callable[[], Any]]] = [
 )
 def test_functions_name_their_bad_argument(argument: str, call: Callable[[], Any]) -> None:
     with pytest.raises(ValueError, match=rf"^{argument}"):
+        call()
+
+
+# Integer arguments: any integral scalar a user naturally passes (a numpy integer from an array,
+# a 0-d tensor from ``x.shape``-like arithmetic on tensors) is read as the int it holds; bool,
+# floats (whole or not), strings and tensors of one dimension or more are refused with one
+# message that names the argument, its range and the accepted types.
+
+INTEGRAL = [
+    pytest.param(3, id="int"),
+    pytest.param(np.int64(3), id="np.int64"),
+    pytest.param(np.int32(3), id="np.int32"),
+    pytest.param(np.uint8(3), id="np.uint8"),
+    pytest.param(torch.tensor(3), id="tensor-int64"),
+    pytest.param(torch.tensor(3, dtype=torch.int16), id="tensor-int16"),
+]
+NOT_INTEGRAL = [
+    pytest.param(True, id="bool"),
+    pytest.param(np.bool_(True), id="np.bool_"),
+    pytest.param(torch.tensor(True), id="tensor-bool"),
+    pytest.param(3.0, id="float"),
+    pytest.param(3.5, id="fraction"),
+    pytest.param(np.float64(3.0), id="np.float64"),
+    pytest.param(torch.tensor(3.0), id="tensor-float"),
+    pytest.param(torch.tensor([3]), id="tensor-1d"),
+    pytest.param("3", id="str"),
+    pytest.param(None, id="None"),
+]
+
+
+@pytest.mark.parametrize("value", INTEGRAL)
+def test_integer_checks_read_any_integral_scalar(value: object) -> None:
+    for check in (check_positive_int, check_non_negative_int):
+        out = check("count", value)
+        assert type(out) is int and out == 3
+    assert check_int("count", value, low=3, high=3) == 3
+
+
+@pytest.mark.parametrize("value", NOT_INTEGRAL)
+@pytest.mark.parametrize(
+    ("check", "allowed"),
+    [
+        (check_positive_int, "a positive integer (>= 1)"),
+        (check_non_negative_int, "a non-negative integer (>= 0)"),
+        (lambda name, v: check_int(name, v, low=2, high=9), "an integer in [2, 9]"),
+    ],
+)
+def test_integer_checks_refuse_other_values_with_one_message(
+    value: object, check: Callable[[str, object], int], allowed: str
+) -> None:
+    expected = f"count must be {allowed}: an int, numpy integer or 0-d integer tensor; got "
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}"):
+        check("count", value)
+
+
+@pytest.mark.parametrize(
+    ("value", "check", "message"),
+    [
+        (0, check_positive_int, "count must be a positive integer (>= 1), got 0"),
+        (np.int64(0), check_positive_int, "count must be a positive integer (>= 1), got 0"),
+        (torch.tensor(-1), check_non_negative_int, "count must be a non-negative integer (>= 0)"),
+        (np.int8(10), lambda n, v: check_int(n, v, low=2, high=9), "count must be an integer in"),
+    ],
+)
+def test_integer_checks_name_the_range_for_an_integer_outside_it(
+    value: object, check: Callable[[str, object], int], message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        check("count", value)
+
+
+def _library_calls() -> list[tuple[str, Callable[[Any], Any]]]:
+    """``(what, call(n))``: public calls whose integer argument ``n`` is read through
+    ``check_int``; each returns something comparable (tensors, or ints it stored)."""
+    from posenc.additive.sinusoidal_nd import sinusoidal_2d
+    from posenc.bias.alibi import alibi_slopes
+    from posenc.positions import grid_positions
+    from posenc.rotary.frequencies import rope_inv_freq
+    from posenc.rotary.scaling import YaRN
+    from posenc.softmax.query_scale import QueryScale
+
+    def attention(n: Any) -> tuple[int, ...]:
+        attn = Attention(8 * n, n, num_kv_heads=n)
+        return attn.dim, attn.num_heads, attn.num_kv_heads, attn.head_dim
+
+    def model(n: Any) -> tuple[object, ...]:
+        c = ModelConfig(vocab_size=10 * n, dim=8 * n, num_heads=n, depth=n, nope_layers=(n - 1,))
+        return c.vocab_size, c.dim, c.num_heads, c.depth, c.nope_layers
+
+    def generator() -> torch.Generator:
+        return torch.Generator().manual_seed(0)
+
+    return [
+        ("rope_inv_freq", lambda n: rope_inv_freq(2 * n)),
+        ("fope_inv_freq.num_frequencies", lambda n: fope_inv_freq(16, num_frequencies=n)),
+        ("alibi_slopes", alibi_slopes),
+        ("sinusoidal_2d", lambda n: sinusoidal_2d(n, n, 8)),
+        ("grid_positions", lambda n: grid_positions(n, n, offset=n)),
+        (
+            "randomized_positions",
+            lambda n: randomized_positions(n, 10 * n, batch=n, generator=generator()),
+        ),
+        ("Attention", attention),
+        ("ModelConfig", model),
+        ("QueryScale.shift", lambda n: QueryScale("log_n", length=8 * n, shift=n).shift),
+        (
+            "YaRN",
+            lambda n: (
+                YaRN(4.0, original_max_position_embeddings=64 * n).original_max_position_embeddings
+            ),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("value", [np.int64(3), torch.tensor(3)], ids=["np.int64", "tensor"])
+@pytest.mark.parametrize(("what", "call"), _library_calls(), ids=[w for w, _ in _library_calls()])
+def test_library_integer_arguments_read_integral_scalars(
+    what: str, call: Callable[[Any], Any], value: object
+) -> None:
+    expected, got = call(3), call(value)
+    if isinstance(expected, Tensor):
+        assert_close(got, expected, rtol=0, atol=0)
+    else:
+        assert got == expected
+        leaves = got if isinstance(got, tuple) else (got,)
+        flat = [x for leaf in leaves for x in (leaf if isinstance(leaf, tuple) else (leaf,))]
+        assert all(type(x) is int for x in flat), got
+
+
+@pytest.mark.parametrize(
+    ("argument", "call"),
+    [
+        (
+            "nope_layers",
+            lambda: ModelConfig(vocab_size=10, dim=8, num_heads=2, depth=2, nope_layers=(1.0,)),
+        ),
+        (
+            "max_length",
+            lambda: randomized_positions(2, 8.0),  # type: ignore[arg-type]
+        ),
+        (
+            "num_frequencies",
+            lambda: fope_inv_freq(16, num_frequencies=np.float64(2)),  # type: ignore[arg-type]
+        ),
+    ],
+)
+def test_library_integer_arguments_refuse_floats_with_the_shared_message(
+    argument: str, call: Callable[[], Any]
+) -> None:
+    with pytest.raises(ValueError, match=rf"^{argument} must be .*: an int, numpy integer or 0-d"):
         call()

@@ -8,6 +8,7 @@ compiling (:func:`validating_values`); shape and dtype checks always run.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 from torch import Tensor
@@ -15,6 +16,7 @@ from torch import Tensor
 __all__ = [
     "check_finite",
     "check_in_choices",
+    "check_int",
     "check_integer_valued",
     "check_non_negative_int",
     "check_positive_float",
@@ -23,18 +25,61 @@ __all__ = [
 ]
 
 
+def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> int:
+    """Return ``value`` as a Python ``int`` if it is integral and in ``[low, high]`` (either
+    bound optional), else raise ``ValueError`` naming ``name`` and the allowed range.
+
+    Integral means an ``int``, a numpy integer or a 0-d integer tensor (what
+    :func:`operator.index` reads, tensors of one dimension or more aside). ``bool`` (a
+    ``True`` passed for a count is a slip, not a 1), floats, even whole ones, and other types
+    are refused with one message that names the argument, the range and the accepted types.
+    """
+    if low is not None and high is not None:
+        allowed = f"an integer in [{low}, {high}]"
+    elif low == 1:
+        allowed = "a positive integer (>= 1)"
+    elif low == 0:
+        allowed = "a non-negative integer (>= 0)"
+    elif low is not None:
+        allowed = f"an integer >= {low}"
+    elif high is not None:
+        allowed = f"an integer <= {high}"
+    else:
+        allowed = "an integer"
+    number: int | None = None
+    refused = isinstance(value, bool) or type(value).__name__ == "bool_"  # numpy's bool
+    if isinstance(value, Tensor):
+        refused = value.dtype == torch.bool or value.dim() > 0  # refused with the rest
+    if not refused:
+        try:
+            number = operator.index(value)  # type: ignore[arg-type]
+        except TypeError:
+            number = None
+    if number is None:
+        kind = (
+            f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+            if isinstance(value, Tensor)
+            else type(value).__name__
+        )
+        raise ValueError(
+            f"{name} must be {allowed}: an int, numpy integer or 0-d integer tensor; "
+            f"got {value!r} ({kind})"
+        )
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise ValueError(f"{name} must be {allowed}, got {number}")
+    return number
+
+
 def check_positive_int(name: str, value: object) -> int:
-    """Return ``value`` if it is an ``int`` ≥ 1, else raise ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer (>= 1), got {value!r}")
-    return value
+    """Return ``value`` as an ``int`` if it is integral and ≥ 1 (see :func:`check_int`), else
+    raise ``ValueError`` naming ``name``."""
+    return check_int(name, value, low=1)
 
 
 def check_non_negative_int(name: str, value: object) -> int:
-    """Return ``value`` if it is an ``int`` ≥ 0, else raise ``ValueError`` naming ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"{name} must be a non-negative integer (>= 0), got {value!r}")
-    return value
+    """Return ``value`` as an ``int`` if it is integral and ≥ 0 (see :func:`check_int`), else
+    raise ``ValueError`` naming ``name``."""
+    return check_int(name, value, low=0)
 
 
 def check_positive_float(name: str, value: object) -> float:

@@ -256,7 +256,7 @@ class ComplexOrderEmbedding(TokenEmbedding):
     ) -> None:
         super().__init__()
         self.vocab_size = check_positive_int("vocab_size", vocab_size)
-        check_positive_int("dim", dim)
+        dim = check_positive_int("dim", dim)
         if dim % 2:
             raise ValueError(
                 f"dim must be even (the real view [Re ‖ Im] of dim // 2 complex channels); "

@@ -72,7 +72,7 @@ def resize_table(
         raise ValueError("table must be a floating tensor of shape (old_len, dim)")
     if table.shape[0] < 1:
         raise ValueError("table must have at least one row (old_len >= 1)")
-    check_positive_int("new_len", new_len)
+    new_len = check_positive_int("new_len", new_len)
     check_in_choices("mode", mode, _RESIZE_MODES)
     if align_corners and mode != "linear":
         raise ValueError(f"align_corners=True is only defined for mode='linear', not {mode!r}")

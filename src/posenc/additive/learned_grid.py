@@ -50,9 +50,7 @@ _MODES: tuple[str, ...] = ("bicubic", "bilinear", "nearest")
 def _check_size(name: str, size: object) -> tuple[int, ...]:
     if not isinstance(size, Sequence) or isinstance(size, str) or not size:
         raise ValueError(f"{name} must be a non-empty sequence of grid sizes, got {size!r}")
-    for index, value in enumerate(size):
-        check_positive_int(f"{name}[{index}]", value)
-    return tuple(int(v) for v in size)
+    return tuple(check_positive_int(f"{name}[{index}]", v) for index, v in enumerate(size))
 
 
 def resample_grid_table(
@@ -85,7 +83,7 @@ def resample_grid_table(
     """
     if not isinstance(table, Tensor) or table.dim() != 2 or not table.is_floating_point():
         raise ValueError("table must be a floating tensor of shape (prefix_tokens + h·w, dim)")
-    check_non_negative_int("prefix_tokens", prefix_tokens)
+    prefix_tokens = check_non_negative_int("prefix_tokens", prefix_tokens)
     check_in_choices("mode", mode, _MODES)
     if antialias and mode == "nearest":
         raise ValueError("antialias=True is defined for mode 'bicubic' or 'bilinear' only")

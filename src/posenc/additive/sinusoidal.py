@@ -32,7 +32,7 @@ _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def _check_args(dim: int, base: float, layout: str) -> float:
-    check_positive_int("dim", dim)
+    dim = check_positive_int("dim", dim)
     base = check_positive_float("base", base)
     check_in_choices("layout", layout, _LAYOUTS)
     if layout == "concat" and dim % 2 != 0:
@@ -58,7 +58,7 @@ def sinusoidal_inv_freq(
     Returns:
         float64 tensor ``(⌈dim/2⌉,)``.
     """
-    check_positive_int("dim", dim)
+    dim = check_positive_int("dim", dim)
     base = check_positive_float("base", base)
     values = [base ** (-2.0 * i / dim) for i in range((dim + 1) // 2)]
     return torch.tensor(values, dtype=torch.float64, device=device)

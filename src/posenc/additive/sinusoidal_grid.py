@@ -71,7 +71,7 @@ _LAYOUTS: tuple[str, ...] = get_args(SinusoidalGridLayout)
 
 def _frequencies(dim: int, axes: int, layout: str) -> int:
     """``F``, the frequencies per axis, after checking that ``dim`` suits ``layout``."""
-    check_positive_int("dim", dim)
+    dim = check_positive_int("dim", dim)
     if layout == "mae" and axes != 2:
         raise ValueError(f"layout 'mae' encodes 2 axes (row, column); got {axes} axes")
     if layout == "positional_encodings":
@@ -172,7 +172,7 @@ def sinusoidal_grid(
         >>> sinusoidal_grid(4, 4, dim=16, layout="mae", prefix_tokens=1).shape
         torch.Size([17, 16])
     """
-    check_non_negative_int("prefix_tokens", prefix_tokens)
+    prefix_tokens = check_non_negative_int("prefix_tokens", prefix_tokens)
     coords = grid_positions(*sizes, device=device)
     table = sinusoidal_grid_encoding(coords, dim, base=base, layout=layout, dtype=dtype)
     prefix = table.new_zeros(prefix_tokens, table.shape[-1])

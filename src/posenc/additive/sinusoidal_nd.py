@@ -39,7 +39,7 @@ _LAYOUTS: tuple[str, ...] = get_args(Sinusoidal2DLayout)
 
 
 def _check_dim(dim: object) -> int:
-    check_positive_int("dim", dim)
+    dim = check_positive_int("dim", dim)
     assert isinstance(dim, int)
     if dim % 4 != 0:
         raise ValueError(
@@ -134,8 +134,8 @@ def sinusoidal_2d(
         >>> sinusoidal_2d(4, 4, dim=16).shape
         torch.Size([16, 16])
     """
-    check_positive_int("height", height)
-    check_positive_int("width", width)
+    height = check_positive_int("height", height)
+    width = check_positive_int("width", width)
     rows, cols = grid_coordinates(torch.arange(height * width, device=device), height, width)
     return sinusoidal_2d_encoding(rows, cols, dim, base=base, layout=layout, dtype=dtype)
 

@@ -92,7 +92,8 @@ class Backend:
                 f"backend must be one of {', '.join(map(repr, NAMES))}; got {self.name!r}"
             )
         if self.block_size is not None:
-            check_positive_int("block_size", self.block_size)
+            block = check_positive_int("block_size", self.block_size)
+            object.__setattr__(self, "block_size", block)
         if self.feature_map not in FEATURE_MAPS:
             raise ValueError(
                 f"feature_map must be one of {', '.join(map(repr, FEATURE_MAPS))}; "

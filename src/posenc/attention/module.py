@@ -90,10 +90,10 @@ class Attention(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("dim", dim)
-        check_positive_int("num_heads", num_heads)
+        dim = check_positive_int("dim", dim)
+        num_heads = check_positive_int("num_heads", num_heads)
         num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
-        check_positive_int("num_kv_heads", num_kv_heads)
+        num_kv_heads = check_positive_int("num_kv_heads", num_kv_heads)
         if num_heads % num_kv_heads != 0:
             raise ValueError(
                 f"num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
@@ -105,7 +105,7 @@ class Attention(nn.Module):
                     "or give head_dim explicitly"
                 )
             head_dim = dim // num_heads
-        check_positive_int("head_dim", head_dim)
+        head_dim = check_positive_int("head_dim", head_dim)
         if (
             not isinstance(dropout, (int, float))
             or isinstance(dropout, bool)

@@ -104,7 +104,7 @@ def alibi_slopes(num_heads: int) -> Tensor:
         >>> (-alibi_slopes(6).log2()).tolist()
         [2.0, 4.0, 6.0, 8.0, 1.0, 3.0]
     """
-    check_positive_int("num_heads", num_heads)
+    num_heads = check_positive_int("num_heads", num_heads)
     closest = 1 << (num_heads.bit_length() - 1)  # 2**floor(log2 n)
     slopes = _power_of_two_slopes(closest)
     if closest != num_heads:
@@ -214,7 +214,7 @@ class AlibiBias(LinearBias):
         else:
             if num_biased_heads is None:
                 num_biased_heads = num_heads
-            check_positive_int("num_biased_heads", num_biased_heads)
+            num_biased_heads = check_positive_int("num_biased_heads", num_biased_heads)
             if num_biased_heads > num_heads:
                 raise ValueError(
                     f"num_biased_heads must be in [1, num_heads={num_heads}]; "

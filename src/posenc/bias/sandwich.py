@@ -52,7 +52,7 @@ def sandwich_frequencies(head_dim: int, base: float = 10000.0) -> Tensor:
 
 def sandwich_head_scales(num_heads: int) -> Tensor:
     """The divisors ``8h/H`` of heads ``h = 1..H`` (ALiBi's exponents), float64 ``(H,)``."""
-    check_positive_int("num_heads", num_heads)
+    num_heads = check_positive_int("num_heads", num_heads)
     return 8.0 * torch.arange(1, num_heads + 1, dtype=torch.float64) / num_heads
 
 
@@ -93,7 +93,7 @@ def _sandwich(coefficients: Tensor, half_frequencies: Tensor, distance: Tensor) 
 
 
 def _check_head_dim(head_dim: object) -> int:
-    check_positive_int("head_dim", head_dim)
+    head_dim = check_positive_int("head_dim", head_dim)
     assert isinstance(head_dim, int)
     if head_dim % 2:
         raise ValueError(

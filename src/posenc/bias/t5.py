@@ -24,8 +24,8 @@ def check_t5_buckets(num_buckets: object, max_distance: object, bidirectional: b
     (causal) or ``num_buckets // 4`` (bidirectional): the log formula divides by
     ``log(max_distance / max_exact)``, so it must be positive.
     """
-    check_positive_int("num_buckets", num_buckets)
-    check_positive_int("max_distance", max_distance)
+    num_buckets = check_positive_int("num_buckets", num_buckets)
+    max_distance = check_positive_int("max_distance", max_distance)
     assert isinstance(num_buckets, int) and isinstance(max_distance, int)
     if bidirectional:
         if num_buckets < 4 or num_buckets % 2:

@@ -45,7 +45,7 @@ def check_graph(num_nodes: int = 24, chords: int = 12, seed: int = 0) -> Graph:
     """A connected undirected graph without symmetries: a ``num_nodes``-cycle plus
     ``chords`` random chords drawn from ``seed`` (its Laplacians' eigenvalues are simple,
     so every eigenvector is defined up to its sign only)."""
-    check_positive_int("num_nodes", num_nodes)
+    num_nodes = check_positive_int("num_nodes", num_nodes)
     generator = torch.Generator().manual_seed(seed)
     nodes = torch.arange(num_nodes)
     ring = torch.stack([nodes, (nodes + 1) % num_nodes])
@@ -57,7 +57,7 @@ def check_graph(num_nodes: int = 24, chords: int = 12, seed: int = 0) -> Graph:
 def check_tree(num_nodes: int = 16, seed: int = 0) -> Graph:
     """A random tree (node ``i`` joined to a random earlier node): one shortest path per
     pair, so even Graphormer's edge encoding, which follows one path, has no choice."""
-    check_positive_int("num_nodes", num_nodes)
+    num_nodes = check_positive_int("num_nodes", num_nodes)
     generator = torch.Generator().manual_seed(seed)
     child = torch.arange(1, num_nodes)
     parent = (torch.rand(num_nodes - 1, generator=generator) * child).long()  # in [0, i)
@@ -111,7 +111,7 @@ def sign_flip_gap(
     """``max |encode(flipped) − encode(positions)|`` over ``draws`` random sign flips of the
     eigenvectors (:func:`~posenc.graph.random_sign_flip`, one sign per column), where
     ``positions`` is ``pe.positions()`` and ``flipped`` the same with flipped vectors."""
-    check_positive_int("draws", draws)
+    draws = check_positive_int("draws", draws)
     positions = pe.positions()
     reference = encode(positions)
     gap = 0.0

@@ -39,8 +39,8 @@ def check_deberta_span(max_relative_positions: int, position_buckets: int) -> in
     ``max_relative_positions``. Log buckets need ``position_buckets ≥ 2`` and
     ``max_relative_positions − 1 > position_buckets // 2`` (a log base > 1); ValueError
     naming the argument otherwise."""
-    check_positive_int("max_relative_positions", max_relative_positions)
-    check_non_negative_int("position_buckets", position_buckets)
+    max_relative_positions = check_positive_int("max_relative_positions", max_relative_positions)
+    position_buckets = check_non_negative_int("position_buckets", position_buckets)
     if position_buckets == 0:
         return max_relative_positions
     if position_buckets < 2:

@@ -29,7 +29,7 @@ def xl_sinusoid(distances: Tensor, dim: int, base: float = 10000.0) -> Tensor:
     Returns:
         float64 ``(n, dim)``: sines in the first half, cosines in the second.
     """
-    check_positive_int("dim", dim)
+    dim = check_positive_int("dim", dim)
     if dim % 2:
         raise ValueError(f"dim must be even; got {dim}")
     check_positive_float("base", base)
@@ -129,7 +129,7 @@ class TransformerXLRelative(SinusoidRelative):
         super().__init__()
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.head_dim = check_positive_int("head_dim", head_dim)
-        check_positive_int("dim", dim)
+        dim = check_positive_int("dim", dim)
         if dim % 2:
             raise ValueError(f"dim must be even; got {dim}")
         self.dim = dim

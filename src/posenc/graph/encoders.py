@@ -28,7 +28,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_in_choices, check_positive_int
+from posenc._validate import check_in_choices, check_positive_int, validating_values
 from posenc.encoding.base import empty_linear
 from posenc.encoding.protocols import AdditiveEncoding
 
@@ -63,7 +63,11 @@ def _eigen_inputs(
     owner: nn.Module, positions: object, k: int | None, mask: Tensor | None
 ) -> tuple[Tensor, Tensor]:
     """Checked positions ``(..., k, 2)`` with padding read as 0, and the ``(..., k)`` mask
-    of real columns, on the parameters' device and dtype."""
+    of real columns, on the parameters' device and dtype.
+
+    A padded column is NaN in both entries, as :meth:`LaplacianPE.positions()
+    <posenc.graph.LaplacianPE.positions>` writes it; any other NaN or inf on a real node
+    (one ``mask`` keeps) is refused, not read as padding."""
     name = type(owner).__name__
     if (
         not isinstance(positions, Tensor)
@@ -81,7 +85,17 @@ def _eigen_inputs(
     _check_node_mask(mask, positions.shape[:-2])
     weight = _parameter_of(owner)
     positions = positions.to(device=weight.device, dtype=weight.dtype)
-    real = ~torch.isnan(positions).any(-1)  # (..., k)
+    real = ~torch.isnan(positions).all(-1)  # (..., k): padding is NaN in both entries
+    if mask is not None:  # a padding node's entries are not read
+        real = real & mask.to(device=real.device, dtype=torch.bool)[..., None]
+    if validating_values() and positions.device.type != "meta":
+        bad = real[..., None] & ~torch.isfinite(positions)  # (..., k, 2)
+        if bool(bad.any()):
+            raise ValueError(
+                f"positions of {name} must be finite in every real (eigenvector entry, "
+                "eigenvalue) pair; got NaN or inf in one. A padded column is NaN in both "
+                "entries (LaplacianPE.positions()); nodes outside mask are not read"
+            )
     return torch.where(real[..., None], positions, 0.0), real
 
 
@@ -93,7 +107,8 @@ def _check_node_mask(mask: Tensor | None, nodes: torch.Size) -> None:
 def _mask_nodes(out: Tensor, mask: Tensor | None) -> Tensor:
     if mask is None:
         return out
-    return out * mask.to(device=out.device, dtype=torch.bool)[..., None]
+    # masked_fill, not a product: a padding node's NaN must not survive as NaN · 0
+    return out.masked_fill(~mask.to(device=out.device, dtype=torch.bool)[..., None], 0.0)
 
 
 class EigenvectorMLP(AdditiveEncoding):
@@ -330,8 +345,21 @@ class RandomWalkEncoder(AdditiveEncoding):
                 f"encodings; got {got}"
             )
         _check_node_mask(mask, positions.shape[:-1])
+        if validating_values() and positions.device.type != "meta":
+            bad = ~torch.isfinite(positions)  # (..., steps)
+            if mask is not None:
+                bad = bad & mask.to(device=bad.device, dtype=torch.bool)[..., None]
+            if bool(bad.any()):
+                raise ValueError(
+                    "positions of RandomWalkEncoder must be finite on every real node (nodes "
+                    "outside mask are not read); got NaN or inf"
+                )
         weight = self.linear.weight
-        out = self.linear(positions.to(device=weight.device, dtype=weight.dtype))
+        positions = positions.to(device=weight.device, dtype=weight.dtype)
+        if mask is not None:  # a padding node's entries are not read, not even as NaN · 0
+            keep = mask.to(device=positions.device, dtype=torch.bool)[..., None]
+            positions = positions.masked_fill(~keep, 0.0)
+        out = self.linear(positions)
         return _mask_nodes(out, mask)
 
     def extra_repr(self) -> str:

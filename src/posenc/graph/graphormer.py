@@ -48,10 +48,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc._validate import check_integer_valued, check_non_negative_int, check_positive_int
+from posenc._validate import (
+    check_finite,
+    check_integer_valued,
+    check_non_negative_int,
+    check_positive_int,
+    validating_values,
+)
 from posenc.encoding.protocols import BiasEncoding
 from posenc.graph.graphormer_edges import GraphormerEdgeEncoding
-from posenc.graph.shortest_path import ShortestPaths
+from posenc.graph.shortest_path import UNREACHABLE, ShortestPaths
 
 __all__ = ["GraphormerBias", "graphormer_reach_mask", "graphormer_spatial_index"]
 
@@ -83,7 +89,7 @@ def graphormer_reach_mask(
     """
     if paths.weighted:
         raise ValueError("paths must hold hop counts (shortest_paths(graph, weighted=False))")
-    check_non_negative_int("max_reach", max_reach)
+    max_reach = check_non_negative_int("max_reach", max_reach)
     allowed = (paths.distance >= 0) & (paths.distance <= max_reach)
     if virtual_node:
         allowed = F.pad(allowed, (1, 0, 1, 0), value=True)
@@ -164,10 +170,10 @@ class GraphormerBias(BiasEncoding):
         super().__init__()
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.max_distance = check_positive_int("max_distance", max_distance)
-        check_positive_int("max_hops", max_hops)
+        max_hops = check_positive_int("max_hops", max_hops)
         self.virtual_node = bool(virtual_node)
-        rows = max_distance + 2 + int(self.virtual_node)
-        self.weight = nn.Parameter(torch.empty(rows, num_heads, device=device, dtype=dtype))
+        rows = self.max_distance + 2 + int(self.virtual_node)
+        self.weight = nn.Parameter(torch.empty(rows, self.num_heads, device=device, dtype=dtype))
         self.edge_encoding = (
             None
             if edge_dim is None
@@ -221,9 +227,11 @@ class GraphormerBias(BiasEncoding):
 
     def set_distances(self, distance: Tensor, node_mask: Tensor) -> tuple[Tensor, Tensor]:
         """:meth:`set_graphs` from hop counts computed once (:func:`~posenc.graph.hop_distances`
-        of a dataset, indexed per batch): ``distance`` ``(B, N, N)`` whole numbers,
-        ``-1`` unreachable; ``node_mask`` ``(B, N)`` True for real nodes. Spatial bias only:
-        a bias with an edge encoding needs the paths (``ValueError`` naming
+        of a dataset, indexed per batch): ``distance`` ``(B, N, N)`` whole numbers ``>= 0``,
+        or :data:`~posenc.graph.UNREACHABLE` (``-1``) where there is no path, the only
+        negative value read (other negatives, NaN and inf raise ``ValueError`` naming
+        ``distance``); ``node_mask`` ``(B, N)`` bool (or 0/1) True for real nodes. Spatial
+        bias only: a bias with an edge encoding needs the paths (``ValueError`` naming
         ``edge_features``)."""
         if self.edge_encoding is not None:
             raise ValueError(
@@ -232,9 +240,23 @@ class GraphormerBias(BiasEncoding):
             )
         if not isinstance(distance, Tensor) or distance.dim() != 3:
             raise ValueError("distance must be a (B, N, N) tensor of hop counts")
+        if distance.is_complex() or distance.dtype == torch.bool:
+            raise ValueError(f"distance must be a real tensor of hop counts; got {distance.dtype}")
+        check_finite("distance", distance)
         check_integer_valued("distance", distance)
+        if validating_values() and distance.numel() and bool((distance < UNREACHABLE).any()):
+            raise ValueError(
+                f"distance must hold hop counts >= 0, or {UNREACHABLE} (UNREACHABLE) where there "
+                f"is no path; got {int(distance.min())}"
+            )
         if not isinstance(node_mask, Tensor) or node_mask.shape != distance.shape[:2]:
             raise ValueError(f"node_mask must be a (B, N) = {tuple(distance.shape[:2])} tensor")
+        if node_mask.dtype != torch.bool and validating_values():
+            binary = not node_mask.is_complex() and bool(
+                ((node_mask == 0) | (node_mask == 1)).all()
+            )
+            if not binary:  # 0.5 is neither a node nor padding
+                raise ValueError("node_mask must be bool (or 0/1): True for a real node")
         return self._set(distance, node_mask.bool(), None, "distance")
 
     def _set(
@@ -288,6 +310,7 @@ class GraphormerBias(BiasEncoding):
         the graphs set by :meth:`set_graphs`: whole numbers in ``[0, B·S)``, each row of a
         ``(B, seq)`` tensor inside its own graph (1-D positions: one graph only)."""
         state = self._graphs(name)
+        check_finite(name, positions)
         check_integer_valued(name, positions)
         if positions.numel() == 0:
             return

@@ -167,7 +167,7 @@ def laplacian_pe(
         >>> pe.values[0], pe.mask[3]
         (tensor([3., 3., 0.], dtype=torch.float64), tensor([ True,  True, False]))
     """
-    check_positive_int("k", k)
+    k = check_positive_int("k", k)
     check_in_choices("normalization", normalization, _NORMALIZATIONS)
     adjacencies = _adjacencies(graph, "laplacian_pe")
     n = graph.num_nodes

@@ -26,9 +26,9 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from posenc._validate import check_in_choices, check_positive_int
+from posenc._validate import check_in_choices, check_non_negative_int, check_positive_int
 from posenc.graph.link_prediction import LSTEPLinkPredictor, LSTEPState
-from posenc.graph.lstep import check_node_ids, check_times
+from posenc.graph.lstep import check_node_ids, check_time, check_times
 from posenc.graph.temporal_graph import TemporalGraph
 
 __all__ = [
@@ -83,6 +83,10 @@ class NegativeSampler:
         self.times = check_times("times", times, len(src))
         if strategy == "inductive" and last_observed_time is None:
             raise ValueError("last_observed_time is required for strategy='inductive'")
+        if last_observed_time is not None:  # a NaN would read every pair as observed
+            last_observed_time = float(check_time("last_observed_time", last_observed_time))
+        if seed is not None:
+            seed = check_non_negative_int("seed", seed)
         self.strategy: NegativeStrategy = strategy
         self.num_nodes = bound
         self.keys = self.src * bound + self.dst  # (E,) one key per pair
@@ -234,7 +238,7 @@ def run_stream(
     state the training pass ends in. ``losses`` are the total loss (training) or the link
     BCE (evaluation, as the reference logs).
     """
-    check_positive_int("batch_size", batch_size)
+    batch_size = check_positive_int("batch_size", batch_size)
     losses: list[float] = []
     precisions: list[float] = []
     aucs: list[float] = []

@@ -110,10 +110,9 @@ class LSTEPConfig:
     positions: PositionMode = "learned"
 
     def __post_init__(self) -> None:
-        for name in ("node_dim", "edge_dim", "position_dim", "history_len", "time_dim"):
-            check_positive_int(name, getattr(self, name))
-        check_positive_int("num_neighbors", self.num_neighbors)
-        check_positive_int("time_gap", self.time_gap)
+        names = ("node_dim", "edge_dim", "position_dim", "history_len", "time_dim")
+        for name in (*names, "num_neighbors", "time_gap"):  # stored as Python ints
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         weight = self.position_weight
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
             raise ValueError(f"position_weight must be a number in [0, 1]; got {weight!r}")

@@ -38,12 +38,18 @@ Example::
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_floating_dtype, check_positive_int
+from posenc._validate import (
+    check_finite,
+    check_floating_dtype,
+    check_positive_int,
+    validating_values,
+)
 
 __all__ = [
     "HistoryUpdate",
@@ -105,10 +111,28 @@ def time_encoding(delta: Tensor, time_dim: int, dtype: torch.dtype | None = None
 
     Shape: ``delta (...)`` → ``(..., time_dim)`` in ``dtype`` (default float32).
     """
-    check_positive_int("time_dim", time_dim)
+    time_dim = check_positive_int("time_dim", time_dim)
+    if not isinstance(delta, Tensor) or delta.is_complex() or delta.dtype == torch.bool:
+        got = delta.dtype if isinstance(delta, Tensor) else type(delta).__name__
+        raise ValueError(f"delta must be a real tensor of time differences; got {got}")
+    check_finite("delta", delta)
     exponents = torch.linspace(0.0, 9.0, time_dim, dtype=torch.float64, device=delta.device)
     phases = delta.to(torch.float64).unsqueeze(-1) * 10.0**-exponents
     return torch.cos(phases).to(dtype or torch.float32)
+
+
+def check_time(name: str, time: object) -> Tensor:
+    """Return ``time`` as a float64 0-d tensor if it is a finite real number (a Python or
+    numpy number, or a 0-d real tensor), else raise ``ValueError`` naming ``name``."""
+    real = isinstance(time, numbers.Real) and not isinstance(time, bool)
+    if isinstance(time, Tensor):
+        real = time.dim() == 0 and not time.is_complex() and time.dtype != torch.bool
+    if not real:
+        raise ValueError(f"{name} must be a finite real number or 0-d tensor; got {time!r}")
+    time_t = torch.as_tensor(time, dtype=torch.float64)
+    if validating_values() and not bool(torch.isfinite(time_t)):
+        raise ValueError(f"{name} must be a finite real number; got {float(time_t)}")
+    return time_t
 
 
 def _compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
@@ -186,11 +210,12 @@ def initial_history(initial_encodings: Tensor, history_len: int) -> Tensor:
 
     Shape: ``(N, dim)`` → ``(N, history_len, dim)``.
     """
-    check_positive_int("history_len", history_len)
+    history_len = check_positive_int("history_len", history_len)
     if not isinstance(initial_encodings, Tensor) or initial_encodings.dim() != 2:
         raise ValueError("initial_encodings must be a (num_nodes, dim) tensor")
     if not initial_encodings.is_floating_point():
         raise ValueError(f"initial_encodings must be floating; got {initial_encodings.dtype}")
+    check_finite("initial_encodings", initial_encodings)
     n, dim = initial_encodings.shape
     return initial_encodings.unsqueeze(1).expand(n, history_len, dim).clone()
 
@@ -200,7 +225,9 @@ def push_history(history: Tensor, encodings: Tensor, nodes: Tensor | None = None
 
     ``nodes=None``: every node gets an entry (``encodings`` is ``(N, dim)``); else only
     ``nodes`` (``encodings`` is ``(len(nodes), dim)``), the others keep their history.
+    Non-finite ``encodings`` raise ``ValueError``: a NaN written here would be read later.
     """
+    check_finite("encodings", encodings)
     if nodes is None:
         return torch.cat([history[:, 1:], encodings.unsqueeze(1).to(history.dtype)], dim=1)
     rolled = torch.cat([history[nodes, 1:], encodings.unsqueeze(1).to(history.dtype)], dim=1)
@@ -321,6 +348,7 @@ class LSTEPEncoding(nn.Module):
                 f"history must end in (history_len, dim) = ({self.history_len}, {self.dim}); "
                 f"got {tuple(history.shape)}"
             )
+        check_finite("history", history)
         return lstep_approximate(history, self.filter_weight, self.sum_weight)
 
     def update(
@@ -344,13 +372,14 @@ class LSTEPEncoding(nn.Module):
                 f"encodings must be floating with dim = {self.dim} columns; got "
                 f"{tuple(encodings.shape)} {encodings.dtype}"
             )
+        check_finite("encodings", encodings)
         num_nodes = encodings.shape[0]
         src = check_node_ids("src", src, num_nodes)
         dst = check_node_ids("dst", dst, num_nodes)
         if dst.shape != src.shape:
             raise ValueError(f"dst must have the length of src ({len(src)}); got {len(dst)}")
         times = check_times("times", times, len(src))
-        now_t = torch.as_tensor(now, dtype=torch.float64, device=times.device)
+        now_t = check_time("now", now).to(times.device)
         if len(times) and bool(now_t < times[-1]):
             raise ValueError(f"now must not precede the events; got {float(now_t)} < {times[-1]}")
         time_features = time_encoding(now_t - times, self.time_dim, encodings.dtype)

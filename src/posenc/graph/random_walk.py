@@ -116,7 +116,7 @@ def random_walk_pe(graph: Graph, steps: int) -> Tensor:
         >>> random_walk_pe(g, 4)[0]
         tensor([0., 1., 0., 1.], dtype=torch.float64)
     """
-    check_positive_int("steps", steps)
+    steps = check_positive_int("steps", steps)
     rows = []
     for m in transition_matrix(graph):
         power = m
@@ -155,7 +155,7 @@ def rrwp(graph: Graph, steps: int) -> RRWP:
         tensor([[1., 0., 1.],
                 [0., 1., 0.]], dtype=torch.float64)
     """
-    check_positive_int("steps", steps)
+    steps = check_positive_int("steps", steps)
     matrices = transition_matrix(graph)
     sizes = graph.sizes
     width = max(sizes)

@@ -49,6 +49,7 @@ Example::
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 import torch
@@ -131,15 +132,16 @@ def dense_edges(graph: Graph) -> tuple[Tensor, Tensor, Tensor]:
     return edge, weight, node_mask
 
 
-def _check_max_distance(max_distance: object, weighted: bool) -> None:
+def _check_max_distance(max_distance: object, weighted: bool) -> float | None:
+    """``max_distance`` as a Python number: any real ``>= 0`` for weights, an integer for hops."""
     if max_distance is None:
-        return
-    if weighted:
-        ok = isinstance(max_distance, (int, float)) and not isinstance(max_distance, bool)
-        if not ok or not 0 <= float(max_distance) < float("inf"):  # type: ignore[arg-type]
-            raise ValueError(f"max_distance must be a finite number >= 0, got {max_distance!r}")
-    else:
-        check_non_negative_int("max_distance", max_distance)
+        return None
+    if not weighted:
+        return check_non_negative_int("max_distance", max_distance)
+    ok = isinstance(max_distance, numbers.Real) and not isinstance(max_distance, bool)
+    if not ok or not 0 <= float(max_distance) < float("inf"):  # type: ignore[arg-type]
+        raise ValueError(f"max_distance must be a finite number >= 0, got {max_distance!r}")
+    return float(max_distance)  # type: ignore[arg-type]
 
 
 def _clamp(distance: Tensor, max_distance: float | None) -> Tensor:
@@ -175,7 +177,8 @@ def hop_distances(graph: Graph, *, max_distance: int | None = None) -> Tensor:
                 [-1,  0,  1],
                 [-1, -1,  0]])
     """
-    _check_max_distance(max_distance, weighted=False)
+    if max_distance is not None:
+        max_distance = check_non_negative_int("max_distance", max_distance)
     edge, _, node_mask = dense_edges(graph)
     batch, size, _ = edge.shape
     adjacency = edge.to(torch.float32)  # counts of walks stay exact: only "> 0" is read
@@ -228,7 +231,7 @@ def shortest_paths(
         >>> shortest_paths(g, weighted=True).distance[0, 0]
         tensor([0., 1., 2.], dtype=torch.float64)
     """
-    _check_max_distance(max_distance, weighted)
+    max_distance = _check_max_distance(max_distance, weighted)
     check_graph(graph)
     if weighted and graph.edge_weight is not None and bool((graph.edge_weight < 0).any()):
         raise ValueError(

@@ -75,6 +75,7 @@ class Graph:
 
     def __post_init__(self) -> None:
         n = check_positive_int("num_nodes", self.num_nodes)
+        object.__setattr__(self, "num_nodes", n)  # a numpy or tensor count, stored as an int
         ei = self.edge_index
         if not isinstance(ei, Tensor) or ei.dim() != 2 or ei.shape[0] != 2:
             raise ValueError("edge_index must be a (2, E) tensor of node ids")

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc._validate import check_positive_int
+from posenc._validate import check_finite, check_positive_int
 from posenc.graph.lstep import check_node_ids, check_times
 
 __all__ = ["RecentNeighbors", "TemporalGraph"]
@@ -78,6 +78,8 @@ class TemporalGraph:
             raise ValueError(f"edge_features must be an (E, edge_dim) tensor with E = {len(src)}")
         if not ef.is_floating_point():
             raise ValueError(f"edge_features must be floating; got {ef.dtype}")
+        check_finite("node_features", nf)
+        check_finite("edge_features", ef)
         # Both directions of every event, sorted by (node, event): each node's interactions
         # are a contiguous run in time order, found by searchsorted on node * (E + 1) + event.
         n_events = len(src)
@@ -93,10 +95,9 @@ class TemporalGraph:
     def num_nodes(self) -> int:
         return self.node_features.shape[0]
 
-    def _runs(self, nodes: Tensor, times: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    def _runs(self, nodes: Tensor, times: Tensor) -> tuple[Tensor, Tensor]:
         """Where each queried node's interactions before its time start and end (queries
         checked here: the public entry of both lookups)."""
-        check_positive_int("k", k)
         nodes = check_node_ids("nodes", nodes, self.num_nodes)
         if not isinstance(times, Tensor) or times.shape != nodes.shape or times.is_complex():
             raise ValueError(
@@ -114,7 +115,8 @@ class TemporalGraph:
 
     def recent(self, nodes: Tensor, times: Tensor, k: int) -> RecentNeighbors:
         """The ``k`` most recent interactions of ``nodes[q]`` strictly before ``times[q]``."""
-        start, end = self._runs(nodes, times, k)
+        k = check_positive_int("k", k)
+        start, end = self._runs(nodes, times)
         if not len(self.src):  # no events: no neighbours
             zeros = torch.zeros(len(nodes), k, dtype=torch.long, device=nodes.device)
             return RecentNeighbors(zeros, zeros, zeros.to(torch.float64), zeros.bool())
@@ -132,7 +134,8 @@ class TemporalGraph:
     def neighbor_mean(self, nodes: Tensor, times: Tensor, k: int) -> Tensor:
         """Mean node features of the ``k`` most recent neighbours before ``times`` (zeros
         without any), as one ``embedding_bag`` (no ``(Q, k, d_N)`` tensor)."""
-        start, end = self._runs(nodes, times, k)
+        k = check_positive_int("k", k)
+        start, end = self._runs(nodes, times)
         count = torch.minimum(end - start, torch.full_like(end, k))
         offsets = torch.cumsum(count, 0) - count
         within = torch.arange(int(count.sum()), device=nodes.device)

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from posenc._validate import check_positive_int
+from posenc._validate import check_int, check_positive_int
 from posenc.attention import QueryScale
 from posenc.attention.backends import NAMES as BACKENDS
 from posenc.registry import ModelDims, list_encodings
@@ -81,11 +81,12 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "dim", "depth", "num_heads", "max_seq_len"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         if self.dim % self.num_heads != 0:
             raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
         if self.num_kv_heads is not None:
-            check_positive_int("num_kv_heads", self.num_kv_heads)
+            kv_heads = check_positive_int("num_kv_heads", self.num_kv_heads)
+            object.__setattr__(self, "num_kv_heads", kv_heads)
             if self.num_heads % self.num_kv_heads:
                 raise ValueError(
                     f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads})"
@@ -120,7 +121,8 @@ class ModelConfig:
             )
         object.__setattr__(self, "nope_layers", _check_nope_layers(self.nope_layers, self.depth))
         if self.chunk_size is not None:
-            check_positive_int("chunk_size", self.chunk_size)
+            chunk = check_positive_int("chunk_size", self.chunk_size)
+            object.__setattr__(self, "chunk_size", chunk)
         if self.query_scale is not None and not isinstance(self.query_scale, QueryScale):
             raise ValueError(
                 "query_scale must be a posenc QueryScale (QueryScale.llama4(), "
@@ -212,11 +214,7 @@ def _check_nope_layers(layers: object, depth: int) -> tuple[int, ...]:
         raise ValueError(
             f"nope_layers must be a tuple of layer indices, got {type(layers).__name__}"
         )
-    for index in layers:
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < depth:
-            raise ValueError(
-                f"nope_layers must hold layer indices in [0, depth) = [0, {depth}); got {index!r}"
-            )
+    layers = [check_int("nope_layers", index, low=0, high=depth - 1) for index in layers]
     if len(set(layers)) != len(layers):
         raise ValueError(f"nope_layers must not repeat a layer; got {list(layers)}")
     return tuple(sorted(layers))

@@ -442,7 +442,7 @@ class EncoderClassifier(nn.Module):
 
     def __init__(self, config: ModelConfig, num_classes: int) -> None:
         super().__init__()
-        check_positive_int("num_classes", num_classes)
+        num_classes = check_positive_int("num_classes", num_classes)
         self.config = config
         self.trunk = _Trunk(config, causal=False)
         self.head = nn.Linear(config.dim, num_classes)

@@ -299,7 +299,7 @@ def sequence_position_ids(
     merge = check_positive_int("spatial_merge_size", spatial_merge_size)
     check_in_choices("version", version, _VERSIONS)
     if frame_separator is not None:
-        check_positive_int("frame_separator", frame_separator)
+        frame_separator = check_positive_int("frame_separator", frame_separator)
     for index, run in enumerate(runs):
         if not isinstance(run, (tuple, list)) or len(run) != 2 or run[0] not in RUN_KINDS:
             raise ValueError(

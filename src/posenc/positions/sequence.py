@@ -77,7 +77,7 @@ def check_positions(
     """
     if not isinstance(positions, Tensor):
         raise ValueError(f"{name} must be a torch.Tensor, got {type(positions).__name__}")
-    check_positive_int("num_axes", num_axes)
+    num_axes = check_positive_int("num_axes", num_axes)
     if num_axes == 1:
         if positions.dim() not in (1, 2):
             raise ValueError(
@@ -186,7 +186,7 @@ def next_positions(
         >>> next_positions(torch.tensor([[0, 0, 0, 1], [0, 1, 2, 3]]), 2).tolist()
         [[2, 3], [4, 5]]
     """
-    check_non_negative_int("length", length)
+    length = check_non_negative_int("length", length)
     if cached is None or cached.shape[-1] == 0:
         steps = torch.arange(length, device=device)
         if cached is not None and position_batch(cached, num_axes) is not None:
@@ -219,7 +219,7 @@ def positions_from_length(
     Returns:
         int64 tensor ``(length,)`` or ``(batch, length)``.
     """
-    check_non_negative_int("length", length)
+    length = check_non_negative_int("length", length)
     if isinstance(offset, Tensor):
         if offset.dim() != 1 or offset.is_floating_point() or offset.dtype == torch.bool:
             raise ValueError(
@@ -231,7 +231,7 @@ def positions_from_length(
         device = offset.device if device is None else device
         steps = torch.arange(length, device=device)
         return offset.to(device=device, dtype=torch.long)[:, None] + steps
-    check_non_negative_int("offset", offset)
+    offset = check_non_negative_int("offset", offset)
     return torch.arange(offset, offset + length, device=device)
 
 
@@ -398,16 +398,15 @@ def randomized_positions(
         >>> randomized_positions(4, 100, generator=torch.Generator().manual_seed(0)).shape
         torch.Size([4])
     """
-    check_non_negative_int("length", length)
-    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
-        raise ValueError(f"max_length must be a positive integer (>= 1), got {max_length!r}")
+    length = check_non_negative_int("length", length)
+    max_length = check_positive_int("max_length", max_length)
     if length > max_length:
         raise ValueError(
             f"length must be <= max_length to draw distinct positions; "
             f"got length={length}, max_length={max_length}"
         )
-    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-        raise ValueError(f"batch must be None or a positive integer (>= 1), got {batch!r}")
+    if batch is not None:
+        batch = check_positive_int("batch", batch)
     rows = 1 if batch is None else batch
     draw_device = generator.device if generator is not None else device
     noise = torch.rand(rows, max_length, generator=generator, device=draw_device)
@@ -441,8 +440,8 @@ def grid_coordinates(
         >>> grid_coordinates(torch.tensor([0, 5, 7]), height=2, width=4)
         (tensor([0, 1, 1]), tensor([0, 1, 3]))
     """
-    check_positive_int("height", height)
-    check_positive_int("width", width)
+    height = check_positive_int("height", height)
+    width = check_positive_int("width", width)
     check_positions(positions, name)
     check_integer_valued(name, positions)
     if positions.numel() > 0 and validating_values() and positions.device.type != "meta":
@@ -471,9 +470,8 @@ def grid_positions(
     """
     if not sizes:
         raise ValueError("sizes must name at least one grid axis")
-    for index, size in enumerate(sizes):
-        check_positive_int(f"sizes[{index}]", size)
-    check_non_negative_int("offset", offset)
+    sizes = tuple(check_positive_int(f"sizes[{index}]", size) for index, size in enumerate(sizes))
+    offset = check_non_negative_int("offset", offset)
     axes = [torch.arange(size, device=device) for size in sizes]
     mesh = torch.meshgrid(*axes, indexing="ij")
     return torch.stack([m.reshape(-1) for m in mesh]) + offset

@@ -98,9 +98,11 @@ class ModelDims:
 
     def __post_init__(self) -> None:
         if self.vocab_size is not None:
-            check_positive_int("vocab_size", self.vocab_size)
+            vocab = check_positive_int("vocab_size", self.vocab_size)
+            object.__setattr__(self, "vocab_size", vocab)
         if self.num_kv_heads is not None:
-            check_positive_int("num_kv_heads", self.num_kv_heads)
+            kv_heads = check_positive_int("num_kv_heads", self.num_kv_heads)
+            object.__setattr__(self, "num_kv_heads", kv_heads)
             if self.num_heads % self.num_kv_heads:
                 raise ValueError(
                     f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads})"

@@ -24,7 +24,7 @@ __all__ = ["AxialRotary2D", "axial_cos_sin"]
 
 
 def _check_head_dim(head_dim: object) -> int:
-    check_positive_int("head_dim", head_dim)
+    head_dim = check_positive_int("head_dim", head_dim)
     assert isinstance(head_dim, int)
     if head_dim % 4 != 0:
         raise ValueError(

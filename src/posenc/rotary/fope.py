@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from posenc._validate import (
     check_floating_dtype,
+    check_int,
     check_positive_float,
     check_positive_int,
 )
@@ -62,10 +63,9 @@ def fope_inv_freq(
     _check_head_dim(head_dim)
     inv_freq = rope_inv_freq(head_dim, base)
     if train_length is not None:  # checked even when num_frequencies makes it unused
-        check_positive_int("train_length", train_length)
+        train_length = check_positive_int("train_length", train_length)
     if num_frequencies is not None:
-        _check_num_frequencies(num_frequencies, head_dim)
-        return inv_freq[:num_frequencies]
+        return inv_freq[: _check_num_frequencies(num_frequencies, head_dim)]
     if train_length is None:
         return inv_freq
     kept = inv_freq[inv_freq > 2.0 * math.pi / train_length]
@@ -195,7 +195,7 @@ class FourierRotaryEmbedding(RotaryEncoding):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("num_kv_heads", num_kv_heads)
+        num_kv_heads = check_positive_int("num_kv_heads", num_kv_heads)
         check_positive_float("base", base)
         if not isinstance(separate_heads, bool):
             raise ValueError(f"separate_heads must be True or False, got {separate_heads!r}")
@@ -292,18 +292,11 @@ class FourierRotaryEmbedding(RotaryEncoding):
 
 
 def _check_head_dim(head_dim: int) -> None:
-    check_positive_int("head_dim", head_dim)
+    head_dim = check_positive_int("head_dim", head_dim)
     if head_dim % 2:
         raise ValueError(f"head_dim must be even (channel pairs), got {head_dim}")
 
 
-def _check_num_frequencies(num_frequencies: int, head_dim: int) -> None:
-    if (
-        isinstance(num_frequencies, bool)
-        or not isinstance(num_frequencies, int)
-        or not 1 <= num_frequencies <= head_dim // 2
-    ):
-        raise ValueError(
-            f"num_frequencies must be an integer in [1, {head_dim // 2}] (head_dim // 2) or "
-            f"None; got {num_frequencies!r}"
-        )
+def _check_num_frequencies(num_frequencies: int, head_dim: int) -> int:
+    """``num_frequencies`` as an int in ``[1, head_dim // 2]`` (None is handled by callers)."""
+    return check_int("num_frequencies", num_frequencies, low=1, high=head_dim // 2)

@@ -30,8 +30,7 @@ __all__ = ["check_rotary_dim", "rope_inv_freq"]
 
 def check_rotary_dim(rotary_dim: object, name: str = "rotary_dim") -> int:
     """Return ``rotary_dim`` if it is an even ``int`` ≥ 2, else raise ``ValueError`` naming it."""
-    check_positive_int(name, rotary_dim)
-    assert isinstance(rotary_dim, int)
+    rotary_dim = check_positive_int(name, rotary_dim)
     if rotary_dim % 2 != 0:
         raise ValueError(f"{name} must be even (channels rotate in pairs), got {rotary_dim}")
     return rotary_dim
@@ -39,7 +38,7 @@ def check_rotary_dim(rotary_dim: object, name: str = "rotary_dim") -> int:
 
 def resolve_rotary_dim(head_dim: int, rotary_dim: int | None) -> int:
     """``rotary_dim`` (default ``head_dim``), checked even, ≥ 2 and ≤ ``head_dim``."""
-    check_positive_int("head_dim", head_dim)
+    head_dim = check_positive_int("head_dim", head_dim)
     rotary_dim = check_rotary_dim(head_dim if rotary_dim is None else rotary_dim)
     if rotary_dim > head_dim:
         raise ValueError(f"rotary_dim must be <= head_dim ({head_dim}), got {rotary_dim}")

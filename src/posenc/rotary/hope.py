@@ -59,7 +59,7 @@ def hope_inv_freq(rotary_dim: int, base: float, train_length: int) -> Tensor:
         >>> hope_inv_freq(8, 10000.0, 64)  # periods 6.3, 63, 628, 6283: two kept
         tensor([1.0000, 0.1000, 0.0000, 0.0000], dtype=torch.float64)
     """
-    check_positive_int("train_length", train_length)
+    train_length = check_positive_int("train_length", train_length)
     theta = rope_inv_freq(rotary_dim, base)
     return torch.where(2 * math.pi / theta <= train_length, theta, torch.zeros_like(theta))
 
@@ -81,7 +81,8 @@ class HighFrequencyOnly(Scaling):
     type_name: ClassVar[str] = "hope"
 
     def __post_init__(self) -> None:
-        check_positive_int("train_length", self.train_length)
+        length = check_positive_int("train_length", self.train_length)
+        object.__setattr__(self, "train_length", length)
         if self.train_length < 2 * math.pi:
             raise ValueError(
                 f"train_length must be >= 2π ≈ 6.28 (the fastest pair's period) for any pair "

@@ -127,7 +127,7 @@ def permute_rotary_weight(
         >>> permute_rotary_weight(w, 2, 4).shape
         torch.Size([8, 16])
     """
-    check_positive_int("num_heads", num_heads)
+    num_heads = check_positive_int("num_heads", num_heads)
     rotary_dim = resolve_rotary_dim(head_dim, rotary_dim)
     if not isinstance(weight, Tensor) or weight.dim() not in (1, 2):
         raise ValueError(

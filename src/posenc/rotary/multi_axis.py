@@ -308,7 +308,7 @@ class MultiAxisRotary(RotaryEncoding):
         ``[m sin φ | m cos φ]`` over the ``head_dim/2`` pairs. Defaults: base 10 and adjacent
         pairs, as RoPE-ViT. Frequencies should be excluded from weight decay.
         """
-        check_positive_int("num_heads", num_heads)
+        num_heads = check_positive_int("num_heads", num_heads)
         base = check_positive_float("base", base)
         if head_dim % 4:
             raise ValueError(f"head_dim must be divisible by 4 for mixed RoPE, got {head_dim}")
@@ -340,7 +340,7 @@ class MultiAxisRotary(RotaryEncoding):
         ``dynamic_rope_update``, see :meth:`RotaryEmbedding.update
         <posenc.rotary.RotaryEmbedding.update>`); a no-op otherwise. Keys already in a KV cache
         keep the rotation they were given, as in transformers."""
-        check_positive_int("seq_len", seq_len)
+        seq_len = check_positive_int("seq_len", seq_len)
         if self._length_source is not None:
             self._length_source.update(seq_len)
 

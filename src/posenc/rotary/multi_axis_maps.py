@@ -109,8 +109,7 @@ def rescaled_grid_positions(
     """
     if not sizes:
         raise ValueError("sizes must name at least one grid axis")
-    for index, size in enumerate(sizes):
-        check_positive_int(f"sizes[{index}]", size)
+    sizes = tuple(check_positive_int(f"sizes[{index}]", size) for index, size in enumerate(sizes))
     if len(reference) != len(sizes):
         raise ValueError(f"reference must have one size per axis ({len(sizes)}), got {reference}")
     ref = [check_positive_int(f"reference[{i}]", n) for i, n in enumerate(reference)]

@@ -42,7 +42,7 @@ BIAS_INITS: tuple[str, ...] = get_args(BiasInit)
 def polar_frequencies(head_dim: int, base: float = 10000.0) -> Tensor:
     """PoPE's ``d`` frequencies ``θ_c = base^(−c/d)``, ``c = 0 … d − 1``, float64 on the CPU
     (one per channel, not per pair as RoPE's)."""
-    check_positive_int("head_dim", head_dim)
+    head_dim = check_positive_int("head_dim", head_dim)
     check_positive_float("base", base)
     exponent = torch.arange(head_dim, dtype=torch.float64) / head_dim
     return torch.tensor(base, dtype=torch.float64) ** -exponent
@@ -109,8 +109,8 @@ class PolarEmbedding(RotaryEncoding):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("head_dim", head_dim)
-        check_positive_int("num_heads", num_heads)
+        head_dim = check_positive_int("head_dim", head_dim)
+        num_heads = check_positive_int("num_heads", num_heads)
         check_positive_float("base", base)
         check_in_choices("bias_init", bias_init, BIAS_INITS)
         check_floating_dtype("dtype", dtype)

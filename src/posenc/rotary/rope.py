@@ -214,7 +214,7 @@ class RotaryEmbedding(RotaryEncoding):
         Args:
             seq_len: ``max(positions) + 1`` of the current call, ≥ 1.
         """
-        check_positive_int("seq_len", seq_len)
+        seq_len = check_positive_int("seq_len", seq_len)
         if self.length_state.update(seq_len):
             self.attention_factor = self._attention_factor_at(self.length_state.length)
             self._inv_freq_memo.clear()

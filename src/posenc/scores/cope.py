@@ -63,7 +63,7 @@ def cope_positions(
         Positions in ``[0, max_pos − 1]``, the shape and dtype of ``logits``.
     """
     _check_scores("logits", logits)
-    check_positive_int("max_pos", max_pos)
+    max_pos = check_positive_int("max_pos", max_pos)
     check_bool_mask("allowed", allowed, "logits", logits)
     if mixing is not None:
         heads = logits.shape[1]

@@ -38,7 +38,7 @@ from typing import ClassVar, Literal, get_args
 import torch
 from torch import Tensor
 
-from posenc._validate import check_positive_int
+from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.segments.base import log_scale
 
 __all__ = ["QueryScale", "QueryScaleMode", "check_chunk_and_scale", "scale_queries"]
@@ -76,7 +76,7 @@ class QueryScale:
             raise ValueError(
                 f"mode must be one of {', '.join(map(repr, self.modes))}; got {self.mode!r}"
             )
-        check_positive_int("length", self.length)
+        object.__setattr__(self, "length", check_positive_int("length", self.length))
         if self.mode == "log_n" and self.length < 2:
             raise ValueError(f"length must be >= 2 for log_n (ln L divides); got {self.length}")
         beta = self.beta
@@ -88,8 +88,7 @@ class QueryScale:
         ):
             raise ValueError(f"beta must be a finite number >= 0, got {beta!r}")
         object.__setattr__(self, "beta", float(beta))
-        if isinstance(self.shift, bool) or not isinstance(self.shift, int) or self.shift < 0:
-            raise ValueError(f"shift must be an int >= 0, got {self.shift!r}")
+        object.__setattr__(self, "shift", check_non_negative_int("shift", self.shift))
 
     @classmethod
     def llama4(cls, floor_scale: int = 8192, attn_scale: float = 0.1) -> QueryScale:
@@ -140,7 +139,7 @@ def check_chunk_and_scale(
     ``query_scale`` (a :class:`QueryScale` or None, for an encoding of ``num_axes = 1``),
     which the ``backend`` must serve; ``ValueError`` naming the argument otherwise."""
     if chunk_size is not None:
-        check_positive_int("chunk_size", chunk_size)
+        chunk_size = check_positive_int("chunk_size", chunk_size)
     if query_scale is not None:
         if not isinstance(query_scale, QueryScale):
             raise ValueError(
@@ -157,4 +156,4 @@ def check_chunk_and_scale(
             "chunk_size and query_scale need softmax attention; backend 'linear' serves "
             "causal order and key padding only"
         )
-    return chunk_size, query_scale  # type: ignore[return-value]
+    return chunk_size, query_scale

@@ -81,7 +81,7 @@ class LearnedSinks(SoftmaxWrapper, SinkLogits):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        check_positive_int("num_heads", num_heads)
+        num_heads = check_positive_int("num_heads", num_heads)
         if (
             isinstance(init_std, bool)
             or not isinstance(init_std, (int, float))

@@ -109,8 +109,8 @@ class StickBreaking(AttentionWeights):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("num_heads", num_heads)
-        check_positive_int("head_dim", head_dim)
+        num_heads = check_positive_int("num_heads", num_heads)
+        head_dim = check_positive_int("head_dim", head_dim)
         check_floating_dtype("dtype", dtype)
         for name, flag in (("attend_current", attend_current), ("remainder", remainder)):
             if not isinstance(flag, bool):

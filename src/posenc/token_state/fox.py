@@ -105,8 +105,8 @@ class ForgettingGate(TokenStateEncoding):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        check_positive_int("dim", dim)
-        check_positive_int("num_heads", num_heads)
+        dim = check_positive_int("dim", dim)
+        num_heads = check_positive_int("num_heads", num_heads)
         check_floating_dtype("dtype", dtype)
         if (
             isinstance(bias_init, bool)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 from torch import Tensor
 
-from posenc._validate import check_non_negative_int, check_positive_int
+from posenc._validate import check_int, check_non_negative_int, check_positive_int
 from posenc.graph import Graph, GraphormerBias, Normalization, hop_distances, laplacian_pe
 from posenc.graph.lstep import LSTEPEncoding, initial_history, push_history
 from posenc.viz.base import new_figure
@@ -57,8 +57,7 @@ def csl_graph(skip: int = 5) -> Graph:
     (the lab's CSL dataset, :mod:`posenc.lab.data.graphs`, uses skips 2–16)."""
     from posenc.lab.data.graphs import CSL_NODES, circulant_edges
 
-    if isinstance(skip, bool) or not isinstance(skip, int) or not 2 <= skip <= CSL_NODES // 2:
-        raise ValueError(f"skip must be an int in [2, {CSL_NODES // 2}], got {skip!r}")
+    skip = check_int("skip", skip, low=2, high=CSL_NODES // 2)
     return Graph(circulant_edges(CSL_NODES, (1, skip)), CSL_NODES)
 
 
@@ -89,7 +88,7 @@ def plot_graph_laplacian(skip: int = 5, k: int = 4, normalization: Normalization
     plane in which every rotation is as valid (their basis, like every sign, is the
     solver's choice); the panel titles give each ``λ``.
     """
-    check_positive_int("k", k)
+    k = check_positive_int("k", k)
     graph = csl_graph(skip)
     pe = laplacian_pe(graph, k, normalization, pad=False)
     layout = circle_layout(graph.num_nodes)
@@ -136,8 +135,8 @@ def plot_graph_spd_bias(num_heads: int = 4, seed: int = 0) -> Figure:
     drawn from ``seed``: untrained, it shows the structure (one value per distance, a row
     for unreachable pairs and one for the token), not what training learns.
     """
-    check_positive_int("num_heads", num_heads)
-    check_non_negative_int("seed", seed)
+    num_heads = check_positive_int("num_heads", num_heads)
+    seed = check_non_negative_int("seed", seed)
     graph, layout = spd_example()
     distance = hop_distances(graph)  # (1, n, n)
     bias = GraphormerBias(num_heads, max_distance=int(distance.max()), dtype=torch.float64)
@@ -229,7 +228,7 @@ def lstep_trajectories(
     """
     from posenc.lab.data.temporal import drifting_communities
 
-    check_positive_int("steps", steps)
+    steps = check_positive_int("steps", steps)
     period = 20
     stream = drifting_communities(
         num_nodes=24,
@@ -267,7 +266,7 @@ def plot_lstep(
     :func:`lstep_trajectories`: one heatmap per node, channels down, steps across, on one
     colour scale; dots mark the steps the node has an event (the only steps its encoding
     changes), dashed lines the communities' drifts."""
-    check_positive_int("nodes", nodes)
+    nodes = check_positive_int("nodes", nodes)
     run = lstep_trajectories(steps, dim, history_len, seed)
     nodes = min(nodes, run.encodings.shape[1])
     scale = float(run.encodings[:, :nodes].abs().max())

@@ -57,7 +57,7 @@ __all__ = [
 
 
 def _head_dim(head_dim: int) -> int:
-    check_positive_int("head_dim", head_dim)
+    head_dim = check_positive_int("head_dim", head_dim)
     if head_dim % 2:
         raise ValueError(f"head_dim must be even (channel pairs), got {head_dim}")
     return head_dim

@@ -103,12 +103,14 @@ class DynamicNTK(Scaling):
 
     def __post_init__(self) -> None:
         set_field(self, "factor", at_least_one("factor", self.factor))
-        check_positive_int("max_position_embeddings", self.max_position_embeddings)
+        length = check_positive_int("max_position_embeddings", self.max_position_embeddings)
+        set_field(self, "max_position_embeddings", length)
         check_in_choices("mode", self.mode, ("hf", "fixed"))
         if self.mode == "fixed":
             if self.target_length is None:
                 raise ValueError("target_length is required when mode='fixed' (an int >= 1)")
-            check_positive_int("target_length", self.target_length)
+            target = check_positive_int("target_length", self.target_length)
+            set_field(self, "target_length", target)
         elif self.target_length is not None:
             raise ValueError("target_length must be None when mode='hf' (the length is dynamic)")
 

@@ -77,12 +77,14 @@ class LongRoPE(Scaling):
         original = check_positive_int(
             "original_max_position_embeddings", self.original_max_position_embeddings
         )
+        set_field(self, "original_max_position_embeddings", original)
         if original < 2:
             raise ValueError("original_max_position_embeddings must be >= 2 (ln L0 divides)")
         if self.factor is not None:
             set_field(self, "factor", at_least_one("factor", self.factor))
         if self.max_position_embeddings is not None:
-            check_positive_int("max_position_embeddings", self.max_position_embeddings)
+            length = check_positive_int("max_position_embeddings", self.max_position_embeddings)
+            set_field(self, "max_position_embeddings", length)
             if self.max_position_embeddings < original:
                 raise ValueError(
                     f"max_position_embeddings must be >= original_max_position_embeddings "
@@ -190,9 +192,10 @@ class Llama3(Scaling):
             raise ValueError(
                 f"low_freq_factor must be <= high_freq_factor ({high}), got {self.low_freq_factor}"
             )
-        check_positive_int(
+        original = check_positive_int(
             "original_max_position_embeddings", self.original_max_position_embeddings
         )
+        set_field(self, "original_max_position_embeddings", original)
 
     def inv_freq(self, rotary_dim: int, base: float, *, seq_len: int | None = None) -> Tensor:
         check_seq_len(seq_len)

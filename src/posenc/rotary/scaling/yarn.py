@@ -178,7 +178,10 @@ def check_ramp_fields(scaling: Any) -> None:
     ``beta_fast`` ≥ ``beta_slow`` > 0 and ``extrapolation_factor`` ≥ 0 (``ValueError`` naming
     the field)."""
     set_field(scaling, "factor", at_least_one("factor", scaling.factor))
-    check_positive_int("original_max_position_embeddings", scaling.original_max_position_embeddings)
+    original = check_positive_int(
+        "original_max_position_embeddings", scaling.original_max_position_embeddings
+    )
+    set_field(scaling, "original_max_position_embeddings", original)
     set_field(scaling, "beta_fast", check_positive_float("beta_fast", scaling.beta_fast))
     set_field(scaling, "beta_slow", check_positive_float("beta_slow", scaling.beta_slow))
     if scaling.beta_fast < scaling.beta_slow:
