@@ -8,10 +8,19 @@ the model meets at test time was seen in training, and only the order of tokens 
 information.
 
 :class:`RandomizedPositions` generalizes this from ``arange(n)`` to any whole-number positions
-``p ≥ 0`` (packed documents, padded rows): each batch row draws one sorted random subset
-``S`` of ``[0, L)`` of size ``max(p) + 1`` and position ``p`` becomes ``S[p]``, a strictly
-increasing map, so order, equality and the restart of packed documents are kept. On
+``p ≥ 0`` (packed documents, padded rows): each batch row ``b`` draws one sorted random
+subset ``S_b`` of ``[0, L)`` whose size is the span of the row's real positions,
+``max(p) − min(p) + 1``, and a real token's position ``p`` becomes ``S_b[p − min(p)]``, a
+strictly increasing map, so order, equality and the restart of packed documents are kept. On
 ``0 … n − 1`` it is exactly Ruoss's scheme.
+
+Padding does not reach the real tokens: only the real tokens (attention passes its
+``key_padding_mask`` as ``real``) size and index a row's subset, and each row's draw takes
+the same ``L`` random numbers from the generator whatever the sequence length. So with the
+same generator state a right- or left-padded row's real tokens get exactly the positions the
+row gets unpadded (left padding numbered ``arange(seq)`` included: the map depends only on
+positions relative to the row's first real one), and a row's draw depends on no other row.
+Padding tokens keep the positions they were given (attention masks them as keys).
 
 At evaluation (``module.eval()``) two choices, the argument ``evaluation``:
 
@@ -43,7 +52,7 @@ from posenc._validate import check_in_choices, check_positive_int, validating_va
 from posenc.encoding.base import EncodingWrapper, PositionalEncoding
 from posenc.encoding.protocols import PositionTransform
 from posenc.encoding.resolve import hooks_of
-from posenc.positions import randomized_positions
+from posenc.positions import check_padding_mask
 
 __all__ = ["RandomizedEvaluation", "RandomizedPositions"]
 
@@ -63,6 +72,11 @@ class RandomizedPositions(EncodingWrapper, PositionTransform):
 
     Attributes:
         generator: optional ``torch.Generator`` for the draws (None: torch's global one).
+
+    Padding: in a padded batch (``real``, attention's ``key_padding_mask``) each row's subset
+    is drawn for its real tokens only, so their positions are those the row gets unpadded
+    with the same generator state (right or left padding, any width); padding tokens keep
+    their positions. Ordered evaluation returns positions unchanged, padded or not.
 
     Example::
 
@@ -112,24 +126,26 @@ class RandomizedPositions(EncodingWrapper, PositionTransform):
         continuing: bool = False,
         real: Tensor | None = None,
     ) -> Tensor:
-        """Map whole positions ``p ≥ 0`` to ``S_b[p]``, ``S_b`` a sorted random subset of
-        ``[0, L)`` per batch row (see the module), or return them unchanged in ordered
-        evaluation.
+        """Map a real token's whole position ``p ≥ 0`` to ``S_b[p − m_b]``, ``S_b`` a sorted
+        random subset of ``[0, L)`` per batch row sized by the span of the row's real
+        positions from ``m_b``, their minimum (see the module), or return positions unchanged
+        in ordered evaluation.
 
         Args:
             positions: ``(seq,)`` or ``(batch, seq)``, whole numbers in ``[0, max_length)``.
             batch: rows of the forward (1-D positions get one draw per row).
             continuing: True when the call continues a KV cache.
-            real: the protocol's real-token mask; not read (each row's map is drawn for its
-                positions, padded ones included).
+            real: ``(batch, seq)`` bool or 0/1, True for real tokens (attention passes its
+                ``key_padding_mask``); only they size and take the draw, padding keeps its
+                positions. None: every token is real.
 
         Returns:
             int64 ``(batch, seq)`` when drawing, else ``positions``.
 
         Raises:
-            ValueError: naming ``positions`` (fractional, negative, or a row needing more than
-                ``max_length`` positions; in ordered evaluation, a position beyond
-                ``max_length − 1``) or ``cache`` (a random draw continuing a cache).
+            ValueError: naming ``positions`` (fractional, negative, or beyond
+                ``max_length − 1``), ``real`` (not bool or 0/1, or not ``(batch, seq)``) or
+                ``cache`` (a random draw continuing a cache).
         """
         if not self.randomizing:  # ordered: as given, within the range trained on
             if validating_values() and positions.numel() > 0:
@@ -161,14 +177,11 @@ class RandomizedPositions(EncodingWrapper, PositionTransform):
                 f"raise max_length to at least {needed}"
             )
         rows = whole.expand(batch, -1) if whole.dim() == 1 else whole
-        subsets = randomized_positions(
-            needed,
-            self.max_length,
-            batch=rows.shape[0],
-            generator=self.generator,
-            device=rows.device,
-        )
-        return subsets.gather(-1, rows)
+        if real is None:
+            keep = torch.ones_like(rows, dtype=torch.bool)
+        else:
+            keep = check_padding_mask(real, "real", tuple(rows.shape)).to(rows.device)
+        return _draw_rows(rows, keep, self.max_length, self.generator)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped encoding's forward (positions as given: randomize them first with
@@ -177,3 +190,33 @@ class RandomizedPositions(EncodingWrapper, PositionTransform):
 
     def extra_repr(self) -> str:
         return f"max_length={self.max_length}, evaluation={self.evaluation!r}"
+
+
+def _draw_rows(
+    rows: Tensor, keep: Tensor, max_length: int, generator: torch.Generator | None
+) -> Tensor:
+    """``rows`` ``(batch, seq)`` with each row's real tokens (``keep``) mapped through the row's
+    own sorted random subset of ``[0, max_length)``, sized by the span of their positions;
+    padding as given.
+
+    Each row draws ``max_length`` uniforms and takes the first entries of their argsort, as
+    :func:`posenc.positions.randomized_positions` does (bit for bit on ``arange`` rows), so the
+    draw of a row depends only on the generator state and its real tokens' positions.
+    """
+    batch = rows.shape[0]
+    draw_device = generator.device if generator is not None else rows.device
+    noise = torch.rand(batch, max_length, generator=generator, device=draw_device)
+    order = noise.argsort(dim=-1).to(rows.device)  # (batch, max_length)
+    has_real = keep.any(dim=-1, keepdim=True)  # (batch, 1)
+    low = torch.where(keep, rows, max_length).amin(dim=-1, keepdim=True)
+    high = torch.where(keep, rows, -1).amax(dim=-1, keepdim=True)
+    span = torch.where(has_real, high - low + 1, 0)  # (batch, 1): the subset's size per row
+    width = int(span.max())
+    if width == 0:  # no real token anywhere: nothing to draw for
+        return rows
+    # A row's first `span` entries of the permutation, sorted; the rest sort last.
+    first = order[:, :width]
+    first = torch.where(torch.arange(width, device=rows.device) < span, first, max_length)
+    subsets = first.sort(dim=-1).values  # (batch, width)
+    index = torch.where(keep, rows - low, 0).clamp(0, width - 1)
+    return torch.where(keep, subsets.gather(-1, index), rows)
