@@ -8,7 +8,7 @@ from torch.testing import assert_close
 
 from posenc.bias import AlibiBias
 from posenc.encoding.base import NoPE
-from posenc.encoding.randomized import RandomizedPositions
+from posenc.encoding.randomized import RandomizedPositions, randomize_positions
 from posenc.models import DecoderLM, ModelConfig
 from posenc.positions import positions_from_padding_mask, randomized_positions
 from posenc.registry import ModelDims, build_encoding
@@ -178,6 +178,15 @@ def test_in_a_batch_each_rows_draw_ignores_padding_and_the_other_rows() -> None:
         assert_close(got_narrow[b, start : start + len(row)], one[0], rtol=0, atol=0)
 
 
+def test_the_function_is_the_transform() -> None:
+    positions = torch.tensor([[0, 1, 2, 3, 4, 5], [0, 1, 2, 0, 1, 9]])
+    real = torch.tensor([[True] * 4 + [False] * 2, [False] + [True] * 5])
+    got = randomize_positions(positions, L, real=real, generator=torch.Generator().manual_seed(1))
+    want = _seeded(_wrapped(), 1).transform_positions(positions, batch=2, real=real)
+    assert_close(got, want, rtol=0, atol=0)
+    assert_close(got[~real], positions[~real], rtol=0, atol=0)
+
+
 def test_the_draw_depends_only_on_positions_relative_to_the_first_real_one() -> None:
     base = _seeded(_wrapped()).transform_positions(torch.arange(6), batch=2)
     shifted = _seeded(_wrapped()).transform_positions(torch.arange(6) + 11, batch=2)
@@ -259,6 +268,9 @@ def test_ordered_evaluation_is_unaffected_by_padding(pos: str, side: str) -> Non
             "real must be bool or hold only 0 and 1",
         ),
         (lambda: build_encoding("rope", ModelDims(32, 4), randomized="x"), "randomized"),
+        (lambda: randomize_positions(torch.arange(3), L), r"positions must be a \(batch, seq\)"),
+        (lambda: randomize_positions(torch.arange(3)[None], 0), "max_length"),
+        (lambda: randomize_positions(torch.arange(3)[None], 2), "max_length"),
         (lambda: build_encoding("rope", ModelDims(32, 4), randomized={"L": 3}), "max_length"),
     ],
 )

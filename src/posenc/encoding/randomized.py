@@ -54,7 +54,7 @@ from posenc.encoding.protocols import PositionTransform
 from posenc.encoding.resolve import hooks_of
 from posenc.positions import check_padding_mask
 
-__all__ = ["RandomizedEvaluation", "RandomizedPositions"]
+__all__ = ["RandomizedEvaluation", "RandomizedPositions", "randomize_positions"]
 
 RandomizedEvaluation = Literal["randomized", "ordered"]
 _EVALUATIONS: tuple[RandomizedEvaluation, ...] = ("randomized", "ordered")
@@ -163,25 +163,8 @@ class RandomizedPositions(EncodingWrapper, PositionTransform):
                 "cache: randomized positions cannot continue a KV cache (each call draws a new "
                 "subset); decode with evaluation='ordered' and model.eval()"
             )
-        if positions.is_floating_point() and bool((positions != positions.round()).any()):
-            raise ValueError("positions must be whole numbers to be randomized")
-        whole = positions.to(torch.long)
-        if whole.numel() == 0:
-            return whole.expand(batch, -1) if whole.dim() == 1 else whole
-        if bool((whole < 0).any()):
-            raise ValueError("positions must be >= 0 to be randomized")
-        needed = int(whole.max()) + 1
-        if needed > self.max_length:
-            raise ValueError(
-                f"positions reach {needed - 1}, beyond max_length - 1 = {self.max_length - 1}: "
-                f"raise max_length to at least {needed}"
-            )
-        rows = whole.expand(batch, -1) if whole.dim() == 1 else whole
-        if real is None:
-            keep = torch.ones_like(rows, dtype=torch.bool)
-        else:
-            keep = check_padding_mask(real, "real", tuple(rows.shape)).to(rows.device)
-        return _draw_rows(rows, keep, self.max_length, self.generator)
+        rows = positions.expand(batch, -1) if positions.dim() == 1 else positions
+        return randomize_positions(rows, self.max_length, real=real, generator=self.generator)
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         """The wrapped encoding's forward (positions as given: randomize them first with
@@ -192,17 +175,72 @@ class RandomizedPositions(EncodingWrapper, PositionTransform):
         return f"max_length={self.max_length}, evaluation={self.evaluation!r}"
 
 
-def _draw_rows(
-    rows: Tensor, keep: Tensor, max_length: int, generator: torch.Generator | None
+def randomize_positions(
+    positions: Tensor,
+    max_length: int,
+    *,
+    real: Tensor | None = None,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
-    """``rows`` ``(batch, seq)`` with each row's real tokens (``keep``) mapped through the row's
-    own sorted random subset of ``[0, max_length)``, sized by the span of their positions;
-    padding as given.
+    """Randomized positions of padded or packed rows: each row's real tokens mapped through
+    the row's own sorted random subset of ``[0, max_length)`` (Ruoss et al. 2023).
 
-    Each row draws ``max_length`` uniforms and takes the first entries of their argsort, as
-    :func:`posenc.positions.randomized_positions` does (bit for bit on ``arange`` rows), so the
-    draw of a row depends only on the generator state and its real tokens' positions.
+    .. math:: p \\mapsto S_b[p - m_b], \\quad S_b \\subset [0, L) \\text{ sorted},\\;
+        |S_b| = \\max_{real} p - m_b + 1, \\; m_b = \\min_{real} p
+
+    Each row draws ``max_length`` uniforms and takes the first ``|S_b|`` entries of their
+    argsort, as :func:`posenc.positions.randomized_positions` does (bit for bit on ``arange``
+    rows), so a row's positions depend only on the generator state and its real tokens'
+    positions relative to the first: padding (either side, any width) and the other rows
+    change nothing. The function behind :class:`RandomizedPositions`; the lab can call it on
+    its batches.
+
+    Args:
+        positions: ``(batch, seq)`` whole numbers in ``[0, max_length)``.
+        max_length: ``L`` ≥ 1, the range drawn from.
+        real: ``(batch, seq)`` bool or 0/1, True for real tokens; padding keeps its positions.
+            None: every token is real.
+        generator: for the draws (None: torch's global one); they run on its device.
+
+    Returns:
+        int64 ``(batch, seq)``.
+
+    Raises:
+        ValueError: naming ``positions`` (not ``(batch, seq)``, fractional, negative, or
+            beyond ``max_length − 1``), ``max_length`` or ``real`` (not bool or 0/1, or not
+            ``(batch, seq)``).
+
+    Example::
+
+        >>> real = torch.tensor([[True, True, True, False, False]])
+        >>> g = torch.Generator().manual_seed(0)
+        >>> padded = randomize_positions(torch.arange(5)[None], 64, real=real, generator=g)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> alone = randomize_positions(torch.arange(3)[None], 64, generator=g)
+        >>> torch.equal(padded[:, :3], alone)
+        True
     """
+    max_length = check_positive_int("max_length", max_length)
+    if not isinstance(positions, Tensor) or positions.dim() != 2 or positions.is_complex():
+        got = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+        raise ValueError(f"positions must be a (batch, seq) tensor to be randomized, got {got}")
+    if positions.is_floating_point() and bool((positions != positions.round()).any()):
+        raise ValueError("positions must be whole numbers to be randomized")
+    rows = positions.to(torch.long)
+    if real is None:
+        keep = torch.ones_like(rows, dtype=torch.bool)
+    else:
+        keep = check_padding_mask(real, "real", tuple(rows.shape)).to(rows.device)
+    if rows.numel() == 0:
+        return rows
+    if bool((rows < 0).any()):
+        raise ValueError("positions must be >= 0 to be randomized")
+    needed = int(rows.max()) + 1
+    if needed > max_length:
+        raise ValueError(
+            f"positions reach {needed - 1}, beyond max_length - 1 = {max_length - 1}: "
+            f"raise max_length to at least {needed}"
+        )
     batch = rows.shape[0]
     draw_device = generator.device if generator is not None else rows.device
     noise = torch.rand(batch, max_length, generator=generator, device=draw_device)
