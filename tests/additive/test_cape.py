@@ -10,6 +10,7 @@ from torch.testing import assert_close
 
 from posenc.additive import CAPE, SinusoidalEncoding, cape_augment
 from posenc.models import DecoderLM, ModelConfig
+from posenc.positions import positions_from_padding_mask
 from posenc.registry import ModelDims, build_encoding
 
 POSITIONS = torch.arange(64, dtype=torch.float64).expand(4096, 64)
@@ -39,7 +40,8 @@ def test_each_augmentation_stays_in_its_bounds_and_fills_them() -> None:
 
 
 def test_the_formula_with_the_same_draws_in_float64() -> None:
-    """λ (x + Δ + ε) with Δ, ε, λ drawn in that order from the generator."""
+    """λ (x + Δ + ε) with Δ, λ, then ε as (seq, batch) drawn in that order from the
+    generator."""
     g = torch.Generator().manual_seed(3)
     x = torch.randn(3, 10, dtype=torch.float64)
     got = cape_augment(
@@ -47,8 +49,8 @@ def test_the_formula_with_the_same_draws_in_float64() -> None:
     )
     g = torch.Generator().manual_seed(3)
     delta = (torch.rand(3, 1, generator=g, dtype=torch.float64) * 2 - 1) * 2.0
-    eps = (torch.rand(3, 10, generator=g, dtype=torch.float64) * 2 - 1) * 0.2
     lam = ((torch.rand(3, 1, generator=g, dtype=torch.float64) * 2 - 1) * math.log(1.5)).exp()
+    eps = (torch.rand(10, 3, generator=g, dtype=torch.float64).T * 2 - 1) * 0.2
     assert_close(got, lam * (x + delta + eps), rtol=0, atol=1e-14)
 
 
@@ -172,6 +174,66 @@ def test_normalize_centres_the_real_tokens_and_shifts_padding_alike() -> None:
     assert_close(empty, positions.double(), rtol=0, atol=0)
 
 
+SHIFTS = {"max_global_shift": 4.0, "max_local_shift": 0.5, "max_global_scaling": 1.5}
+
+
+def _augmented(positions: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    g = torch.Generator().manual_seed(4)
+    return cape_augment(positions, generator=g, real=real, **SHIFTS)
+
+
+def test_the_augmentation_of_real_tokens_ignores_padding() -> None:
+    """Rows of 3, 6 and 4 real tokens padded on either side to 8 and to 13 columns: the real
+    tokens get the same draws both times, and those of the rows unpadded (the local shifts
+    were drawn per column and the scale after them: 3 pads moved a real token by 0.4)."""
+    rows = [torch.arange(3.0), torch.arange(6.0) + 2, torch.arange(4.0)]
+
+    def batch_of(width: int, sides: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+        positions = torch.full((len(rows), width), 7.0)
+        real = torch.zeros(len(rows), width, dtype=torch.bool)
+        for b, (row, side) in enumerate(zip(rows, sides, strict=True)):
+            start = 0 if side == "right" else width - len(row)
+            positions[b, start : start + len(row)] = row
+            real[b, start : start + len(row)] = True
+        return positions, real
+
+    narrow, narrow_real = batch_of(8, ("right", "left", "right"))
+    wide, wide_real = batch_of(13, ("left", "right", "left"))
+    got_narrow = _augmented(narrow, narrow_real)
+    got_wide = _augmented(wide, wide_real)
+    assert_close(got_narrow[narrow_real], got_wide[wide_real], rtol=0, atol=0)
+    # Without padding (each row cut to 6 columns, the longest): the same real tokens' values.
+    unpadded = torch.stack([torch.cat([row, torch.full((6 - len(row),), 7.0)]) for row in rows])
+    cut = torch.arange(6) < torch.tensor([[len(row)] for row in rows])
+    assert_close(got_narrow[narrow_real], _augmented(unpadded, cut)[cut], rtol=0, atol=0)
+    # real=None reads every token as real: the same as an all-True mask.
+    assert_close(_augmented(narrow), _augmented(narrow, torch.ones_like(narrow_real)))
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("normalize", [False, True])
+def test_a_padded_training_forward_gives_the_real_tokens_their_unpadded_outputs(
+    side: str, normalize: bool
+) -> None:
+    """Same generator seed, training: a padded row's real tokens give the outputs of the row
+    unpadded (positions counted over the real tokens, as HF ``generate`` numbers them)."""
+    model = _model(normalize=normalize, **SHIFTS).train()
+    tokens = torch.randint(0, 32, (1, 9), generator=torch.Generator().manual_seed(1))
+    real = torch.zeros(1, 9, dtype=torch.bool)
+    kept = slice(0, 6) if side == "right" else slice(3, 9)
+    real[0, kept] = True
+    positions = positions_from_padding_mask(real)
+    with torch.no_grad():
+        model.encoding.generator = torch.Generator().manual_seed(6)
+        padded = model(tokens, positions, key_padding_mask=real)
+        model.encoding.generator = torch.Generator().manual_seed(6)
+        alone = model(tokens[:, kept])
+        model.encoding.generator = torch.Generator().manual_seed(7)
+        other = model(tokens[:, kept])
+    assert_close(padded[:, kept], alone)
+    assert not torch.allclose(other, alone)  # the draw matters: the comparison could fail
+
+
 @pytest.mark.parametrize(
     ("real", "match"),
     [
@@ -239,3 +301,17 @@ def test_cape_augment_takes_integer_positions_and_numpy_ranges() -> None:
         generator=g,
     )
     assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    ("real", "match"),
+    [
+        (torch.tensor([[1.0, 0.5, 1.0, 1.0]] * 2), "real must be bool or hold only 0 and 1"),
+        (torch.ones(2, 3, dtype=torch.bool), r"real must have the shape \(2, 4\)"),
+    ],
+)
+def test_the_training_draw_names_a_bad_real_mask(real: torch.Tensor, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        cape_augment(torch.zeros(2, 4), max_local_shift=0.5, real=real)
+    with pytest.raises(ValueError, match=match):
+        CAPE(8, max_local_shift=0.5).transform_positions(torch.arange(4), batch=2, real=real)

@@ -15,10 +15,13 @@ and its positions become ``x'_{b,i} = λ_b (x_{b,i} + Δ_b + ε_{b,i})`` (global
 shift, global scaling), after an optional mean-normalization ``x_{b,i} − mean_i x_{b,i}``
 (the mean over the sequence's real tokens: attention passes its ``key_padding_mask``, so
 padding does not move the real tokens' positions).
-In evaluation the positions are used as given (normalized if asked). The draws and their
-order (global shift, local shift, scaling) follow the reference port
-(github.com/gcambara/cape ``CAPE1d``, after the authors' flashlight recipe), against which
-the distributions are tested; its defaults (no shift, no scaling, no normalization) are kept,
+In evaluation the positions are used as given (normalized if asked). The draws follow the
+reference port (github.com/gcambara/cape ``CAPE1d``, after the authors' flashlight recipe),
+against which the distributions are tested; they are made in the order global shift, scaling,
+then the local shifts token by token across the rows (the ``j``-th real token of every row,
+then the ``j+1``-th), so that padding, on either side and of any width, changes no real
+token's draw: a padded row's real tokens get the augmentation they get unpadded with the same
+generator state. Its defaults (no shift, no scaling, no normalization) are kept,
 which makes the default CAPE the sinusoidal encoding: the paper tunes the three per task and
 per unit of position (ASR positions in seconds, images in ``[−1, 1]``), so set them for yours.
 Not the "CAPE" that continues DAPE (context-adaptive, a scores reader: the registry's
@@ -108,6 +111,14 @@ def _centred(rows: Tensor, real: Tensor | None) -> Tensor:
     return rows - mean
 
 
+def _real_tokens_first(real: Tensor) -> Tensor:
+    """Per row, the rank of each token with the real tokens first: the ``j``-th real token
+    gets ``j``, the ``k``-th padding token ``count + k`` (a permutation of ``arange(seq)``)."""
+    keep = real.to(torch.long)
+    count = keep.sum(dim=-1, keepdim=True)
+    return torch.where(real, keep.cumsum(-1) - 1, count + (1 - keep).cumsum(-1) - 1)
+
+
 def _uniform(
     shape: tuple[int, ...], half_width: float, generator: torch.Generator | None
 ) -> Tensor:
@@ -122,6 +133,7 @@ def cape_augment(
     max_local_shift: float = 0.0,
     max_global_scaling: float = 1.0,
     generator: torch.Generator | None = None,
+    real: Tensor | None = None,
 ) -> Tensor:
     """CAPE's training augmentation of ``(batch, seq)`` positions (see the module).
 
@@ -132,23 +144,33 @@ def cape_augment(
         max_local_shift: ``ε_max`` ≥ 0 (one shift per token, in ``[−ε_max/2, ε_max/2]``).
         max_global_scaling: ``λ_max`` ≥ 1 (one scale per sequence, log-uniform).
         generator: for the draws (None: torch's global one). Draws are made on the CPU in the
-            order Δ, ε, λ and moved to ``positions``' device.
+            order Δ, λ, then ε as ``(seq, batch)`` (token ``j`` of every row before token
+            ``j + 1``), and moved to ``positions``' device.
+        real: ``(batch, seq)`` bool or 0/1, True for real tokens: the ``j``-th real token of a
+            row takes the row's ``j``-th local shift, so padding changes no real token's
+            draw; padding takes the draws after the real tokens'. None: every token is real.
 
     Returns:
         float64 ``(batch, seq)``: ``λ (positions + Δ + ε)``.
 
     Raises:
         ValueError: naming ``positions`` (not a real ``(batch, seq)`` tensor, or holding NaN
-            or inf) or the range out of bounds (a shift < 0 or not finite, a scaling < 1).
+            or inf), ``real`` (not bool or 0/1, or not ``(batch, seq)``) or the range out of
+            bounds (a shift < 0 or not finite, a scaling < 1).
     """
     positions = _check_rows(positions)
     max_global_shift = _check_non_negative("max_global_shift", max_global_shift)
     max_local_shift = _check_non_negative("max_local_shift", max_local_shift)
     max_global_scaling = _check_scaling(max_global_scaling)
     batch, seq = positions.shape
+    if real is not None:
+        real = check_padding_mask(real, "real", (batch, seq))
     delta = _uniform((batch, 1), max_global_shift, generator)
-    local = _uniform((batch, seq), max_local_shift / 2, generator)
     log_scale = _uniform((batch, 1), math.log(max_global_scaling), generator)
+    # (seq, batch) transposed: a row's j-th draw does not depend on seq (on the padding)
+    local = _uniform((seq, batch), max_local_shift / 2, generator).T
+    if real is not None:
+        local = local.gather(-1, _real_tokens_first(real.cpu()))
     device = positions.device
     shifted = positions.to(torch.float64) + delta.to(device) + local.to(device)
     return shifted * log_scale.exp().to(device)
@@ -233,9 +255,10 @@ class CAPE(AdditiveEncoding, PositionTransform):
             batch: rows of the forward (each draws its own augmentation).
             continuing: True when the call continues a KV cache.
             real: ``(batch, seq)`` bool or 0/1, True for real tokens (attention passes its
-                ``key_padding_mask``); the mean-normalization reads only those, so a padded
-                row's real tokens get the positions they get unpadded (padding is shifted
-                alike). None: every token is real.
+                ``key_padding_mask``); the mean-normalization reads only those and the
+                training draws give them the row's first local shifts, so a padded row's
+                real tokens get the positions they get unpadded (padding is shifted alike).
+                None: every token is real.
 
         Returns:
             float64 ``(batch, seq)`` when drawing or normalizing, else ``positions``.
@@ -256,9 +279,9 @@ class CAPE(AdditiveEncoding, PositionTransform):
         check_finite("positions", positions)
         rows = positions.to(torch.float64).expand(batch, -1) if positions.dim() == 1 else positions
         rows = rows.to(torch.float64)
+        if real is not None:
+            real = check_padding_mask(real, "real", tuple(rows.shape)).to(rows.device)
         if self.normalize:
-            if real is not None:
-                real = check_padding_mask(real, "real", tuple(rows.shape)).to(rows.device)
             rows = _centred(rows, real)
         if not drawing:
             return rows
@@ -268,6 +291,7 @@ class CAPE(AdditiveEncoding, PositionTransform):
             max_local_shift=self.max_local_shift,
             max_global_scaling=self.max_global_scaling,
             generator=self.generator,
+            real=real,
         )
 
     def forward(self, positions: Tensor) -> Tensor:

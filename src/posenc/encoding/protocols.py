@@ -434,8 +434,10 @@ class PositionTransform(PositionalEncoding):
         real: Tensor | None = None,
     ) -> Tensor:
         """New positions of ``batch`` rows; ``continuing``: the call extends a KV cache;
-        ``real``: ``(batch, seq)`` bool, True for the real tokens (None: all are), so that
-        a transform reading several tokens (CAPE's mean) reads no padding."""
+        ``real``: ``(batch, seq)`` bool, True for the real tokens (None: all are). A real
+        token's new position must not depend on the padding (how much, on which side): a
+        transform reading several tokens (CAPE's mean) reads no padding, and a random one
+        draws so that a padded row's real tokens get what they get unpadded."""
         raise required(self, "transform_positions")
 
 
