@@ -236,3 +236,11 @@ def test_bars_per_encoding_take_the_encodings_colours_and_labels_fit() -> None:
         encoding_color(name) for name in names
     ]
     assert tick_label_overlaps(fig) == []
+
+
+def test_training_curves_name_their_unit_and_what_a_line_is() -> None:
+    training = figures.training_curves(curves())
+    assert training.axes[0].get_ylabel() == "training loss (cross-entropy, nats)"
+    assert training.get_suptitle() == (
+        "one line per run; the seeds of one configuration share its colour"
+    )

@@ -172,7 +172,9 @@ def training_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure
             evaluated[key].append(values)
     keys = list(dict.fromkeys([*train, *evaluated]))
     colour, style = _run_styles(keys)
-    panels = [("training loss", train)] + ([(metric, evaluated)] if evaluated else [])
+    panels = [("training loss (cross-entropy, nats)", train)] + (
+        [(metric, evaluated)] if evaluated else []
+    )
     fig = new_figure(figsize=(10, 4.2), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     handles: dict[str, Any] = {}
@@ -182,6 +184,7 @@ def training_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]]) -> Figure
                 xs, ys = zip(*sorted(points), strict=True)
                 (handles[key],) = ax.plot(xs, ys, color=colour[key], ls=style[key], lw=1)
         ax.set(xlabel="step", ylabel=label, title=label)
+    fig.suptitle("one line per run; the seeds of one configuration share its colour", fontsize=9)
     if handles:
         fig.legend(
             [handles[key] for key in keys if key in handles],
