@@ -13,6 +13,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from torch import nn
+
 L0 = "original_max_position_embeddings"
 
 
@@ -134,3 +136,12 @@ def original_max_position(config: Any, params: Mapping[str, Any]) -> int:
         if value is not None:
             return positive_integer(L0, value)
     return max_positions(config, f"rope_type {params['rope_type']!r} without {L0}")
+
+
+class RotaryStandIn(nn.Module):
+    """Base of a module that stands in for a decoder's rotary module and keeps the module it
+    replaced as ``original`` (:func:`~posenc.integrations.hf.segments.patch_segments`' identity
+    tables): :mod:`posenc.integrations.hf.patch` recognises one by this class without importing
+    the segments package, which imports it."""
+
+    original: nn.Module

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
-from posenc.integrations.hf._common import config_head_dim, rope_layer_types
+from posenc.integrations.hf._common import RotaryStandIn, config_head_dim, rope_layer_types
 from posenc.integrations.hf.config import mrope_from_config
 from posenc.integrations.hf.conventions import UNDECLARED_MROPE_AXES
 from posenc.integrations.hf.rope_parameters import RopeParameters, read_rope_parameters
@@ -430,9 +430,7 @@ def unpatch_rotary(model: nn.Module) -> nn.Module:
     return model
 
 
-def _segments_stand_in(model: nn.Module) -> Any:
+def _segments_stand_in(model: nn.Module) -> RotaryStandIn | None:
     """The rotary stand-in of :func:`~posenc.integrations.hf.segments.patch_segments` in
-    ``model``, or None (imported here: the segments package imports this module)."""
-    from posenc.integrations.hf.segments.forward import IdentityRotary
-
-    return next((m for m in model.modules() if isinstance(m, IdentityRotary)), None)
+    ``model``, or None."""
+    return next((m for m in model.modules() if isinstance(m, RotaryStandIn)), None)

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.attention.functional import attend
+from posenc.integrations.hf._common import RotaryStandIn
 from posenc.integrations.hf.segments._common import STATE, QueryPositions, SegmentState
 
 __all__ = [
@@ -43,7 +44,7 @@ __all__ = [
 ATTENTION_NAME = "posenc_segments"
 
 
-class IdentityRotary(nn.Module):
+class IdentityRotary(RotaryStandIn):
     """Stands in for the decoder's rotary module: the original's tables as cos = 1, sin = 0
     (same shapes and dtype), and the positions recorded for the attention layers."""
 
