@@ -417,6 +417,10 @@ def test_a_run_folder_written_before_the_image_fields_resumes(tmp_path: Path) ->
     (tmp_path / "config.json").write_text(json.dumps(older))
     check_run_dir(tmp_path, expected)  # the fields it lacks had these values in effect
     assert {name for _, name in ADDED_FIELDS} == {"grid", "patch_size", "in_channels"}
+    # a model config without the field (another class) is compared as it is
+    other = {"model": {"dim": 64, "in_channels": None}, "train": {"steps": 10}}
+    (tmp_path / "config.json").write_text(json.dumps({**other, "model": {"dim": 64}}))
+    check_run_dir(tmp_path, other)
     # a field the folder does record still has to match, and so does everything else
     for stored in ({**older["model"], "in_channels": 1}, {"dim": 32, "pos": "rope"}):
         (tmp_path / "config.json").write_text(json.dumps({**older, "model": stored}))

@@ -204,14 +204,21 @@ ADDED_FIELDS: dict[tuple[str, str], Any] = {
 }
 
 
-def _with_added_fields(stored: Any) -> Any:
-    """``stored`` with every :data:`ADDED_FIELDS` entry it lacks filled in (a copy)."""
+def _with_added_fields(stored: Any, expected: dict[str, Any]) -> Any:
+    """``stored`` with each :data:`ADDED_FIELDS` entry it lacks filled in where ``expected``
+    has that field at that value (a copy)."""
     if not isinstance(stored, dict):
         return stored
     filled = dict(stored)
     for (section, name), value in ADDED_FIELDS.items():
-        inner = filled.get(section)
-        if isinstance(inner, dict) and name not in inner:
+        inner, now = filled.get(section), expected.get(section)
+        if (
+            isinstance(inner, dict)
+            and isinstance(now, dict)
+            and name not in inner
+            and name in now
+            and now[name] == value
+        ):
             filled[section] = {**inner, name: value}
     return filled
 
@@ -221,7 +228,7 @@ def check_run_dir(run_dir: Path, expected: dict[str, Any]) -> None:
     ``expected`` (a config written before :data:`ADDED_FIELDS` existed still matches)."""
     path = run_dir / "config.json"
     if path.exists():
-        stored = _with_added_fields(read_json(path))
+        stored = _with_added_fields(read_json(path), expected)
         difference = _first_difference(stored, expected)
         if difference is not None:
             raise ValueError(
