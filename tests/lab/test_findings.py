@@ -14,9 +14,19 @@ from posenc.lab.findings import (
     ATLAS,
     CONVERGED_FALL,
     data_and_model,
-    findings,
+    extension_findings,
+    extrapolation_findings,
     last_quarter_fall,
 )
+from posenc.lab.findings import findings as findings_of
+
+#: the sections' readers, as the extrapolate and extend experiments register them
+READERS = {"extrapolate": extrapolation_findings, "extend": extension_findings}
+
+
+def findings(rows: Any, curves: Any = None) -> list[str]:
+    return findings_of(rows, curves, READERS)
+
 
 SEEDS = (0, 1, 2)
 # loss at 1×T and 8×T per encoding and seed (nats per byte): ALiBi flat, RoPE best at T
@@ -264,3 +274,16 @@ def test_the_atlas_matches_docs_results_md() -> None:
     assert {e.signal.split(",")[0].split(" ")[0] for e in ATLAS} >= {
         "text", "image", "audio", "video", "graphs"
     }  # fmt: skip
+
+
+def test_only_the_kinds_with_a_reader_are_read() -> None:
+    rows = extrapolate_rows()
+    assert findings_of(rows) == []  # no reader: nothing in words
+    said = findings_of(rows, None, {"extrapolate": extrapolation_findings})
+    assert said == extrapolation_findings(rows) and said
+    # a reader gets only its kind of rows
+    seen: list[Any] = []
+    findings_of([*rows, {"experiment": "vit"}], None, {"vit": lambda r: seen.extend(r) or []})
+    assert seen == [{"experiment": "vit"}]
+    with pytest.raises(TypeError, match="readers must be a mapping"):
+        findings_of(rows, None, [extrapolation_findings])  # type: ignore[arg-type]

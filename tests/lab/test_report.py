@@ -519,7 +519,13 @@ def test_the_page_leads_with_findings_then_data_and_model_and_the_atlas(tmp_path
         f"{name}/seed{seed}": read_metrics(folder / "runs" / name / f"seed{seed}")
         for name, seed in (("alibi", 0), ("rope", 0), ("rope", 1))
     }
-    expected = findings(read_results_csv(folder / "results.csv"), curves)
+    readers = {
+        kind: section.findings
+        for experiment in REGISTRY
+        for kind, section in experiment.section_rows().items()
+        if section.findings
+    }
+    expected = findings(read_results_csv(folder / "results.csv"), curves, readers)
     found = re.search(r"<ul class='findings'>(.*?)</ul>", page)
     assert found is not None
     items = [text_of(item) for item in re.findall(r"<li>(.*?)</li>", found.group(1))]

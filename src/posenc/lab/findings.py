@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,7 +42,10 @@ __all__ = [
     "ATLAS_SECTION",
     "CONVERGED_FALL",
     "AtlasEntry",
+    "Reader",
     "data_and_model",
+    "extension_findings",
+    "extrapolation_findings",
     "findings",
     "last_quarter_fall",
 ]
@@ -217,8 +220,11 @@ def _margin(values: Sequence[float]) -> str:
     return text + (", within the seeds' noise" if _within_noise(values) else "")
 
 
-def _extrapolation(rows: Sequence[Row]) -> list[str]:
-    selected = [r for r in rows if r.get("experiment") == "extrapolate"]
+def extrapolation_findings(rows: Sequence[Row]) -> list[str]:
+    """What train-short-test-long rows say (``encoding, seed, train_len, eval_len, loss`` of
+    byte-level models): the best encoding at T and at the longest length with paired margins,
+    each encoding's change of loss from T to there, the flattest against the best at T."""
+    selected = list(rows)
     table = _losses(selected, "encoding")
     multiples = sorted({m for by_length in table.values() for m in by_length})
     if not multiples:
@@ -301,10 +307,11 @@ def _extrapolation(rows: Sequence[Row]) -> list[str]:
     return sentences
 
 
-def _extension(rows: Sequence[Row]) -> list[str]:
-    selected = [
-        r for r in rows if r.get("experiment") == "extend" and r.get("stage") in ("no_ft", "zero")
-    ]
+def extension_findings(rows: Sequence[Row]) -> list[str]:
+    """What context-extension rows say (``method, stage, seed, train_len, eval_len, loss``):
+    the zero-shot methods (stage ``no_ft`` or ``zero``) against plain RoPE at the longest
+    length, with paired margins."""
+    selected = [r for r in rows if r.get("stage") in ("no_ft", "zero")]
     table = _losses(selected, "method")
     if "rope" not in table:
         return []
@@ -386,27 +393,41 @@ def _percent(fraction: float) -> str:
     return f"{100 * fraction:.1f} %"
 
 
+#: What one kind of rows says, as sentences (:attr:`posenc.lab.report.Section.findings`).
+Reader = Callable[[Sequence[Row]], list[str]]
+
+
 def findings(
-    rows: Sequence[Row], curves: Mapping[str, Sequence[Mapping[str, Any]]] | None = None
+    rows: Sequence[Row],
+    curves: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    readers: Mapping[str, Reader] | None = None,
 ) -> list[str]:
     """What the numbers say, as plain sentences with their margins over seeds.
 
     Args:
-        rows: result rows (``results.csv`` of one or several runs); the ``extrapolate`` rows
-            (``encoding, seed, train_len, eval_len, loss``) and the zero-shot ``extend`` rows
-            (``method, stage, seed, train_len, eval_len, loss``) are read, others ignored.
+        rows: result rows (``results.csv`` of one or several runs).
         curves: run name -> its ``metrics.jsonl`` records (the ``train`` records' ``step``
             and ``loss``): whether training converged (:func:`last_quarter_fall`).
+        readers: kind of rows (their ``experiment`` column) -> the sentences of those rows
+            (each experiment's :attr:`~posenc.lab.report.Section.findings`, such as
+            :func:`extrapolation_findings`); kinds without one say nothing.
 
     Returns:
-        the sentences, in order: convergence first (it qualifies every ranking), the
-        extrapolation results, the context-extension results; empty when nothing applies.
+        the sentences, in order: convergence first (it qualifies every ranking), then each
+        reader's on its kind of rows, in the order of ``readers``; empty when nothing applies.
     """
     if not isinstance(rows, Sequence) or isinstance(rows, (str, bytes)):
         raise TypeError(f"rows must be a sequence of dicts, got {type(rows).__name__}")
     if curves is not None and not isinstance(curves, Mapping):
         raise TypeError(f"curves must be a mapping of run name to records, got {curves!r}")
-    return [*_convergence(curves or {}), *_extrapolation(rows), *_extension(rows)]
+    if readers is not None and not isinstance(readers, Mapping):
+        raise TypeError(f"readers must be a mapping of kind to function, got {readers!r}")
+    sentences = list(_convergence(curves or {}))
+    for kind, read in (readers or {}).items():
+        selected = [row for row in rows if row.get("experiment") == kind]
+        if selected:
+            sentences += read(selected)
+    return sentences
 
 
 # --- data and model -------------------------------------------------------------------------

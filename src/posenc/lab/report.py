@@ -54,7 +54,7 @@ import torch
 
 from posenc.lab.claims import LEARNED_LOSS_FRACTION, is_fact
 from posenc.lab.figures import training_curves
-from posenc.lab.findings import ATLAS, ATLAS_SECTION, data_and_model, findings
+from posenc.lab.findings import ATLAS, ATLAS_SECTION, Reader, data_and_model, findings
 from posenc.lab.gather import RunFolder, gather
 from posenc.lab.results import Row
 from posenc.lab.run import atomic_write_text, read_json, read_metrics
@@ -78,6 +78,10 @@ class Section:
         rows: the ``experiment`` column of the rows it shows; None = the experiment's name
             (an experiment writing rows of two kinds, as ``extend`` writes ``passkey`` rows
             beside its own, has a section for each).
+        findings: rows -> what they say, as plain sentences with their margins (the page's
+            lead, :func:`posenc.lab.findings.findings`); None = nothing in words.
+        atlas: whether these rows answer the atlas's question for one signal, so that the
+            page shows the cross-signal atlas in brief beside them.
 
     The functions get only the rows of that kind (of every run the page gathers) and must be
     module-level, as the experiment's are.
@@ -87,6 +91,8 @@ class Section:
     tables: Callable[[Sequence[Row]], list[Table]] | None = None
     figures: Mapping[str, Callable[[Sequence[Row]], Figure]] = field(default_factory=dict)
     rows: str | None = None
+    findings: Reader | None = None
+    atlas: bool = False
 
 
 class ShowsRows(Protocol):
@@ -377,9 +383,12 @@ def _runs_section(runs: Sequence[RunFolder]) -> list[str]:
     return ["<h2 id='runs'>Runs</h2>", _html_table((caption, header, body), "config")]
 
 
-def _findings_section(rows: Sequence[Row], curves: Mapping[str, Any]) -> list[str]:
+def _findings_section(
+    rows: Sequence[Row], curves: Mapping[str, Any], sections: Mapping[str, Section]
+) -> list[str]:
     """The page's lead: what the numbers say, one sentence per item."""
-    sentences = findings(rows, curves)
+    readers = {kind: section.findings for kind, section in sections.items() if section.findings}
+    sentences = findings(rows, curves, readers)
     if not sentences:
         return []
     items = "".join(f"<li>{html.escape(sentence)}</li>" for sentence in sentences)
@@ -485,9 +494,9 @@ def write_report(
         for run in gathered
         for name, records in _training_curves(run.path).items()
     }
-    lead = _findings_section(rows, curves)
+    lead = _findings_section(rows, curves, sections)
     data = _data_section(gathered)
-    atlas = _atlas_section(folder) if "extrapolate" in names else []
+    atlas = _atlas_section(folder) if any(sections[n].atlas for n in kinds if n in sections) else []
     records = [record for run in gathered for record in run.claims]
     claims = _claims_section(records)
     sources = _runs_section(gathered)

@@ -21,6 +21,7 @@ from posenc.lab.figures import (
     set_length_multiple_axis,
     set_log_ticks,
 )
+from posenc.lab.findings import extension_findings
 from posenc.lab.runner import Section
 from posenc.lab.tables import (
     Table,
@@ -168,6 +169,7 @@ SECTIONS = (
         _extend_tables,
         {"extension.png": extension_curves},
         rows="extend",  # named, so that longctx's page shows its extend rows too
+        findings=extension_findings,
     ),
     Section(
         "Passkey retrieval", _passkey_tables, {"passkey.png": passkey_heatmaps}, rows="passkey"

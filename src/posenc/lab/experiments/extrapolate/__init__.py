@@ -51,6 +51,7 @@ from posenc.lab.figures import (
     set_length_multiple_axis,
     set_log_ticks,
 )
+from posenc.lab.findings import extrapolation_findings
 from posenc.lab.results import Row
 from posenc.lab.runner import (
     Experiment,
@@ -405,5 +406,13 @@ EXPERIMENT = Experiment(
     table=format_ppl_table,
     prepare=_load,
     claims=CLAIMS,
-    sections=(Section("Train short, test long", _tables, {"loss_vs_length.png": loss_vs_length}),),
+    sections=(
+        Section(
+            "Train short, test long",
+            _tables,
+            {"loss_vs_length.png": loss_vs_length},
+            findings=extrapolation_findings,
+            atlas=True,
+        ),
+    ),
 )
