@@ -466,6 +466,20 @@ def test_randomized_positions_of_a_rank_are_its_rows_of_one_process(world_size: 
         torch.testing.assert_close(got, single[rows], rtol=0, atol=0)
 
 
+def test_randomized_positions_map_the_batch_positions() -> None:
+    # A batch's own positions (two packed documents of 6 per row) are randomized, not replaced
+    # by 0 .. T - 1: each document restarts at its row's first drawn position.
+    config = quick_config(randomize_positions=64)
+    batch = replace(CountingSource().batch(0, 8), positions=torch.arange(SEQ) % 6)
+    got = _model_inputs(batch, config, 3, shard_slice(8, 0, 1))
+    generator = torch.Generator().manual_seed(derive_seed("positions", config.seed, 3))
+    document = randomized_positions(6, 64, batch=8, generator=generator)
+    torch.testing.assert_close(got, document.repeat(1, 2), rtol=0, atol=0)
+    fractional = replace(batch, positions=torch.arange(SEQ) / 2)
+    with pytest.raises(ValueError, match="positions must be whole numbers"):
+        _model_inputs(fractional, config, 3, shard_slice(8, 0, 1))
+
+
 def test_randomize_positions_shorter_than_sequence_raises(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="randomize_positions"):
         train(tiny_model(), CountingSource(), quick_config(randomize_positions=SEQ - 1), tmp_path)
