@@ -12,6 +12,7 @@ import torch.distributed as dist
 from posenc.lab.batch import Batch, shard_slice
 from posenc.lab.config import replace_fields
 from posenc.lab.data.corpus import LMSource
+from posenc.lab.data.tasks import make_task
 from posenc.lab.distributed import rank_and_world, spawn
 from posenc.lab.results import read_results_csv
 from posenc.lab.train import TrainConfig, read_metrics, train
@@ -97,6 +98,42 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path) -> None:
     # Rank 0 alone wrote the folder: one line per record, nothing duplicated by rank 1.
     assert len(records["ddp"]) == len(records["single"])
     assert not (tmp_path / "ddp-odd").exists() or not any((tmp_path / "ddp-odd").iterdir())
+
+
+# A task batch is right-padded (reverse rows of lengths 1-12 share one width): with
+# randomized positions each row's real tokens take their own draw, made for the global batch.
+RANDOMIZED = replace(CONFIG, randomize_positions=64)
+
+
+def make_task_model() -> DecoderLM:
+    torch.manual_seed(0)
+    source = make_task("reverse", seed=0)
+    config = ModelConfig(vocab_size=source.vocab_size, dim=32, depth=2, num_heads=4, pos="rope")
+    return DecoderLM(config).double()
+
+
+def ddp_task_rank(rank: int, world_size: int, run_dir: str) -> None:
+    torch.set_num_threads(1)
+    train(make_task_model(), make_task("reverse", seed=0), RANDOMIZED, run_dir)
+
+
+def test_randomized_positions_of_padded_rows_under_two_processes_match_one(
+    tmp_path: Path,
+) -> None:
+    single = make_task_model()
+    train(single, make_task("reverse", seed=0), RANDOMIZED, tmp_path / "single")
+    spawn(ddp_task_rank, 2, str(tmp_path / "ddp"))
+    losses = {
+        name: torch.tensor(
+            [r["loss"] for r in read_metrics(tmp_path / name) if r["kind"] == "train"],
+            dtype=torch.float64,
+        )
+        for name in ("single", "ddp")
+    }
+    assert losses["single"].numel() == RANDOMIZED.steps
+    torch.testing.assert_close(losses["ddp"], losses["single"], rtol=0, atol=1e-6)
+    ddp_final = torch.load(tmp_path / "ddp" / "final.pt")["model"]
+    torch.testing.assert_close(ddp_final, single.state_dict(), rtol=0, atol=1e-5)
 
 
 LM = dict(train_len=16, batch_size=4, steps=3, dim=16, depth=1, num_heads=2, corpus_bytes=20_000)

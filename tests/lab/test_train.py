@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc.lab.batch import Batch, derive_seed
+from posenc.lab.batch import Batch, derive_seed, shard_slice
 from posenc.lab.train import (
     TrainConfig,
     TrainResult,
@@ -25,6 +25,7 @@ from posenc.lab.train import (
     read_metrics,
     train,
 )
+from posenc.lab.train.loop import _model_inputs
 from posenc.models import DecoderLM, ModelConfig
 from posenc.positions import randomized_positions
 
@@ -401,6 +402,82 @@ def test_randomized_positions_are_seeded_per_step(tmp_path: Path) -> None:
         torch.testing.assert_close(positions, want, rtol=0, atol=0)
         assert positions.shape == (8, SEQ) and int(positions.max()) < 64
     assert not torch.equal(spy.seen[0], spy.seen[1])
+
+
+class PaddedCountingSource:
+    """:class:`CountingSource` rows padded with token 0 on one side: global row ``r`` has
+    ``SEQ - 3 * (r % 4)`` real tokens (so rows of every rank are padded), as a task batch."""
+
+    vocab_size = VOCAB
+
+    def __init__(self, side: str = "right") -> None:
+        self.inner, self.side = CountingSource(), side
+
+    @staticmethod
+    def real_lengths(batch_size: int) -> list[int]:
+        return [SEQ - 3 * (r % 4) for r in range(batch_size)]
+
+    def batch(self, step: int, batch_size: int, *, rank: int = 0, world_size: int = 1) -> Batch:
+        full = self.inner.batch(step, batch_size)
+        lengths = torch.tensor(self.real_lengths(batch_size))[:, None]  # (batch, 1)
+        real = torch.arange(SEQ) < lengths  # (batch, seq), right padding
+        if self.side == "left":
+            real = real.flip(-1)
+        tokens = torch.where(real, full.tokens, 0)
+        padded = Batch(tokens, full.targets, real, key_padding_mask=real)
+        return padded.shard(rank, world_size)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_randomized_positions_of_a_padded_row_are_its_unpadded_ones(
+    tmp_path: Path, side: str
+) -> None:
+    # Row r's real tokens get exactly the positions an unpadded row of their length gets
+    # from the same seed (randomized_positions on arange rows), whatever the padding.
+    config = quick_config(steps=2, randomize_positions=64)
+    spy = PositionSpy()
+    train(spy, PaddedCountingSource(side), config, tmp_path)
+    assert len(spy.seen) == 2
+    for step, positions in enumerate(spy.seen):
+        assert positions is not None and positions.shape == (8, SEQ)
+        seed = derive_seed("positions", config.seed, step)
+        for row, length in enumerate(PaddedCountingSource.real_lengths(8)):
+            generator = torch.Generator().manual_seed(seed)
+            want = randomized_positions(length, 64, batch=8, generator=generator)[row]
+            real = slice(0, length) if side == "right" else slice(SEQ - length, SEQ)
+            pad = slice(length, SEQ) if side == "right" else slice(0, SEQ - length)
+            torch.testing.assert_close(positions[row, real], want, rtol=0, atol=0)
+            # padding keeps the positions it was given (0 .. T - 1); attention masks it
+            torch.testing.assert_close(positions[row, pad], torch.arange(SEQ)[pad], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("world_size", [2, 4, 8])
+def test_randomized_positions_of_a_rank_are_its_rows_of_one_process(world_size: int) -> None:
+    # The draw for global row r does not depend on which rank holds it (padded rows too).
+    config = quick_config(randomize_positions=64)
+    source = PaddedCountingSource()
+    single = _model_inputs(source.batch(5, 8), config, 5, shard_slice(8, 0, 1))
+    assert single is not None
+    for rank in range(world_size):
+        rows = shard_slice(8, rank, world_size)
+        batch = source.batch(5, 8, rank=rank, world_size=world_size)
+        got = _model_inputs(batch, config, 5, rows)
+        assert got is not None
+        torch.testing.assert_close(got, single[rows], rtol=0, atol=0)
+
+
+def test_randomized_positions_map_the_batch_positions() -> None:
+    # A batch's own positions (two packed documents of 6 per row) are randomized, not replaced
+    # by 0 .. T - 1: each document restarts at its row's first drawn position.
+    config = quick_config(randomize_positions=64)
+    batch = replace(CountingSource().batch(0, 8), positions=torch.arange(SEQ) % 6)
+    got = _model_inputs(batch, config, 3, shard_slice(8, 0, 1))
+    generator = torch.Generator().manual_seed(derive_seed("positions", config.seed, 3))
+    document = randomized_positions(6, 64, batch=8, generator=generator)
+    torch.testing.assert_close(got, document.repeat(1, 2), rtol=0, atol=0)
+    fractional = replace(batch, positions=torch.arange(SEQ) / 2)
+    with pytest.raises(ValueError, match="positions must be whole numbers"):
+        _model_inputs(fractional, config, 3, shard_slice(8, 0, 1))
 
 
 def test_randomize_positions_shorter_than_sequence_raises(tmp_path: Path) -> None:

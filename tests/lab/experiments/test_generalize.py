@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+from posenc.lab.batch import derive_seed
 from posenc.lab.config import ModelArgs, RunnerArgs, TrainArgs, replace_fields
 from posenc.lab.data.tasks import make_task
 from posenc.lab.experiments import generalize
@@ -23,6 +24,7 @@ from posenc.lab.experiments.generalize import (
 )
 from posenc.lab.results import read_results_csv
 from posenc.models import DecoderLM, ModelConfig
+from posenc.positions import randomized_positions
 
 TINY = TasksConfig(
     tasks=("copy", "counting"),
@@ -135,9 +137,11 @@ class _Spy(nn.Module):
         super().__init__()
         self.model = model
         self.calls: list[tuple[Tensor, Tensor | None]] = []
+        self.masks: list[Tensor | None] = []
 
     def forward(self, tokens: Tensor, positions: Tensor | None, **kwargs: Any) -> Tensor:
         self.calls.append((tokens, positions))
+        self.masks.append(kwargs.get("key_padding_mask"))
         return self.model(tokens, positions, **kwargs)
 
 
@@ -162,3 +166,41 @@ def test_randomized_evaluation_is_deterministic_and_uses_positions() -> None:
     assert not torch.allclose(randomized, plain)
     evaluate_task(spy, source, 16, examples=5)
     assert spy.calls[-1][1] is None  # plain evaluation feeds 0 .. T - 1
+
+
+def test_randomized_evaluation_of_padded_rows_gives_their_unpadded_positions() -> None:
+    # counting's rows of one length differ in token count, so its test batch is right-padded;
+    # each row's real tokens get the positions an unpadded row of their count gets from the
+    # same seed (randomized_positions on arange rows), not a draw sized for the padded width.
+    source = make_task("counting", seed=0)
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=source.vocab_size, dim=32, depth=2, num_heads=4, pos="rope")
+    spy = _Spy(DecoderLM(config))
+    evaluate_task(spy, source, 6, examples=6, max_position=200, seed=3)
+    ((tokens, positions),), (mask,) = spy.calls, spy.masks
+    assert positions is not None and mask is not None
+    counts = mask.sum(-1).tolist()
+    assert len(set(counts)) > 1  # padded: the test means something
+    key = derive_seed("tasks-eval-positions", 3, "counting", 6, 0)
+    for row, count in enumerate(counts):
+        generator = torch.Generator().manual_seed(key)
+        want = randomized_positions(count, 200, batch=6, generator=generator)[row]
+        torch.testing.assert_close(positions[row, :count], want, rtol=0, atol=0)
+        pad = torch.arange(count, tokens.shape[1])  # padding keeps 0 .. T - 1
+        torch.testing.assert_close(positions[row, count:], pad, rtol=0, atol=0)
+
+
+def test_randomized_evaluation_of_unpadded_rows_is_the_earlier_draw() -> None:
+    # No padding (reverse): bit for bit the positions evaluation drew before padding was
+    # taken into account, so the unpadded tasks' numbers are unchanged.
+    source = make_task("reverse", seed=0)
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=source.vocab_size, dim=32, depth=2, num_heads=4, pos="rope")
+    spy = _Spy(DecoderLM(config))
+    evaluate_task(spy, source, 16, examples=5, max_position=200, seed=3)
+    ((tokens, positions),), (mask,) = spy.calls, spy.masks
+    assert mask is None
+    key = derive_seed("tasks-eval-positions", 3, "reverse", 16, 0)
+    generator = torch.Generator().manual_seed(key)
+    want = randomized_positions(tokens.shape[1], 200, batch=5, generator=generator)
+    torch.testing.assert_close(positions, want, rtol=0, atol=0)

@@ -31,8 +31,9 @@ class TrainConfig:
             ``cuda:LOCAL_RANK``.
         progress: show a progress bar (tqdm when installed, else a printed line per log step).
         randomize_positions: ``L`` to train with randomized positions (Ruoss et al. 2023,
-            https://arxiv.org/abs/2305.16843): each row's positions are ``T`` sorted distinct
-            integers from ``[0, L)``; ``None`` = the batch's positions.
+            https://arxiv.org/abs/2305.16843): each row's ``n`` real tokens (its
+            ``key_padding_mask``) get ``n`` sorted distinct integers from ``[0, L)``, as if
+            unpadded; padding keeps its positions; ``None`` = the batch's positions.
     """
 
     steps: int = 300

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from posenc.encoding.randomized import randomize_positions
 from posenc.lab.batch import Batch, BatchSource, derive_seed, shard_slice
 from posenc.lab.distributed import rank_and_world, rank_device
 from posenc.lab.run import (
@@ -37,7 +38,6 @@ from posenc.lab.train.loss import masked_ce_sum
 from posenc.lab.train.optim import ADAM_BETAS, ADAM_EPS, lr_at, parameter_groups
 from posenc.lab.train.progress import Progress
 from posenc.lab.train.state import TrainState
-from posenc.positions import randomized_positions
 
 __all__ = ["peak_memory_bytes", "train"]
 
@@ -95,7 +95,14 @@ def _run_config(model: nn.Module, config: TrainConfig) -> dict[str, Any]:
 
 
 def _model_inputs(batch: Batch, config: TrainConfig, step: int, rows: slice) -> Tensor | None:
-    """The positions fed to the model: randomized (same for any world size) or the batch's."""
+    """The positions fed to the model: the batch's, or randomized ones.
+
+    Randomized (:func:`~posenc.encoding.randomized.randomize_positions`): each row's real
+    tokens (``key_padding_mask``) take the row's own sorted random subset of
+    ``[0, randomize_positions)``, so a padded row gets the positions it gets unpadded and
+    padding keeps its own. The draw is for the global batch, this rank's ``rows`` in place and
+    the others without real tokens, so a row's positions do not depend on the world size.
+    """
     if config.randomize_positions is None:
         return batch.positions
     if batch.seq_len > config.randomize_positions:
@@ -103,11 +110,17 @@ def _model_inputs(batch: Batch, config: TrainConfig, step: int, rows: slice) -> 
             f"randomize_positions ({config.randomize_positions}) must be >= the sequence "
             f"length {batch.seq_len}"
         )
+    given = batch.positions if batch.positions is not None else torch.arange(batch.seq_len)
+    shape = (config.batch_size, batch.seq_len)
+    positions = torch.zeros(shape, dtype=given.dtype)  # (global batch, seq)
+    real = torch.zeros(shape, dtype=torch.bool)
+    positions[rows] = given.cpu()
+    real[rows] = True if batch.key_padding_mask is None else batch.key_padding_mask.cpu()
     generator = torch.Generator().manual_seed(derive_seed("positions", config.seed, step))
-    positions = randomized_positions(
-        batch.seq_len, config.randomize_positions, batch=config.batch_size, generator=generator
-    )  # (global batch, seq)
-    return positions[rows].to(batch.tokens.device)
+    drawn = randomize_positions(
+        positions, config.randomize_positions, real=real, generator=generator
+    )
+    return drawn[rows].to(batch.tokens.device)
 
 
 def train(

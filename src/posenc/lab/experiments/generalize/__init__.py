@@ -6,10 +6,11 @@ of Positional Encoding on Length Generalization in Transformers"
 (https://arxiv.org/abs/2305.19466), at CPU scale: for each task of :mod:`posenc.lab.data.tasks` and
 each encoding, a small decoder (:class:`~posenc.models.DecoderLM`) is trained on the task's
 short train lengths with the loss on the answer tokens only, once with the positions
-``0 .. T - 1`` and once with randomized positions (``T`` sorted distinct integers from
-``[0, L)``, a fresh draw per row and step). It is then scored by greedy token accuracy and
-exact-match sequence accuracy (:func:`posenc.lab.data.tasks.accuracy`) at the longest train length
-(``split = "train"``) and at every test length (``split = "test"``).
+``0 .. T - 1`` and once with randomized positions (a row's ``n`` real tokens get ``n`` sorted
+distinct integers from ``[0, L)``, padding or not, a fresh draw per row and step). It is then
+scored by greedy token accuracy and exact-match sequence accuracy
+(:func:`posenc.lab.data.tasks.accuracy`) at the longest train length (``split = "train"``) and
+at every test length (``split = "test"``).
 
 As in Ruoss et al. (and their code), a randomized model is also *evaluated* with randomized
 positions; these are drawn from a generator seeded by ``(seed, task, length, chunk)``, so the
@@ -46,6 +47,7 @@ import torch
 from torch import nn
 
 from posenc._validate import check_positive_int
+from posenc.encoding.randomized import randomize_positions
 from posenc.lab.batch import Batch, derive_seed
 from posenc.lab.config import ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.data.tasks import TASKS, TaskSource, accuracy, make_task
@@ -69,7 +71,6 @@ from posenc.lab.tables import (
 )
 from posenc.lab.train import TrainConfig, train
 from posenc.models import DecoderLM, ModelConfig
-from posenc.positions import randomized_positions
 from posenc.registry import sequence_encoding_spec
 
 if TYPE_CHECKING:
@@ -226,9 +227,10 @@ def evaluate_task(
     The rows are ``source.batch(0, examples, length=length)`` (a stream separate from
     training), scored in chunks of at most :data:`EVAL_TOKENS_PER_CHUNK` tokens; token
     accuracy is pooled over all answer tokens, sequence accuracy over all rows. With
-    ``max_position = L`` each row gets randomized positions (sorted distinct integers from
-    ``[0, L)``) from a generator seeded by ``(seed, task, length, chunk)``, so repeated calls
-    give the same result.
+    ``max_position = L`` each row's ``n`` real tokens get randomized positions (``n`` sorted
+    distinct integers from ``[0, L)``, as if the row were unpadded; padding keeps ``0 .. T -
+    1``) from a generator seeded by ``(seed, task, length, chunk)``, so repeated calls give the
+    same result.
 
     Args:
         model: maps ``(tokens, positions, key_padding_mask=...)`` to logits ``(B, T, V)``.
@@ -248,22 +250,23 @@ def evaluate_task(
     with torch.no_grad():
         for chunk, start in enumerate(range(0, examples, rows_per_chunk)):
             rows = slice(start, start + rows_per_chunk)
-            padding = full.key_padding_mask
+            padding = None if full.key_padding_mask is None else full.key_padding_mask[rows]
             batch = Batch(
                 full.tokens[rows],
                 full.targets[rows],
                 full.loss_mask[rows],
-                key_padding_mask=None if padding is None else padding[rows],
-            ).to(device)
+                key_padding_mask=padding,
+            )
             positions = None
-            if max_position is not None:
+            if max_position is not None:  # each row's real tokens their own subset
                 key = derive_seed("tasks-eval-positions", seed, source.name, length, chunk)
-                positions = randomized_positions(
-                    batch.seq_len,
+                positions = randomize_positions(
+                    torch.arange(batch.seq_len).expand(batch.batch_size, -1),
                     max_position,
-                    batch=batch.batch_size,
+                    real=padding,
                     generator=torch.Generator().manual_seed(key),
                 ).to(device)
+            batch = batch.to(device)
             logits = model(batch.tokens, positions, key_padding_mask=batch.key_padding_mask)
             token_acc, seq_acc = accuracy(logits, batch)
             count = int(batch.loss_mask.sum())
