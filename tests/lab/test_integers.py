@@ -111,3 +111,38 @@ def test_functions_refuse_bool_and_float_with_the_shared_message(
 ) -> None:
     with pytest.raises(ValueError, match=SHARED):
         call(value)
+
+
+@pytest.mark.parametrize("value", [np.int64(16), torch.tensor(16)], ids=["np.int64", "tensor"])
+def test_resolution_test_sides_are_stored_as_ints(value: object) -> None:
+    from posenc.lab.experiments.resolution import ResolutionConfig
+
+    config = ResolutionConfig(test_sides=(8, value))  # type: ignore[arg-type]
+    assert config.test_sides == (8, 16)
+    assert all(type(side) is int for side in config.test_sides)
+    assert as_json(config) == as_json(ResolutionConfig(test_sides=(8, 16)))
+
+
+@pytest.mark.parametrize("value", [True, 16.0], ids=["bool", "float"])
+def test_resolution_test_sides_refuse_bool_and_float(value: object) -> None:
+    from posenc.lab.experiments.resolution import ResolutionConfig
+
+    with pytest.raises(ValueError, match=r"^test_sides " + SHARED):
+        ResolutionConfig(test_sides=(8, value))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [np.int64(2), torch.tensor(2)], ids=["np.int64", "tensor"])
+def test_camera_views_read_an_integral_views(value: object) -> None:
+    from posenc.lab.data.scenes import camera_views
+
+    images = torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4)
+    got = camera_views(images, value)  # type: ignore[arg-type]
+    assert_close(got, camera_views(images, 2), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("value", [True, 2.5], ids=["bool", "float"])
+def test_camera_views_refuse_bool_and_float_views(value: object) -> None:
+    from posenc.lab.data.scenes import camera_views
+
+    with pytest.raises(ValueError, match=r"^views " + SHARED):
+        camera_views(torch.zeros(1, 3, 4, 4), value)  # type: ignore[arg-type]
