@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from torch.testing import assert_close
 
 from posenc.attention import Attention, KVCache, attend
 from posenc.models import DecoderLM, ModelConfig
 from posenc.rotary import RotaryEmbedding
-from posenc.segments import AttentionSinks, DualChunk, LMInfinite, ReRoPE, SelfExtend
+from posenc.segments import AttentionSinks, DualChunk, LMInfinite, ReRoPE, SelfExtend, log_scale
 
 
 @pytest.mark.parametrize(
@@ -28,7 +31,7 @@ from posenc.segments import AttentionSinks, DualChunk, LMInfinite, ReRoPE, SelfE
             {"chunk_size": 8, "local_window": 8},
             r"local_window \(8\) must be < chunk_size \(8\)",
         ),
-        (DualChunk, {"local_window": -1}, "local_window must be an integer >= 0"),
+        (DualChunk, {"local_window": -1}, "local_window must be a non-negative integer \\(>= 0\\)"),
         (ReRoPE, {"window": -3}, "window must be a positive integer"),
         (ReRoPE, {"leak": 1.0}, "leak must be > 1"),
         (ReRoPE, {"leak": 0.0}, "leak"),
@@ -98,3 +101,81 @@ def test_a_rolling_cache_refuses_positions_it_cannot_renumber() -> None:
         for i in range(20):
             attn(x[:, i : i + 1], cache=kept)
         assert kept.evicted == 0 and kept.length == 20
+
+
+# Integer settings: a numpy integer or a 0-d integer tensor is read as the Python int it holds
+# (kept as such, so the segments' positions and reprs are those of the int); bool and floats get
+# the shared message of posenc._validate.check_int.
+
+
+def _integer_settings() -> list[tuple[str, Any]]:
+    """``(what, call(n))``: segment settings read as ints; each returns the ints it stored."""
+    from posenc.segments import PositionMap, Region
+
+    def region(n: Any) -> tuple[Any, ...]:
+        r = Region(lo=n - 3, hi=n, chunk=n, key_below=n, q_from=n - 3, q_below=n)
+        return r.lo, r.hi, r.chunk, r.key_below, r.q_from, r.q_below
+
+    return [
+        ("PositionMap.div", lambda n: PositionMap(div=n).div),
+        ("PositionMap.mod", lambda n: PositionMap(mod=n).mod),
+        ("Region", region),
+        (
+            "DualChunk",
+            lambda n: (lambda m: (m.chunk_size, m.local_window))(
+                DualChunk(RotaryEmbedding(8), chunk_size=2 * n, local_window=n)
+            ),
+        ),
+        (
+            "LMInfinite.limit",
+            lambda n: LMInfinite(RotaryEmbedding(8), local_window=n, limit=n).limit,
+        ),
+        (
+            "SelfExtend.log_scale_base",
+            lambda n: (
+                SelfExtend(RotaryEmbedding(8), window=4, group=2, log_scale_base=n).log_scale_base
+            ),
+        ),
+        ("ReRoPE.window", lambda n: ReRoPE(RotaryEmbedding(8), window=n).window),
+    ]
+
+
+@pytest.mark.parametrize("value", [np.int64(3), torch.tensor(3)], ids=["np.int64", "tensor"])
+@pytest.mark.parametrize(
+    ("what", "call"), _integer_settings(), ids=[w for w, _ in _integer_settings()]
+)
+def test_integer_settings_read_integral_scalars_as_ints(
+    what: str, call: Callable[[Any], Any], value: object
+) -> None:
+    expected, got = call(3), call(value)
+    assert got == expected
+    leaves = got if isinstance(got, tuple) else (got,)
+    assert all(type(x) is int for x in leaves), got
+
+
+@pytest.mark.parametrize("value", [True, 2.5], ids=["bool", "float"])
+@pytest.mark.parametrize(
+    ("what", "call"), _integer_settings(), ids=[w for w, _ in _integer_settings()]
+)
+def test_integer_settings_refuse_bool_and_float_with_the_shared_message(
+    what: str, call: Callable[[Any], Any], value: object
+) -> None:
+    with pytest.raises(
+        ValueError, match=r"must be .*: an int, numpy integer or 0-d integer tensor"
+    ):
+        call(value)
+
+
+@pytest.mark.parametrize("value", [np.int64(4), torch.tensor(4)], ids=["np.int64", "tensor"])
+def test_log_scale_reads_an_integral_base_length(value: object) -> None:
+    positions = torch.arange(-2, 20)
+    got = log_scale(positions, value)  # type: ignore[arg-type]
+    assert_close(got, log_scale(positions, 4), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("value", [True, 2.5], ids=["bool", "float"])
+def test_log_scale_refuses_bool_and_float_base_length_with_the_shared_message(
+    value: object,
+) -> None:
+    with pytest.raises(ValueError, match=r"^base_length must be an integer >= 2: an int, numpy"):
+        log_scale(torch.arange(4), value)  # type: ignore[arg-type]

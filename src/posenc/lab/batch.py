@@ -49,9 +49,9 @@ def shard_slice(batch_size: int, rank: int, world_size: int) -> slice:
         ValueError: naming ``batch_size`` when it is not divisible by ``world_size``, or
             ``rank``/``world_size`` when ``rank`` is not in ``[0, world_size)``.
     """
-    check_positive_int("batch_size", batch_size)
-    check_positive_int("world_size", world_size)
-    check_non_negative_int("rank", rank)
+    batch_size = check_positive_int("batch_size", batch_size)
+    world_size = check_positive_int("world_size", world_size)
+    rank = check_non_negative_int("rank", rank)
     if rank >= world_size:
         raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
     if batch_size % world_size:

@@ -79,6 +79,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, Protocol
 
+from posenc._validate import check_positive_int
 from posenc.lab.quantities import (
     Above,
     Cell,
@@ -165,8 +166,7 @@ def noise_quantile(df: int | None) -> float:
     exact value), or the normal's 1.645 for ``df=None`` (a known standard error)."""
     if df is None:
         return _Z95
-    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
-        raise ValueError(f"df must be a positive int or None, got {df!r}")
+    df = check_positive_int("df (or None)", df)
     if df <= len(_T95):
         return _T95[df - 1]
     z = _Z95

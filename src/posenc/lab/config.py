@@ -70,12 +70,8 @@ C = TypeVar("C")
 def check_seeds(seeds: Sequence[int]) -> tuple[int, ...]:
     """``seeds`` as a tuple; ``ValueError`` naming ``seeds`` unless they are distinct
     non-negative integers, at least one."""
-    seeds = tuple(seeds)
-    if (
-        not seeds
-        or len(set(seeds)) != len(seeds)
-        or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds)
-    ):
+    seeds = tuple(check_non_negative_int("seeds", s) for s in seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct non-negative integers, got {seeds}")
     return seeds
 
@@ -96,7 +92,7 @@ class ModelArgs:
 
     def __post_init__(self) -> None:
         for name in ("dim", "depth", "num_heads"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         if self.dim % self.num_heads:  # checked here, before any experiment writes a folder
             raise ValueError(
                 f"dim must be a multiple of num_heads (head_dim = dim / num_heads), got dim "
@@ -127,9 +123,11 @@ class TrainArgs:
     def __post_init__(self) -> None:
         object.__setattr__(self, "seeds", check_seeds(self.seeds))
         for name in ("steps", "batch_size"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         check_positive_float("lr", self.lr)
-        check_non_negative_int("warmup_steps", self.warmup_steps)
+        object.__setattr__(
+            self, "warmup_steps", check_non_negative_int("warmup_steps", self.warmup_steps)
+        )
 
     def train_config(self, seed: int, *, progress: bool, **fields: Any) -> TrainConfig:
         """The trainer's config of one run of ``seed``: this schedule
@@ -176,11 +174,13 @@ class EpochArgs:
     def __post_init__(self) -> None:
         object.__setattr__(self, "seeds", check_seeds(self.seeds))
         for name in ("epochs", "batch_size"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         check_positive_float("lr", self.lr)
         if not math.isfinite(self.weight_decay) or self.weight_decay < 0:
             raise ValueError(f"weight_decay must be finite and >= 0, got {self.weight_decay}")
-        check_non_negative_int("warmup_steps", self.warmup_steps)
+        object.__setattr__(
+            self, "warmup_steps", check_non_negative_int("warmup_steps", self.warmup_steps)
+        )
 
     def lr_factor(self, step: int, steps: int) -> float:
         """The learning rate of 0-based step ``step`` of ``steps`` as a fraction of ``lr``.
@@ -227,9 +227,13 @@ class DataArgs:
             raise ValueError(f"corpus must be a tuple of paths (str), got {corpus!r}")
         object.__setattr__(self, "corpus", tuple(corpus))
         if self.corpus_bytes is not None:
-            check_positive_int("corpus_bytes", self.corpus_bytes)
-        check_non_negative_int("split_seed", self.split_seed)
-        check_positive_int("train_len", self.train_len)
+            object.__setattr__(
+                self, "corpus_bytes", check_positive_int("corpus_bytes", self.corpus_bytes)
+            )
+        object.__setattr__(
+            self, "split_seed", check_non_negative_int("split_seed", self.split_seed)
+        )
+        object.__setattr__(self, "train_len", check_positive_int("train_len", self.train_len))
 
     def load(self) -> CorpusSplits:
         """The corpus's :class:`~posenc.lab.data.corpus.CorpusSplits`."""
@@ -258,9 +262,9 @@ class RunnerArgs:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        check_positive_int("workers", self.workers)
+        object.__setattr__(self, "workers", check_positive_int("workers", self.workers))
         if self.threads is not None:
-            check_positive_int("threads", self.threads)
+            object.__setattr__(self, "threads", check_positive_int("threads", self.threads))
         for name in ("isolate", "progress"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")

@@ -399,9 +399,9 @@ class GraphRunConfig:
                 f"encodings must be a non-empty subset of {GRAPH_ENCODINGS}, got {self.encodings}"
             )
         check_in_choices("attention", self.attention, ("graph", "full"))
-        check_non_negative_int("data_seed", self.data_seed)
+        object.__setattr__(self, "data_seed", check_non_negative_int("data_seed", self.data_seed))
         for name in ("k", "steps"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
 
     def train_model(
         self,

@@ -148,7 +148,7 @@ class SignalRunConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "encodings", check_encoding_names(self.encodings))
-        check_non_negative_int("data_seed", self.data_seed)
+        object.__setattr__(self, "data_seed", check_non_negative_int("data_seed", self.data_seed))
         if self.model.dim % self.model.num_heads:
             raise ValueError(
                 f"dim ({self.model.dim}) must be divisible by num_heads ({self.model.num_heads})"
@@ -186,7 +186,7 @@ def fit_signal_model(
     """Train ``model`` for ``train.epochs`` passes over ``size`` examples: each step calls
     ``loss_of(index)`` on a batch of example indices shuffled by ``generator``; AdamW with
     linear warmup then cosine decay to 0. Returns the mean loss of the last epoch."""
-    check_positive_int("size", size)
+    size = check_positive_int("size", size)
     optimizer = torch.optim.AdamW(model.parameters(), lr=train.lr, weight_decay=train.weight_decay)
     steps = train.epochs * math.ceil(size / train.batch_size)
     schedule = torch.optim.lr_scheduler.LambdaLR(

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posenc._validate import check_positive_int
 from posenc.graph.link_evaluation import (
     NegativeSampler,
     NegativeStrategy,
@@ -142,8 +143,7 @@ def train_links(
     Raises:
         ValueError: naming ``epochs`` when it is below 1.
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    epochs = check_positive_int("epochs", epochs)
     folder = Path(folder)
     path = folder / "checkpoints" / "last.pt"
     path.parent.mkdir(parents=True, exist_ok=True)

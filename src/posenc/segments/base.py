@@ -32,6 +32,7 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from posenc._validate import check_int
 from posenc.encoding.protocols import RotaryEncoding, SegmentEncoding
 from posenc.encoding.resolve import hooks_of
 
@@ -44,11 +45,6 @@ __all__ = [
     "log_scale",
     "pair_positions",
 ]
-
-
-def _check_int(name: str, value: object, *, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
 
 
 def _check_number(name: str, value: object) -> float:
@@ -97,10 +93,9 @@ class PositionMap:
     const: float | None = None
 
     def __post_init__(self) -> None:
-        if self.div is not None:
-            _check_int("div", self.div, low=1)
-        if self.mod is not None:
-            _check_int("mod", self.mod, low=1)
+        for name in ("div", "mod"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, check_int(name, getattr(self, name), low=1))
         if self.div is not None and self.mod is not None:
             raise ValueError("a PositionMap takes div or mod, not both")
         if _check_number("scale", self.scale) <= 0:
@@ -194,19 +189,17 @@ class Region:
 
     def __post_init__(self) -> None:
         for name in ("lo", "hi", "q_from", "q_below"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ValueError(f"{name} must be an integer or None, got {value!r}")
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, check_int(name, getattr(self, name)))
+        for name in ("chunk", "key_below"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, check_int(name, getattr(self, name), low=1))
         if self.lo is not None and self.hi is not None and self.lo >= self.hi:
             raise ValueError(f"lo must be < hi; got lo={self.lo}, hi={self.hi}")
         if self.q_from is not None and self.q_below is not None and self.q_from >= self.q_below:
             raise ValueError(
                 f"q_from must be < q_below; got q_from={self.q_from}, q_below={self.q_below}"
             )
-        if self.chunk is not None:
-            _check_int("chunk", self.chunk, low=1)
-        if self.key_below is not None:
-            _check_int("key_below", self.key_below, low=1)
 
     def coordinate(self, positions: Tensor) -> Tensor:
         """``c(x)``: the positions, or their chunk indices."""
@@ -389,7 +382,7 @@ def log_scale(positions: Tensor, base_length: int) -> Tensor:
         ValueError: naming ``base_length`` unless it is an integer ≥ 2 (``log(1) = 0``
             divides).
     """
-    _check_int("base_length", base_length, low=2)
+    base_length = check_int("base_length", base_length, low=2)
     p = positions.to(torch.float64)
     return (torch.log((p + 1.0).clamp(min=1.0)) / math.log(base_length)).clamp(min=1.0)
 
@@ -523,7 +516,7 @@ class SegmentedRotary(SegmentEncoding):
     def __init__(self, rotary: RotaryEncoding, *, log_scale_base: int | None = None) -> None:
         super().__init__()
         if log_scale_base is not None:
-            _check_int("log_scale_base", log_scale_base, low=2)  # ln(base) divides
+            log_scale_base = check_int("log_scale_base", log_scale_base, low=2)  # ln(b) divides
         self.log_scale_base = log_scale_base
         if isinstance(rotary, SegmentedRotary):
             raise ValueError("rotary is already a segment method; wrap the rotary encoding")

@@ -8,7 +8,7 @@ https://arxiv.org/abs/2402.17463; reference HKUNLP/ChunkLlama ``chunkllama_attn_
 
 from __future__ import annotations
 
-from posenc._validate import check_positive_int
+from posenc._validate import check_non_negative_int, check_positive_int
 from posenc.encoding.protocols import RotaryEncoding
 from posenc.segments.base import PositionMap, Region, Segment, SegmentedRotary
 
@@ -57,12 +57,11 @@ class DualChunk(SegmentedRotary):
     ) -> None:
         super().__init__(rotary)
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
-        if isinstance(local_window, bool) or not isinstance(local_window, int) or local_window < 0:
-            raise ValueError(f"local_window must be an integer >= 0, got {local_window!r}")
-        if local_window >= chunk_size:
+        local_window = check_non_negative_int("local_window", local_window)
+        if local_window >= self.chunk_size:
             raise ValueError(
-                f"local_window ({local_window}) must be < chunk_size ({chunk_size}): the chunk "
-                "length chunk_size - local_window must be >= 1"
+                f"local_window ({local_window}) must be < chunk_size ({self.chunk_size}): the "
+                "chunk length chunk_size - local_window must be >= 1"
             )
         self.local_window = local_window
 

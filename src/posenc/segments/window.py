@@ -62,8 +62,8 @@ class LMInfinite(SegmentedRotary):
         super().__init__(rotary)
         self.local_window = check_positive_int("local_window", local_window)
         self.global_tokens = check_positive_int("global_tokens", global_tokens)
-        limit = local_window if limit is None else check_positive_int("limit", limit)
-        if limit < local_window:
+        limit = self.local_window if limit is None else check_positive_int("limit", limit)
+        if limit < self.local_window:
             raise ValueError(
                 f"limit ({limit}) must be >= local_window ({local_window}): global keys lie "
                 "beyond the local branch"

@@ -15,6 +15,8 @@ from typing import Any
 
 from torch import nn
 
+from posenc._validate import check_int
+
 L0 = "original_max_position_embeddings"
 
 
@@ -44,10 +46,9 @@ def nonnegative_number(key: str, value: Any) -> float:
 
 
 def positive_integer(key: str, value: Any) -> int:
-    """``value`` if it is an int ≥ 1 (not a bool), else ValueError naming ``key``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{key} must be a positive integer, got {value!r}")
-    return value
+    """``value`` as a Python ``int`` if it is integral and ≥ 1 (an int, numpy integer or 0-d
+    integer tensor; not a bool), else ValueError naming ``key``."""
+    return check_int(key, value, low=1)
 
 
 def _raw_rope_dict(config: Any) -> dict[str, Any]:

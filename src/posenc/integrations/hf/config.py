@@ -80,7 +80,7 @@ def frequencies_from_config(
         tensor([1.0000, 0.3162, 0.1000, 0.0316])
     """
     if seq_len is not None:
-        positive_integer("seq_len", seq_len)
+        seq_len = positive_integer("seq_len", seq_len)
     rope = read_rope_parameters(config, layer_type)
     if rope.scaling is None:
         inv_freq = rope_inv_freq(rope.rotary_dim, rope.base)

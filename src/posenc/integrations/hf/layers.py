@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from posenc._validate import check_int
 from posenc.integrations.hf._common import (
     config_value,
     nonnegative_number,
@@ -144,12 +145,10 @@ def _scales(config: Any) -> tuple[QueryScale | None, bool]:
         beta = _llama4(config, "attn_scale")
         found.append((QueryScale.llama4(floor, nonnegative_number("attn_scale", beta)), True))
     if config_value(config, "use_logn_attn"):
-        seq_length = config_value(config, "seq_length")
-        if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 2:
-            raise ValueError(
-                f"seq_length must be an int >= 2 with use_logn_attn (Qwen's trained length); "
-                f"got {seq_length!r}"
-            )
+        # Qwen's trained length; ln(seq_length) divides
+        seq_length = check_int(
+            "seq_length (with use_logn_attn)", config_value(config, "seq_length"), low=2
+        )
         found.append((QueryScale.logn(seq_length), False))
     raw = config_value(config, "rope_parameters") or config_value(config, "rope_scaling")
     if isinstance(raw, Mapping) and raw.get("llama_4_scaling_beta") is not None:

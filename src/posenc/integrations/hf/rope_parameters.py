@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from posenc._validate import check_int
 from posenc.integrations.hf._common import (
     L0,
     config_head_dim,
@@ -262,16 +263,19 @@ def _read_extras(
     mrope = None
     if extras.get("mrope_section") is not None:
         section = extras["mrope_section"]
-        if (
-            not isinstance(section, (list, tuple))
-            or len(section) != 3
-            or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in section)
-            or 2 * sum(section) != rotary_dim
-        ):
-            raise ValueError(
-                "rope_parameters['mrope_section'] must be 3 positive (t, h, w) pair counts summing "
-                f"to rotary_dim / 2 = {rotary_dim // 2}, got {section!r}"
-            )
+        wanted = (
+            "rope_parameters['mrope_section'] must be 3 positive (t, h, w) pair counts summing "
+            f"to rotary_dim / 2 = {rotary_dim // 2}"
+        )
+        if isinstance(section, (list, tuple)):
+            try:
+                section = [
+                    check_int(f"mrope_section[{i}]", n, low=1) for i, n in enumerate(section)
+                ]
+            except ValueError as error:
+                raise ValueError(f"{wanted}; {error}") from None
+        if not isinstance(section, list) or len(section) != 3 or 2 * sum(section) != rotary_dim:
+            raise ValueError(f"{wanted}, got {section!r}")
         interleaved = extras.get("mrope_interleaved", False)
         if not isinstance(interleaved, bool):
             raise ValueError(

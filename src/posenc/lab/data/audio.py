@@ -41,7 +41,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
+from posenc._validate import (
+    check_int,
+    check_non_negative_int,
+    check_positive_float,
+    check_positive_int,
+)
 from posenc.lab.batch import derive_seed
 
 __all__ = [
@@ -118,8 +123,7 @@ def clip_frames(duration_s: float) -> int:
 def keyword_frequency_track(label: int) -> Tensor:
     """The planned instantaneous frequency (Hz) of word ``label``, one value per sample
     ``(KEYWORD_FRAMES · HOP,)`` float64: each segment sweeps linearly from start to end."""
-    if isinstance(label, bool) or not isinstance(label, int) or not 0 <= label < NUM_KEYWORDS:
-        raise ValueError(f"label must be an integer in [0, {NUM_KEYWORDS}), got {label!r}")
+    label = check_int("label", label, low=0, high=NUM_KEYWORDS - 1)
     samples = SEGMENT_FRAMES * HOP
     ramp = torch.arange(samples, dtype=torch.float64) / samples
     return torch.cat([start + (end - start) * ramp for start, end in KEYWORDS[label]])
@@ -175,11 +179,11 @@ def make_audio_dataset(
         ValueError: naming the argument (``count``, ``duration_s``, ``snr_db``,
             ``distractors``) that is out of range.
     """
-    check_positive_int("count", count)
+    count = check_positive_int("count", count)
     frames = clip_frames(duration_s)
     if isinstance(snr_db, bool) or not isinstance(snr_db, (int, float)) or not -30 <= snr_db <= 60:
         raise ValueError(f"snr_db must be a number in [-30, 60], got {snr_db!r}")
-    check_non_negative_int("distractors", distractors)
+    distractors = check_non_negative_int("distractors", distractors)
     generator = torch.Generator().manual_seed(derive_seed("audio", seed))
     samples = round(duration_s * SAMPLE_RATE)
     keyword_samples = KEYWORD_FRAMES * HOP
@@ -213,7 +217,7 @@ def to_frames(spectrograms: Tensor, frames_per_token: int = 1) -> Tensor:
         ValueError: naming ``frames_per_token`` if it does not divide the frames.
     """
     clips, frames, bins = _check_spectrograms(spectrograms)
-    check_positive_int("frames_per_token", frames_per_token)
+    frames_per_token = check_positive_int("frames_per_token", frames_per_token)
     if frames % frames_per_token:
         raise ValueError(
             f"frames_per_token must divide the {frames} frames, got {frames_per_token}"
@@ -234,8 +238,8 @@ def to_patches(
         ValueError: naming ``patch_frames`` or ``patch_bins`` if it does not divide its axis.
     """
     clips, frames, bins = _check_spectrograms(spectrograms)
-    check_positive_int("patch_frames", patch_frames)
-    check_positive_int("patch_bins", patch_bins)
+    patch_frames = check_positive_int("patch_frames", patch_frames)
+    patch_bins = check_positive_int("patch_bins", patch_bins)
     if frames % patch_frames:
         raise ValueError(f"patch_frames must divide the {frames} frames, got {patch_frames}")
     if bins % patch_bins:

@@ -181,8 +181,8 @@ def load_corpus(
             files.
     """
     if max_bytes is not None:
-        check_positive_int("max_bytes", max_bytes)
-    check_non_negative_int("seed", seed)
+        max_bytes = check_positive_int("max_bytes", max_bytes)
+    seed = check_non_negative_int("seed", seed)
     if (
         len(fractions) != 3
         or any(not isinstance(f, (int, float)) or f < 0 for f in fractions)
@@ -235,7 +235,7 @@ def _join(paths: list[str], max_bytes: int | None) -> tuple[Tensor, list[str]]:
 
 
 def _check_stream(stream: Tensor, seq_len: int) -> None:
-    check_positive_int("seq_len", seq_len)
+    seq_len = check_positive_int("seq_len", seq_len)
     if not isinstance(stream, Tensor) or stream.dim() != 1 or stream.is_floating_point():
         raise ValueError("stream must be a 1-D integer (uint8) tensor of bytes")
     if stream.numel() < seq_len + 1:
@@ -268,14 +268,14 @@ class LMSource:
 
     def __init__(self, stream: Tensor, seq_len: int, seed: int = 0) -> None:
         _check_stream(stream, seq_len)
-        check_non_negative_int("seed", seed)
+        seed = check_non_negative_int("seed", seed)
         self.stream = stream
         self.seq_len = seq_len
         self.seed = seed
 
     def batch(self, step: int, batch_size: int, *, rank: int = 0, world_size: int = 1) -> Batch:
         """Rank ``rank``'s contiguous shard of step ``step``'s global batch of ``batch_size``."""
-        check_non_negative_int("step", step)
+        step = check_non_negative_int("step", step)
         rows = shard_slice(batch_size, rank, world_size)
         generator = torch.Generator().manual_seed(derive_seed("lm", self.seed, step))
         high = self.stream.numel() - self.seq_len  # last valid start + 1
@@ -307,7 +307,7 @@ def eval_windows(stream: Tensor, seq_len: int, max_windows: int | None = None) -
     count = (stream.numel() - 1) // seq_len
     index = torch.arange(count)
     if max_windows is not None:
-        check_positive_int("max_windows", max_windows)
+        max_windows = check_positive_int("max_windows", max_windows)
         if max_windows < count:
             index = torch.linspace(0, count - 1, max_windows).round().long().unique()
     starts = index * seq_len
@@ -347,7 +347,7 @@ def context_free_loss(train: Tensor, targets: Tensor, vocab_size: int = 256) -> 
         >>> round(context_free_loss(torch.tensor([1, 1, 2]), torch.tensor([1]), vocab_size=3), 4)
         0.6931
     """
-    check_positive_int("vocab_size", vocab_size)
+    vocab_size = check_positive_int("vocab_size", vocab_size)
     for name, tokens in (("train", train), ("targets", targets)):
         if not isinstance(tokens, Tensor) or tokens.is_floating_point() or tokens.is_complex():
             raise ValueError(f"{name} must be an integer tensor of tokens, got {tokens!r}")

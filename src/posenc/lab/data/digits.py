@@ -97,7 +97,7 @@ class DigitsSource:
         return self.pixels.shape[0] // batch_size
 
     def batch(self, step: int, batch_size: int, *, rank: int = 0, world_size: int = 1) -> Batch:
-        check_non_negative_int("step", step)
+        step = check_non_negative_int("step", step)
         per_epoch = self.steps_per_epoch(check_positive_int("batch_size", batch_size))
         if per_epoch == 0:
             raise ValueError(

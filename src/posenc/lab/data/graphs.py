@@ -64,8 +64,8 @@ def csl_dataset(seed: int = 0, graphs_per_class: int = 15) -> GraphDataset:
     """The 150 CSL graphs (see the module): class ``c`` has skip ``CSL_SKIPS[c]``; the first
     graph of a class keeps the identity numbering, the others are renumbered by a random
     permutation drawn from ``seed``."""
-    check_non_negative_int("seed", seed)
-    check_positive_int("graphs_per_class", graphs_per_class)
+    seed = check_non_negative_int("seed", seed)
+    graphs_per_class = check_positive_int("graphs_per_class", graphs_per_class)
     generator = torch.Generator().manual_seed(seed)
     graphs, targets = [], []
     for label, skip in enumerate(CSL_SKIPS):
@@ -88,7 +88,7 @@ def csl_folds(labels: Tensor, seed: int = 0, folds: int = 5) -> list[dict[str, l
     all drawn from ``seed``. Returns per fold ``{"train", "val", "test"}`` index lists."""
     from sklearn.model_selection import StratifiedKFold, train_test_split
 
-    check_positive_int("folds", folds)
+    folds = check_positive_int("folds", folds)
     y = labels.numpy()
     splits = []
     outer = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
@@ -111,8 +111,8 @@ def triangle_dataset(
     3-regular graph needs), target = their number of triangles (``trace(A³) / 6``)."""
     import networkx as nx
 
-    check_positive_int("count", count)
-    check_non_negative_int("seed", seed)
+    count = check_positive_int("count", count)
+    seed = check_non_negative_int("seed", seed)
     if min_nodes < 4 or max_nodes < min_nodes:
         raise ValueError(
             f"min_nodes and max_nodes must satisfy 4 <= min_nodes <= max_nodes, got "

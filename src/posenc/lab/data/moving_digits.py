@@ -87,7 +87,7 @@ def bounce(unfolded: Tensor, limit: int) -> Tensor:
         >>> bounce(torch.arange(-2, 9), 3).tolist()
         [2, 1, 0, 1, 2, 3, 2, 1, 0, 1, 2]
     """
-    check_positive_int("limit", limit)
+    limit = check_positive_int("limit", limit)
     folded = unfolded.remainder(2 * limit)
     return torch.where(folded <= limit, folded, 2 * limit - folded)
 
@@ -134,11 +134,11 @@ load_digits_splits`).
         )
     if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= NUM_DIGITS):
         raise ValueError(f"labels must be digit classes in [0, {NUM_DIGITS})")
-    check_positive_int("frames", frames)
+    frames = check_positive_int("frames", frames)
     if frames < 2:
         raise ValueError(f"frames must be >= 2 so that the digit moves, got {frames}")
-    check_positive_int("step", step)
-    check_positive_int("canvas", canvas)
+    step = check_positive_int("step", step)
+    canvas = check_positive_int("canvas", canvas)
     if canvas < IMAGE_SIZE + step:
         raise ValueError(
             f"canvas must be >= {IMAGE_SIZE + step} (the {IMAGE_SIZE}-pixel digit plus one "
@@ -194,8 +194,8 @@ def tubelets(videos: Tensor, time_patch: int, patch_size: int) -> tuple[Tensor, 
     """
     if videos.ndim != 4:
         raise ValueError(f"videos must be (clips, frames, height, width), got {videos.shape}")
-    check_positive_int("time_patch", time_patch)
-    check_positive_int("patch_size", patch_size)
+    time_patch = check_positive_int("time_patch", time_patch)
+    patch_size = check_positive_int("patch_size", patch_size)
     clips, frames, height, width = videos.shape
     if frames % time_patch:
         raise ValueError(f"time_patch={time_patch} must divide the {frames} frames")

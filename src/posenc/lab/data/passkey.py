@@ -66,7 +66,7 @@ def passkey_min_context() -> int:
 
 
 def _prompt_length(context_len: int) -> int:
-    check_positive_int("context_len", context_len)
+    context_len = check_positive_int("context_len", context_len)
     minimum = passkey_min_context()
     if context_len < minimum:
         raise ValueError(f"context_len must be >= {minimum} for a byte passkey, got {context_len}")
@@ -88,8 +88,8 @@ def passkey_batch(
     Returns:
         a :class:`~posenc.lab.batch.Batch` with ``loss_mask`` True on the answer digits.
     """
-    check_positive_int("trials", trials)
-    check_non_negative_int("step", step)
+    trials = check_positive_int("trials", trials)
+    step = check_non_negative_int("step", step)
     prompt = _prompt_length(context_len)
     return _task(seed, depth).batch(step, trials, length=prompt)
 

@@ -39,7 +39,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from posenc._validate import check_in_choices, check_positive_int
+from posenc._validate import check_in_choices, check_int, check_non_negative_int, check_positive_int
 from posenc.lab.batch import derive_seed
 from posenc.positions.multimodal import sequence_position_ids, vision_position_ids
 
@@ -152,11 +152,10 @@ def make_scenes(
     Raises:
         ValueError: naming the argument.
     """
-    check_positive_int("count", count)
-    check_positive_int("grid", grid)
-    check_positive_int("num_objects", num_objects)
-    if isinstance(history, bool) or not isinstance(history, int) or history < 0:
-        raise ValueError(f"history must be an integer >= 0, got {history!r}")
+    count = check_positive_int("count", count)
+    grid = check_positive_int("grid", grid)
+    num_objects = check_positive_int("num_objects", num_objects)
+    history = check_non_negative_int("history", history)
     for name, given, known in (("colours", colours, COLOURS), ("shapes", shapes, SHAPES)):
         unknown = [item for item in given if item not in known]
         if unknown or not given or len(set(given)) != len(given):
@@ -297,8 +296,7 @@ def camera_views(images: Tensor, views: int) -> Tensor:
     Raises:
         ValueError: naming ``views`` (1 to 4) or ``images`` (not square ``(count, 3, S, S)``).
     """
-    if isinstance(views, bool) or not isinstance(views, int) or not 1 <= views <= len(VIEWS):
-        raise ValueError(f"views must be an integer in [1, {len(VIEWS)}], got {views!r}")
+    views = check_int("views", views, low=1, high=len(VIEWS))
     if images.dim() != 4 or images.shape[2] != images.shape[3]:
         raise ValueError(f"images must be (count, channels, S, S), got {tuple(images.shape)}")
     turned = [
@@ -345,14 +343,11 @@ def layout_position_ids(
         ValueError: naming the argument.
     """
     check_in_choices("numbering", numbering, _NUMBERINGS)
-    for name, value in (
-        ("grid", grid),
-        ("instruction_length", instruction_length),
-        ("action_length", action_length),
-        ("frames", frames),
-        ("views", views),
-    ):
-        check_positive_int(name, value)
+    grid = check_positive_int("grid", grid)
+    instruction_length = check_positive_int("instruction_length", instruction_length)
+    action_length = check_positive_int("action_length", action_length)
+    frames = check_positive_int("frames", frames)
+    views = check_positive_int("views", views)
     if views > 1 and numbering == "max_plus_one":
         raise ValueError("views must be 1 for numbering 'max_plus_one' (a single vision block)")
     vision = ("image", (1, grid, grid)) if frames == 1 else ("video", (frames, grid, grid))

@@ -38,7 +38,7 @@ from types import MappingProxyType
 import torch
 from torch import Tensor
 
-from posenc._validate import check_non_negative_int, check_positive_int
+from posenc._validate import check_int, check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed, shard_slice
 from posenc.lab.data.task_generators import PAD, SEP, TASKS, Example, TaskSpec, float_param
 
@@ -65,7 +65,7 @@ def _check_params(spec: TaskSpec, params: dict[str, object]) -> None:
         raise ValueError(
             f"unknown parameter(s) {unknown} for task {spec.name!r}; allowed: {allowed}"
         )
-    for key, value in params.items():
+    for key, value in list(params.items()):
         if value is None and spec.defaults[key] is None:
             continue
         if isinstance(spec.defaults[key], bool):
@@ -73,8 +73,7 @@ def _check_params(spec: TaskSpec, params: dict[str, object]) -> None:
                 raise ValueError(f"{key} must be True or False, got {value!r}")
         elif key in _INT_RANGES:
             low, high = _INT_RANGES[key]
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise ValueError(f"{key} must be an int in [{low}, {high}], got {value!r}")
+            params[key] = check_int(key, value, low=low, high=high)
         else:
             low_f, high_f = _FLOAT_RANGES[key]
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -106,7 +105,7 @@ class TaskSource:
         train_lengths: tuple[int, int],
         test_lengths: tuple[int, ...],
     ) -> None:
-        check_non_negative_int("seed", seed)
+        seed = check_non_negative_int("seed", seed)
         self.spec = spec
         self.seed = seed
         self.params = MappingProxyType(dict(params))
@@ -131,7 +130,7 @@ class TaskSource:
         return self.spec.name
 
     def _length(self, length: int) -> int:
-        check_positive_int("length", length)
+        length = check_positive_int("length", length)
         self.spec.check(length, self.params)
         return length
 
@@ -152,7 +151,7 @@ class TaskSource:
 
     def examples(self, n: int, length: int, *, seed: int = 0) -> list[Example]:
         """``n`` examples of problem size ``length`` from ``seed`` (independent of steps)."""
-        check_positive_int("n", n)
+        n = check_positive_int("n", n)
         rng = random.Random(derive_seed(self.name, "examples", seed, self._length(length)))
         return [self.spec.generate(rng, length, self.params) for _ in range(n)]
 
@@ -189,7 +188,7 @@ class TaskSource:
         training one). The global batch is built and then sharded, so shards concatenate to
         it exactly (padding width included).
         """
-        check_non_negative_int("step", step)
+        step = check_non_negative_int("step", step)
         shard_slice(batch_size, rank, world_size)
         if length is None:
             rng = random.Random(derive_seed(self.name, self.seed, step))

@@ -123,11 +123,11 @@ def drifting_communities(
     seed: int = 0,
 ) -> TemporalEvents:
     """The synthetic stream of the module: step ``s`` has time ``s``."""
-    check_positive_int("num_nodes", num_nodes)
-    check_positive_int("steps", steps)
-    check_positive_int("events_per_step", events_per_step)
-    check_positive_int("period", period)
-    check_non_negative_int("seed", seed)
+    num_nodes = check_positive_int("num_nodes", num_nodes)
+    steps = check_positive_int("steps", steps)
+    events_per_step = check_positive_int("events_per_step", events_per_step)
+    period = check_positive_int("period", period)
+    seed = check_non_negative_int("seed", seed)
     if not 2 <= communities <= num_nodes // 2:
         raise ValueError(f"communities must lie in [2, num_nodes // 2], got {communities}")
     if not 0.0 <= drift <= 1.0:
@@ -193,7 +193,7 @@ def period_communities(events: TemporalEvents, period: int) -> dict[int, Tensor]
     these are the groups, wherever a period's links connect each group (1,000 links over
     groups of 25 nodes at the defaults).
     """
-    check_positive_int("period", period)
+    period = check_positive_int("period", period)
     index = torch.div(events.time, period, rounding_mode="floor").long()
     found = {}
     for p in torch.unique(index).tolist():

@@ -187,13 +187,15 @@ class AudioConfig(SignalRunConfig):
             raise ValueError(f"durations_s must be numbers of seconds, got {self.durations_s}")
         if any(b <= a for a, b in zip(self.durations_s, self.durations_s[1:], strict=False)):
             raise ValueError(f"durations_s must increase, got {self.durations_s}")
-        check_positive_int("train_clips", self.train_clips)
-        check_positive_int("test_clips", self.test_clips)
-        check_non_negative_int("distractors", self.distractors)
+        object.__setattr__(self, "train_clips", check_positive_int("train_clips", self.train_clips))
+        object.__setattr__(self, "test_clips", check_positive_int("test_clips", self.test_clips))
+        object.__setattr__(
+            self, "distractors", check_non_negative_int("distractors", self.distractors)
+        )
         if not -30 <= self.snr_db <= 60:
             raise ValueError(f"snr_db must be in [-30, 60], got {self.snr_db}")
         for name in ("frames_per_token", "patch_frames", "patch_bins"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         if FREQ_BINS % self.patch_bins:
             raise ValueError(f"patch_bins must divide {FREQ_BINS}, got {self.patch_bins}")
         for duration in self.durations_s:

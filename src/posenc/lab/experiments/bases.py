@@ -113,8 +113,10 @@ class BasesConfig:
         object.__setattr__(self, "bases", tuple(float(b) for b in self.bases))
         if len(set(self.bases)) != len(self.bases):
             raise ValueError(f"bases must be distinct, got {self.bases}")
-        check_positive_int("ft_steps", self.ft_steps)
-        check_non_negative_int("ft_warmup_steps", self.ft_warmup_steps)
+        object.__setattr__(self, "ft_steps", check_positive_int("ft_steps", self.ft_steps))
+        object.__setattr__(
+            self, "ft_warmup_steps", check_non_negative_int("ft_warmup_steps", self.ft_warmup_steps)
+        )
         check_positive_float("ft_lr", self.ft_lr)
         self.extend_config()  # the pre-training's own checks (dims, lengths, passkey rows)
 

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from posenc._validate import check_int
 from posenc.lab.claims import Claim, Control, difference_at, value_at
 from posenc.lab.config import EpochArgs
 from posenc.lab.data.graphs import csl_dataset, csl_folds
@@ -82,8 +83,9 @@ class CslConfig(GraphRunConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "folds", tuple(self.folds))
-        if not self.folds or any(not isinstance(f, int) or not 0 <= f < 5 for f in self.folds):
+        folds = tuple(check_int("folds", f, low=0, high=4) for f in self.folds)
+        object.__setattr__(self, "folds", folds)
+        if not self.folds:
             raise ValueError(f"folds must be fold numbers in [0, 4], got {self.folds}")
 
 

@@ -67,7 +67,9 @@ class LmConfig:
     runner: RunnerArgs = field(default_factory=functools.partial(RunnerArgs, threads=None))
 
     def __post_init__(self) -> None:
-        check_positive_int("eval_windows", self.eval_windows)
+        object.__setattr__(
+            self, "eval_windows", check_positive_int("eval_windows", self.eval_windows)
+        )
         if not self.encodings:
             raise ValueError("encodings must name at least one encoding")
         for name in self.encodings:

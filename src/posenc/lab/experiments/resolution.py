@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from posenc._validate import check_int
 from posenc.lab.data.digits import IMAGE_SIZE, LEVELS
 from posenc.lab.experiments.vit import (
     NONE,
@@ -95,12 +96,11 @@ class ResolutionConfig(VitConfig):
         super().__post_init__()
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
-        object.__setattr__(self, "test_sides", tuple(self.test_sides))
+        sides = tuple(check_int("test_sides", s, low=IMAGE_SIZE) for s in self.test_sides)
+        object.__setattr__(self, "test_sides", sides)
         if not self.test_sides:
             raise ValueError("test_sides must hold at least one side")
         for side in self.test_sides:
-            if isinstance(side, bool) or not isinstance(side, int) or side < IMAGE_SIZE:
-                raise ValueError(f"test_sides must be integers >= {IMAGE_SIZE}, got {side!r}")
             if side % self.patch_size:
                 raise ValueError(
                     f"test_sides must be multiples of patch_size ({self.patch_size}), got {side}"

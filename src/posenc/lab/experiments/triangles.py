@@ -72,7 +72,7 @@ class TrianglesConfig(GraphRunConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("train_graphs", "val_graphs", "test_graphs"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
 
 
 # --- the published findings its rows test ---------------------------------------------

@@ -68,7 +68,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_positive_float, check_positive_int
+from posenc._validate import (
+    check_int,
+    check_non_negative_int,
+    check_positive_float,
+    check_positive_int,
+)
 from posenc.lab.atlas import accuracy_gap, atlas_section, atlas_table
 from posenc.lab.batch import derive_seed
 from posenc.lab.claims import Claim
@@ -155,7 +160,7 @@ class VlaConfig(SignalRunConfig):
             if layout not in LAYOUT_AXES:
                 raise ValueError(f"layouts must be from {', '.join(LAYOUT_AXES)}, got {layout!r}")
         for name in ("grid", "test_grid", "instruction_length", "test_instruction_length"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         if self.test_grid <= self.grid:
             raise ValueError(f"test_grid must exceed grid ({self.grid}), got {self.test_grid}")
         if self.instruction_length < 4:
@@ -166,23 +171,21 @@ class VlaConfig(SignalRunConfig):
                 f"({self.instruction_length}), got {self.test_instruction_length}"
             )
         longest = 2 * (self.test_grid - 1)
-        if self.action_length is not None and (
-            check_positive_int("action_length", self.action_length) < longest
-        ):
+        if self.action_length is not None:
+            action_length = check_positive_int("action_length", self.action_length)
+            object.__setattr__(self, "action_length", action_length)
+        if self.action_length is not None and self.action_length < longest:
             raise ValueError(
                 f"action_length must be >= {longest}, the longest path on the test grid, "
                 f"got {self.action_length}"
             )
-        if isinstance(self.views, bool) or not 1 <= int(self.views) <= len(VIEWS):
-            raise ValueError(f"views must be in [1, {len(VIEWS)}], got {self.views}")
+        object.__setattr__(self, "views", check_int("views", self.views, low=1, high=len(VIEWS)))
         if self.views > 1 and "max_plus_one" in self.layouts:
             raise ValueError("layouts: 'max_plus_one' numbers one vision block; set views=1")
-        if self.history is not None and (
-            isinstance(self.history, bool) or not isinstance(self.history, int) or self.history < 0
-        ):
-            raise ValueError(f"history must be None or an integer >= 0, got {self.history!r}")
+        if self.history is not None:
+            object.__setattr__(self, "history", check_non_negative_int("history", self.history))
         for name in ("num_objects", "train_size", "test_size"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         check_positive_float("rope_base", self.rope_base)
         if self.num_objects + 1 > self.grid**2:
             raise ValueError(f"num_objects must leave a cell for the agent on grid {self.grid}")

@@ -72,9 +72,11 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "eval_every", "checkpoint_every", "log_every"):
-            check_positive_int(name, getattr(self, name))
-        check_non_negative_int("warmup_steps", self.warmup_steps)
-        check_non_negative_int("seed", self.seed)
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
+        object.__setattr__(
+            self, "warmup_steps", check_non_negative_int("warmup_steps", self.warmup_steps)
+        )
+        object.__setattr__(self, "seed", check_non_negative_int("seed", self.seed))
         check_positive_float("lr", self.lr)
         if isinstance(self.weight_decay, bool) or not isinstance(self.weight_decay, (int, float)):
             raise ValueError(f"weight_decay must be a number >= 0, got {self.weight_decay!r}")
@@ -87,7 +89,11 @@ class TrainConfig:
         if self.grad_clip is not None:
             check_positive_float("grad_clip", self.grad_clip)
         if self.randomize_positions is not None:
-            check_positive_int("randomize_positions", self.randomize_positions)
+            object.__setattr__(
+                self,
+                "randomize_positions",
+                check_positive_int("randomize_positions", self.randomize_positions),
+            )
         if not isinstance(self.progress, bool):
             raise ValueError(f"progress must be a bool, got {self.progress!r}")
         try:

@@ -44,7 +44,7 @@ def lr_at(step: int, config: TrainConfig) -> float:
         >>> lr_at(0, config), lr_at(10, config), lr_at(100, config)
         (0.1, 1.0, 0.1)
     """
-    check_non_negative_int("step", step)
+    step = check_non_negative_int("step", step)
     warmup, total, peak = config.warmup_steps, config.steps, config.lr
     if step < warmup:
         return peak * (step + 1) / warmup

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from posenc._validate import check_int
 from posenc.encoding.protocols import RotaryEncoding
 from posenc.integrations.hf.config import rope_from_config
 from posenc.integrations.hf.patch import HFRotaryAdapter
@@ -258,8 +259,9 @@ def patch_segments(
     layout = _layout(attentions[0])
     head_dims = {getattr(a, "head_dim", None) or getattr(a, "head_size", None) for a in attentions}
     head_dim = next(iter(head_dims))
-    if len(head_dims) != 1 or not isinstance(head_dim, int):
+    if len(head_dims) != 1:
         raise ValueError(f"model: attention layers need one integer head_dim, got {head_dims}")
+    head_dim = check_int("model: the attention layers' head_dim", head_dim, low=1)
     if isinstance(original, HFRotaryAdapter):
         rotary_dim = original.rope.rotary_dim
     else:

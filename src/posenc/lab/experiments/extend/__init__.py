@@ -172,9 +172,9 @@ class ExtendConfig:
             if isinstance(getattr(self, f.name), list):
                 object.__setattr__(self, f.name, tuple(getattr(self, f.name)))
         for name in ("ft_steps", "passkey_trials", "eval_tokens"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         for name in ("ft_warmup_steps", "passkey_steps", "passkey_ft_steps"):
-            check_non_negative_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_non_negative_int(name, getattr(self, name)))
         check_positive_float("ft_lr", self.ft_lr)
         dim, heads = self.model.dim, self.model.num_heads
         head_dim, rest = divmod(dim, heads)

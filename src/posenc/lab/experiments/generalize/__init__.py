@@ -130,12 +130,18 @@ class TasksConfig:
     runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
-        check_positive_int("eval_examples", self.eval_examples)
+        object.__setattr__(
+            self, "eval_examples", check_positive_int("eval_examples", self.eval_examples)
+        )
         dim, heads = self.model.dim, self.model.num_heads
         if dim % heads:
             raise ValueError(f"dim ({dim}) must be divisible by num_heads ({heads})")
         if self.random_max_length is not None:
-            check_positive_int("random_max_length", self.random_max_length)
+            object.__setattr__(
+                self,
+                "random_max_length",
+                check_positive_int("random_max_length", self.random_max_length),
+            )
         for name in ("tasks", "encodings"):
             values = getattr(self, name)
             if not values or len(set(values)) != len(values):
@@ -240,7 +246,7 @@ def evaluate_task(
         max_position: ``L`` for randomized positions, ``None`` = ``0 .. T - 1``.
         seed: seed of the randomized positions.
     """
-    check_positive_int("examples", examples)
+    examples = check_positive_int("examples", examples)
     full = source.batch(0, examples, length=length)
     rows_per_chunk = max(1, EVAL_TOKENS_PER_CHUNK // full.seq_len)
     device = next(model.parameters()).device

@@ -219,10 +219,10 @@ class LongCtxConfig:
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods must be distinct, got {self.methods}")
         for name in ("lm_infinite_global_tokens", "sinks"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         for name in _OPTIONAL_INTS:
             if getattr(self, name) is not None:
-                check_positive_int(name, getattr(self, name))
+                object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         check_positive_float("leaky_rerope_leak", self.leaky_rerope_leak)
         if not isinstance(self.rerope_log_scale, bool):
             raise ValueError(f"rerope_log_scale must be a bool, got {self.rerope_log_scale!r}")

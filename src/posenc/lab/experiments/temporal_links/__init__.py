@@ -195,8 +195,8 @@ class TemporalLinksConfig:
                 )
         object.__setattr__(self, "seeds", check_seeds(self.seeds))
         for name in _POSITIVE.split():
-            check_positive_int(name, getattr(self, name))
-        check_non_negative_int("data_seed", self.data_seed)
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
+        object.__setattr__(self, "data_seed", check_non_negative_int("data_seed", self.data_seed))
         check_positive_float("lr", self.lr)
 
 

@@ -185,9 +185,11 @@ class VideoConfig(SignalRunConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         for name in ("frames", "canvas", "test_canvas", "time_patch", "patch_size"):
-            check_positive_int(name, getattr(self, name))
-        check_positive_int("train_repeats", self.train_repeats)
-        check_positive_int("test_size", self.test_size)
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
+        object.__setattr__(
+            self, "train_repeats", check_positive_int("train_repeats", self.train_repeats)
+        )
+        object.__setattr__(self, "test_size", check_positive_int("test_size", self.test_size))
         check_positive_float("v2pe_step", self.v2pe_step)
         check_positive_float("videorope_spacing", self.videorope_spacing)
         check_positive_float("rope_base", self.rope_base)

@@ -169,8 +169,10 @@ class VitConfig:
         # JSON (CLI --set, config.json) gives lists; keep the tuples hashable and comparable.
         object.__setattr__(self, "encodings", check_encoding_names(self.encodings))
         check_pos_kwargs_names(self.pos_kwargs, self.encodings)
-        check_positive_int("test_size", self.test_size)
-        check_non_negative_int("split_seed", self.split_seed)
+        object.__setattr__(self, "test_size", check_positive_int("test_size", self.test_size))
+        object.__setattr__(
+            self, "split_seed", check_non_negative_int("split_seed", self.split_seed)
+        )
         if self.test_size + self.train.batch_size > NUM_IMAGES:
             raise ValueError(
                 f"test_size + batch_size must be <= {NUM_IMAGES} images, got "

@@ -85,7 +85,7 @@ class DigitsViTConfig:
 
     def __post_init__(self) -> None:
         for name in ("patch_size", "dim", "depth", "num_heads"):
-            check_positive_int(name, getattr(self, name))
+            object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
         if IMAGE_SIZE % self.patch_size:
             raise ValueError(f"patch_size must divide {IMAGE_SIZE}, got {self.patch_size}")
         if self.dim % self.num_heads:
