@@ -133,7 +133,7 @@ def test_zero_shot_extension_is_compared_with_plain_rope_at_the_longest_length()
         "Zero-shot context extension of the RoPE models (no fine-tuning): at 8×T YaRN does "
         "best, loss 3.510 ± 0.010 nats per byte against plain RoPE's 4.110 ± 0.010 "
         "(margin 0.600 ± 0.000 over 3 seeds, paired by seed). Loss below plain RoPE's at 8×T, "
-        "per method: YaRN +0.600 ± 0.000; PI +0.200 ± 0.000."
+        "per method (negative: above it): YaRN +0.600 ± 0.000; PI +0.200 ± 0.000."
     )
 
 

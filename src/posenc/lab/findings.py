@@ -329,7 +329,7 @@ def extension_findings(rows: Sequence[Row]) -> list[str]:
         f"Zero-shot context extension of the RoPE models (no fine-tuning): at {_times(far)} "
         f"{_name(best)} does best, loss {_pm(list(table[best][far].values()))} nats per byte "
         f"against plain RoPE's {_pm(list(plain.values()))} ({_margin(gains[best])}). "
-        f"Loss below plain RoPE's at {_times(far)}, per method: {listed}"
+        f"Loss below plain RoPE's at {_times(far)}, per method (negative: above it): {listed}"
     )
     return [text + "."]
 
