@@ -16,11 +16,13 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from posenc.bench.targets import Target, annotate
 
 __all__ = [
     "Timing",
@@ -108,8 +110,18 @@ def run_suites(
         torch.set_num_threads(previous)
 
 
-def format_suites(result: dict[str, Any], columns: Mapping[str, list[tuple[str, str, str]]]) -> str:
-    """The machine line of a :func:`run_suites` result, then one table per suite."""
+def format_suites(
+    result: dict[str, Any],
+    columns: Mapping[str, list[tuple[str, str, str]]],
+    *,
+    bench: str | None = None,
+    targets: Sequence[Target] = (),
+) -> str:
+    """The machine line of a :func:`run_suites` result, then one table per suite.
+
+    A suite with rows that measure one of ``targets`` (those of ``posenc bench`` ``bench``,
+    :mod:`posenc.bench.targets`) gets a last column, ``target``: each such row's figure, goal
+    and met or missed; the other suites print as they would without targets."""
     info = result["machine"]
     head = (
         f"{info['cpu']}, {info['cores']} cores, torch {info['torch']}, python {info['python']}, "
@@ -119,8 +131,15 @@ def format_suites(result: dict[str, Any], columns: Mapping[str, list[tuple[str, 
         head += f", numba {info['numba']}"
     lines = [head]
     for suite, rows in result.items():
-        if suite != "machine":
-            lines += ["", f"## {suite}", format_table(rows, columns[suite])]
+        if suite == "machine":
+            continue
+        suite_columns = columns[suite]
+        if bench is not None:
+            cells = annotate(rows, bench, suite, targets)
+            if any(cells):
+                rows = [{**row, "target": cell} for row, cell in zip(rows, cells, strict=True)]
+                suite_columns = [*suite_columns, ("target", "target", "")]
+        lines += ["", f"## {suite}", format_table(rows, suite_columns)]
     return "\n".join(lines)
 
 
