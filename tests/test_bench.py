@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from posenc.bench import format_suites, run_suites
-from posenc.bench.targets import TARGETS, Target, annotate, evaluate
+from posenc.bench.targets import TARGETS, Target, annotate, evaluate, unmeasured
 
 
 def test_run_suites_runs_the_chosen_and_restores_threads() -> None:
@@ -228,6 +228,24 @@ def test_format_suites_adds_the_target_column_only_where_a_row_has_a_target() ->
     assert plain.splitlines()[3] == "encoding  × NoPE"
 
 
+def test_a_target_no_row_measures_is_named_under_its_table() -> None:
+    result: dict[str, Any] = {
+        "machine": {"cpu": "cpu", "cores": 2, "torch": "2", "python": "3", "threads": 1},
+        "lm": [
+            {"name": "nope", "vs_nope": 1.0},
+            {"name": "t5", "vs_nope": 0.95},
+        ],
+    }
+    text = format_suites(
+        result, {"lm": [("name", "encoding", "")]}, bench="attention", targets=TARGETS
+    )
+    assert text.splitlines()[-2:] == [
+        "lm-shaw (goal ≥ 0.85×): not measured, no row with name='shaw'",
+        "lm-xl (goal ≥ 0.85×): not measured, no row with name='xl'",
+    ]
+    assert unmeasured(result["lm"], "rope", "lm", TARGETS) == []
+
+
 def test_evaluate_lists_each_measured_target_for_json() -> None:
     result = {
         "machine": {},
@@ -313,8 +331,12 @@ def test_cli_bench_prints_targets_beside_figures_and_in_json(monkeypatch, capsys
     monkeypatch.setattr(attention, "run", lambda suites, threads: result)  # no timing
     assert main(["bench", "attention", "--only", "lm"]) == 0
     lines = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
-    assert lines[-1] == "t5        870       0.870   0.87× NoPE tokens/s  (goal ≥ 0.9×: missed)"
-    assert lines[-2] == "nope      1000      1.000"
+    assert lines[-4:] == [
+        "nope      1000      1.000",
+        "t5        870       0.870   0.87× NoPE tokens/s  (goal ≥ 0.9×: missed)",
+        "lm-shaw (goal ≥ 0.85×): not measured, no row with name='shaw'",
+        "lm-xl (goal ≥ 0.85×): not measured, no row with name='xl'",
+    ]
     assert main(["bench", "attention", "--only", "lm", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["lm"] == result["lm"]

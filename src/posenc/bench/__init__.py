@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from posenc.bench.targets import Target, annotate
+from posenc.bench.targets import Target, annotate, unmeasured
 
 __all__ = [
     "Timing",
@@ -121,7 +121,8 @@ def format_suites(
 
     A suite with rows that measure one of ``targets`` (those of ``posenc bench`` ``bench``,
     :mod:`posenc.bench.targets`) gets a last column, ``target``: each such row's figure, goal
-    and met or missed; the other suites print as they would without targets."""
+    and met or missed; the other suites print as they would without targets. A target of a
+    suite that no row measures is named under its table."""
     info = result["machine"]
     head = (
         f"{info['cpu']}, {info['cores']} cores, torch {info['torch']}, python {info['python']}, "
@@ -133,13 +134,14 @@ def format_suites(
     for suite, rows in result.items():
         if suite == "machine":
             continue
-        suite_columns = columns[suite]
+        suite_columns, missing = columns[suite], []
         if bench is not None:
             cells = annotate(rows, bench, suite, targets)
             if any(cells):
                 rows = [{**row, "target": cell} for row, cell in zip(rows, cells, strict=True)]
                 suite_columns = [*suite_columns, ("target", "target", "")]
-        lines += ["", f"## {suite}", format_table(rows, suite_columns)]
+            missing = unmeasured(rows, bench, suite, targets)
+        lines += ["", f"## {suite}", format_table(rows, suite_columns), *missing]
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["GROUP_FIELDS", "TARGETS", "Target", "annotate", "evaluate"]
+__all__ = ["GROUP_FIELDS", "TARGETS", "Target", "annotate", "evaluate", "unmeasured"]
 
 Comparison = Literal["<=", "<", ">=", ">"]
 
@@ -290,6 +290,21 @@ def annotate(
                 parts.append(target.describe(figure))
         cells.append("; ".join(parts))
     return cells
+
+
+def unmeasured(
+    rows: Sequence[Mapping[str, Any]], bench: str, suite: str, targets: Sequence[Target]
+) -> list[str]:
+    """A line for each target of this suite that no row measures (a candidate left out, e.g.
+    numba not installed, or renamed), so that a missing figure is said, not skipped."""
+    return [
+        f"{target.name} (goal {target.goal_text}): not measured, no row with "
+        + ", ".join(f"{key}={value!r}" for key, value in target.match.items())
+        for target in targets
+        if target.bench == bench
+        and target.suite == suite
+        and not any(target.measured_row(row) for row in rows)
+    ]
 
 
 def evaluate(
