@@ -16,11 +16,13 @@ import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from posenc.bench.targets import Target, annotate, unmeasured
 
 __all__ = [
     "Timing",
@@ -108,8 +110,19 @@ def run_suites(
         torch.set_num_threads(previous)
 
 
-def format_suites(result: dict[str, Any], columns: Mapping[str, list[tuple[str, str, str]]]) -> str:
-    """The machine line of a :func:`run_suites` result, then one table per suite."""
+def format_suites(
+    result: dict[str, Any],
+    columns: Mapping[str, list[tuple[str, str, str]]],
+    *,
+    bench: str | None = None,
+    targets: Sequence[Target] = (),
+) -> str:
+    """The machine line of a :func:`run_suites` result, then one table per suite.
+
+    A suite with rows that measure one of ``targets`` (those of ``posenc bench`` ``bench``,
+    :mod:`posenc.bench.targets`) gets a last column, ``target``: each such row's figure, goal
+    and met or missed; the other suites print as they would without targets. A target of a
+    suite that no row measures is named under its table."""
     info = result["machine"]
     head = (
         f"{info['cpu']}, {info['cores']} cores, torch {info['torch']}, python {info['python']}, "
@@ -119,8 +132,16 @@ def format_suites(result: dict[str, Any], columns: Mapping[str, list[tuple[str, 
         head += f", numba {info['numba']}"
     lines = [head]
     for suite, rows in result.items():
-        if suite != "machine":
-            lines += ["", f"## {suite}", format_table(rows, columns[suite])]
+        if suite == "machine":
+            continue
+        suite_columns, missing = columns[suite], []
+        if bench is not None:
+            cells = annotate(rows, bench, suite, targets)
+            if any(cells):
+                rows = [{**row, "target": cell} for row, cell in zip(rows, cells, strict=True)]
+                suite_columns = [*suite_columns, ("target", "target", "")]
+            missing = unmeasured(rows, bench, suite, targets)
+        lines += ["", f"## {suite}", format_table(rows, suite_columns), *missing]
     return "\n".join(lines)
 
 

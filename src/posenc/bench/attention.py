@@ -50,6 +50,7 @@ from posenc.bench import (
     run_suites,
 )
 from posenc.bench.decoding import prefilled_stack, stack_step
+from posenc.bench.targets import TARGETS
 from posenc.models import DecoderLM, ModelConfig
 from posenc.registry import ModelDims, build_encoding
 
@@ -493,5 +494,6 @@ _COLUMNS: dict[str, list[tuple[str, str, str]]] = {
 
 
 def format_result(result: dict[str, Any]) -> str:
-    """The machine line and one table per suite."""
-    return format_suites(result, _COLUMNS)
+    """The machine line and one table per suite, each figure with a target beside its goal
+    (:data:`posenc.bench.targets.TARGETS`)."""
+    return format_suites(result, _COLUMNS, bench="attention", targets=TARGETS)

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 
 from posenc.bench import compare, format_suites, run_suites
+from posenc.bench.targets import TARGETS
 from posenc.rotary import RotaryEmbedding
 from posenc.rotary.kernels import available_impls, rotate, rotate_pair
 
@@ -230,5 +231,6 @@ _COLUMNS: dict[str, list[tuple[str, str, str]]] = {
 
 
 def format_result(result: dict[str, Any]) -> str:
-    """The machine line and one table per suite."""
-    return format_suites(result, _COLUMNS)
+    """The machine line and one table per suite, each figure with a target beside its goal
+    (:data:`posenc.bench.targets.TARGETS`)."""
+    return format_suites(result, _COLUMNS, bench="rope", targets=TARGETS)
