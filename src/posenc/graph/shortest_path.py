@@ -221,11 +221,15 @@ def _bfs_hops(src: Tensor, dst: Tensor, n: int, out: Tensor, cutoff: int | None)
             if total == 0:
                 break
             which = torch.repeat_interleave(torch.arange(count.numel()), count, output_size=total)
-            offset = torch.arange(total) - (torch.cumsum(count, 0) - count)[which]
-            reached = (
-                frontier_source[which] * n + neighbour[row_start[frontier_node][which] + offset]
-            )
-            reached = torch.unique(reached[flat_out[reached] < 0])
+            # entry t of node u's run reads neighbour[row_start[u] + t - (first entry of the run)]
+            shift = row_start[frontier_node] - (torch.cumsum(count, 0) - count)
+            reached = (frontier_source * n)[which] + neighbour[torch.arange(total) + shift[which]]
+            reached = reached[flat_out[reached] < 0]
+            # Merge repeats without sorting: each pair's entry briefly holds a ticket (< -1),
+            # one write per pair wins, the entry holding the winning ticket is kept.
+            ticket = -2 - torch.arange(reached.numel())
+            flat_out[reached] = ticket
+            reached = reached[flat_out[reached] == ticket]
             flat_out[reached] = hop
             frontier_source, frontier_node = reached // n, reached % n
 
