@@ -12,8 +12,8 @@ on one thread:
 - ``floyd``: :func:`posenc.graph.shortest_paths` (Floyd–Warshall and Graphormer's paths).
 
 and prints the seconds and the growth exponent ``log(t2 / t1) / log(N2 / N1)`` between
-consecutive sizes. A slow method stops before the size its last growth predicts to take
-more than ``--limit`` seconds (default 10). The results are checked equal (``torch.equal``)
+consecutive sizes. A slow method stops before the size its last growth exponent plus one predicts
+to take more than ``--limit`` seconds (default 10). The results are checked equal (``torch.equal``)
 wherever two methods ran. The ``(N, N)`` int64 result takes ``8 N²`` bytes: 20,000 nodes
 take 3.2 GB, 100,000 would take 80 GB; a size past ``MAX_RESULT_BYTES`` (4 GiB) is reported
 as skipped with hop_distances' ``MemoryError`` (raised before allocating). ``--sizes``
@@ -119,7 +119,7 @@ def run(sizes: tuple[int, ...], limit: float) -> list[dict[str, object]]:
                 growth = "" if exponent is None else f"  growth N^{exponent:.2f}"
                 print(f"{family:18s} {method:6s} N={n:6d} {seconds:9.3f} s{growth}", flush=True)
                 following = sizes[index + 1] if index + 1 < len(sizes) else None
-                growth_guess = max(exponent or 4.0, 2.0)
+                growth_guess = max(exponent or 4.0, 2.0) + 1.0  # exponents rise with N
                 too_slow = following and seconds * (following / n) ** growth_guess > limit
                 if too_slow and method != "bfs":
                     stopped.add(method)
