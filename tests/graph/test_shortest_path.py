@@ -174,3 +174,118 @@ def test_parallel_edges_cost_the_lightest_as_networkx(directed: bool) -> None:
     got = shortest_paths(graph, weighted=True).distance[0]
     torch.testing.assert_close(got, expected.nan_to_num(UNREACHABLE))
     assert float(got[0, 2]) == 2.0
+
+
+# --- hop_distances by breadth-first search on the sparse edge list -------------------------
+
+
+def _dense_hop_distances(graph: Graph, max_distance: int | None = None) -> torch.Tensor:
+    """The former ``hop_distances`` (one dense boolean frontier product per hop, all sources
+    at once), kept as the reference of the sparse search."""
+    from posenc.graph.shortest_path import dense_edges
+
+    edge, _, node_mask = dense_edges(graph)
+    batch, size, _ = edge.shape
+    adjacency = edge.to(torch.float32)
+    reached = torch.eye(size, dtype=torch.bool).expand(batch, size, size) & node_mask[:, :, None]
+    distance = torch.full((batch, size, size), UNREACHABLE, dtype=torch.long)
+    distance[reached] = 0
+    frontier = reached
+    for hop in range(1, size):
+        frontier = (torch.bmm(frontier.to(torch.float32), adjacency) > 0) & ~reached
+        if not bool(frontier.any()):
+            break
+        distance[frontier] = hop
+        reached = reached | frontier
+    if max_distance is not None:
+        distance = distance.masked_fill(distance > max_distance, max_distance)
+    return distance
+
+
+def _messy_graph(n: int, edges: int, seed: int, directed: bool) -> Graph:
+    """``edges`` random edges on ``n`` nodes: self-loops, repeats and several components."""
+    generator = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, n, (2, edges), generator=generator)
+    loops = torch.arange(0, n, 3)[: max(1, n // 4)]
+    edge_index = torch.cat([edge_index, edge_index[:, :3], torch.stack([loops, loops])], dim=1)
+    return Graph(edge_index, n, directed=directed)
+
+
+@pytest.mark.parametrize("directed", [False, True])
+@pytest.mark.parametrize("max_distance", [None, 0, 1, 2, 3, 7])
+def test_hop_distances_equal_the_dense_search_on_messy_batches(
+    directed: bool, max_distance: int | None
+) -> None:
+    graphs = [
+        _messy_graph(n, e, seed, directed)
+        for seed, (n, e) in enumerate([(1, 0), (7, 4), (13, 9), (30, 25), (24, 60), (40, 30)])
+    ]
+    batch = batch_graphs(graphs)
+    expected = _dense_hop_distances(batch, max_distance)
+    exact = _dense_hop_distances(batch)
+    assert (exact == UNREACHABLE).any() and (exact > 7).any()  # not trivial
+    assert torch.equal(hop_distances(batch, max_distance=max_distance), expected)
+    assert torch.equal(shortest_paths(batch, max_distance=max_distance).distance, expected)
+    for index, graph in enumerate(graphs):  # one graph alone: no padding
+        n = graph.num_nodes
+        single = hop_distances(graph, max_distance=max_distance)
+        assert torch.equal(single[0], expected[index, :n, :n])
+
+
+@pytest.mark.parametrize(
+    "fixture",
+    [
+        nx.karate_club_graph(),
+        nx.petersen_graph(),
+        nx.convert_node_labels_to_integers(nx.grid_2d_graph(6, 7)),
+        nx.path_graph(60),
+        nx.cycle_graph(45),
+        nx.disjoint_union(nx.star_graph(9), nx.complete_graph(5)),
+        nx.gnp_random_graph(50, 0.08, seed=3, directed=True),
+    ],
+    ids=["karate", "petersen", "grid", "path", "cycle", "star+clique", "directed"],
+)
+def test_hop_distances_on_published_graphs_equal_networkx_and_floyd_warshall(
+    fixture: nx.Graph,
+) -> None:
+    graph = from_networkx(fixture)
+    n = fixture.number_of_nodes()
+    expected = _nx_distances(fixture, n, weighted=False)
+    distance = hop_distances(graph)
+    assert torch.equal(distance[0], expected)
+    assert torch.equal(distance, _dense_hop_distances(graph))
+    assert torch.equal(distance, shortest_paths(graph).distance)
+    reference, _ = floyd_warshall(dense_listed(graph)[0])
+    far = torch.tensor(reference) >= 510
+    assert torch.equal(distance[0], torch.tensor(reference).long().masked_fill(far, UNREACHABLE))
+    for cap in (1, 4):
+        assert torch.equal(hop_distances(graph, max_distance=cap), distance.clamp(max=cap))
+
+
+def test_hop_distances_cut_off_keeps_unreachable_apart_from_far() -> None:
+    # Two chains 0-…-5 and 6-…-9: beyond the cutoff in one chain reads the cutoff, the
+    # other chain stays unreachable.
+    graph = Graph(torch.tensor([[0, 1, 2, 3, 4, 6, 7, 8], [1, 2, 3, 4, 5, 7, 8, 9]]), 10)
+    distance = hop_distances(graph, max_distance=2)[0]
+    assert distance[0].tolist() == [0, 1, 2, 2, 2, 2, -1, -1, -1, -1]
+    assert distance[9].tolist() == [-1, -1, -1, -1, -1, -1, 2, 2, 1, 0]
+    assert hop_distances(graph, max_distance=0)[0, 3].tolist() == [0] * 6 + [-1] * 4
+
+
+def test_the_result_size_is_checked_before_allocating() -> None:
+    from posenc.graph.shortest_path import MAX_RESULT_BYTES
+
+    assert MAX_RESULT_BYTES == 4 * 2**30
+    huge = Graph(torch.tensor([[0], [1]]), 1_000_000)  # 8 TB of int64 distances
+    with pytest.raises(MemoryError, match=r"N=1000000 .*8,000,000,000,000 bytes"):
+        hop_distances(huge)
+    with pytest.raises(MemoryError, match=r"N=1000000 .*32,000,000,000,000 bytes"):
+        shortest_paths(huge)
+    small = Graph(torch.tensor([[0], [1]]), 10)  # 800 bytes
+    with pytest.raises(MemoryError, match=r"N=10 .*800 bytes.*max_bytes=799"):
+        hop_distances(small, max_bytes=799)
+    assert torch.equal(hop_distances(small, max_bytes=800), hop_distances(small))
+    with pytest.raises(MemoryError, match="max_bytes=3,199"):
+        shortest_paths(small, max_bytes=3199)
+    with pytest.raises(ValueError, match="max_bytes"):
+        hop_distances(small, max_bytes=-1)

@@ -6,8 +6,8 @@ Both are computed here for a whole batch of graphs (a :class:`~posenc.graph.Grap
 node → graph ``batch``) padded to a common size ``N`` (the largest graph), as
 :func:`~posenc.graph.to_dense_batch` pads node features:
 
-- :func:`hop_distances`: hop counts by breadth-first search (what Graphormer uses), all
-  sources at once, one boolean frontier product per hop;
+- :func:`hop_distances`: hop counts by breadth-first search over the sparse edge list (what
+  Graphormer uses), O(N·E), the route for large graphs;
 - :func:`shortest_paths`: distances (hop counts, or edge weights in float64) and one
   shortest path per pair, by Floyd–Warshall with Graphormer's tie-break (below).
 
@@ -58,7 +58,14 @@ from torch import Tensor
 from posenc._validate import check_non_negative_int
 from posenc.graph.structure import Graph, check_graph
 
-__all__ = ["UNREACHABLE", "ShortestPaths", "dense_edges", "hop_distances", "shortest_paths"]
+__all__ = [
+    "MAX_RESULT_BYTES",
+    "UNREACHABLE",
+    "ShortestPaths",
+    "dense_edges",
+    "hop_distances",
+    "shortest_paths",
+]
 
 #: Distance (and hop count) of a pair with no path, or with a padding node.
 UNREACHABLE = -1
@@ -151,23 +158,110 @@ def _clamp(distance: Tensor, max_distance: float | None) -> Tensor:
     return distance.masked_fill(far, max_distance)
 
 
-def hop_distances(graph: Graph, *, max_distance: int | None = None) -> Tensor:
+#: Largest distance table (bytes) :func:`hop_distances` and :func:`shortest_paths` allocate
+#: unless their ``max_bytes`` says otherwise: 4 GiB, an ``(N, N)`` int64 table of N ≈ 23,000.
+MAX_RESULT_BYTES = 4 * 2**30
+
+#: (source, node) pairs one breadth-first step expands at most: bounds the working memory
+#: (a few int64 arrays of this length) by running the sources in blocks.
+_PAIRS_PER_BLOCK = 2**24
+
+
+def _check_result_size(batch: int, size: int, bytes_per_pair: int, max_bytes: object) -> None:
+    """``MemoryError`` naming ``N`` and the bytes before a ``(B, N, N)`` table is allocated."""
+    limit = (
+        MAX_RESULT_BYTES if max_bytes is None else check_non_negative_int("max_bytes", max_bytes)
+    )
+    need = batch * size * size * bytes_per_pair
+    if need > limit:
+        raise MemoryError(
+            f"the distance table of {batch} graph(s) padded to N={size} nodes needs {need:,} "
+            f"bytes ({need / 2**30:.2f} GiB, {bytes_per_pair} per pair), above max_bytes="
+            f"{limit:,} (default posenc.graph.shortest_path.MAX_RESULT_BYTES); pass a larger "
+            "max_bytes to allocate it anyway"
+        )
+
+
+def _components(src: Tensor, dst: Tensor, n: int) -> Tensor:
+    """Connected component of each node of an undirected graph (edges listed both ways): the
+    smallest node id of its component, by min-label propagation with pointer jumping."""
+    label = torch.arange(n)
+    while True:
+        new = label.scatter_reduce(0, dst, label[src], reduce="amin")
+        new = new[new]  # pointer jumping: label[v] <= v lies in v's component
+        if torch.equal(new, label):
+            return label
+        label = new
+
+
+def _bfs_hops(src: Tensor, dst: Tensor, n: int, out: Tensor, cutoff: int | None) -> None:
+    """Hop counts from every source of one graph into ``out`` (``(n, n)`` int64, all
+    :data:`UNREACHABLE` on entry), by breadth-first search over a CSR adjacency.
+
+    Every source advances one hop per step: the frontier is a list of (source, node) pairs,
+    each expanded to its node's neighbours; pairs already reached are dropped, repeats merged.
+    Each source reads each edge once per node it reaches: O(N·E) in all. With ``cutoff`` the
+    search stops after ``cutoff`` hops (edges listed both ways: undirected).
+    """
+    flat_out = out.view(-1)
+    order = torch.argsort(src, stable=True)
+    neighbour = dst[order]
+    degree = torch.bincount(src, minlength=n)
+    row_start = torch.cumsum(degree, 0) - degree
+    block = max(1, _PAIRS_PER_BLOCK // max(n, 1))
+    for first in range(0, n, block):
+        sources = torch.arange(first, min(first + block, n))
+        flat_out[sources * (n + 1)] = 0
+        frontier_source, frontier_node = sources, sources
+        hop = 0
+        while frontier_node.numel() and (cutoff is None or hop < cutoff):
+            hop += 1
+            count = degree[frontier_node]
+            total = int(count.sum())
+            if total == 0:
+                break
+            which = torch.repeat_interleave(torch.arange(count.numel()), count, output_size=total)
+            # entry t of node u's run reads neighbour[row_start[u] + t - (first entry of the run)]
+            shift = row_start[frontier_node] - (torch.cumsum(count, 0) - count)
+            reached = (frontier_source * n)[which] + neighbour[torch.arange(total) + shift[which]]
+            reached = reached[flat_out[reached] < 0]
+            # Merge repeats without sorting: each pair's entry briefly holds a ticket (< -1),
+            # one write per pair wins, the entry holding the winning ticket is kept.
+            ticket = -2 - torch.arange(reached.numel())
+            flat_out[reached] = ticket
+            reached = reached[flat_out[reached] == ticket]
+            flat_out[reached] = hop
+            frontier_source, frontier_node = reached // n, reached % n
+
+
+def hop_distances(
+    graph: Graph, *, max_distance: int | None = None, max_bytes: int | None = None
+) -> Tensor:
     """Hop counts between all pairs of nodes of each graph, by breadth-first search.
 
     .. math:: \\varphi(i, j) = \\min \\{ n : i = u_0 \\to u_1 \\to \\dots \\to u_n = j \\}
 
-    All sources at once: the frontier after ``n`` hops is the boolean product of the
-    previous frontier with the adjacency, so a graph of diameter ``D`` costs ``D`` products
-    of ``(B, N, N)`` matrices. Paper: Ying et al. 2021, https://arxiv.org/abs/2106.05234
-    (Graphormer's spatial encoding); tested against networkx's
-    ``all_pairs_shortest_path_length``.
+    One breadth-first search per source over the sparse edge list (a CSR adjacency), all
+    sources of a block advancing together one hop per step: O(N·E) work, never an ``N × N``
+    adjacency. With ``max_distance`` an undirected graph's search stops after
+    ``max_distance`` hops and the pairs left in the same connected component read
+    ``max_distance``; a directed graph is searched in full, then clamped. Paper: Ying et al.
+    2021, https://arxiv.org/abs/2106.05234 (Graphormer's spatial encoding); tested against
+    networkx's ``all_pairs_shortest_path_length`` and equal to :func:`shortest_paths`'
+    ``distance``.
 
     Args:
         graph: a graph or a batch of graphs.
         max_distance: clamp reachable distances to at most this (None: exact).
+        max_bytes: the largest result allocated, in bytes (None:
+            :data:`MAX_RESULT_BYTES`, 4 GiB); the result takes ``8 · B · N²`` bytes.
 
     Returns:
         ``(B, N, N)`` int64, :data:`UNREACHABLE` where there is no path or a padding node.
+
+    Raises:
+        MemoryError: naming ``N`` and the bytes needed when the result exceeds ``max_bytes``
+            (checked before allocating).
 
     Example::
 
@@ -179,24 +273,32 @@ def hop_distances(graph: Graph, *, max_distance: int | None = None) -> Tensor:
     """
     if max_distance is not None:
         max_distance = check_non_negative_int("max_distance", max_distance)
-    edge, _, node_mask = dense_edges(graph)
-    batch, size, _ = edge.shape
-    adjacency = edge.to(torch.float32)  # counts of walks stay exact: only "> 0" is read
-    reached = torch.eye(size, dtype=torch.bool).expand(batch, size, size) & node_mask[:, :, None]
-    distance = torch.full((batch, size, size), UNREACHABLE, dtype=torch.long)
-    distance[reached] = 0
-    frontier = reached
-    for hop in range(1, size):
-        frontier = (torch.bmm(frontier.to(torch.float32), adjacency) > 0) & ~reached
-        if not bool(frontier.any()):
-            break
-        distance[frontier] = hop
-        reached = reached | frontier
+    sizes = check_graph(graph).sizes
+    size = max(sizes)
+    _check_result_size(len(sizes), size, 8, max_bytes)
+    distance = torch.full((len(sizes), size, size), UNREACHABLE, dtype=torch.long)
+    cutoff = None if graph.directed else max_distance
+    for index, sub in enumerate(graph.graphs()):
+        n = sub.num_nodes
+        src, dst = sub.edge_index.cpu()
+        if not graph.directed:
+            src, dst = torch.cat([src, dst]), torch.cat([dst, src])
+        out = distance[index] if n == size else distance.new_full((n, n), UNREACHABLE)
+        _bfs_hops(src, dst, n, out, cutoff)
+        if cutoff is not None:
+            label = _components(src, dst, n)
+            out.masked_fill_((out < 0) & (label[:, None] == label[None, :]), cutoff)
+        if n != size:
+            distance[index, :n, :n] = out
     return _clamp(distance, max_distance)
 
 
 def shortest_paths(
-    graph: Graph, *, weighted: bool = False, max_distance: float | None = None
+    graph: Graph,
+    *,
+    weighted: bool = False,
+    max_distance: float | None = None,
+    max_bytes: int | None = None,
 ) -> ShortestPaths:
     """Distances and one shortest path between all pairs of nodes of each graph.
 
@@ -217,6 +319,10 @@ def shortest_paths(
             counting hops.
         max_distance: clamp reachable distances to at most this (an integer for hop counts);
             ``hops`` and ``path`` are not clamped.
+        max_bytes: the largest ``(B, N, N)`` tables allocated, in bytes (None:
+            :data:`MAX_RESULT_BYTES`); the weights, distances, via nodes and hops take ``32 ·
+            B · N²`` bytes (the paths more: ``8 · B · N² · (L + 1)``). Floyd–Warshall and the
+            paths cost O(N³) or more: past a few hundred nodes, :func:`hop_distances`.
 
     Returns:
         a :class:`ShortestPaths`.
@@ -224,6 +330,8 @@ def shortest_paths(
     Raises:
         ValueError: naming ``edge_weight`` when ``weighted`` and a weight is negative;
             naming ``max_distance`` when it is not a number ``>= 0`` (an integer for hops).
+        MemoryError: naming ``N`` and the bytes needed when the tables exceed ``max_bytes``
+            (checked before allocating).
 
     Example::
 
@@ -232,7 +340,8 @@ def shortest_paths(
         tensor([0., 1., 2.], dtype=torch.float64)
     """
     max_distance = _check_max_distance(max_distance, weighted)
-    check_graph(graph)
+    sizes = check_graph(graph).sizes
+    _check_result_size(len(sizes), max(sizes), 32, max_bytes)
     if weighted and graph.edge_weight is not None and bool((graph.edge_weight < 0).any()):
         raise ValueError(
             "edge_weight must be non-negative for shortest paths (Floyd–Warshall / Dijkstra "
