@@ -8,7 +8,7 @@ on one thread:
 
 - ``bfs``: :func:`posenc.graph.hop_distances`, breadth-first search on the sparse edge list;
 - ``dense``: the former ``hop_distances`` (one dense ``(N, N)`` boolean frontier product
-  per hop, kept here and in the tests as the reference);
+  per hop, kept here as the tests' reference);
 - ``floyd``: :func:`posenc.graph.shortest_paths` (Floyd–Warshall and Graphormer's paths).
 
 and prints the seconds and the growth exponent ``log(t2 / t1) / log(N2 / N1)`` between

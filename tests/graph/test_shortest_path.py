@@ -181,22 +181,10 @@ def test_parallel_edges_cost_the_lightest_as_networkx(directed: bool) -> None:
 
 def _dense_hop_distances(graph: Graph, max_distance: int | None = None) -> torch.Tensor:
     """The former ``hop_distances`` (one dense boolean frontier product per hop, all sources
-    at once), kept as the reference of the sparse search."""
-    from posenc.graph.shortest_path import dense_edges
+    at once; benchmarks/graph_distances.py times it), the reference of the sparse search."""
+    from benchmarks.graph_distances import dense_hop_distances
 
-    edge, _, node_mask = dense_edges(graph)
-    batch, size, _ = edge.shape
-    adjacency = edge.to(torch.float32)
-    reached = torch.eye(size, dtype=torch.bool).expand(batch, size, size) & node_mask[:, :, None]
-    distance = torch.full((batch, size, size), UNREACHABLE, dtype=torch.long)
-    distance[reached] = 0
-    frontier = reached
-    for hop in range(1, size):
-        frontier = (torch.bmm(frontier.to(torch.float32), adjacency) > 0) & ~reached
-        if not bool(frontier.any()):
-            break
-        distance[frontier] = hop
-        reached = reached | frontier
+    distance = dense_hop_distances(graph)
     if max_distance is not None:
         distance = distance.masked_fill(distance > max_distance, max_distance)
     return distance
