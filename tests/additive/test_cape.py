@@ -12,6 +12,7 @@ from posenc.additive import CAPE, SinusoidalEncoding, cape_augment
 from posenc.models import DecoderLM, ModelConfig
 from posenc.positions import positions_from_padding_mask
 from posenc.registry import ModelDims, build_encoding
+from tests.padded import padded_rows
 
 POSITIONS = torch.arange(64, dtype=torch.float64).expand(4096, 64)
 
@@ -188,17 +189,8 @@ def test_the_augmentation_of_real_tokens_ignores_padding() -> None:
     were drawn per column and the scale after them: 3 pads moved a real token by 0.4)."""
     rows = [torch.arange(3.0), torch.arange(6.0) + 2, torch.arange(4.0)]
 
-    def batch_of(width: int, sides: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.full((len(rows), width), 7.0)
-        real = torch.zeros(len(rows), width, dtype=torch.bool)
-        for b, (row, side) in enumerate(zip(rows, sides, strict=True)):
-            start = 0 if side == "right" else width - len(row)
-            positions[b, start : start + len(row)] = row
-            real[b, start : start + len(row)] = True
-        return positions, real
-
-    narrow, narrow_real = batch_of(8, ("right", "left", "right"))
-    wide, wide_real = batch_of(13, ("left", "right", "left"))
+    narrow, narrow_real = padded_rows(rows, 8, ("right", "left", "right"), fill=7.0)
+    wide, wide_real = padded_rows(rows, 13, ("left", "right", "left"), fill=7.0)
     got_narrow = _augmented(narrow, narrow_real)
     got_wide = _augmented(wide, wide_real)
     assert_close(got_narrow[narrow_real], got_wide[wide_real], rtol=0, atol=0)

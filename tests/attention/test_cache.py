@@ -123,10 +123,9 @@ def _decode(attn: Attention, x: torch.Tensor, cache: KVCache, start: int, stop: 
     return [attn(x[:, i : i + 1], cache=cache) for i in range(start, stop)]
 
 
-@pytest.mark.parametrize("method", ["sinks", "lm_infinite"])
-def test_rolling_back_a_rolling_cache_below_its_evicted_keys_raises(method: str) -> None:
-    """Truncating a rolling cache below the length it had just after its last eviction would
-    let the next queries miss keys it dropped: refused, naming both lengths."""
+def _rolling_attention(method: str) -> tuple[Attention, torch.Tensor]:
+    """Attention whose cache rolls (``"sinks"``: 1 sink and a window of 3; ``"lm_infinite"``:
+    a local window of 4 and 1 global token), and 30 tokens for it."""
     from posenc.segments import AttentionSinks, LMInfinite
 
     torch.manual_seed(0)
@@ -136,8 +135,14 @@ def test_rolling_back_a_rolling_cache_below_its_evicted_keys_raises(method: str)
         if method == "sinks"
         else LMInfinite(rotary, local_window=4, global_tokens=1)
     )
-    attn = Attention(16, 2, pos=pos).eval()
-    x = torch.randn(1, 30, 16)
+    return Attention(16, 2, pos=pos).eval(), torch.randn(1, 30, 16)
+
+
+@pytest.mark.parametrize("method", ["sinks", "lm_infinite"])
+def test_rolling_back_a_rolling_cache_below_its_evicted_keys_raises(method: str) -> None:
+    """Truncating a rolling cache below the length it had just after its last eviction would
+    let the next queries miss keys it dropped: refused, naming both lengths."""
+    attn, x = _rolling_attention(method)
     cache = KVCache()
     with torch.no_grad():
         _decode(attn, x, cache, 0, 20)
@@ -157,17 +162,7 @@ def test_rolling_back_a_rolling_cache_below_its_evicted_keys_raises(method: str)
 @pytest.mark.parametrize("method", ["sinks", "lm_infinite"])
 def test_rolling_back_a_rolling_cache_to_its_floor_stays_exact(method: str) -> None:
     """From the earliest length it accepts, decoding again equals a fresh forward."""
-    from posenc.segments import AttentionSinks, LMInfinite
-
-    torch.manual_seed(0)
-    rotary = RotaryEmbedding(8)
-    pos = (
-        AttentionSinks(rotary, sinks=1, window=3)
-        if method == "sinks"
-        else LMInfinite(rotary, local_window=4, global_tokens=1)
-    )
-    attn = Attention(16, 2, pos=pos).eval()
-    x = torch.randn(1, 30, 16)
+    attn, x = _rolling_attention(method)
     cache = KVCache()
     with torch.no_grad():
         _decode(attn, x, cache, 0, 20)

@@ -13,6 +13,7 @@ from posenc.models import DecoderLM, ModelConfig
 from posenc.positions import positions_from_padding_mask, randomized_positions
 from posenc.registry import ModelDims, build_encoding
 from posenc.rotary import MultiAxisRotary, RotaryEmbedding
+from tests.padded import padded_rows
 
 L = 64
 
@@ -156,17 +157,8 @@ def test_in_a_batch_each_rows_draw_ignores_padding_and_the_other_rows() -> None:
     positions it gets in a batch of rows without padding."""
     rows = [torch.arange(3), torch.tensor([0, 1, 2, 3, 0, 1, 2]), torch.arange(5) + 4]
 
-    def batch_of(width: int, sides: tuple[str, ...]) -> tuple[torch.Tensor, torch.Tensor]:
-        positions = torch.zeros(len(rows), width, dtype=torch.long)
-        real = torch.zeros(len(rows), width, dtype=torch.bool)
-        for b, (row, side) in enumerate(zip(rows, sides, strict=True)):
-            start = 0 if side == "right" else width - len(row)
-            positions[b, start : start + len(row)] = row
-            real[b, start : start + len(row)] = True
-        return positions, real
-
-    narrow, narrow_real = batch_of(9, ("right", "left", "right"))
-    wide, wide_real = batch_of(16, ("left", "right", "left"))
+    narrow, narrow_real = padded_rows(rows, 9, ("right", "left", "right"))
+    wide, wide_real = padded_rows(rows, 16, ("left", "right", "left"))
     got_narrow = _seeded(_wrapped()).transform_positions(narrow, batch=3, real=narrow_real)
     got_wide = _seeded(_wrapped()).transform_positions(wide, batch=3, real=wide_real)
     assert_close(got_narrow[narrow_real], got_wide[wide_real], rtol=0, atol=0)
