@@ -98,8 +98,6 @@ def check_encoding_fits(hooks: Hooks, *, num_heads: int, head_dim: int, causal: 
             f"pos: {name} wraps stick-breaking attention, which has no softmax for a score "
             "map or sink logits to act on"
         )
-    if hooks.weights is not None and width is None:  # stick-breaking: r_h has the value width
-        width = getattr(hooks.weights, "head_dim", None)
     if width is not None and width != head_dim:
         raise ValueError(
             f"pos: {name} has head_dim={width} but the attention's head_dim is {head_dim} "

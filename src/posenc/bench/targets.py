@@ -162,7 +162,7 @@ def _training_speed(encoding: str, method: str, goal: float) -> Target:
     )
 
 
-#: Issue 36's targets ("Speed to the floor"), each mapped to the figure that measures it.
+#: The project's speed targets, each mapped to the figure that measures it.
 TARGETS: tuple[Target, ...] = (
     Target(
         name="rope-inplace",

@@ -383,6 +383,8 @@ class AttentionWeights(PositionalEncoding):
     """Weights in place of the softmax (stick-breaking attention)."""
 
     num_heads: int
+    #: The per-head width of what :meth:`remainder_term` adds (the values'), None if nothing.
+    head_dim: int | None = None
     #: True when a query's own key takes part (its stick is broken last).
     attend_current: bool = False
 

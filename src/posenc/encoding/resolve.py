@@ -128,12 +128,18 @@ class Hooks:
 
     @property
     def head_dim(self) -> int | None:
-        """The per-head width of an encoding that reads q or k channels, else None."""
+        """The per-head width of an encoding that reads q or k channels, else that of its
+        attention weights' remainder (stick-breaking's ``r_h`` has the value width), else None."""
+        width: int | None
         if self.rotary is not None:
-            return self.rotary.head_dim
-        if self.contextual is not None:
-            return self.contextual.head_dim
-        return None if self.scores is None else self.scores.head_dim
+            width = self.rotary.head_dim
+        elif self.contextual is not None:
+            width = self.contextual.head_dim
+        else:
+            width = None if self.scores is None else self.scores.head_dim
+        if width is None and self.weights is not None:
+            return self.weights.head_dim
+        return width
 
     @property
     def name(self) -> str:
