@@ -1,13 +1,15 @@
 """The sweep's families checked in worker processes, each family on its own deadline.
 
-:func:`run_parallel` hands one family at a time to ``jobs`` spawned workers. Each worker sets
-one torch thread, warms up once (the sweep's worker imports ``transformers``' modeling code)
-and then checks family after family, with ``torch.manual_seed(0)`` before each as the serial
-sweep does, so that a family's result does not depend on which worker ran it or what ran
-before. The results come back in the order of ``families``. A check that raises is recorded
-for its family; a worker that dies (a crash in native code, out of memory) or runs one family
-past ``timeout`` seconds is ended, its family recorded with the reason (``could not build`` in
-the sweep) and a fresh worker takes the next family: no family is lost.
+:func:`run_parallel` hands one family at a time to ``jobs`` worker processes. The workers are
+forked from a fork server that imported the modules they need once (the sweep's: its own and
+``transformers``' modeling code; spawned workers import them each, where there is no fork
+server). Each worker sets one torch thread and checks family after family, with
+``torch.manual_seed(0)`` before each as the serial sweep does, so that a family's result does
+not depend on which worker ran it or what ran before. The results come back in the order of
+``families``. A check that raises is recorded for its family; a worker that dies (a crash in
+native code, out of memory) or runs one family past ``timeout`` seconds is ended, its family
+recorded with the reason (``could not build`` in the sweep) and a fresh worker takes the next
+family: no family is lost.
 
 Plain :mod:`multiprocessing` rather than :mod:`concurrent.futures`: a process pool can neither
 end the one worker that hangs nor say which family a dead worker held (it breaks the whole
@@ -17,12 +19,14 @@ pool), and both are what this runner is for.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import multiprocessing
 import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from typing import TypeVar
 
@@ -37,14 +41,14 @@ def _serve(
     conn: Connection,
     check: Callable[[str, torch.dtype], R],
     dtype: torch.dtype,
-    warm_up: Callable[[], None] | None,
+    preload: Sequence[str],
 ) -> None:
-    """A worker: one torch thread, ``warm_up()``, then for each family received (until
-    ``None``) ``(result, None, seconds)``, or ``(None, error, seconds)`` when the check
-    raised."""
+    """A worker: one torch thread, the ``preload`` modules (already there when the fork server
+    imported them), then for each family received (until ``None``) ``(result, None,
+    seconds)``, or ``(None, error, seconds)`` when the check raised."""
     torch.set_num_threads(1)
-    if warm_up is not None:
-        warm_up()
+    for name in preload:
+        importlib.import_module(name)
     conn.send("ready")
     while (family := conn.recv()) is not None:
         torch.manual_seed(0)
@@ -56,6 +60,16 @@ def _serve(
             conn.send((None, text, time.perf_counter() - start))
         else:
             conn.send((result, None, time.perf_counter() - start))
+
+
+def _context(preload: Sequence[str]) -> SpawnContext | ForkServerContext:
+    """Workers forked from a fresh fork server that imported ``preload`` once (a process that
+    ran no torch threads: safe to fork), else spawned (where there is no fork server)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(preload))  # used by a server not started yet
+    return context
 
 
 @dataclass
@@ -74,7 +88,7 @@ def run_parallel(
     jobs: int,
     timeout: float,
     dtype: torch.dtype = torch.float32,
-    warm_up: Callable[[], None] | None = None,
+    preload: Sequence[str] = (),
     on_result: Callable[[int, R, float], None] | None = None,
 ) -> list[R]:
     """``check(family, dtype)`` for each of ``families`` in ``jobs`` worker processes.
@@ -87,8 +101,9 @@ def run_parallel(
         jobs: worker processes (at most one per family).
         timeout: seconds one family may take in its worker before the worker is ended.
         dtype: passed to ``check``.
-        warm_up: a module-level function each worker calls once before its first family
-            (imports: not counted in a family's time or ``timeout``).
+        preload: modules every worker needs, imported before its first family (not in a
+            family's time or ``timeout``): once in the fork server that forks the workers,
+            where there is one and it is not running yet, else in each worker.
         on_result: called as each family finishes, with its index in ``families``, its result
             and the seconds it took.
 
@@ -106,13 +121,15 @@ def run_parallel(
     index = {family: i for i, family in enumerate(families)}
     if len(index) != len(families):
         raise ValueError(f"families must not repeat, got {list(families)}")
-    context = multiprocessing.get_context("spawn")
+    context = _context(preload)
     todo = list(reversed(families))  # popped from the end: in the order given
     results: dict[int, R] = {}
 
     def start() -> _Worker:
         parent, child = context.Pipe()
-        process = context.Process(target=_serve, args=(child, check, dtype, warm_up), daemon=True)
+        process = context.Process(
+            target=_serve, args=(child, check, dtype, tuple(preload)), daemon=True
+        )
         process.start()
         child.close()
         return _Worker(process, parent)

@@ -229,11 +229,6 @@ def _check(family: str, dtype: torch.dtype) -> FamilyResult:
     return check_family(family, dtype=dtype)
 
 
-def _warm_up() -> None:
-    """A worker's imports: the bulk of every model's, once and not in a family's time."""
-    import transformers.modeling_utils  # noqa: F401
-
-
 def _failed(family: str, reason: str) -> FamilyResult:
     """A family whose worker crashed, hung or raised: its reason."""
     return FamilyResult(family, "could not build", reason)
@@ -282,7 +277,8 @@ def sweep(
             jobs=jobs,
             timeout=timeout,
             dtype=dtype,
-            warm_up=_warm_up,
+            # the bulk of every model's imports, and the sweep's own
+            preload=("transformers.modeling_utils", "tools.hf_sweep.sweep"),
             on_result=report,
         )
     results = []
