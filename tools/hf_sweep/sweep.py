@@ -262,8 +262,10 @@ def sweep(
 
     def report(i: int, result: FamilyResult, seconds: float) -> None:
         nonlocal printed
+        if not progress:
+            return
         done[i] = result, seconds
-        while progress and printed in done:
+        while printed in done:
             result, seconds = done.pop(printed)
             line = f"{result.family:28s} {seconds:5.1f}s {result.status:16s} {result.detail}"
             print(line, flush=True)

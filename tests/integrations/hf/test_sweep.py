@@ -51,13 +51,32 @@ def test_float64_comparison_leaves_only_hf_float32_tables() -> None:
     assert result.status == "equal" and result.max_diff is not None and result.max_diff < 1e-6
 
 
-def test_parallel_sweep_gives_the_serial_results_in_order() -> None:
+def test_parallel_sweep_gives_the_serial_results_in_order(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Equal, mismatch (its max diff bit for bit), refused, not text RoPE: two workers give
-    what one process gives, in the order asked."""
+    what one process gives, and print the families' lines in the order asked."""
     families = ["pixtral", "youtu", "llama", "clvp"]
     serial = sweep.sweep(families, jobs=1)
     assert [r.status for r in serial] == ["not text RoPE", "mismatch", "equal", "refused"]
-    assert sweep.sweep(families, jobs=2) == serial
+    capsys.readouterr()
+    assert sweep.sweep(families, jobs=2, progress=True) == serial
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == families
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["--timeout", "-1"], "--timeout must be > 0 seconds, got -1.0"),
+    ],
+)
+def test_command_line_refuses_bad_jobs_or_timeout(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        sweep.main([*argv, "llama"])
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.slow
