@@ -1,15 +1,19 @@
-"""How long the ``posenc`` command takes to start: ``python benchmarks/cli_startup.py``.
+"""How long the ``posenc`` command takes to start, and ``posenc check`` to run.
 
-Each round runs every command below once in a fresh process, in turn (interleaved, so that a
-busy spell of a shared machine hits all of them alike); the table gives each command's median
-wall time over the rounds:
+``python benchmarks/cli_startup.py``: each round runs every command below once in a fresh
+process, in turn (interleaved, so that a busy spell of a shared machine hits all of them
+alike); the table gives each command's median wall time over the rounds:
 
 - ``python``: the interpreter alone (``python -c pass``), the floor of any command;
 - ``import torch``: what any command that touches a tensor pays;
 - ``posenc --help``: the parser alone (the subcommands import their modules when they run);
 - ``posenc lab --help``: the list of experiments (imports the lab's experiment registry);
 - ``cli, no package init``: ``posenc --help`` with ``posenc/__init__.py`` skipped (the
-  package's eager re-exports import torch): what a lazy package ``__init__`` would give.
+  package's eager re-exports import torch): what a lazy package ``__init__`` would give;
+- ``posenc check``: the whole command, start-up and every property check (its goal: under
+  5 s). Besides torch it imports numba (the CPU rotation kernel, which the norm check
+  reaches) and sympy (torch imports it to build a module on the meta device, as
+  ``skip_init`` does for SignNet's layers).
 
 Add ``--rounds N`` (default 7) and ``--json`` for machine-readable output. The figure in
 docs/performance.md comes from this script.
@@ -42,6 +46,7 @@ COMMANDS: dict[str, list[str]] = {
     "posenc --help": ["-m", "posenc.cli", "--help"],
     "posenc lab --help": ["-m", "posenc.cli", "lab", "--help"],
     "cli, no package init": ["-c", _WITHOUT_INIT],
+    "posenc check": ["-m", "posenc.cli", "check"],
 }
 
 

@@ -16,10 +16,14 @@ status:
 * ``could not build``: no tiny model could be built or run unpatched here (the error), or no
   text rotary ran on its inputs (an ``equal`` would compare nothing).
 
-Run from the repository root: ``python -m tools.hf_sweep [family ...] [--markdown FILE]
-[--json FILE] [--dtype float64]``; the table printed is the one in ``docs/hf.md``, and
-``--conventions`` prints the tables of :mod:`posenc.integrations.hf.conventions` read from the
-installed release instead. Needs ``transformers`` (:mod:`posenc.integrations.hf` itself does
+Run from the repository root: ``python -m tools.hf_sweep [family ...] [--jobs N]
+[--timeout SECONDS] [--markdown FILE] [--json FILE] [--dtype float64]``; the table printed is
+the one in ``docs/hf.md``, and ``--conventions`` prints the tables of
+:mod:`posenc.integrations.hf.conventions` read from the installed release instead. ``--jobs``
+worker processes (default: the cores this process may use) check the families
+(:mod:`tools.hf_sweep.parallel`; a family whose worker crashes or runs past ``--timeout`` is
+``could not build``); ``--jobs 1`` checks them in this process. Either way the results are the
+same and in the same order. Needs ``transformers`` (:mod:`posenc.integrations.hf` itself does
 not).
 """
 
@@ -29,6 +33,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import re
 import time
 import warnings
@@ -44,6 +49,7 @@ from torch import Tensor, nn
 from posenc.integrations.hf.patch import HFRotaryAdapter, is_text_rotary, patch_rotary
 from tools.hf_sweep.conventions import conventions_source
 from tools.hf_sweep.families import rope_families
+from tools.hf_sweep.parallel import run_parallel
 from tools.hf_sweep.table import NOT_EQUAL
 from tools.hf_sweep.tiny import build_tiny, rotary_modules
 
@@ -51,6 +57,7 @@ __all__ = [
     "NOT_EQUAL",
     "FamilyResult",
     "check_family",
+    "default_jobs",
     "main",
     "output_and_rotary_calls",
     "sweep",
@@ -58,6 +65,8 @@ __all__ = [
 ]
 
 TOLERANCE = 5e-6
+#: Seconds one family may take in a worker (the slowest takes a few on one idle core).
+TIMEOUT = 300.0
 STATUSES = ("equal", "mismatch", "refused", "not text RoPE", "could not build")
 #: Families whose rotary is not a text RoPE, with the reason (read from their modeling files).
 NOT_TEXT_ROPE: dict[str, str] = {
@@ -215,21 +224,71 @@ def output_and_rotary_calls(model: nn.Module, inputs: dict[str, Any]) -> tuple[T
             hook.remove()
 
 
+def _check(family: str, dtype: torch.dtype) -> FamilyResult:
+    """:func:`check_family` at the default tolerance: what a worker runs."""
+    return check_family(family, dtype=dtype)
+
+
+def _failed(family: str, reason: str) -> FamilyResult:
+    """A family whose worker crashed, hung or raised: its reason."""
+    return FamilyResult(family, "could not build", reason)
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def sweep(
     families: Sequence[str] | None = None,
     *,
     progress: bool = False,
     dtype: torch.dtype = torch.float32,
+    jobs: int = 1,
+    timeout: float = TIMEOUT,
 ) -> list[FamilyResult]:
-    """:func:`check_family` in ``dtype`` for ``families`` (default: every RoPE family)."""
+    """:func:`check_family` in ``dtype`` for ``families`` (default: every RoPE family), in
+    this process (``jobs=1``) or in ``jobs`` worker processes, each family within ``timeout``
+    seconds (:func:`~tools.hf_sweep.parallel.run_parallel`). The results are in the order of
+    ``families``; ``progress`` prints each family's line in that order as soon as the ones
+    before it are done."""
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, got {jobs}")
+    families = list(families or rope_families())
+    done: dict[int, tuple[FamilyResult, float]] = {}  # finished, not printed yet
+    printed = 0
+
+    def report(i: int, result: FamilyResult, seconds: float) -> None:
+        nonlocal printed
+        if not progress:
+            return
+        done[i] = result, seconds
+        while printed in done:
+            result, seconds = done.pop(printed)
+            line = f"{result.family:28s} {seconds:5.1f}s {result.status:16s} {result.detail}"
+            print(line, flush=True)
+            printed += 1
+
+    if jobs > 1:
+        return run_parallel(
+            families,
+            _check,
+            _failed,
+            jobs=jobs,
+            timeout=timeout,
+            dtype=dtype,
+            # the bulk of every model's imports, and the sweep's own
+            preload=("transformers.modeling_utils", "tools.hf_sweep.sweep"),
+            on_result=report,
+        )
     results = []
-    for family in families or rope_families():
+    for i, family in enumerate(families):
         torch.manual_seed(0)
         start = time.perf_counter()
         result = check_family(family, dtype=dtype)
-        if progress:
-            seconds = time.perf_counter() - start
-            print(f"{family:28s} {seconds:5.1f}s {result.status:16s} {result.detail}", flush=True)
+        report(i, result, time.perf_counter() - start)
         results.append(result)
     return results
 
@@ -259,6 +318,18 @@ def main(argv: Sequence[str] | None = None) -> list[FamilyResult]:
         "--dtype", choices=("float32", "float64"), default="float32", help="models and inputs"
     )
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=default_jobs(),
+        help="worker processes (default: this machine's cores; 1: no workers)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=TIMEOUT,
+        help=f"seconds one family may take in a worker (default {TIMEOUT:g})",
+    )
+    parser.add_argument(
         "--conventions",
         action="store_true",
         help="print posenc.integrations.hf.conventions' tables read from transformers; no sweep",
@@ -267,8 +338,18 @@ def main(argv: Sequence[str] | None = None) -> list[FamilyResult]:
     if args.conventions:
         print(conventions_source(), end="")
         return []
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be > 0 seconds, got {args.timeout}")
     torch.set_num_threads(1)
-    results = sweep(args.families or None, progress=True, dtype=getattr(torch, args.dtype))
+    results = sweep(
+        args.families or None,
+        progress=True,
+        dtype=getattr(torch, args.dtype),
+        jobs=args.jobs,
+        timeout=args.timeout,
+    )
     table = table_markdown(results)
     print(table.splitlines()[0])
     if args.markdown:

@@ -74,6 +74,9 @@ SIZES: dict[str, int] = {
     "num_heads": 4,
     "out_hidden_size": 64,
     "projection_dim": 64,
+    # Mamba-2's chunked scan pads the sequence to a whole chunk (256 by default): 16 holds the
+    # tiny inputs in one chunk, and the forward drops from seconds to milliseconds
+    "mamba_chunk_size": 16,
 }
 LAYER_KEYS = ("num_hidden_layers", "num_layers", "n_layers", "n_layer", "decoder_layers")
 LAYER_LIST_KEYS = ("layer_types", "layers_block_type", "attention_layer_types")
@@ -255,14 +258,25 @@ def _model_class(model_type: str) -> type[nn.Module] | None:
     return None
 
 
-def _forward_inputs(model: nn.Module, vocab: int, family: str) -> dict[str, Any] | str:
+def _no_tokens(cls: type[nn.Module], family: str) -> str | None:
+    """Why ``cls`` takes no token ids (``None`` if it does), read from its ``forward``'s
+    signature before a model is built: a large audio or video model is not built for nothing."""
+    params = inspect.signature(cls.forward).parameters
+    if "input_ids" in params:
+        return None
+    if "decoder_input_ids" in params and family in EXTRA_INPUTS:  # speech encoder-decoder
+        return None
+    return f"{cls.__name__}.forward takes no input_ids"
+
+
+def _forward_inputs(model: nn.Module, vocab: int, family: str) -> dict[str, Any]:
+    """The token ids (and whatever else ``family`` reads) for a model that takes tokens (see
+    :func:`_no_tokens`)."""
     params = inspect.signature(model.forward).parameters
     gen = torch.Generator().manual_seed(1)
     ids = torch.randint(1, min(vocab, 128), (BATCH, SEQ_LEN), generator=gen)
     inputs: dict[str, Any] = {"input_ids": ids}
     if "input_ids" not in params:  # a speech encoder-decoder: tokens reach the decoder only
-        if "decoder_input_ids" not in params or family not in EXTRA_INPUTS:
-            return f"{type(model).__name__}.forward takes no input_ids"
         inputs = {"decoder_input_ids": ids}
     elif "decoder_input_ids" in params:
         inputs["decoder_input_ids"] = ids[:, : SEQ_LEN // 2]
@@ -292,6 +306,10 @@ def build_tiny(
         cls = _model_class(model_type)
         if cls is None:
             continue
+        no_tokens = _no_tokens(cls, family)
+        if no_tokens:
+            reasons.append(no_tokens)
+            continue
         try:
             config_cls = type(AutoConfig.for_model(model_type))
             default = config_cls().to_dict()
@@ -311,12 +329,10 @@ def build_tiny(
             continue
         vocab = int(getattr(config.get_text_config(), "vocab_size", 128) or 128)
         inputs = _forward_inputs(model, vocab, family)
-        if isinstance(inputs, dict):
-            for key, value in inputs.items():
-                if isinstance(value, torch.Tensor) and value.is_floating_point():
-                    inputs[key] = value.to(dtype)
-            return model, inputs, cls.__name__
-        reasons.append(inputs)
+        for key, value in inputs.items():
+            if isinstance(value, torch.Tensor) and value.is_floating_point():
+                inputs[key] = value.to(dtype)
+        return model, inputs, cls.__name__
     if not errors:
         return "; ".join(reasons) or f"no model class among model types {types}"
     raise RuntimeError(errors[0])

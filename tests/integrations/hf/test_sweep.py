@@ -1,8 +1,9 @@
 """The conformance sweep: every RoPE family of the installed transformers, built tiny with random
 weights, gives HF's logits after patch_rotary (≤ 5e-6) unless the sweep's table
 (tools/hf_sweep/table.py, NOT_EQUAL) states why not; a family that changes status fails here so
-that the table in docs/hf.md stays true. Slow (about 5 minutes on one core for all 198
-families); `make test-slow` runs it."""
+that the table in docs/hf.md stays true. The per-family test is slow (about a minute on one
+idle core for all 198 families); `make test-slow` runs it. The parallel sweep gives the serial
+results (its runner: test_sweep_parallel.py)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,34 @@ def test_float64_comparison_leaves_only_hf_float32_tables() -> None:
     float32, so the difference is that rounding, far below the tolerance."""
     result = check_family("llama", dtype=torch.float64)
     assert result.status == "equal" and result.max_diff is not None and result.max_diff < 1e-6
+
+
+def test_parallel_sweep_gives_the_serial_results_in_order(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Equal, mismatch (its max diff bit for bit), refused, not text RoPE: two workers give
+    what one process gives, and print the families' lines in the order asked."""
+    families = ["pixtral", "youtu", "llama", "clvp"]
+    serial = sweep.sweep(families, jobs=1)
+    assert [r.status for r in serial] == ["not text RoPE", "mismatch", "equal", "refused"]
+    capsys.readouterr()
+    assert sweep.sweep(families, jobs=2, progress=True) == serial
+    assert [line.split()[0] for line in capsys.readouterr().out.splitlines()] == families
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+        (["--timeout", "-1"], "--timeout must be > 0 seconds, got -1.0"),
+    ],
+)
+def test_command_line_refuses_bad_jobs_or_timeout(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        sweep.main([*argv, "llama"])
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.slow
