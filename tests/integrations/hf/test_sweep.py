@@ -51,6 +51,7 @@ def test_float64_comparison_leaves_only_hf_float32_tables() -> None:
     assert result.status == "equal" and result.max_diff is not None and result.max_diff < 1e-6
 
 
+@pytest.mark.slow  # four tiny models built twice: about 6 s
 def test_parallel_sweep_gives_the_serial_results_in_order(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
