@@ -9,7 +9,9 @@ node → graph ``batch``) padded to a common size ``N`` (the largest graph), as
 - :func:`hop_distances`: hop counts by breadth-first search over the sparse edge list (what
   Graphormer uses), O(N·E), the route for large graphs;
 - :func:`shortest_paths`: distances (hop counts, or edge weights in float64) and one
-  shortest path per pair, by Floyd–Warshall with Graphormer's tie-break (below).
+  shortest path per pair with Graphormer's Floyd–Warshall tie-break (below), found by a
+  search per source over the sparse edge list (O(N·E) for hop counts), then the paths
+  (O(N²·L) for paths of at most ``L`` edges).
 
 Conventions (every function):
 
@@ -33,6 +35,21 @@ n − 1`` records for each pair the ``k`` of the last pass that *strictly* short
 expanded recursively. For each pair ``via`` is the highest-numbered intermediate node of the
 path chosen, so the choice is deterministic and tested equal, node for node, to a float64
 re-derivation of the reference; distances are tested against networkx.
+
+Why a search finds the same ``via`` (exact arithmetic; :func:`shortest_paths` checks that
+the weights' sums are exact in float64 and runs Floyd–Warshall itself otherwise). After pass
+``k`` Floyd–Warshall holds ``D_{k+1}(i, j)``, the shortest walk whose intermediate nodes are
+all ``≤ k``; ``D_0`` is the direct edge. ``D_k`` only decreases with ``k`` and ends at the
+distance ``d(i, j)``, so the last strict decrease is at the smallest ``k`` with ``D_{k+1} =
+d``:
+
+.. math:: \mathrm{via}(i, j) = \min_{P \text{ shortest } i \to j}\ \max
+    \,\mathrm{intermediates}(P) \qquad (-1 \text{ when a direct edge or } i = j
+    \text{ is shortest}),
+
+the least possible highest intermediate node of a shortest path. The search computes it as
+the second key of a lexicographic label ``(length, highest intermediate)`` minimized over
+all walks (``_search``); the paths then follow the same recursion as the reference.
 
 Example::
 
@@ -80,10 +97,12 @@ class ShortestPaths:
             (``weighted``); :data:`UNREACHABLE` where there is no path; clamped to
             ``max_distance`` when it was given.
         hops: ``(B, N, N)`` int64 number of edges on the path in ``path``
-            (:data:`UNREACHABLE` where none); equals ``distance`` for hop counts unclamped.
+            (:data:`UNREACHABLE` where none: no path, or past the ``cutoff``); equals
+            ``distance`` for hop counts unclamped.
         path: ``(B, N, N, L + 1)`` int64 node ids (local) along one shortest path from
             ``i`` to ``j``, then ``-1``; ``L`` is the longest path's hop count. ``path[b,
-            i, i] = [i, -1, …]``; unreachable pairs are all ``-1``.
+            i, i] = [i, -1, …]``; unreachable pairs (and those past the ``cutoff``) are all
+            ``-1``.
         node_mask: ``(B, N)`` bool, True for a real node (False: padding).
         graph: the :class:`~posenc.graph.Graph` they were computed from (edge features
             are looked up through it).
