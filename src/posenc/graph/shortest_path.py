@@ -43,9 +43,9 @@ all ``≤ k``; ``D_0`` is the direct edge. ``D_k`` only decreases with ``k`` and
 distance ``d(i, j)``, so the last strict decrease is at the smallest ``k`` with ``D_{k+1} =
 d``:
 
-.. math:: \mathrm{via}(i, j) = \min_{P \text{ shortest } i \to j}\ \max
-    \,\mathrm{intermediates}(P) \qquad (-1 \text{ when a direct edge or } i = j
-    \text{ is shortest}),
+.. math:: \\mathrm{via}(i, j) = \\min_{P \\text{ shortest } i \\to j}\\ \\max
+    \\,\\mathrm{intermediates}(P) \\qquad (-1 \\text{ when a direct edge or } i = j
+    \\text{ is shortest}),
 
 the least possible highest intermediate node of a shortest path. The search computes it as
 the second key of a lexicographic label ``(length, highest intermediate)`` minimized over
@@ -489,11 +489,13 @@ def _search(
     row_start = torch.cumsum(degree, 0) - degree
     block = max(1, _PAIRS_PER_BLOCK // max(n, 1))
     stamp = torch.empty(min(block, n) * n, dtype=torch.long)  # scratch to merge repeats
+    unit = bool((cost == 1).all())
     for first in range(0, n, block):
         sources = torch.arange(first, min(first + block, n))
         flat_d[sources * (n + 1)] = 0.0
         frontier = sources * (n + 1)  # flat (source, node) pairs
-        while frontier.numel():
+        hop = 0
+        while frontier.numel() and not (unit and stop is not None and hop >= stop):
             source, node = frontier // n, frontier % n
             count = degree[node]
             total = int(count.sum())
@@ -503,28 +505,49 @@ def _search(
             # entry t of node u's run reads edge row_start[u] + t - (first entry of the run)
             shift = row_start[node] - (torch.cumsum(count, 0) - count)
             edge = torch.arange(total) + shift[which]
-            offer_d = flat_d[frontier][which] + weight[edge]
             highest = torch.maximum(flat_v[frontier], node).masked_fill(node == source, -1)
             offer_v = highest[which]
             target = (source * n)[which] + neighbour[edge]
-            keep = offer_d <= flat_d[target]
-            if stop is not None:
-                keep &= offer_d <= stop
-            target, offer_d, offer_v = target[keep], offer_d[keep], offer_v[keep]
-            old_d, old_v = flat_d[target], flat_v[target]
-            flat_d.scatter_reduce_(0, target, offer_d, reduce="amin")
-            new_d = flat_d[target]
-            shorter = new_d < old_d
-            flat_v[target[shorter]] = n  # a shorter walk: its via restarts from the offers
-            tie = offer_d == new_d
-            flat_v.scatter_reduce_(0, target[tie], offer_v[tie], reduce="amin")
-            changed = target[shorter | (flat_v[target] < old_v)]
+            if unit:  # breadth first: each pair is settled by the first hop reaching it
+                hop += 1
+                fresh = flat_d[target] > hop
+                changed, offer_v = target[fresh], offer_v[fresh]
+                flat_d[changed] = float(hop)
+                flat_v[changed] = n
+                flat_v.scatter_reduce_(0, changed, offer_v, reduce="amin")
+            else:
+                offer_d = flat_d[frontier][which] + weight[edge]
+                changed = _relax(flat_d, flat_v, target, offer_d, offer_v, stop)
             # Merge repeats without sorting: one write per pair wins its ticket.
             ticket = torch.arange(changed.numel())
             local = changed - first * n
             stamp[local] = ticket
             frontier = changed[stamp[local] == ticket]
     return distance, via
+
+
+def _relax(
+    flat_d: Tensor,
+    flat_v: Tensor,
+    target: Tensor,
+    offer_d: Tensor,
+    offer_v: Tensor,
+    stop: float | None,
+) -> Tensor:
+    """Lower the labels ``(flat_d, flat_v)`` at ``target`` to the least of the offers
+    (repeated targets allowed); returns the targets whose label dropped."""
+    keep = offer_d <= flat_d[target]
+    if stop is not None:
+        keep &= offer_d <= stop
+    target, offer_d, offer_v = target[keep], offer_d[keep], offer_v[keep]
+    old_d, old_v = flat_d[target], flat_v[target]
+    flat_d.scatter_reduce_(0, target, offer_d, reduce="amin")
+    new_d = flat_d[target]
+    shorter = new_d < old_d
+    flat_v[target[shorter]] = torch.iinfo(torch.long).max  # restarts from the offers
+    tie = offer_d == new_d
+    flat_v.scatter_reduce_(0, target[tie], offer_v[tie], reduce="amin")
+    return target[shorter | (flat_v[target] < old_v)]
 
 
 def _floyd_warshall(graph: Graph, weighted: bool) -> tuple[Tensor, Tensor]:
