@@ -328,7 +328,9 @@ def _sparse_cases() -> dict[str, Graph]:
         "random weighted": Graph(edges, n, weights),
         "grid": from_networkx(grid),
         "cycle+path+bits": from_networkx(two),
-        "repeats and loops": Graph(torch.cat([edges, edges[:, :9], torch.tensor([[3], [3]])], 1), n),
+        "repeats and loops": Graph(
+            torch.cat([edges, edges[:, :9], torch.tensor([[3], [3]])], 1), n
+        ),
     }
 
 

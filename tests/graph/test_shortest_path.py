@@ -307,9 +307,7 @@ def _assert_same(got, want) -> None:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("directed", [False, True])
-@pytest.mark.parametrize(
-    "weights", [None, (0.0, 1.0, 2.0), (0.0, 0.5, 1.5, 3.0), (0.0,)], ids=str
-)
+@pytest.mark.parametrize("weights", [None, (0.0, 1.0, 2.0), (0.0, 0.5, 1.5, 3.0), (0.0,)], ids=str)
 def test_the_search_equals_floyd_warshall_on_many_random_graphs(
     directed: bool, weights: tuple[float, ...] | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:

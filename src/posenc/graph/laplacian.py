@@ -54,7 +54,7 @@ Example::
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -400,7 +400,7 @@ def _sparse_eigenpairs(
     return vectors, values[chosen], count
 
 
-def _sparse_adjacency(sub: SubGraph):  # type: ignore[no-untyped-def]
+def _sparse_adjacency(sub: SubGraph) -> Any:
     """One graph's symmetric loop-free scipy CSR adjacency under :func:`dense_adjacency`'s
     conventions (parallel edges add up; an undirected edge listed once counts both ways,
     listed both ways once), weight-0 entries dropped."""
@@ -430,7 +430,9 @@ def _sparse_adjacency(sub: SubGraph):  # type: ignore[no-untyped-def]
     return a
 
 
-def _component_eigsh(a, k: int, normalization: Normalization, index: int):  # type: ignore[no-untyped-def]
+def _component_eigsh(
+    a: Any, k: int, normalization: Normalization, index: int
+) -> tuple[Tensor, Tensor]:
     """The ``min(k, m - 1)`` smallest non-zero eigenpairs ``(values (r,), vectors (m, r))``
     of one connected component's Laplacian (scipy CSR adjacency ``a``, ``m`` nodes).
 

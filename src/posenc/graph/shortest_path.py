@@ -408,7 +408,10 @@ def shortest_paths(
             n = sizes[index]
             label = _components(src, dst, n)
             reachable[index, :n, :n] |= label[:, None] == label[None, :]
-    expand = finite & (distance <= max_distance) if cutoff else finite
+    expand = finite
+    if cutoff:
+        assert max_distance is not None  # checked above
+        expand = finite & (distance <= max_distance)
     if weighted:
         hops = _chosen_hops(via, expand)
     else:  # the chosen path is a shortest one: as many hops as the distance
@@ -418,7 +421,8 @@ def shortest_paths(
     path = _paths_from_via(via, hops, expand)
     del via
     if cutoff:  # far pairs were not searched: they read the cutoff, as the clamp gives
-        distance = distance.masked_fill(reachable & ~finite, float(max_distance))  # type: ignore[arg-type]
+        assert max_distance is not None
+        distance = distance.masked_fill(reachable & ~finite, float(max_distance))
     distance = distance.masked_fill(~reachable, float(UNREACHABLE))
     out = distance if weighted else distance.long()
     return ShortestPaths(_clamp(out, max_distance), hops, path, node_mask, graph, weighted)
