@@ -41,6 +41,7 @@ import torch
 from posenc.graph import Graph, hop_distances, laplacian_pe, shortest_paths
 
 SIZES = (100, 300, 1000, 3000, 10000, 30000, 100000)
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def path_graph(n: int) -> Graph:
@@ -123,8 +124,9 @@ def run(sizes: list[int], methods: list[str], limit: float) -> list[dict[str, ob
                         print(f"{family:7s} {method:9s} N={n:6d} stopped (predicted > {limit} s)")
                         break
                 command = [sys.executable, __file__, "--one", family, method, str(n)]
-                result = json.loads(subprocess.run(command, capture_output=True, check=True,
-                                                   text=True).stdout.splitlines()[-1])  # fmt: skip
+                env = {**os.environ, **ONE_THREAD}  # numpy's and scipy's BLAS too
+                done = subprocess.run(command, capture_output=True, check=True, text=True, env=env)
+                result = json.loads(done.stdout.splitlines()[-1])
                 row = {"family": family, "method": method, "nodes": n, **result}
                 rows.append(row)
                 if "skipped" in result:

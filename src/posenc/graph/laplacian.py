@@ -33,7 +33,8 @@ Conventions (see ``docs/graph.md``):
   edge both ways); a negative weight raises naming ``edge_weight``. An edge of weight 0 is
   no edge.
 - **Signs and bases** are the eigensolver's (float64 ``torch.linalg.eigh``, dense, per
-  graph): a sign, and the basis inside a repeated eigenvalue, are arbitrary.
+  graph; scipy's ``eigsh`` per component past :data:`SPARSE_THRESHOLD` nodes): a sign, and
+  the basis inside a repeated eigenvalue, are arbitrary.
   :func:`random_sign_flip` draws signs for training; :class:`~posenc.graph.SignNet` is
   invariant to them.
 
@@ -115,6 +116,8 @@ def laplacian(graph: Graph, normalization: Normalization = "sym") -> list[Tensor
 
     Raises:
         ValueError: naming ``directed``, ``edge_weight`` or ``normalization``.
+        MemoryError: naming ``N`` and the bytes when a matrix would exceed
+            :data:`~posenc.graph.shortest_path.MAX_RESULT_BYTES` (checked before allocating).
 
     Example::
 
@@ -149,7 +152,12 @@ def laplacian_pe(
 
     Computed with float64 ``torch.linalg.eigh`` on the dense matrix of each graph
     (``L_sym`` for ``"rw"``, whose vectors are then ``D^{-1/2} u`` rescaled to unit norm):
-    ``O(n³)`` per graph, meant for the small graphs of graph-level tasks.
+    ``O(n³)`` per graph. A graph of more than :data:`SPARSE_THRESHOLD` (2,000) nodes takes
+    a sparse route instead (scipy): each connected component offers its ``k`` smallest
+    non-zero eigenpairs (small components from a batched dense ``eigh``, large ones from
+    scipy's ``eigsh``; the spectrum of a graph is the union of its components'), and the
+    ``k`` smallest are kept. Tested equal to the dense route (eigenvalues, eigenspace
+    projectors).
 
     Args:
         graph: an undirected :class:`~posenc.graph.Graph` (or batch) with non-negative
@@ -166,6 +174,9 @@ def laplacian_pe(
     Raises:
         ValueError: naming ``k`` (not an int ≥ 1; too large with ``pad=False``),
             ``normalization``, ``directed`` or ``edge_weight``.
+        ImportError: on the sparse route without scipy (``pip install 'posenc[graph]'``).
+        RuntimeError: naming ``k`` and the graph when the sparse eigensolver does not
+            converge.
 
     Example::
 
@@ -436,8 +447,8 @@ def _component_eigsh(
     """The ``min(k, m - 1)`` smallest non-zero eigenpairs ``(values (r,), vectors (m, r))``
     of one connected component's Laplacian (scipy CSR adjacency ``a``, ``m`` nodes).
 
-    First Lanczos for the smallest algebraic eigenvalues (``eigsh(which="SA")``, a few
-    hundred restarts): quick where the spectral gap is wide (random graphs, expanders).
+    First Lanczos for the smallest algebraic eigenvalues (``eigsh(which="SA")``, relative
+    tolerance 1e-10, at most 100 restarts): quick where the spectral gap is wide (random graphs, expanders).
     Failing that (chains, grids: gaps of order ``1/m²``), Lanczos on the pseudo-inverse
     ``L⁺`` (shift-invert at 0): ``L`` is singular with the known null vector ``u``
     (``1``, or ``D^{1/2} 1`` for ``L_sym``), so ``L⁺ b`` solves the system with one node's
@@ -465,7 +476,7 @@ def _component_eigsh(
     else:
         try:
             values, vectors = sparse_linalg.eigsh(
-                lap, k=want + 1, which="SA", v0=start, maxiter=300, tol=1e-13
+                lap, k=want + 1, which="SA", v0=start, maxiter=100, tol=1e-10
             )
             order = np.argsort(values)[1:]  # drop the zero eigenvalue
             values, vectors = values[order], vectors[:, order]
@@ -481,7 +492,7 @@ def _component_eigsh(
             operator = sparse_linalg.LinearOperator((m, m), pseudo_inverse, dtype=np.float64)
             try:
                 inverse, vectors = sparse_linalg.eigsh(
-                    operator, k=want, which="LA", v0=pseudo_inverse(start), tol=1e-13
+                    operator, k=want, which="LA", v0=pseudo_inverse(start), tol=1e-12
                 )
             except sparse_linalg.ArpackNoConvergence as error:
                 raise RuntimeError(
