@@ -11,7 +11,14 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.graph import UNREACHABLE, Graph, from_networkx, hop_distances, shortest_paths
+from posenc.graph import (
+    UNREACHABLE,
+    Graph,
+    dense_edges,
+    from_networkx,
+    hop_distances,
+    shortest_paths,
+)
 from tests.graph.graphormer_reference import (
     batch_graphs,
     dense_listed,
@@ -277,6 +284,8 @@ def test_the_result_size_is_checked_before_allocating() -> None:
         shortest_paths(small, max_bytes=3199)
     with pytest.raises(ValueError, match="max_bytes"):
         hop_distances(small, max_bytes=-1)
+    with pytest.raises(MemoryError, match=r"dense edge tables .*N=1000000 .*9,000,000,000,000"):
+        dense_edges(huge)
 
 
 # --- the search equals Floyd–Warshall: distances, via nodes, hops and paths ----------------

@@ -448,12 +448,13 @@ def _component_eigsh(
     of one connected component's Laplacian (scipy CSR adjacency ``a``, ``m`` nodes).
 
     First Lanczos for the smallest algebraic eigenvalues (``eigsh(which="SA")``, relative
-    tolerance 1e-10, at most 100 restarts): quick where the spectral gap is wide (random graphs, expanders).
-    Failing that (chains, grids: gaps of order ``1/m²``), Lanczos on the pseudo-inverse
-    ``L⁺`` (shift-invert at 0): ``L`` is singular with the known null vector ``u``
-    (``1``, or ``D^{1/2} 1`` for ``L_sym``), so ``L⁺ b`` solves the system with one node's
-    row and column removed (a sparse LU, cheap on such graphs) and projects out ``u``; its
-    largest eigenvalues are ``1 / λ`` of the smallest non-zero ``λ``.
+    tolerance 1e-10, at most 100 restarts): quick where the spectral gap is wide (random
+    graphs, expanders). Failing that (grids, chains: gaps of order ``1/m`` to ``1/m²``),
+    Lanczos on the pseudo-inverse ``L⁺`` (shift-invert at 0): ``L`` is singular with the
+    known null vector ``u`` (``1``, or ``D^{1/2} 1`` for ``L_sym``), so ``L⁺ b`` solves the
+    system with one node's row and column removed (a sparse LU, cheap on such graphs) and
+    projects out ``u``; its largest eigenvalues are ``1 / λ`` of the smallest non-zero
+    ``λ``.
     """
     import numpy as np
     from scipy import sparse

@@ -131,10 +131,15 @@ def dense_edges(graph: Graph) -> tuple[Tensor, Tensor, Tensor]:
         ``weight (B, N, N)`` float64, the lightest of the edges listed from ``i`` to ``j``
         (either way for an undirected graph; 0 where there is no edge): what a path pays;
         ``node_mask (B, N)`` bool.
+
+    Raises:
+        MemoryError: naming ``N`` and the bytes (9 per pair) past :data:`MAX_RESULT_BYTES`,
+            before allocating.
     """
     sizes = check_graph(graph).sizes
     size = max(sizes)
     batch = len(sizes)
+    _check_result_size(batch, size, 9, None, "dense edge tables")
     edge = torch.zeros(batch, size, size, dtype=torch.bool)
     weight = torch.zeros(batch, size, size, dtype=torch.float64)
     for index, sub in enumerate(graph.graphs()):
