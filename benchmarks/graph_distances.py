@@ -9,7 +9,9 @@ on one thread:
 - ``bfs``: :func:`posenc.graph.hop_distances`, breadth-first search on the sparse edge list;
 - ``dense``: the former ``hop_distances`` (one dense ``(N, N)`` boolean frontier product
   per hop, kept here as the tests' reference);
-- ``floyd``: :func:`posenc.graph.shortest_paths` (Floyd–Warshall and Graphormer's paths).
+- ``floyd``: :func:`posenc.graph.shortest_paths` (distances and Graphormer's paths: by
+  Floyd–Warshall when the table below was measured, by a search per source since; see
+  ``benchmarks/graph_size.py``).
 
 and prints the seconds and the growth exponent ``log(t2 / t1) / log(N2 / N1)`` between
 consecutive sizes. A slow method stops before the size its last growth exponent plus one predicts

@@ -5,6 +5,8 @@ permutations, sign flips and bad input."""
 
 from __future__ import annotations
 
+import importlib
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from torch_geometric.transforms import AddLaplacianEigenvectorPE
 from torch_geometric.utils import get_laplacian, to_dense_adj
 
 from posenc.graph import Graph, from_networkx, laplacian, laplacian_pe, random_sign_flip
+from tests.graph.graphormer_reference import batch_graphs
 
 NORMALIZATIONS = ["combinatorial", "sym", "rw"]
 
@@ -311,3 +314,110 @@ def test_zero_weight_edge_is_no_edge() -> None:
     pe = laplacian_pe(g, 2, "combinatorial")
     assert pe.mask[0].tolist() == [True, False]  # components {0, 1} and {2}
     assert_close(pe.values[0], torch.tensor([2.0, 0.0], dtype=torch.float64))
+
+
+# --- the sparse route past SPARSE_THRESHOLD equals the dense one ------------------------------
+
+
+def _sparse_cases() -> dict[str, Graph]:
+    gen = torch.Generator().manual_seed(5)
+    n = 260  # 2n random edges: a giant component, small trees, isolated nodes
+    edges = torch.randint(0, n, (2, n), generator=gen)
+    weights = torch.rand(n, generator=gen, dtype=torch.float64) + 0.1
+    grid = nx.convert_node_labels_to_integers(nx.grid_2d_graph(9, 13))
+    two = nx.disjoint_union(nx.cycle_graph(70), nx.path_graph(90))
+    two.add_edges_from([(160, 161), (162, 163), (163, 164)])  # small components
+    return {
+        "random": Graph(edges, n),
+        "random weighted": Graph(edges, n, weights),
+        "grid": from_networkx(grid),
+        "cycle+path+bits": from_networkx(two),
+        "repeats and loops": Graph(
+            torch.cat([edges, edges[:, :9], torch.tensor([[3], [3]])], 1), n
+        ),
+    }
+
+
+def _assert_same_eigenspaces(ours, theirs, full_values: torch.Tensor, k: int) -> None:  # type: ignore[no-untyped-def]
+    """Equal values, masks, and projectors of every eigenspace that lies inside the first
+    ``k`` (one cut by column ``k`` is the solver's choice)."""
+    assert torch.equal(ours.mask, theirs.mask)
+    assert_close(ours.values, theirs.values)
+    real = int(theirs.mask[0].sum())
+    for group in clusters(full_values[: real + 1]):
+        if max(group) >= real:
+            continue  # cut by the last kept column
+        assert_close(projector(ours.vectors[:, group]), projector(theirs.vectors[:, group]))
+
+
+@pytest.mark.parametrize("name", list(_sparse_cases()))
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_sparse_route_equals_the_dense_one(
+    name: str, normalization: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = importlib.import_module("posenc.graph.laplacian")
+
+    graph, k = _sparse_cases()[name], 8
+    dense = laplacian_pe(graph, k, normalization)  # type: ignore[arg-type]
+    wide = laplacian_pe(graph, k + 1, normalization)  # type: ignore[arg-type]
+    monkeypatch.setattr(module, "SPARSE_THRESHOLD", 30)  # the big components take eigsh
+    sparse = laplacian_pe(graph, k, normalization)  # type: ignore[arg-type]
+    _assert_same_eigenspaces(sparse, dense, wide.values[0][wide.mask[0]], k)
+    if normalization != "rw":  # orthonormal columns, as eigh's
+        assert_close(sparse.vectors.T @ sparse.vectors, torch.eye(k, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("normalization", NORMALIZATIONS)
+def test_sparse_route_pseudo_inverse_fallback(
+    normalization: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # When Lanczos for the smallest eigenvalues does not converge (long chains, grids), the
+    # pseudo-inverse route gives the same eigenpairs.
+    import scipy.sparse.linalg as sparse_linalg
+
+    module = importlib.import_module("posenc.graph.laplacian")
+
+    eigsh = sparse_linalg.eigsh
+    calls: list[str] = []
+
+    def no_smallest(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(kwargs["which"])
+        if kwargs["which"] == "SA":
+            raise sparse_linalg.ArpackNoConvergence("test", None, None)
+        return eigsh(*args, **kwargs)
+
+    graph = _sparse_cases()["cycle+path+bits"]
+    dense = laplacian_pe(graph, 6, normalization)  # type: ignore[arg-type]
+    wide = laplacian_pe(graph, 7, normalization)  # type: ignore[arg-type]
+    monkeypatch.setattr(module, "SPARSE_THRESHOLD", 30)
+    monkeypatch.setattr(sparse_linalg, "eigsh", no_smallest)
+    sparse = laplacian_pe(graph, 6, normalization)  # type: ignore[arg-type]
+    assert calls == ["SA", "LA", "SA", "LA"]  # two big components, both fell back
+    _assert_same_eigenspaces(sparse, dense, wide.values[0][wide.mask[0]], 6)
+
+    def never(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise sparse_linalg.ArpackNoConvergence("test", None, None)
+
+    monkeypatch.setattr(sparse_linalg, "eigsh", never)
+    with pytest.raises(RuntimeError, match=r"did not converge .*k=6 .*graph 0"):
+        laplacian_pe(graph, 6, normalization)  # type: ignore[arg-type]
+
+
+def test_sparse_route_pads_and_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = importlib.import_module("posenc.graph.laplacian")
+
+    cases = _sparse_cases()
+    batch = batch_graphs([cases["grid"], Graph(torch.tensor([[0, 1], [1, 2]]), 3)])
+    dense = laplacian_pe(batch, 4)
+    monkeypatch.setattr(module, "SPARSE_THRESHOLD", 30)  # the grid only
+    sparse = laplacian_pe(batch, 4)
+    assert torch.equal(sparse.mask, dense.mask) and not sparse.mask[-1].all()
+    assert_close(sparse.values, dense.values)
+    assert_close(sparse.vectors[-3:], dense.vectors[-3:])  # the small graph: dense in both
+    with pytest.raises(ValueError, match="k=259"):
+        laplacian_pe(cases["random"], 259, pad=False)
+
+
+def test_laplacian_checks_the_dense_size_before_allocating() -> None:
+    with pytest.raises(MemoryError, match=r"N=100000 .*80,000,000,000 bytes"):
+        laplacian(Graph(torch.tensor([[0], [1]]), 100_000))

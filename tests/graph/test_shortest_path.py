@@ -11,7 +11,14 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.graph import UNREACHABLE, Graph, from_networkx, hop_distances, shortest_paths
+from posenc.graph import (
+    UNREACHABLE,
+    Graph,
+    dense_edges,
+    from_networkx,
+    hop_distances,
+    shortest_paths,
+)
 from tests.graph.graphormer_reference import (
     batch_graphs,
     dense_listed,
@@ -277,3 +284,136 @@ def test_the_result_size_is_checked_before_allocating() -> None:
         shortest_paths(small, max_bytes=3199)
     with pytest.raises(ValueError, match="max_bytes"):
         hop_distances(small, max_bytes=-1)
+    with pytest.raises(MemoryError, match=r"dense edge tables .*N=1000000 .*9,000,000,000,000"):
+        dense_edges(huge)
+
+
+# --- the search equals Floyd–Warshall: distances, via nodes, hops and paths ----------------
+
+
+def _tied_graph(n: int, edges: int, seed: int, directed: bool, weights: tuple[float, ...]) -> Graph:
+    """Random edges (self-loops, repeats, several components) with weights drawn from a few
+    values, so that many pairs have several shortest paths (ties) and weight-0 edges."""
+    generator = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, n, (2, edges), generator=generator)
+    choice = torch.randint(0, len(weights), (edges,), generator=generator)
+    return Graph(edge_index, n, torch.tensor(weights, dtype=torch.float64)[choice], directed)
+
+
+def _floyd_warshall_result(graph: Graph, monkeypatch: pytest.MonkeyPatch, **kwargs: object):
+    from posenc.graph import shortest_path
+
+    with monkeypatch.context() as patch:
+        patch.setattr(shortest_path, "_exact_sums", lambda cost: False)
+        return shortest_paths(graph, **kwargs)  # type: ignore[arg-type]
+
+
+def _assert_same(got, want) -> None:  # type: ignore[no-untyped-def]
+    assert torch.equal(got.distance, want.distance)
+    assert torch.equal(got.hops, want.hops)
+    assert torch.equal(got.path, want.path)
+    assert torch.equal(got.node_mask, want.node_mask)
+
+
+@pytest.mark.parametrize("directed", [False, True])
+@pytest.mark.parametrize("weights", [None, (0.0, 1.0, 2.0), (0.0, 0.5, 1.5, 3.0), (0.0,)], ids=str)
+def test_the_search_equals_floyd_warshall_on_many_random_graphs(
+    directed: bool, weights: tuple[float, ...] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 12 batches of 3 graphs: sparse (many components) to dense (many ties), weight-0 edges
+    # (zero-length cycles), parallel edges of different weights, self-loops, padding.
+    for seed in range(12):
+        sizes = [(1 + (seed * 7 + t * 5) % 17, (seed * 3 + t * 11) % 40) for t in range(3)]
+        graphs = [
+            _tied_graph(n, e, 100 * seed + t, directed, weights or (1.0,))
+            for t, (n, e) in enumerate(sizes)
+        ]
+        batch = batch_graphs(graphs)
+        weighted = weights is not None
+        got = shortest_paths(batch, weighted=weighted)
+        want = _floyd_warshall_result(batch, monkeypatch, weighted=weighted)
+        _assert_same(got, want)
+
+
+@pytest.mark.parametrize("directed", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("max_distance", [0, 1, 2, 4])
+def test_cutoff_keeps_the_paths_within_it_and_drops_the_others(
+    directed: bool, weighted: bool, max_distance: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    graphs = [_tied_graph(n, e, s, directed, (0.0, 1.0, 2.0)) for s, (n, e) in
+              enumerate([(12, 14), (25, 30), (9, 4), (1, 0)])]  # fmt: skip
+    batch = batch_graphs(graphs)
+    full = shortest_paths(batch, weighted=weighted)
+    cut = shortest_paths(batch, weighted=weighted, max_distance=max_distance, cutoff=True)
+    within = full.reachable & (full.distance <= max_distance)
+    assert (full.reachable & ~within).any() and within.any()  # not trivial
+    # distances as the clamp gives them; paths and hops of the pairs within, none beyond
+    clamped = shortest_paths(batch, weighted=weighted, max_distance=max_distance)
+    assert torch.equal(cut.distance, clamped.distance)
+    assert torch.equal(cut.reachable, full.reachable)
+    assert torch.equal(cut.hops, full.hops.masked_fill(~within, UNREACHABLE))
+    width = cut.path.shape[-1]
+    assert torch.equal(cut.path, full.path[..., :width].masked_fill(~within[..., None], -1))
+    assert (full.path[..., width:] < 0).all() or not within.all()
+    if not weighted:
+        assert width == min(max_distance, int(full.hops.max())) + 1
+    want = _floyd_warshall_result(
+        batch, monkeypatch, weighted=weighted, max_distance=max_distance, cutoff=True
+    )
+    _assert_same(cut, want)
+
+
+def test_cutoff_needs_max_distance() -> None:
+    graph = Graph(torch.tensor([[0], [1]]), 2)
+    with pytest.raises(ValueError, match="max_distance"):
+        shortest_paths(graph, cutoff=True)
+    with pytest.raises(ValueError, match="cutoff"):
+        shortest_paths(graph, max_distance=1, cutoff=1)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("weights", "exact"),
+    [
+        ([1.0, 2.0, 0.0], True),
+        ([0.5, 0.25, 3.75], True),
+        ([2.0**-40, 1.0], True),
+        ([0.1, 1.0], False),  # 0.1 is not a multiple of a power of two small enough
+        ([2.0**52, 2.0**52], False),  # sums past 2^53
+        ([1.0, float("inf")], False),
+    ],
+)
+def test_weights_whose_sums_are_not_exact_take_floyd_warshall(
+    weights: list[float], exact: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from posenc.graph.shortest_path import _exact_sums
+
+    assert _exact_sums(torch.tensor(weights, dtype=torch.float64)) is exact
+    if not exact or not all(math.isfinite(w) for w in weights):
+        return
+    m = len(weights)  # a path 0 - 1 - … - m and the edge 0 - m
+    edge_index = torch.tensor([[*range(m), 0], [*range(1, m + 1), m]])
+    graph = Graph(edge_index, m + 1, torch.tensor([*weights, sum(weights)]))
+    _assert_same(
+        shortest_paths(graph, weighted=True),
+        _floyd_warshall_result(graph, monkeypatch, weighted=True),
+    )
+
+
+def test_non_exact_weights_give_floyd_warshall_paths() -> None:
+    # 0.1 + 0.2 > 0.3 in float64: Floyd–Warshall's sums decide, as in the reference.
+    weight = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
+    graph = Graph(torch.tensor([[0, 1, 0], [1, 2, 2]]), 3, weight)
+    paths = shortest_paths(graph, weighted=True)
+    assert paths.path[0, 0, 2].tolist() == [0, 2]
+    assert float(paths.distance[0, 0, 2]) == 0.3
+
+
+def test_the_path_table_size_is_checked_before_allocating() -> None:
+    chain = Graph(torch.stack([torch.arange(99), torch.arange(1, 100)]), 100)  # L = 99
+    tables = 32 * 100 * 100
+    with pytest.raises(MemoryError, match=r"paths \(L=99\) .*N=100 .*8,000,000 bytes"):
+        shortest_paths(chain, max_bytes=8_000_000 - 1)
+    assert shortest_paths(chain, max_bytes=8_000_000).path.shape == (1, 100, 100, 100)
+    cut = shortest_paths(chain, max_distance=3, cutoff=True, max_bytes=max(tables, 320_000))
+    assert cut.path.shape == (1, 100, 100, 4)
