@@ -144,7 +144,7 @@ def check(case: Case, device: str) -> None:
         expected = torch_rotate(x, c, s, layout, rotary_dim, None, False)
 
         rotated = x.clone()
-        run_triton(rotated, c, s, layout == "interleaved", rotary_dim, None)
+        run_triton([(rotated, c, s, None)], layout == "interleaved", rotary_dim)
         _assert_same_bits(rotated, expected)
 
         # ``out`` strided unlike x: contiguous for a transposed x, transposed otherwise.
@@ -154,7 +154,7 @@ def check(case: Case, device: str) -> None:
         else:
             out = x.new_full((b, h, p, d), float("nan"))
         before = x.clone()
-        run_triton(x, c, s, layout == "interleaved", rotary_dim, out)
+        run_triton([(x, c, s, out)], layout == "interleaved", rotary_dim)
         _assert_same_bits(out, expected)
         _assert_same_bits(x, before)
 
