@@ -137,9 +137,7 @@ def _rotate_rows(
 
 
 # The row counts vary with every sequence length: not specialized, to spare recompiles.
-@triton.jit(
-    do_not_specialize=["first_blocks", "q_rows", "q_n1", "q_n2", "k_rows", "k_n1", "k_n2"]
-)
+@triton.jit(do_not_specialize=["first_blocks", "q_rows", "q_n1", "q_n2", "k_rows", "k_n1", "k_n2"])
 def _rotate_kernel(
     first_blocks,
     q_ptr,
