@@ -4,9 +4,10 @@ One program rotates a block of rows of ``x`` — the three leading dimensions fl
 memory order (largest stride first), so that a block is a near-contiguous span of memory
 whatever the strides, e.g. q and k transposed from a ``(batch, seq, heads, head_dim)``
 buffer — and every pair of those rows at once: a ``(rows, next_power_of_2(rotary_dim / 2))``
-tile, masked at both edges. Strides travel as arguments (no copies of ``x`` or ``out``); a
-table's stride is 0 along every dimension where it has size 1 (one table for every head,
-batch or, with one position, every position).
+tile, masked at both edges. q and k share one launch (:func:`run_triton` with two items of
+one dtype): the first programs take q's blocks, the others k's. Strides travel as arguments
+(no copies of ``x`` or ``out``); a table's stride is 0 along every dimension where it has
+size 1 (one table for every head, batch or, with one position, every position).
 
 Arithmetic is float32 for float32, bfloat16 and float16 (float64 for float64) with the
 torch path's roundings: each product rounded, then the sum, then one rounding to the
