@@ -7,7 +7,9 @@
 # Needs a CUDA machine whose python (PYTHON, default python3) has torch and triton (torch's
 # CUDA builds bring it) and pytest; posenc runs from this checkout's src/, nothing installed.
 # The JSON goes to stdout and to OUT_DIR/rope_gpu.json (default: $OUT where set, else /tmp).
-# About 2 minutes on an H100 (Triton compiles each case's kernel once). Fails if any part did.
+# Not yet run on a GPU: Triton compiles one kernel per case variant, so the parity tests may
+# take minutes; each part has a time limit (PARITY_S, default 400 s; BENCH_S, 150 s) so that
+# the whole fits one 10-minute call. Fails if any part did.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -38,11 +40,12 @@ PY
 
 status=0
 echo "=== parity: the Triton kernel against the torch path on CUDA"
-"$PYTHON" -m pytest -q -p no:cacheprovider tests/rotary/kernels/test_triton.py \
-    tests/rotary/kernels/test_rotate.py -k "triton or cuda" || status=1
+timeout "${PARITY_S:-400}" "$PYTHON" -m pytest -q -p no:cacheprovider \
+    tests/rotary/kernels/test_triton.py tests/rotary/kernels/test_rotate.py -k "triton or cuda" \
+    || status=1
 
 echo "=== bench: posenc bench rope --only gpu --json"
-"$PYTHON" -c "from posenc.cli import main; raise SystemExit(main())" \
+timeout "${BENCH_S:-150}" "$PYTHON" -c "from posenc.cli import main; raise SystemExit(main())" \
     bench rope --only gpu --json >"$out/rope_gpu.json" || status=1
 cat "$out/rope_gpu.json"
 "$PYTHON" - "$out/rope_gpu.json" <<'PY' || status=1
