@@ -48,7 +48,7 @@ BENCH_SUITES = {
         "longctx-decode",
         "linear",
     ),
-    "rope": ("forward", "backward"),
+    "rope": ("forward", "backward", "gpu"),
 }
 
 _ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)(?:\s*<[^>]*>)?`")

@@ -31,6 +31,8 @@ import torch
 from torch import Tensor
 
 from posenc.bench import compare, format_suites, run_suites
+from posenc.bench.rope_gpu import COLUMNS as GPU_COLUMNS
+from posenc.bench.rope_gpu import gpu
 from posenc.bench.targets import TARGETS
 from posenc.rotary import RotaryEmbedding
 from posenc.rotary.kernels import available_impls, rotate, rotate_pair
@@ -203,6 +205,7 @@ def backward() -> list[dict[str, Any]]:
 SUITES: dict[str, Callable[[], list[dict[str, Any]]]] = {
     "forward": forward,
     "backward": backward,
+    "gpu": gpu,  # CUDA only: the Triton kernel's bandwidth (posenc.bench.rope_gpu)
 }
 
 
@@ -227,6 +230,7 @@ _COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("name", "impl", ""),
         ("ratio", "backward × forward", ".2f"),
     ],
+    "gpu": GPU_COLUMNS,
 }
 
 

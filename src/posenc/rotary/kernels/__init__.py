@@ -18,7 +18,7 @@ with one of these implementations (``impl``):
 ``numba``  CPU kernels from the ``fast`` extra (numba): one pass over
            q and k, every core, conversions in registers (:mod:`posenc.rotary.kernels._numba`).
 ``triton`` the CUDA kernel (:mod:`posenc.rotary.kernels._triton`; triton comes with torch's
-           CUDA builds): one launch per tensor, strides as arguments, no copies.
+           CUDA builds): q and k in one launch, strides as arguments, no copies.
 ``auto``   ``numba`` on the CPU (for tensors of at least ``FAST_MIN_ELEMENTS``) and ``triton``
            on CUDA when installed and the call is served (strided rows with unit channel
            stride, tables without gradients), else ``torch``. The default.

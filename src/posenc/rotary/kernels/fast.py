@@ -101,9 +101,7 @@ def run_fast(
 ) -> None:
     """The fast kernel of the items' device on one or two ``(x, c, s, out)``."""
     if items[0][0].device.type == "cuda":
-        run_triton = triton_kernel()
-        for x, c, s, out in items:
-            run_triton(x, c, s, interleaved, rotary_dim, out)
+        triton_kernel()(items, interleaved, rotary_dim)  # q and k in one launch
         return
     _run_numba(items, interleaved, rotary_dim, inplace=inplace)
 
