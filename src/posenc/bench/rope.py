@@ -16,6 +16,8 @@ Suites:
   and the attention's step (tables from the hook, q and k rotated in place in one call).
 * ``backward``: float32 and bfloat16, the backward of posenc's rotation (``new``) as a ratio
   to its forward, per implementation.
+* ``gpu``: on CUDA only (no rows elsewhere), the Triton kernel's achieved memory bandwidth as
+  a fraction of the device's peak (:mod:`posenc.bench.rope_gpu`).
 """
 
 from __future__ import annotations
