@@ -174,7 +174,8 @@ def laplacian_pe(
     Raises:
         ValueError: naming ``k`` (not an int ≥ 1; too large with ``pad=False``),
             ``normalization``, ``directed`` or ``edge_weight``.
-        ImportError: on the sparse route without scipy (``pip install 'posenc[graph]'``).
+        ImportError: on the sparse route without scipy (``pip install -e '.[graph]'`` in a posenc
+            clone).
         RuntimeError: naming ``k`` and the graph when the sparse eigensolver does not
             converge.
 
@@ -359,7 +360,7 @@ def _sparse_eigenpairs(
         raise ImportError(
             f"laplacian_pe: graph {index} has {sub.num_nodes} nodes, past SPARSE_THRESHOLD="
             f"{SPARSE_THRESHOLD}, and its sparse eigensolver needs scipy: pip install "
-            "'posenc[graph]'"
+            "-e '.[graph]' in a posenc clone"
         ) from error
     n = sub.num_nodes
     a = _sparse_adjacency(sub)
