@@ -1,0 +1,165 @@
+"""The explicit plans for training Shaw and Transformer-XL: values and gradients equal to the
+``sdpa`` reference, gradcheck, the band views, and where ``auto`` takes them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from torch import Tensor, nn
+from torch.testing import assert_close
+
+from posenc.attention import attend, plans
+from posenc.attention.backends import choose_backend
+from posenc.attention.context import build_context
+from posenc.attention.plans.explicit import (
+    band_add_,
+    band_read,
+    shaw_causal_attention,
+    xl_causal_attention,
+)
+from posenc.contextual import ShawRelative, TransformerXLRelative
+from posenc.encoding.resolve import hooks_of
+
+
+def record_plans(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The name of the plan each chunked call chose (None: the blocked fallback)."""
+    chosen: list[str | None] = []
+    original = plans.choose_plan
+
+    def recording(call: Any) -> Any:
+        plan = original(call)
+        chosen.append(None if plan is None else plan.name)
+        return plan
+
+    monkeypatch.setattr(plans, "choose_plan", recording)
+    return chosen
+
+
+def tensors(length: int, kv_heads: int = 4, dtype: torch.dtype = torch.float64) -> list[Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    shapes = [(2, 4, length, 8), (2, kv_heads, length, 8), (2, kv_heads, length, 8)]
+    return [
+        torch.randn(shape, generator=generator, dtype=dtype).requires_grad_() for shape in shapes
+    ]
+
+
+def gradients(out: Tensor, inputs: list[Tensor], encoding: nn.Module) -> list[Tensor]:
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(1), dtype=out.dtype)
+    params = [p for p in encoding.parameters() if p.requires_grad]
+    return list(torch.autograd.grad((out * weights).sum(), [*inputs, *params]))
+
+
+ENCODINGS = {
+    "shaw k=3": lambda: ShawRelative(8, max_distance=3),
+    "shaw k=1": lambda: ShawRelative(8, max_distance=1),
+    "shaw k=6 keys only": lambda: ShawRelative(8, max_distance=6, values=False),
+    "xl": lambda: TransformerXLRelative(4, 8, 32),
+}
+
+
+@pytest.mark.parametrize("kv_heads", [4, 2])
+@pytest.mark.parametrize("length", [7, 20])
+@pytest.mark.parametrize("name", list(ENCODINGS))
+def test_training_equals_the_reference_in_values_and_gradients(
+    monkeypatch: pytest.MonkeyPatch, name: str, length: int, kv_heads: int
+) -> None:
+    """``auto`` under autograd takes the explicit plan; its output and the gradients of q, k,
+    v and every table equal the ``sdpa`` backend's materialized reference."""
+    torch.manual_seed(0)
+    encoding = ENCODINGS[name]().double()
+    if isinstance(encoding, ShawRelative) and encoding.max_distance >= length:
+        pytest.skip("every key within the clip distance")
+    chosen = record_plans(monkeypatch)
+    inputs = tensors(length, kv_heads)
+    got = attend(*inputs, pos=encoding, causal=True, backend="auto")
+    assert chosen == ["explicit sinusoid" if name == "xl" else "explicit clipped"]
+    want = attend(*inputs, pos=encoding, causal=True, backend="sdpa")
+    assert_close(got, want, rtol=1e-10, atol=1e-10)
+    for g, w in zip(
+        gradients(got, inputs, encoding), gradients(want, inputs, encoding), strict=True
+    ):
+        assert_close(g, w, rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", list(ENCODINGS))
+def test_float32_training_equals_the_reference(name: str) -> None:
+    torch.manual_seed(0)
+    encoding = ENCODINGS[name]()
+    inputs = tensors(40, dtype=torch.float32)
+    got = attend(*inputs, pos=encoding, causal=True, backend="auto")
+    want = attend(*inputs, pos=encoding, causal=True, backend="sdpa")
+    assert_close(got, want)
+    for g, w in zip(
+        gradients(got, inputs, encoding), gradients(want, inputs, encoding), strict=True
+    ):
+        assert_close(g, w)
+
+
+@pytest.mark.parametrize("values", [True, False])
+def test_shaw_gradcheck(values: bool) -> None:
+    generator = torch.Generator().manual_seed(0)
+
+    def draw(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64).requires_grad_()
+
+    q, k, v = draw(1, 2, 6, 3), draw(1, 2, 6, 3), draw(1, 2, 6, 3)
+    key_table = draw(5, 3)
+    value_table = draw(5, 3) if values else None
+
+    def fn(q: Tensor, k: Tensor, v: Tensor, key_table: Tensor, *rest: Tensor) -> Tensor:
+        return shaw_causal_attention(q, k, v, key_table, rest[0] if rest else None, 2, 0.7)
+
+    inputs = (q, k, v, key_table, *([value_table] if value_table is not None else []))
+    assert torch.autograd.gradcheck(fn, inputs)
+
+
+def test_xl_gradcheck() -> None:
+    generator = torch.Generator().manual_seed(0)
+
+    def draw(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=generator, dtype=torch.float64).requires_grad_()
+
+    inputs = (draw(2, 2, 5, 3), draw(2, 2, 5, 3), draw(2, 2, 5, 3))
+    inputs += (draw(2, 3), draw(2, 3), draw(2, 6, 3))
+
+    def fn(*args: Tensor) -> Tensor:
+        return xl_causal_attention(*args, scale=0.7)
+
+    assert torch.autograd.gradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("reach", [1, 2, 5])
+def test_band_views_read_and_add_the_keys_before_each_query(reach: int) -> None:
+    """``band[..., i, c]`` is ``x[..., i, i − reach + 1 + c]`` (0 before key 0), read and added
+    by index."""
+    length = 7
+    x = torch.randn(2, 3, length, length, dtype=torch.float64)
+    band = torch.randn(2, 3, length, reach, dtype=torch.float64)
+    want_read = torch.zeros_like(band)
+    want_added = x.clone()
+    for i in range(length):
+        for c in range(reach):
+            j = i - reach + 1 + c
+            if j >= 0:
+                want_read[..., i, c] = x[..., i, j]
+                want_added[..., i, j] += band[..., i, c]
+    assert_close(band_read(x, reach), want_read, rtol=0, atol=0)
+    band_add_(x, band, reach)
+    assert_close(x, want_added, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", list(ENCODINGS))
+def test_auto_takes_chunked_for_short_causal_training_only(name: str) -> None:
+    encoding = ENCODINGS[name]()
+    hooks = hooks_of(encoding)
+    q = torch.randn(1, 4, 16, 8)
+    shape = {"batch": 1, "seq": 16, "device": q.device, "hooks": hooks}
+    causal = build_context(causal=True, **shape)
+    both_ways = build_context(causal=False, **shape)
+    assert choose_backend(hooks, q, q, dropout_p=0.0, context=causal) == "chunked"
+    assert choose_backend(hooks, q, q, dropout_p=0.1, context=causal) == "sdpa"
+    assert choose_backend(hooks, q, q, dropout_p=0.0, context=both_ways) == "sdpa"
+    with torch.no_grad():
+        assert choose_backend(hooks, q, q, dropout_p=0.0, context=causal) == "sdpa"
