@@ -11,6 +11,7 @@ plan                      serves                                       when
 ========================  ===========================================  ==================
 ``scores term``           :class:`~posenc.encoding.kinds.AdditiveScores`  forward only
 ``linear bias``           :class:`~posenc.encoding.kinds.LinearBias`   causal, any positions
+``explicit distance``     a learnable bias of ``q - k`` alone          training, short
 ``distance table``        a bias of ``q - k`` alone                    default positions
 ``materialized bias``     any pointwise bias                           forward only
 ``explicit clipped``      :class:`~posenc.encoding.kinds.ClippedRelative`  training, short
@@ -33,7 +34,12 @@ from posenc.attention import flash
 from posenc.attention.context import AttentionContext
 from posenc.attention.plans.base import Plan, PlanCall, padding_mask, tracks_grad
 from posenc.attention.plans.distance import DISTANCE_TABLE
-from posenc.attention.plans.explicit import EXPLICIT_CLIPPED, EXPLICIT_SINUSOID, explicit_applies
+from posenc.attention.plans.explicit import (
+    EXPLICIT_CLIPPED,
+    EXPLICIT_DISTANCE,
+    EXPLICIT_SINUSOID,
+    explicit_applies,
+)
 from posenc.attention.plans.flash_parts import LINEAR_BIAS, MATERIALIZED_BIAS, SCORES_TERM
 from posenc.attention.plans.relative import (
     CLIPPED_RELATIVE,
@@ -49,6 +55,7 @@ __all__ = ["PLANS", "Plan", "choose_plan", "explicit_applies", "run_plan"]
 PLANS: tuple[Plan, ...] = (
     SCORES_TERM,
     LINEAR_BIAS,
+    EXPLICIT_DISTANCE,
     DISTANCE_TABLE,
     MATERIALIZED_BIAS,
     EXPLICIT_CLIPPED,

@@ -43,14 +43,21 @@ from torch import Tensor
 
 from posenc.attention.context import AttentionContext
 from posenc.attention.plans.base import FlashPartsPlan, PlanCall
+from posenc.attention.plans.distance import distance_table
 from posenc.attention.rows import expand_heads
 from posenc.encoding.kinds import ClippedRelative, SinusoidRelative
+from posenc.encoding.protocols import BiasEncoding
 from posenc.encoding.resolve import Hooks
 
 __all__ = [
     "EXPLICIT_CLIPPED",
+    "EXPLICIT_DISTANCE",
+    "EXPLICIT_ROWS",
     "EXPLICIT_SCORES",
     "EXPLICIT_SINUSOID",
+    "band_add_",
+    "band_read",
+    "distance_causal_attention",
     "explicit_applies",
     "shaw_causal_attention",
     "xl_causal_attention",
@@ -61,19 +68,33 @@ __all__ = [
 EXPLICIT_SCORES = 512 * 512
 
 
-def _future(length: int, device: torch.device) -> Tensor:
-    """``(length, length)`` bool, True above the diagonal (keys after the query)."""
-    return torch.ones(length, length, dtype=torch.bool, device=device).triu_(1)
+#: Query rows per block: causal rows ``[a, b)`` see keys ``[0, b)`` only, so blocks skip the
+#: future keys' products (at 256 tokens 4 blocks do 5/8 of the full square's work).
+EXPLICIT_ROWS = 64
 
 
-def _band_lower(x: Tensor, reach: int) -> Tensor:
-    """Rows ``reach − 1 …`` of ``x`` ``(batch, heads, L, L)`` (contiguous) on their band:
-    ``[..., t, c] = x[..., reach − 1 + t, t + c]``, ``c < reach`` (a strided view)."""
-    batch, heads, length, _ = x.shape
+def _blocks(length: int, least: int) -> list[tuple[int, int]]:
+    """Row blocks ``[a, b)`` of :data:`EXPLICIT_ROWS` (the first at least ``least`` rows)."""
+    rows = max(EXPLICIT_ROWS, least)
+    return [(a, min(length, a + rows)) for a in range(0, length, rows)]
+
+
+def _future(rows: int, device: torch.device) -> Tensor:
+    """``(rows, rows)`` bool, True above the diagonal (keys after the query)."""
+    return torch.ones(rows, rows, dtype=torch.bool, device=device).triu_(1)
+
+
+def _band_lower(x: Tensor, reach: int, first: int) -> Tensor:
+    """The band of the rows ``i ≥ reach − 1`` of a block ``x`` ``(batch, heads, rows,
+    keys)`` whose row 0 is query ``first``: ``[..., t, c] = x[..., r₀ + t, first + r₀ + t −
+    reach + 1 + c]`` with ``r₀ = max(0, reach − 1 − first)`` (a strided view, row stride + 1)."""
+    batch, heads, rows, _ = x.shape
+    skip = max(0, reach - 1 - first)
+    stride = x.stride()
     return x.as_strided(
-        (batch, heads, length - reach + 1, reach),
-        (heads * length * length, length * length, length + 1, 1),
-        x.storage_offset() + (reach - 1) * length,
+        (batch, heads, rows - skip, reach),
+        (stride[0], stride[1], stride[2] + 1, 1),
+        x.storage_offset() + skip * stride[2] + first + skip - reach + 1,
     )
 
 
@@ -89,95 +110,228 @@ def _band_top(padded: Tensor, reach: int) -> Tensor:
     )
 
 
-def band_read(x: Tensor, reach: int) -> Tensor:
-    """``[..., i, c] = x[..., i, i − reach + 1 + c]`` (0 where that key is before key 0):
-    the ``reach`` keys ``i − reach < j ≤ i`` of every row, ``(batch, heads, L, reach)``."""
-    batch, heads, length, _ = x.shape
-    band = x.new_empty(batch, heads, length, reach)
-    band[..., reach - 1 :, :] = _band_lower(x, reach)
-    if reach > 1:
-        corner = F.pad(x[..., : reach - 1, : reach - 1], (reach - 1, 0))
-        band[..., : reach - 1, :] = _band_top(corner, reach)
+def band_read(x: Tensor, reach: int, first: int = 0) -> Tensor:
+    """``[..., r, c] = x[..., r, i − reach + 1 + c]`` for query ``i = first + r`` (0 where
+    that key is before key 0): the ``reach`` keys ``i − reach < j ≤ i`` of every row of a
+    block ``(batch, heads, rows, keys)`` of causal scores, ``(batch, heads, rows, reach)``.
+    ``first`` is 0 or at least ``reach − 1``."""
+    batch, heads, rows, _ = x.shape
+    band = x.new_empty(batch, heads, rows, reach)
+    skip = max(0, reach - 1 - first)
+    band[..., skip:, :] = _band_lower(x, reach, first)
+    if skip:
+        corner = F.pad(x[..., :skip, :skip], (skip, 0))
+        band[..., :skip, :] = _band_top(corner, reach)
     return band
 
 
-def band_add_(x: Tensor, band: Tensor, reach: int) -> None:
-    """``x[..., i, i − reach + 1 + c] += band[..., i, c]`` for the keys that exist (in place;
-    ``x`` contiguous ``(batch, heads, L, L)``, ``band`` ``(batch, heads, L, reach)``)."""
-    _band_lower(x, reach).add_(band[..., reach - 1 :, :])
-    if reach > 1:
+def band_add_(x: Tensor, band: Tensor, reach: int, first: int = 0) -> None:
+    """``x[..., r, i − reach + 1 + c] += band[..., r, c]`` (query ``i = first + r``) for the
+    keys that exist, in place; the inverse reading of :func:`band_read`."""
+    skip = max(0, reach - 1 - first)
+    _band_lower(x, reach, first).add_(band[..., skip:, :])
+    if skip:
         batch, heads = x.shape[:2]
-        corner = x.new_zeros(batch, heads, reach - 1, 2 * reach - 2)
-        _band_top(corner, reach).copy_(band[..., : reach - 1, :])
-        x[..., : reach - 1, : reach - 1] += corner[..., reach - 1 :]
+        corner = x.new_zeros(batch, heads, skip, 2 * skip)
+        _band_top(corner, reach).copy_(band[..., :skip, :])
+        x[..., :skip, :skip] += corner[..., skip:]
 
 
-class _ShawCausal(torch.autograd.Function):
-    """Causal attention with Shaw's clipped key (and value) tables; see the module docstring."""
+class _Term:
+    """What one encoding adds to a block of causal scores, and its gradients.
 
-    @staticmethod
-    def forward(
-        ctx: Any,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_table: Tensor,
-        value_table: Tensor | None,
-        reach: int,
-        scale: float,
-    ) -> Tensor:
-        length = q.shape[-2]
-        keys = key_table[: reach + 1] * scale  # rows of distances −K … 0
-        per_row = torch.matmul(q, keys.T)  # (batch, heads, L, K + 1)
-        scores = torch.matmul(q, k.transpose(-1, -2)).mul_(scale)
-        band_add_(scores, per_row[..., 1:] - per_row[..., :1], reach)
-        scores.masked_fill_(_future(length, q.device), float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        del scores
-        out = torch.matmul(probs, v)
-        summed = None  # P̄: the far part's mass, then the band's probabilities
-        if value_table is not None:
-            band = band_read(probs, reach)
-            summed = torch.cat([1.0 - band.sum(-1, keepdim=True), band], dim=-1)
-            out.add_(torch.matmul(summed, value_table[: reach + 1]))
-        ctx.reach, ctx.scale = reach, scale
-        ctx.save_for_backward(q, k, v, keys, value_table, probs, out, summed)
-        return out
+    ``begin`` runs once per call (forward, then again in the backward) with the call's
+    queries and the encoding's tensors; the other methods run per row block ``[a, b)``
+    over the keys ``[0, b)``.
+    """
 
-    @staticmethod
-    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        q, k, v, keys, value_table, probs, out, summed = ctx.saved_tensors
-        reach, scale = ctx.reach, ctx.scale
-        grad_out = grad_out.contiguous()
-        d_v = torch.matmul(probs.transpose(-1, -2), grad_out)
-        d_scores = torch.matmul(grad_out, v.transpose(-1, -2))  # dP, then dS in place
-        row_dot = (grad_out * out).sum(-1)  # D_i = dO_i · O_i
-        d_value_table = None
-        if value_table is not None:
-            per_row = torch.matmul(grad_out, value_table[: reach + 1].T)  # dO_i · a^V_c
-            d_scores.sub_((row_dot - per_row[..., 0])[..., None])
-            band_add_(d_scores, per_row[..., 1:] - per_row[..., :1], reach)
-            if ctx.needs_input_grad[4]:
-                d_value_table = torch.zeros_like(value_table)
-                d_value_table[: reach + 1] = summed.flatten(0, -2).T @ grad_out.flatten(0, -2)
-        else:
-            d_scores.sub_(row_dot[..., None])
-        d_scores.mul_(probs)
-        d_q = torch.matmul(d_scores, k).mul_(scale)
-        d_k = torch.matmul(d_scores.transpose(-1, -2), q).mul_(scale)
-        band = band_read(d_scores, reach)
+    least_rows = 1  # the first block's rows at least
+
+    def begin(self, q: Tensor, params: tuple[Tensor, ...], scale: float) -> None:
+        self.q, self.params, self.scale = q, params, scale
+
+    def content_q(self) -> Tensor:
+        """The queries that meet the keys in ``q kᵀ``."""
+        return self.q
+
+    def add(self, scores: Tensor, a: int, b: int) -> None:
+        """Add the term to the block's scaled scores, in place."""
+
+    def masks(self) -> bool:
+        """True when :meth:`add` already hides the future keys."""
+        return False
+
+    def value(self, probs: Tensor, out: Tensor, a: int, b: int) -> Tensor | None:
+        """Add the value term to ``out`` in place; return what the backward needs of it."""
+        return None
+
+    def d_probs(
+        self, d_probs: Tensor, grad_out: Tensor, row_dot: Tensor, saved: Tensor | None, a: int
+    ) -> None:
+        """``dP − D`` in place (plus the value term's share of ``dP``)."""
+        d_probs.sub_(row_dot[..., None])
+
+    def grad(self, d_scores: Tensor, a: int, b: int) -> Tensor | None:
+        """Accumulate the tables' gradients of the block's ``dS`` (unscaled); return the
+        block's extra query gradient (or None)."""
+        return None
+
+    def value_grad(self, saved: Tensor | None, grad_out: Tensor, a: int, b: int) -> None:
+        """Accumulate the value term's table gradient."""
+
+    def content_grad(self, d_content_q: Tensor) -> None:
+        """Accumulate what the gradient of :meth:`content_q`'s block gives the tables."""
+
+    def param_grads(self, needed: tuple[bool, ...]) -> tuple[Tensor | None, ...]:
+        return tuple(None for _ in needed)
+
+
+class _ShawTerm(_Term):
+    """Shaw's clipped tables, causal: the band's differences to the far part's edge term."""
+
+    def __init__(self, reach: int) -> None:
+        self.reach = reach
+        self.least_rows = reach - 1
+
+    def begin(self, q: Tensor, params: tuple[Tensor, ...], scale: float) -> None:
+        super().begin(q, params, scale)
+        key_table = params[0]
+        self.keys = key_table[: self.reach + 1] * scale  # rows of distances −K … 0
+        self.per_row = torch.matmul(q, self.keys.T)  # (batch, heads, L, K + 1)
+        self.d_rows: list[Tensor] = []
+        self.d_value: Tensor | None = None
+
+    def add(self, scores: Tensor, a: int, b: int) -> None:
+        rows = self.per_row[:, :, a:b]
+        band_add_(scores, rows[..., 1:] - rows[..., :1], self.reach, a)
+
+    def value(self, probs: Tensor, out: Tensor, a: int, b: int) -> Tensor | None:
+        if len(self.params) < 2:
+            return None
+        band = band_read(probs, self.reach, a)
+        summed = torch.cat([1.0 - band.sum(-1, keepdim=True), band], dim=-1)  # P̄
+        out.add_(torch.matmul(summed, self.params[1][: self.reach + 1]))
+        return summed
+
+    def d_probs(
+        self, d_probs: Tensor, grad_out: Tensor, row_dot: Tensor, saved: Tensor | None, a: int
+    ) -> None:
+        if len(self.params) < 2:
+            d_probs.sub_(row_dot[..., None])
+            return
+        per_row = torch.matmul(grad_out, self.params[1][: self.reach + 1].T)  # dO_i · a^V_c
+        d_probs.sub_((row_dot - per_row[..., 0])[..., None])
+        band_add_(d_probs, per_row[..., 1:] - per_row[..., :1], self.reach, a)
+
+    def grad(self, d_scores: Tensor, a: int, b: int) -> Tensor | None:
+        band = band_read(d_scores, self.reach, a)
         far = d_scores.sum(-1, keepdim=True) - band.sum(-1, keepdim=True)
-        d_rows = torch.cat([far, band], dim=-1)  # ∂ of q_i · a^K_c · scale, (…, L, K + 1)
-        d_q.add_(torch.matmul(d_rows, keys))
-        d_key_table = None
-        if ctx.needs_input_grad[3]:
-            d_key_table = keys.new_zeros(2 * reach + 1, keys.shape[-1])
-            d_key_table[: reach + 1] = (d_rows.flatten(0, -2).T @ q.flatten(0, -2)).mul_(scale)
-        return d_q, d_k, d_v, d_key_table, d_value_table, None, None
+        d_rows = torch.cat([far, band], dim=-1)  # ∂ of q_i · a^K_c · scale, (…, rows, K + 1)
+        self.d_rows.append(d_rows)
+        return torch.matmul(d_rows, self.keys)
+
+    def value_grad(self, saved: Tensor | None, grad_out: Tensor, a: int, b: int) -> None:
+        assert saved is not None
+        part = saved.flatten(0, -2).T @ grad_out.flatten(0, -2)
+        self.d_value = part if self.d_value is None else self.d_value.add_(part)
+
+    def param_grads(self, needed: tuple[bool, ...]) -> tuple[Tensor | None, ...]:
+        key_table = self.params[0]
+        grads: list[Tensor | None] = [None] * len(self.params)
+        if needed[0]:
+            d_rows = torch.cat(self.d_rows, dim=2).flatten(0, -2)
+            grads[0] = key_table.new_zeros(key_table.shape)
+            grads[0][: self.reach + 1] = (d_rows.T @ self.q.flatten(0, -2)).mul_(self.scale)
+        if len(self.params) > 1 and needed[1] and self.d_value is not None:
+            grads[1] = self.d_value.new_zeros(self.params[1].shape)
+            grads[1][: self.reach + 1] = self.d_value
+        return tuple(grads)
 
 
-class _XLCausal(torch.autograd.Function):
-    """Causal attention with Transformer-XL's terms; see the module docstring."""
+class _XLTerm(_Term):
+    """Transformer-XL's terms, causal: ``u`` folded into the queries, the position product
+    of each block read through the relative shift."""
+
+    def begin(self, q: Tensor, params: tuple[Tensor, ...], scale: float) -> None:
+        super().begin(q, params, scale)
+        u, v_bias, table = params
+        self.folded = q + u[:, None]
+        self.position_q = q + v_bias[:, None]
+        self.table = table  # (heads, L + 1, head_dim): distances L − 1 … −1
+        self.d_position_q: list[Tensor] = []
+        self.d_table = torch.zeros_like(table)
+        self.d_u = torch.zeros_like(u)
+
+    def content_grad(self, d_content_q: Tensor) -> None:
+        self.d_u += d_content_q.sum((0, 2))
+
+    def content_q(self) -> Tensor:
+        return self.folded
+
+    def _columns(self, b: int) -> Tensor:
+        return self.table[:, self.table.shape[1] - b - 1 :]  # distances b − 1 … −1
+
+    def add(self, scores: Tensor, a: int, b: int) -> None:
+        product = torch.matmul(self.position_q[:, :, a:b], self._columns(b).transpose(-1, -2))
+        scores.add_(_shift(product), alpha=self.scale)
+
+    def grad(self, d_scores: Tensor, a: int, b: int) -> Tensor | None:
+        batch, heads, rows, _ = d_scores.shape
+        d_product = d_scores.new_zeros(batch, heads, rows, b + 1)
+        _shift(d_product).copy_(d_scores).mul_(self.scale)
+        columns = self._columns(b)
+        d_position_q = torch.matmul(d_product, columns)
+        self.d_position_q.append(d_position_q)
+        d_columns = torch.matmul(d_product.transpose(-1, -2), self.position_q[:, :, a:b])
+        self.d_table[:, self.table.shape[1] - b - 1 :] += d_columns.sum(0)
+        return d_position_q
+
+    def param_grads(self, needed: tuple[bool, ...]) -> tuple[Tensor | None, ...]:
+        d_v_bias = torch.cat(self.d_position_q, dim=2).sum((0, 2)) if needed[1] else None
+        return (self.d_u if needed[0] else None, d_v_bias, self.d_table if needed[2] else None)
+
+
+class _DistanceTerm(_Term):
+    """A bias of the distance alone from its descending table (future keys at the lowest
+    value): the block's bias materialized once per block, its gradient by anti-diagonals."""
+
+    def begin(self, q: Tensor, params: tuple[Tensor, ...], scale: float) -> None:
+        super().begin(q, params, scale)
+        self.d_table = torch.zeros_like(params[0])
+
+    def masks(self) -> bool:
+        return True
+
+    def add(self, scores: Tensor, a: int, b: int) -> None:
+        table = self.params[0]  # (heads, 2L − 1): distances L − 1 … −(L − 1)
+        rows = b - a
+        length = (table.shape[1] + 1) // 2
+        # reversed rows r' = rows − 1 − r read table[L − b + r' + j] (strides 1, 1)
+        reversed_rows = table.as_strided(
+            (table.shape[0], rows, b),
+            (table.stride(0), 1, 1),
+            table.storage_offset() + length - b,
+        )
+        scores.add_(reversed_rows.flip(1))
+
+    def grad(self, d_scores: Tensor, a: int, b: int) -> Tensor | None:
+        summed = d_scores.sum(0)  # (heads, rows, keys)
+        heads, rows, _ = summed.shape
+        width = rows + b - 1
+        # row r at column rows − 1 − r + j: table index L − b + that column
+        shifted = summed.new_zeros(heads, rows, width)
+        shifted.as_strided((heads, rows, b), (rows * width, width - 1, 1), rows - 1).copy_(summed)
+        length = (self.d_table.shape[1] + 1) // 2
+        self.d_table[:, length - b : length - b + width] += shifted.sum(1)
+        return None
+
+    def param_grads(self, needed: tuple[bool, ...]) -> tuple[Tensor | None, ...]:
+        return (self.d_table if needed[0] else None,)
+
+
+class _ExplicitCausal(torch.autograd.Function):
+    """Causal attention (``q_len == k_len``) with one encoding's term, by row blocks; the
+    score gradients formed once per block, in place (see the module docstring)."""
 
     @staticmethod
     def forward(
@@ -185,56 +339,77 @@ class _XLCausal(torch.autograd.Function):
         q: Tensor,
         k: Tensor,
         v: Tensor,
-        u: Tensor,
-        v_bias: Tensor,
-        table: Tensor,
+        term: _Term,
         scale: float,
+        *params: Tensor,
     ) -> Tensor:
         batch, heads, length, _ = q.shape
-        content_q = q + u[:, None]
-        position_q = q + v_bias[:, None]
-        scores = torch.matmul(content_q, k.transpose(-1, -2)).mul_(scale)
-        product = torch.matmul(position_q, table.transpose(-1, -2))  # (b, h, L, L + 1)
-        scores.add_(_shift(product), alpha=scale)
-        scores.masked_fill_(_future(length, q.device), float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        del scores, product
-        out = torch.matmul(probs, v)
-        ctx.scale = scale
-        ctx.save_for_backward(content_q, position_q, k, v, table, probs, out)
+        term.begin(q, params, scale)
+        content_q = term.content_q()
+        out = q.new_empty(batch, heads, length, v.shape[-1])
+        probs, saved = [], []
+        for a, b in _blocks(length, term.least_rows):
+            scores = torch.matmul(content_q[:, :, a:b], k[:, :, :b].transpose(-1, -2))
+            scores.mul_(scale)
+            term.add(scores, a, b)
+            if not term.masks():
+                scores[..., a:b].masked_fill_(_future(b - a, q.device), float("-inf"))
+            block_probs = torch.softmax(scores, dim=-1)
+            del scores
+            block_out = torch.matmul(block_probs, v[:, :, :b])
+            saved.append(term.value(block_probs, block_out, a, b))
+            out[:, :, a:b] = block_out
+            probs.append(block_probs)
+        ctx.term, ctx.scale, ctx.probs, ctx.saved = term, scale, probs, saved
+        ctx.save_for_backward(q, k, v, out, *params)
         return out
 
     @staticmethod
     def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
-        content_q, position_q, k, v, table, probs, out = ctx.saved_tensors
+        q, k, v, out, *params = ctx.saved_tensors
+        term: _Term = ctx.term
         scale = ctx.scale
+        term.begin(q, tuple(params), scale)
+        content_q = term.content_q()
         grad_out = grad_out.contiguous()
-        d_v = torch.matmul(probs.transpose(-1, -2), grad_out)
-        d_scores = torch.matmul(grad_out, v.transpose(-1, -2))
-        d_scores.sub_((grad_out * out).sum(-1, keepdim=True)).mul_(probs).mul_(scale)
-        d_content_q = torch.matmul(d_scores, k)
-        d_k = torch.matmul(d_scores.transpose(-1, -2), content_q)
-        batch, heads, length, _ = content_q.shape
-        d_product = d_scores.new_zeros(batch, heads, length, length + 1)
-        _shift(d_product).copy_(d_scores)
-        del d_scores
-        d_position_q = torch.matmul(d_product, table)
-        d_table = None
-        if ctx.needs_input_grad[5]:
-            d_table = torch.matmul(d_product.transpose(-1, -2), position_q).sum(0)
-        d_u = d_content_q.sum((0, 2)) if ctx.needs_input_grad[3] else None
-        d_v_bias = d_position_q.sum((0, 2)) if ctx.needs_input_grad[4] else None
-        return d_content_q + d_position_q, d_k, d_v, d_u, d_v_bias, d_table, None
+        row_dot = (grad_out * out).sum(-1)  # D_i = dO_i · O_i
+        d_q = torch.empty_like(q)
+        d_k, d_v = torch.zeros_like(k), torch.zeros_like(v)
+        length = q.shape[2]
+        blocks = _blocks(length, term.least_rows)
+        for (a, b), block_probs, saved in zip(blocks, ctx.probs, ctx.saved, strict=True):
+            block_grad = grad_out[:, :, a:b]
+            d_v[:, :, :b] += torch.matmul(block_probs.transpose(-1, -2), block_grad)
+            d_scores = torch.matmul(block_grad, v[:, :, :b].transpose(-1, -2))  # dP
+            term.d_probs(d_scores, block_grad, row_dot[:, :, a:b], saved, a)
+            d_scores.mul_(block_probs)  # dS
+            block_d_q = torch.matmul(d_scores, k[:, :, :b]).mul_(scale)
+            term.content_grad(block_d_q)
+            d_k[:, :, :b] += torch.matmul(d_scores.transpose(-1, -2), content_q[:, :, a:b])
+            extra = term.grad(d_scores, a, b)
+            d_q[:, :, a:b] = block_d_q if extra is None else block_d_q.add_(extra)
+            if saved is not None:
+                term.value_grad(saved, block_grad, a, b)
+        d_k.mul_(scale)
+        return (
+            d_q,
+            d_k,
+            d_v,
+            None,
+            None,
+            *term.param_grads(ctx.needs_input_grad[5:]),
+        )
 
 
 def _shift(product: Tensor) -> Tensor:
-    """Transformer-XL's relative shift as a view: ``[..., a, j] = product[..., a, L − 1 − a +
-    j]`` of a contiguous ``(batch, heads, L, L + 1)`` product (row stride ``L``)."""
-    batch, heads, length, width = product.shape
+    """Transformer-XL's relative shift as a view: ``[..., r, j] = product[..., r, rows − 1 −
+    r + j]`` of a contiguous ``(batch, heads, rows, b + 1)`` product of a block's rows against
+    the distances ``b − 1 … −1`` (row stride ``b``); keys after the query read leftovers."""
+    batch, heads, rows, width = product.shape
     return product.as_strided(
-        (batch, heads, length, length),
-        (heads * length * width, length * width, width - 1, 1),
-        product.storage_offset() + length - 1,
+        (batch, heads, rows, width - 1),
+        (heads * rows * width, rows * width, width - 1, 1),
+        product.storage_offset() + rows - 1,
     )
 
 
@@ -248,12 +423,13 @@ def shaw_causal_attention(
     scale: float,
 ) -> Tensor:
     """Causal attention of ``q`` over ``k``, ``v`` (same length, default positions) with
-    Shaw's tables clipped at ``reach`` (< the length), by :class:`_ShawCausal`.
+    Shaw's tables clipped at ``reach`` (< the length).
 
     Shape: q, k, v ``(batch, heads, L, head_dim)``; tables ``(2 · reach + 1, head_dim)``.
     """
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    out: Tensor = _ShawCausal.apply(q, k, v, key_table, value_table, reach, scale)
+    tables = (key_table,) if value_table is None else (key_table, value_table)
+    out: Tensor = _ExplicitCausal.apply(q, k, v, _ShawTerm(reach), scale, *tables)
     return out
 
 
@@ -267,8 +443,33 @@ def xl_causal_attention(
     …, 0, −1``.
     """
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    out: Tensor = _XLCausal.apply(q, k, v, u, v_bias, table, scale)
+    out: Tensor = _ExplicitCausal.apply(q, k, v, _XLTerm(), scale, u, v_bias, table.contiguous())
     return out
+
+
+def distance_causal_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, scale: float) -> Tensor:
+    """Causal attention (same length, default positions) with a bias of the distance alone.
+
+    Shape: q, k, v ``(batch, heads, L, head_dim)``; ``table`` ``(heads, 2L − 1)``: the bias
+    at distances ``L − 1, …, −(L − 1)``, the negative ones (future keys) at the dtype's
+    lowest value (:func:`~posenc.attention.plans.distance.distance_table`).
+    """
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    out: Tensor = _ExplicitCausal.apply(q, k, v, _DistanceTerm(), scale, table.contiguous())
+    return out
+
+
+def _causal_square(context: AttentionContext, q: Tensor, k: Tensor) -> bool:
+    """Causal, ``q_len == k_len`` ≤ ``EXPLICIT_SCORES`` pairs, default positions, no padding."""
+    mask, length = context.mask, q.shape[-2]
+    return (
+        context.index_positions
+        and mask.causal
+        and mask.key_padding is None
+        and not mask.has_pairwise
+        and k.shape[-2] == length
+        and length * length <= EXPLICIT_SCORES
+    )
 
 
 def explicit_applies(hooks: Hooks, context: AttentionContext, q: Tensor, k: Tensor) -> bool:
@@ -279,16 +480,9 @@ def explicit_applies(hooks: Hooks, context: AttentionContext, q: Tensor, k: Tens
         return False
     if hooks.bias is not None or hooks.scores is not None:
         return False
-    mask, length = context.mask, q.shape[-2]
-    if not (
-        context.index_positions
-        and mask.causal
-        and mask.key_padding is None
-        and not mask.has_pairwise
-        and k.shape[-2] == length
-        and length * length <= EXPLICIT_SCORES
-    ):
+    if not _causal_square(context, q, k):
         return False
+    length = q.shape[-2]
     if isinstance(contextual, ClippedRelative):
         return contextual.clipped_relative_tables()[2] < length
     return True
@@ -353,6 +547,45 @@ def _xl_plan(
         q, expand_heads(k, heads), expand_heads(v, heads), u, v_bias, table, scale
     )
 
+
+def _distance_applies(call: PlanCall) -> bool:
+    encoding = call.hooks.bias
+    return (
+        call.grad
+        and call.block_size is None
+        and encoding is not None
+        and any(p.requires_grad for p in encoding.parameters())
+        and _causal_square(call.context, call.q, call.k)
+        and call.hooks.distance_only(call.k.shape[2] - 1)
+    )
+
+
+def _distance_plan(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    hooks: Hooks,
+    context: AttentionContext,
+    padding: Tensor | None,
+    scale: float,
+    block_size: int | None,
+) -> Tensor:
+    encoding = hooks.bias
+    assert encoding is not None
+    heads, length = q.shape[1], q.shape[2]
+    # the distance-table plan's table of this forward, shared with it and across layers
+    key = (id(encoding), "distance-table", length, length, True, q.dtype, q.device)
+    table = context.cached(
+        key, lambda: distance_table(encoding, heads, length, length, True, q.dtype, q.device)
+    )
+    return distance_causal_attention(
+        q, expand_heads(k, heads), expand_heads(v, heads), table, scale
+    )
+
+
+#: A learnable bias of the distance alone in training at short causal lengths (T5, KERPLE,
+#: the dynamic bias, FIRE below its threshold): one explicit softmax per row block.
+EXPLICIT_DISTANCE = FlashPartsPlan("explicit distance", BiasEncoding, _distance_applies, _distance_plan)
 
 #: Shaw's tables in training at short causal lengths: one explicit softmax, own backward.
 EXPLICIT_CLIPPED = FlashPartsPlan("explicit clipped", ClippedRelative, _applies, _shaw_plan)
