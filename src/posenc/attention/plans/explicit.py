@@ -171,6 +171,10 @@ class _Term:
         """``dP − D`` in place (plus the value term's share of ``dP``)."""
         d_probs.sub_(row_dot[..., None])
 
+    def d_scores_out(self, d_probs: Tensor) -> Tensor:
+        """Where the block's ``dS`` is written (shaped like ``d_probs``): ``d_probs`` itself."""
+        return d_probs
+
     def grad(self, d_scores: Tensor, a: int, b: int) -> Tensor | None:
         """Accumulate the tables' gradients of the block's ``dS`` (unscaled); return the
         block's extra query gradient (or None)."""
@@ -275,15 +279,24 @@ class _XLTerm(_Term):
         product = torch.matmul(self.position_q[:, :, a:b], self._columns(b).transpose(-1, -2))
         scores.add_(_shift(product), alpha=self.scale)
 
+    def d_scores_out(self, d_probs: Tensor) -> Tensor:
+        # dS written straight into the product's layout: the shift view of a contiguous
+        # (rows, b + 1) product covers its flat range [rows − 1, rows − 1 + rows · b), so only
+        # the rows − 1 entries before it and the one after it are zeroed.
+        batch, heads, rows, keys = d_probs.shape
+        self.d_product = d_probs.new_empty(batch, heads, rows, keys + 1)
+        flat = self.d_product.view(batch, heads, -1)
+        flat[..., : rows - 1].zero_()
+        flat[..., rows - 1 + rows * keys :].zero_()
+        return _shift(self.d_product)
+
     def grad(self, d_scores: Tensor, a: int, b: int) -> Tensor | None:
-        batch, heads, rows, _ = d_scores.shape
-        d_product = d_scores.new_zeros(batch, heads, rows, b + 1)
-        _shift(d_product).copy_(d_scores).mul_(self.scale)
+        d_product = self.d_product  # holds dS through the shift (unscaled)
         columns = self._columns(b)
-        d_position_q = torch.matmul(d_product, columns)
+        d_position_q = torch.matmul(d_product, columns).mul_(self.scale)
         self.d_position_q.append(d_position_q)
         d_columns = torch.matmul(d_product.transpose(-1, -2), self.position_q[:, :, a:b])
-        self.d_table[:, self.table.shape[1] - b - 1 :] += d_columns.sum(0)
+        self.d_table[:, self.table.shape[1] - b - 1 :] += d_columns.sum(0).mul_(self.scale)
         return d_position_q
 
     def param_grads(self, needed: tuple[bool, ...]) -> tuple[Tensor | None, ...]:
@@ -382,7 +395,7 @@ class _ExplicitCausal(torch.autograd.Function):
             d_v[:, :, :b] += torch.matmul(block_probs.transpose(-1, -2), block_grad)
             d_scores = torch.matmul(block_grad, v[:, :, :b].transpose(-1, -2))  # dP
             term.d_probs(d_scores, block_grad, row_dot[:, :, a:b], saved, a)
-            d_scores.mul_(block_probs)  # dS
+            d_scores = torch.mul(d_scores, block_probs, out=term.d_scores_out(d_scores))  # dS
             block_d_q = torch.matmul(d_scores, k[:, :, :b]).mul_(scale)
             term.content_grad(block_d_q)
             d_k[:, :, :b] += torch.matmul(d_scores.transpose(-1, -2), content_q[:, :, a:b])
