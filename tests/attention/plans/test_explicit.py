@@ -135,11 +135,11 @@ def test_xl_gradcheck(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
     def draw(*shape: int) -> Tensor:
         return torch.randn(*shape, generator=generator, dtype=torch.float64).requires_grad_()
 
-    inputs = (draw(2, 2, 5, 3), draw(2, 2, 5, 3), draw(2, 2, 5, 3))
-    inputs += (draw(2, 3), draw(2, 3), draw(2, 6, 3))
+    q, k, v = draw(2, 2, 5, 3), draw(2, 2, 5, 3), draw(2, 2, 5, 3)
+    inputs = (q, k, v, draw(2, 3), draw(2, 3), draw(2, 6, 3))
 
-    def fn(*args: Tensor) -> Tensor:
-        return xl_causal_attention(*args, scale=0.7)
+    def fn(q: Tensor, k: Tensor, v: Tensor, u: Tensor, v_bias: Tensor, table: Tensor) -> Tensor:
+        return xl_causal_attention(q, k, v, u, v_bias, table, 0.7)
 
     assert torch.autograd.gradcheck(fn, inputs)
 
@@ -191,9 +191,10 @@ def test_auto_takes_chunked_for_short_causal_training_only(name: str) -> None:
     encoding = ENCODINGS[name]()
     hooks = hooks_of(encoding)
     q = torch.randn(1, 4, 16, 8)
-    shape = {"batch": 1, "seq": 16, "device": q.device, "hooks": hooks}
-    causal = build_context(causal=True, **shape)
-    both_ways = build_context(causal=False, **shape)
+    causal, both_ways = (
+        build_context(batch=1, seq=16, device=q.device, causal=flag, hooks=hooks)
+        for flag in (True, False)
+    )
     assert choose_backend(hooks, q, q, dropout_p=0.0, context=causal) == "chunked"
     assert choose_backend(hooks, q, q, dropout_p=0.1, context=causal) == "sdpa"
     assert choose_backend(hooks, q, q, dropout_p=0.0, context=both_ways) == "sdpa"

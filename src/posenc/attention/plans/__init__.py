@@ -102,7 +102,9 @@ def run_plan(
         return None
     if dropout_p > 0.0 or mask.has_pairwise or torch.compiler.is_compiling():
         return None
-    call = PlanCall(hooks, context, q, k, v, grad=tracks_grad(hooks, q, k, v), block_size=block_size)
+    call = PlanCall(
+        hooks, context, q, k, v, grad=tracks_grad(hooks, q, k, v), block_size=block_size
+    )
     plan = choose_plan(call)
     if plan is None:
         return None

@@ -1,36 +1,45 @@
-"""Explicit-softmax plans with a hand-written backward, for training Shaw and Transformer-XL
-on short causal sequences.
+"""Explicit-softmax plans with a hand-written backward, for training learnable relative terms
+on short causal sequences (Shaw, Transformer-XL, T5 and the other learnable biases of the
+distance).
 
 A learnable term inside the softmax needs the score gradients ``dS = P ⊙ (dP − D)`` with
 ``D_i = dO_i · O_i``, which no fused CPU kernel returns, so short training calls write the
 softmax out. Under autograd that costs a saved temporary and a backward node per
-elementwise step; here each call is one :class:`torch.autograd.Function` that keeps
-``P`` and the output, and whose backward forms ``dS`` once, in place, and reduces it by
-table row in one pass.
+elementwise step; here each call is one :class:`torch.autograd.Function` over blocks of
+:data:`EXPLICIT_ROWS` query rows (causal rows ``[a, b)`` see keys ``[0, b)`` only, so the
+blocks skip most future keys' products). It keeps each block's ``P`` and the output; its
+backward forms each block's ``dS`` once, in place, and reduces it by table row in one pass.
 
-* Shaw (:class:`~posenc.encoding.kinds.ClippedRelative`, clip distance ``K``), causal: a
-  key ``K`` or more before the query uses the edge vectors ``a^K_{−K}``, ``a^V_{−K}``. The
-  key term ``q_i · a^K_{−K}`` is then the same for the whole far part of row ``i``: only
-  its difference to the band's terms enters the softmax, so the logits are
-  ``scale · q kᵀ`` plus, on the band of the ``K`` keys ``i − K < j ≤ i``,
-  ``scale · q_i · (a^K_{j−i} − a^K_{−K})`` (written through a strided view of the
-  scores, row stride ``L + 1``). The value term needs ``P`` on the band and the far part's
-  mass ``1 − Σ_band P``: ``Σ_j P_ij a^V_ij = P̄_i A^V`` with ``P̄`` of width ``K + 1``. In
-  the backward the value term adds ``dO_i · a^V_c`` to ``dP`` (a row constant on the far
-  part, a band correction), and the tables' gradients are ``∂a^K = scale · Σ dS̄ᵀ q`` and
-  ``∂a^V = Σ P̄ᵀ dO``, with ``dS̄`` the band of ``dS`` and its far part's row sum.
-* Transformer-XL (:class:`~posenc.encoding.kinds.SinusoidRelative`), causal: ``u · k_j``
-  folds into the queries (``(q + u) kᵀ``); the position term is one matmul of ``(q + v)``
-  against the projected encodings of the distances ``L − 1, …, −1`` and Transformer-XL's
-  relative shift is a strided view of it (row stride ``L``), added to the scores in one
-  pass. Backward: ``dS`` written back through the same view gives the product's gradient,
-  two matmuls give those of ``q + v`` and of the projected table (``W_R`` then by autograd).
+* Shaw (:class:`~posenc.encoding.kinds.ClippedRelative`, clip distance ``K``): a key ``K``
+  or more before the query uses the edge vectors ``a^K_{−K}``, ``a^V_{−K}``. The key term
+  ``q_i · a^K_{−K}`` is then the same for the whole far part of row ``i``: only its
+  difference to the band's terms enters the softmax, so the logits are ``scale · q kᵀ``
+  plus, on the band of the ``K`` keys ``i − K < j ≤ i``, ``scale · q_i · (a^K_{j−i} −
+  a^K_{−K})`` (written through a strided view of the scores, row stride ``keys + 1``). The
+  value term needs ``P`` on the band and the far part's mass ``1 − Σ_band P``: ``Σ_j P_ij
+  a^V_ij = P̄_i A^V`` with ``P̄`` of width ``K + 1``. In the backward the value term adds
+  ``dO_i · a^V_c`` to ``dP`` (a row constant on the far part, a band correction), and the
+  tables' gradients are ``∂a^K = scale · Σ dS̄ᵀ q`` and ``∂a^V = Σ P̄ᵀ dO``, with ``dS̄``
+  the band of ``dS`` and its far part's row sum.
+* Transformer-XL (:class:`~posenc.encoding.kinds.SinusoidRelative`): ``u · k_j`` folds into
+  the queries (``(q + u) kᵀ``); the position term is one matmul of ``(q + v)`` against the
+  projected encodings of the distances ``b − 1, …, −1`` and Transformer-XL's relative shift
+  is a strided view of it (row stride ``b``), added to the scores. Backward: ``dS`` is
+  written straight into the product's layout (the view covers one contiguous range), and
+  two matmuls give the gradients of ``q + v`` and of the projected table (``W_R``'s by
+  autograd, once per forward for the layers sharing the encoding).
+* A learnable bias of the distance alone (T5, KERPLE, the dynamic bias, FIRE below its
+  threshold): each block adds its ``(heads, rows, keys)`` slice of the forward's distance
+  table (:func:`~posenc.attention.plans.distance.distance_table`, future keys at the lowest
+  value, which is the causal mask), and the table's gradient is ``Σ_batch dS`` summed along
+  its diagonals.
 
 Served: causal attention with ``q_len == k_len``, default positions, no key padding, under
-autograd, no rows per block asked for (``Backend(block_size=...)``), at most :data:`EXPLICIT_SCORES` (query, key) pairs (there one call beats blocks;
-longer sequences take the flash-parts and block plans). Shaw, Dai et al.: see
-:mod:`posenc.contextual`. Tested against the ``sdpa`` backend's materialized reference
-(values and gradients) and by ``gradcheck`` in float64.
+autograd, no rows per block asked for (``Backend(block_size=...)``), at most
+:data:`EXPLICIT_SCORES` (query, key) pairs; longer sequences take the flash-parts and
+block plans. Papers: see :mod:`posenc.contextual` and :mod:`posenc.bias`. Tested against
+the ``sdpa`` backend's materialized reference (values and gradients) and by ``gradcheck``
+in float64.
 """
 
 from __future__ import annotations
@@ -244,11 +253,13 @@ class _ShawTerm(_Term):
         grads: list[Tensor | None] = [None] * len(self.params)
         if needed[0]:
             d_rows = torch.cat(self.d_rows, dim=2).flatten(0, -2)
-            grads[0] = key_table.new_zeros(key_table.shape)
-            grads[0][: self.reach + 1] = (d_rows.T @ self.q.flatten(0, -2)).mul_(self.scale)
+            d_keys = key_table.new_zeros(key_table.shape)
+            d_keys[: self.reach + 1] = (d_rows.T @ self.q.flatten(0, -2)).mul_(self.scale)
+            grads[0] = d_keys
         if len(self.params) > 1 and needed[1] and self.d_value is not None:
-            grads[1] = self.d_value.new_zeros(self.params[1].shape)
-            grads[1][: self.reach + 1] = self.d_value
+            d_values = self.d_value.new_zeros(self.params[1].shape)
+            d_values[: self.reach + 1] = self.d_value
+            grads[1] = d_values
         return tuple(grads)
 
 
@@ -460,7 +471,9 @@ def xl_causal_attention(
     return out
 
 
-def distance_causal_attention(q: Tensor, k: Tensor, v: Tensor, table: Tensor, scale: float) -> Tensor:
+def distance_causal_attention(
+    q: Tensor, k: Tensor, v: Tensor, table: Tensor, scale: float
+) -> Tensor:
     """Causal attention (same length, default positions) with a bias of the distance alone.
 
     Shape: q, k, v ``(batch, heads, L, head_dim)``; ``table`` ``(heads, 2L − 1)``: the bias
@@ -598,12 +611,12 @@ def _distance_plan(
 
 #: A learnable bias of the distance alone in training at short causal lengths (T5, KERPLE,
 #: the dynamic bias, FIRE below its threshold): one explicit softmax per row block.
-EXPLICIT_DISTANCE = FlashPartsPlan("explicit distance", BiasEncoding, _distance_applies, _distance_plan)
+EXPLICIT_DISTANCE = FlashPartsPlan(
+    "explicit distance", BiasEncoding, _distance_applies, _distance_plan
+)
 
 #: Shaw's tables in training at short causal lengths: one explicit softmax, own backward.
 EXPLICIT_CLIPPED = FlashPartsPlan("explicit clipped", ClippedRelative, _applies, _shaw_plan)
 
 #: Transformer-XL's terms in training at short causal lengths: likewise.
-EXPLICIT_SINUSOID = FlashPartsPlan(
-    "explicit sinusoid", SinusoidRelative, _applies, _xl_plan
-)
+EXPLICIT_SINUSOID = FlashPartsPlan("explicit sinusoid", SinusoidRelative, _applies, _xl_plan)
