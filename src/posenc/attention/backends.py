@@ -36,6 +36,7 @@ from posenc.attention.context import AttentionContext
 from posenc.attention.flex import flex_attention_backend, flex_available
 from posenc.attention.local_chunks import chunk_by_chunk, serves
 from posenc.attention.plans import explicit_applies
+from posenc.attention.plans.base import tracks_grad
 from posenc.attention.plans.stick_breaking import stick_breaking_attention
 from posenc.attention.rows import compute_dtype
 from posenc.attention.sdpa import sdpa_attention
@@ -209,7 +210,7 @@ def choose_backend(
         context is not None
         and q.device.type == "cpu"
         and dropout_p == 0.0
-        and torch.is_grad_enabled()
+        and tracks_grad(hooks, q, k)
         and explicit_applies(hooks, context, q, k)
     ):
         return "chunked"

@@ -200,3 +200,6 @@ def test_auto_takes_chunked_for_short_causal_training_only(name: str) -> None:
     assert choose_backend(hooks, q, q, dropout_p=0.0, context=both_ways) == "sdpa"
     with torch.no_grad():
         assert choose_backend(hooks, q, q, dropout_p=0.0, context=causal) == "sdpa"
+    encoding.requires_grad_(False)  # nothing to train: sdpa's fused forward
+    assert choose_backend(hooks, q, q, dropout_p=0.0, context=causal) == "sdpa"
+    assert choose_backend(hooks, q.requires_grad_(), q, dropout_p=0.0, context=causal) == "chunked"
