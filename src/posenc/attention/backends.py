@@ -187,8 +187,10 @@ def choose_backend(
        dropout, at default positions with causal order and padding only (``context``):
        ``chunked``, whose distance-table plan beats a materialized bias at every size (with
        a learnable bias, SDPA's math path; measured in the small LM).
-    3. Training Shaw or Transformer-XL on the CPU without dropout, causal, ``q_len ==
-       k_len``, at most :data:`SMALL_SCORES` pairs, default positions, no padding:
+    3. Training Shaw or Transformer-XL on the CPU without dropout, eagerly, causal,
+       ``q_len == k_len``, at most
+       :data:`~posenc.attention.plans.explicit.EXPLICIT_SCORES` pairs, default positions,
+       no padding:
        ``chunked``, whose explicit plans (:mod:`posenc.attention.plans.explicit`) write the
        softmax out with a hand-written backward.
     4. ``q_len · k_len ≤`` :data:`SMALL_SCORES`: ``sdpa`` (one fused call over a small
@@ -211,6 +213,7 @@ def choose_backend(
         and q.device.type == "cpu"
         and dropout_p == 0.0
         and tracks_grad(hooks, q, k)
+        and not torch.compiler.is_compiling()  # the plans run eagerly
         and explicit_applies(hooks, context, q, k)
     ):
         return "chunked"
