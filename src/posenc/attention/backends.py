@@ -35,6 +35,8 @@ from posenc.attention.chunked import chunked_attention
 from posenc.attention.context import AttentionContext
 from posenc.attention.flex import flex_attention_backend, flex_available
 from posenc.attention.local_chunks import chunk_by_chunk, serves
+from posenc.attention.plans import explicit_applies
+from posenc.attention.plans.base import tracks_grad
 from posenc.attention.plans.stick_breaking import stick_breaking_attention
 from posenc.attention.rows import compute_dtype
 from posenc.attention.sdpa import sdpa_attention
@@ -185,10 +187,16 @@ def choose_backend(
        dropout, at default positions with causal order and padding only (``context``):
        ``chunked``, whose distance-table plan beats a materialized bias at every size (with
        a learnable bias, SDPA's math path; measured in the small LM).
-    3. ``q_len · k_len ≤`` :data:`SMALL_SCORES`: ``sdpa`` (one fused call over a small
+    3. Training Shaw or Transformer-XL on the CPU without dropout, eagerly, causal,
+       ``q_len == k_len``, at most
+       :data:`~posenc.attention.plans.explicit.EXPLICIT_SCORES` pairs, default positions,
+       no padding:
+       ``chunked``, whose explicit plans (:mod:`posenc.attention.plans.explicit`) write the
+       softmax out with a hand-written backward.
+    4. ``q_len · k_len ≤`` :data:`SMALL_SCORES`: ``sdpa`` (one fused call over a small
        materialized bias beats blocks).
-    4. A pointwise or token-state bias only, on CUDA, no dropout: ``flex``.
-    5. Otherwise ``chunked`` (on the CPU its flash-parts plans where they apply).
+    5. A pointwise or token-state bias only, on CUDA, no dropout: ``flex``.
+    6. Otherwise ``chunked`` (on the CPU its flash-parts plans where they apply).
     """
     if not hooks.logit_terms:
         return "sdpa"
@@ -198,6 +206,15 @@ def choose_backend(
         and q.device.type == "cpu"
         and dropout_p == 0.0
         and hooks.distance_only(k.shape[-2] - 1)
+    ):
+        return "chunked"
+    if (
+        context is not None
+        and q.device.type == "cpu"
+        and dropout_p == 0.0
+        and tracks_grad(hooks, q, k)
+        and not torch.compiler.is_compiling()  # the plans run eagerly
+        and explicit_applies(hooks, context, q, k)
     ):
         return "chunked"
     if q.shape[-2] * k.shape[-2] <= SMALL_SCORES:

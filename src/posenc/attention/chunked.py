@@ -2,9 +2,11 @@
 
 * Without logit terms (NoPE, additive, rotary), SDPA's own kernels already run in O(keys)
   memory: the ``sdpa`` backend's mask forms are used (:mod:`posenc.attention.sdpa`).
-* Where an encoding's structure allows it, the CPU takes an exact flash-parts plan
+* Where an encoding's structure allows it, the CPU takes an exact plan
   (:mod:`posenc.attention.plans`): ALiBi at any positions, T5-like biases constant
-  beyond a distance at default positions, and, without gradients, Shaw and Transformer-XL.
+  beyond a distance at default positions, Shaw and (without gradients) Transformer-XL; in
+  training at short causal lengths, the explicit plans of
+  :mod:`posenc.attention.plans.explicit` (one softmax with a hand-written backward).
 * Otherwise blocks of query rows (:func:`posenc.attention.blocks.blocked`), with
   activation checkpointing under autograd.
 """

@@ -11,8 +11,11 @@ plan                      serves                                       when
 ========================  ===========================================  ==================
 ``scores term``           :class:`~posenc.encoding.kinds.AdditiveScores`  forward only
 ``linear bias``           :class:`~posenc.encoding.kinds.LinearBias`   causal, any positions
+``explicit distance``     a learnable bias of ``q - k`` alone          training, short
 ``distance table``        a bias of ``q - k`` alone                    default positions
 ``materialized bias``     any pointwise bias                           forward only
+``explicit clipped``      :class:`~posenc.encoding.kinds.ClippedRelative`  training, short
+``explicit sinusoid``     :class:`~posenc.encoding.kinds.SinusoidRelative`  training, short
 ``clipped relative``      :class:`~posenc.encoding.kinds.ClippedRelative`  default positions
 ``disentangled relative`` :class:`~posenc.encoding.kinds.DisentangledRelative`  forward, default
 ``sinusoid relative``     :class:`~posenc.encoding.kinds.SinusoidRelative`  forward, default
@@ -31,6 +34,12 @@ from posenc.attention import flash
 from posenc.attention.context import AttentionContext
 from posenc.attention.plans.base import Plan, PlanCall, padding_mask, tracks_grad
 from posenc.attention.plans.distance import DISTANCE_TABLE
+from posenc.attention.plans.explicit import (
+    EXPLICIT_CLIPPED,
+    EXPLICIT_DISTANCE,
+    EXPLICIT_SINUSOID,
+    explicit_applies,
+)
 from posenc.attention.plans.flash_parts import LINEAR_BIAS, MATERIALIZED_BIAS, SCORES_TERM
 from posenc.attention.plans.relative import (
     CLIPPED_RELATIVE,
@@ -40,14 +49,17 @@ from posenc.attention.plans.relative import (
 from posenc.attention.rows import compute_dtype
 from posenc.encoding.resolve import Hooks
 
-__all__ = ["PLANS", "Plan", "choose_plan", "run_plan"]
+__all__ = ["PLANS", "Plan", "choose_plan", "explicit_applies", "run_plan"]
 
 #: The plans, in the order they are tried.
 PLANS: tuple[Plan, ...] = (
     SCORES_TERM,
     LINEAR_BIAS,
+    EXPLICIT_DISTANCE,
     DISTANCE_TABLE,
     MATERIALIZED_BIAS,
+    EXPLICIT_CLIPPED,
+    EXPLICIT_SINUSOID,
     CLIPPED_RELATIVE,
     DISENTANGLED_RELATIVE,
     SINUSOID_RELATIVE,
@@ -90,7 +102,9 @@ def run_plan(
         return None
     if dropout_p > 0.0 or mask.has_pairwise or torch.compiler.is_compiling():
         return None
-    call = PlanCall(hooks, context, q, k, v, grad=tracks_grad(hooks, q, k, v))
+    call = PlanCall(
+        hooks, context, q, k, v, grad=tracks_grad(hooks, q, k, v), block_size=block_size
+    )
     plan = choose_plan(call)
     if plan is None:
         return None

@@ -37,6 +37,7 @@ class PlanCall:
         context: positions and mask of the call.
         q, k, v: the call's tensors (``(batch, heads, seq, head_dim)``).
         grad: True when autograd will need gradients of q, k, v or the encoding.
+        block_size: the query rows per block the caller asked for (None: the plan's own).
     """
 
     hooks: Hooks
@@ -45,6 +46,7 @@ class PlanCall:
     k: Tensor
     v: Tensor
     grad: bool
+    block_size: int | None = None
 
 
 class Plan(Protocol):
