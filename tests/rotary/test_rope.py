@@ -208,5 +208,26 @@ def test_memoised_position_tables_give_the_computed_bits(make, dtype) -> None:
     assert all(t[0].shape[0] <= TABLE_CACHE_POSITIONS for t in rope._table_memo.values())
 
 
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_consecutive_positions_read_the_memo_and_leave_it_alone(layout) -> None:
+    # Consecutive integer positions (a prompt, a cache's new block) rotate by slices of the
+    # memoised tables; the result equals that of the same positions gathered (a batch of
+    # one) and of float positions (computed), and nothing the caller gets back shares the
+    # memo: cos_sin's tables written to change no later rotation.
+    rope = RotaryEmbedding(16, rotary_dim=12, layout=layout)
+    q, k = torch.randn(2, 3, 37, 16), torch.randn(2, 1, 37, 16)
+    positions = torch.arange(5, 42)
+    got = rope(q, k, positions, positions)
+    cos, sin = rope.cos_sin(positions)
+    cos.fill_(2.0), sin.fill_(3.0)
+    for expected in (
+        rope(q, k, positions[None], positions[None]),
+        rope(q, k, positions.double(), positions.double()),
+        rope(q, k, positions, positions),
+    ):
+        for g, e in zip(got, expected, strict=True):
+            assert torch.equal(g, e)
+
+
 # Every test here runs on the pure-torch rotation and on the fast kernels.
 pytestmark = pytest.mark.usefixtures("every_rotary_impl")

@@ -55,6 +55,15 @@ def _gathers(positions: Tensor) -> bool:
     )
 
 
+def _consecutive(positions: Tensor, first: int, last: int) -> bool:
+    """True when 1-D ``positions`` are ``first, first + 1, …, last``."""
+    return (
+        positions.dim() == 1
+        and positions.numel() == last - first + 1
+        and torch.equal(positions, torch.arange(first, last + 1, dtype=positions.dtype))
+    )
+
+
 def __getattr__(name: str) -> Any:
     """The functions that moved to :mod:`posenc.rotary.functional` (``apply_rotary``,
     ``rope_angles``, ``rope_cos_sin``) still resolve here, with a ``DeprecationWarning``."""
@@ -271,16 +280,25 @@ class RotaryEmbedding(RotaryEncoding):
         return self._tables(positions, dtype, gather=True)
 
     def _tables(
-        self, positions: Tensor, dtype: torch.dtype | None, *, gather: bool = False
+        self,
+        positions: Tensor,
+        dtype: torch.dtype | None,
+        *,
+        gather: bool = False,
+        views: bool = False,
     ) -> tuple[Tensor, Tensor]:
         """Full-width cos/sin for ``positions``; ``gather`` lets integer CPU positions read
         rows of the memoised tables (public calls; the attention's per-forward hook, which
-        promises no host reads, computes them)."""
+        promises no host reads, computes them). ``views``: consecutive positions (``p … p +
+        n − 1``, a prompt or a cache's new block) get a slice of the memoised tables, no copy
+        (for callers that only read them)."""
         table_dtype = self.dtype or dtype or torch.float32
         if gather and _gathers(positions):
             first, last = (int(v) for v in torch.aminmax(positions))
             if first >= 0 and last < TABLE_CACHE_POSITIONS:
                 cos, sin = self._position_tables(table_dtype, last + 1)
+                if views and _consecutive(positions, first, last):
+                    return cos[first : last + 1], sin[first : last + 1]
                 return cos[positions], sin[positions]
         # MPS has no float64: rope_angles works on the CPU there, so take the CPU frequencies.
         device = "cpu" if positions.device.type == "mps" else positions.device
@@ -345,7 +363,8 @@ class RotaryEmbedding(RotaryEncoding):
         self, positions: Tensor, dtype: torch.dtype, *, gather: bool = False
     ) -> tuple[Tensor, Tensor]:
         compute = compute_dtype(dtype)
-        tables = self._tables(positions, compute, gather=gather)
+        # The rotation only reads its tables: consecutive positions may take memoised views.
+        tables = self._tables(positions, compute, gather=gather, views=True)
         cos, sin = (t.to(compute) for t in tables)  # self.dtype: widen
         return pair_tables(cos, sin, self.layout)
 

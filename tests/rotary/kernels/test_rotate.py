@@ -366,3 +366,122 @@ def test_serial_and_parallel_numba_kernels_equal_reference(threads, rotary_dim, 
     expected = _reference(x, c, s, "half", rotary_dim)
     assert torch.equal(got, expected)
     assert torch.equal(pair[0], expected) and torch.equal(pair[1], expected)
+
+
+def _as_bits(x):
+    return x.view({8: torch.int64, 4: torch.int32, 2: torch.int16}[x.element_size()])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_inplace_leaves_pass_through_bits_untouched(impl, dtype, layout) -> None:
+    # Pass-through channels hold NaNs with payloads: rewriting them (even with themselves
+    # through a float conversion) could change their bits.
+    x = _x((2, 3, 70, 24), dtype, strided=True)
+    _as_bits(x[..., 16:]).fill_(-1)  # all-ones bits: a NaN with a full payload
+    before = _as_bits(x[..., 16:]).clone()
+    c, s = _tables(70, 16, dtype, batch=2)
+    expected = _reference(x, c, s, layout, 16)
+    kernels.rotate_pair(x, x[:1], (c, s), (c[:1], s[:1]), layout=layout, rotary_dim=16, impl=impl)
+    got = rotate(x, c, s, layout=layout, rotary_dim=16, inplace=True, impl=impl)
+    assert torch.equal(_as_bits(got[..., 16:]), before)
+    assert torch.equal(_as_bits(got[..., :16]), _as_bits(expected[..., :16]))
+    out = rotate(x.clone(), c, s, layout=layout, rotary_dim=16, out=torch.zeros_like(x), impl=impl)
+    assert torch.equal(_as_bits(out[..., 16:]), before)  # copied out of place
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("mode", ["new", "inplace"])
+def test_mrope_numba_equals_torch(dtype, layout, mode) -> None:
+    # Qwen2-VL's M-RoPE: per-token tables (batch, 1, seq, pairs) from 3 × (batch, seq)
+    # positions (sections of 14 pairs: not a specialized pair count).
+    from posenc.rotary import MultiAxisRotary
+
+    if not HAS_NUMBA:
+        pytest.skip("numba")
+    rope = MultiAxisRotary.mrope(28, (4, 5, 5), layout=layout)
+    generator = torch.Generator().manual_seed(3)
+    q_pos = torch.randint(0, 50, (3, 2, 70), generator=generator)
+    k_pos = torch.randint(0, 50, (3, 2, 90), generator=generator)
+    q, k = _x((2, 4, 70, 28), dtype, strided=True), _x((2, 2, 90, 28), dtype) * 2
+    q_tables, k_tables = rope.rotary_tables(q_pos, dtype), rope.rotary_tables(k_pos, dtype)
+    assert q_tables[0].shape == (2, 1, 70, 14)
+    results = {}
+    for impl in ("torch", "numba"):
+        q_in, k_in = q.clone(), k.clone()
+        results[impl] = kernels.rotate_pair(
+            q_in,
+            k_in,
+            q_tables,
+            k_tables,
+            layout=layout,
+            rotary_dim=28,
+            inplace=mode == "inplace",
+            impl=impl,
+        )
+    for got, expected in zip(results["numba"], results["torch"], strict=True):
+        assert torch.equal(got, expected)
+    assert torch.equal(results["torch"][0], _reference(q, *q_tables, layout, 28))
+
+
+@pytest.mark.skipif(not HAS_NUMBA, reason="numba")
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("tile", [None, 1, 5, 64])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_numba_jobs_cover_every_tile_edge(monkeypatch, threads, tile, inplace) -> None:
+    # Jobs are (batch row, range of positions): q of one position (a decoding step) and k of
+    # 13 positions in ranges that do not divide it, other head counts, strided q; the
+    # one-thread kernel takes the positions from positions_per_job too.
+    if tile is not None:
+        monkeypatch.setattr(fast, "positions_per_job", lambda seq, batch, threads: tile)
+    q = _x((3, 4, 1, 24), torch.bfloat16, strided=True)
+    k = _x((3, 2, 13, 24), torch.bfloat16) * 3
+    k_tables = _tables(13, 16, torch.bfloat16, batch=3)
+    q_tables = tuple(t[:, :, -1:] for t in k_tables)
+    expected = (_reference(q, *q_tables, "half", 16), _reference(k, *k_tables, "half", 16))
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        got = kernels.rotate_pair(
+            q.clone(),
+            k.clone(),
+            q_tables,
+            k_tables,
+            layout="half",
+            rotary_dim=16,
+            inplace=inplace,
+            impl="numba",
+        )
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+
+
+def test_positions_per_job() -> None:
+    assert fast.positions_per_job(4096, 1, 1) == 4096  # one thread: one run per head
+    assert fast.positions_per_job(4096, 1, 2) == 512  # 8 jobs: 4 per thread
+    assert fast.positions_per_job(100, 1, 2) == 64  # at least 64 positions a job
+    assert fast.positions_per_job(4096, 16, 2) == 4096  # the batch rows are jobs enough
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("inplace", [False, True])
+def test_rotate_pair_of_other_head_dims(impl, inplace) -> None:
+    # q and k share the rotated channels but not the row length (each copies its own rows).
+    q = _x((2, 3, 40, 16), torch.float32)
+    k = _x((2, 1, 40, 24), torch.float32, strided=True)
+    tables = _tables(40, 16, torch.float32)
+    got = kernels.rotate_pair(
+        q.clone(),
+        k.clone(),
+        tables,
+        tables,
+        layout="half",
+        rotary_dim=16,
+        inplace=inplace,
+        impl=impl,
+    )
+    assert torch.equal(got[0], _reference(q, *tables, "half", 16))
+    assert torch.equal(got[1], _reference(k, *tables, "half", 16))

@@ -1,14 +1,26 @@
 """The CPU rotation kernels, compiled by numba (the ``fast`` extra); imported only when present.
 
-The kernel walks the rows of q (and k, in the same call) — the three leading dimensions,
-given in memory order by the caller so that consecutive rows are near in memory — in blocks
-of consecutive rows run in parallel (``prange``: all the threads numba is allowed, set per
-call from ``torch.get_num_threads()``), and rotates the ``rotary_dim / 2`` pairs of a row in
-a loop LLVM vectorizes (through slices: indexing one array at two offsets does not).
+One call rotates q and k (or one tensor) — each ``(batch, heads, seq, head_dim)`` with any
+strides along the first three dimensions and unit stride along channels. A job is one batch
+row and a range of positions; it rotates those positions in every head of q and then of k, as
+runs of rows adjacent in memory (a head's positions, or, for ``(batch, seq, heads, dim)``
+memory, a position's heads). Jobs run in parallel (``prange``: all the threads numba is
+allowed, set per call from ``torch.get_num_threads()``) or, on one thread, one after the other
+without numba's threading layer. Each row's pairs are rotated in a loop LLVM vectorizes
+(through slices: indexing one array at two offsets does not), while the row 32 rows on is
+prefetched (``llvm.prefetch``).
+
+* In place, only the first ``rotary_dim`` channels of a row are read and written: pass-through
+  channels are untouched.
+* Out of place, the whole row is copied (pass-through channels come along in the same pass)
+  and the copy is rotated in place while it is in L1: a loop from one array into another has
+  too many pointer pairs for LLVM's runtime alias checks and stays scalar.
+
 Arithmetic is float32 for float32, bfloat16 and float16 (float64 for float64) with the same
 roundings as the torch path: ``a·c − b·s`` and ``b·c + a·s``, each product rounded, then
 the sum, then one rounding to the storage dtype (no fused multiply-add: numba does not
-contract without ``fastmath``).
+contract without ``fastmath``). Half-precision elements are widened in registers: no
+converted copy of the input is made.
 
 Arrays are one-dimensional views of each tensor's storage with element offsets: slices of a
 C-contiguous 1-D array keep unit stride, which is what lets LLVM vectorize the row loop.
@@ -24,9 +36,10 @@ from typing import Any
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
+from numba.core import cgutils
 from numba.extending import intrinsic, overload
 
-__all__ = ["ROWS_PER_JOB", "kernel_for"]
+__all__ = ["kernel_for"]
 
 
 @intrinsic
@@ -59,6 +72,38 @@ def _f32_to_half(typingctx: Any, value: Any) -> Any:
         return builder.bitcast(builder.fptrunc(args[0], ir.HalfType()), ir.IntType(16))
 
     return types.int16(types.float32), codegen
+
+
+def _prefetcher(write: int) -> Any:
+    """An intrinsic ``(array, index)`` that asks for the cache line of ``array[index]`` ahead
+    of its use (``llvm.prefetch``; ``write`` fetches it owned, as a store will want it). A
+    prefetch never faults, whatever the address."""
+
+    @intrinsic
+    def prefetch(typingctx: Any, array: Any, index: Any) -> Any:
+        def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+            array_type = signature.args[0]
+            view = context.make_array(array_type)(context, builder, args[0])
+            pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]])
+            i32 = ir.IntType(32)
+            name = (
+                "llvm.prefetch.p0"
+                if getattr(pointer.type, "is_opaque", False)
+                else ("llvm.prefetch.p0i8")
+            )
+            function_type = ir.FunctionType(ir.VoidType(), [pointer.type, i32, i32, i32])
+            function = cgutils.get_or_insert_function(builder.module, function_type, name)
+            # (address, write, locality 3 = keep in every cache level, data cache)
+            builder.call(function, [pointer, i32(write), i32(3), i32(1)])
+            return context.get_dummy_value()
+
+        return types.void(array, types.intp), codegen
+
+    return prefetch
+
+
+_prefetch_read = _prefetcher(0)
+_prefetch_write = _prefetcher(1)
 
 
 def _load(bits: Any) -> Any:
@@ -96,39 +141,14 @@ def _store_overload(value, like):
     return lambda value, like: value
 
 
-#: rows per parallel job: enough that a job's set-up (one division per index) is amortized,
-#: few enough that both cores get work on a single head's rows.
-ROWS_PER_JOB = 64
-
-
 @njit(inline="always")
-def _rotate_row_out(x, xo, w, wo, c, s, co, r2, interleaved):
-    cr = c[co : co + r2]
-    sr = s[co : co + r2]
-    if interleaved:
-        xr = x[xo : xo + 2 * r2]
-        wr = w[wo : wo + 2 * r2]
-        for i in range(r2):
-            a = _load(xr[2 * i])
-            b = _load(xr[2 * i + 1])
-            wr[2 * i] = _store(a * cr[i] - b * sr[i], wr)
-            wr[2 * i + 1] = _store(b * cr[i] + a * sr[i], wr)
-    else:
-        xa = x[xo : xo + r2]
-        xb = x[xo + r2 : xo + 2 * r2]
-        wa = w[wo : wo + r2]
-        wb = w[wo + r2 : wo + 2 * r2]
-        for i in range(r2):
-            a = _load(xa[i])
-            b = _load(xb[i])
-            wa[i] = _store(a * cr[i] - b * sr[i], wa)
-            wb[i] = _store(b * cr[i] + a * sr[i], wb)
+def _rotate_row(x, xo, c, s, co, r2, interleaved):
+    """Rotate the first ``2·r2`` channels of the row of ``x`` at ``xo`` in place.
 
-
-@njit(inline="always")
-def _rotate_row_in(x, xo, c, s, co, r2, interleaved):
-    # Not _rotate_row_out(x, xo, x, xo, ...): with the output the input, LLVM's runtime alias
-    # check fails and the scalar loop runs; reading and writing the same slices vectorizes.
+    One loop whose slices are what LLVM's runtime alias checks can clear (reading and writing
+    the same slices; ``c`` and ``s`` only read), so it vectorizes; the out-of-place kernels
+    copy the row first and rotate the copy here (a loop from ``x`` into another array has too
+    many pointer pairs to check and stays scalar)."""
     cr = c[co : co + r2]
     sr = s[co : co + r2]
     if interleaved:
@@ -149,97 +169,130 @@ def _rotate_row_in(x, xo, c, s, co, r2, interleaved):
             xb[i] = _store(b * cr[i] + a * sr[i], xb)
 
 
-@njit(inline="always")
-def _jobs(meta):
-    """Jobs of tensor 0, and of both."""
-    rows0 = meta[0, 0] * meta[0, 1] * meta[0, 2]
-    rows1 = meta[1, 0] * meta[1, 1] * meta[1, 2]
-    jobs0 = (rows0 + ROWS_PER_JOB - 1) // ROWS_PER_JOB
-    return jobs0, jobs0 + (rows1 + ROWS_PER_JOB - 1) // ROWS_PER_JOB
+#: rows ahead of the one being rotated whose cache lines are prefetched (8 KiB of bfloat16,
+#: 16 KiB of float32 at head_dim 128): with the hardware prefetcher alone one core waits on
+#: memory (docs/performance.md)
+_AHEAD = 32
 
 
 @njit(inline="always")
-def _job(job, jobs0, x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
-    """One block of ``ROWS_PER_JOB`` consecutive rows of tensor 0 or 1."""
-    t = 0 if job < jobs0 else 1
-    rows = meta[t, 0] * meta[t, 1] * meta[t, 2]
-    first = (job if t == 0 else job - jobs0) * ROWS_PER_JOB
-    last = min(rows, first + ROWS_PER_JOB)
-    x = x0 if t == 0 else x1
-    w = w0 if t == 0 else w1
-    c = c0 if t == 0 else c1
-    s = s0 if t == 0 else s1
-    # Locals, not meta[...] in the row loop: LLVM cannot tell that stores to x leave meta be.
-    n1, n2 = meta[t, 1], meta[t, 2]
-    xs0, xs1, xs2 = meta[t, 3], meta[t, 4], meta[t, 5]
-    ws0, ws1, ws2 = meta[t, 6], meta[t, 7], meta[t, 8]
-    cs0, cs1, cs2 = meta[t, 9], meta[t, 10], meta[t, 11]
-    i0 = first // (n1 * n2)
-    i1 = (first // n2) % n1
-    i2 = first % n2
-    for _ in range(first, last):
-        xo = i0 * xs0 + i1 * xs1 + i2 * xs2
-        co = i0 * cs0 + i1 * cs1 + i2 * cs2
+def _prefetch_row(x, xo, width, write):
+    """Prefetch the row of ``x`` at ``xo`` if it lies in ``x``."""
+    if xo + width <= x.size:
+        step = max(1, 64 // x.itemsize)  # elements per 64-byte cache line
+        for i in range(0, width, step):
+            if write:
+                _prefetch_write(x, xo + i)
+            else:
+                _prefetch_read(x, xo + i)
+
+
+@njit(inline="always")
+def _copy_row(x, xo, w, wo, width):
+    xr = x[xo : xo + width]
+    wr = w[wo : wo + width]
+    for i in range(width):
+        wr[i] = xr[i]
+
+
+@njit(inline="always")
+def _run(x, xo, xs, w, wo, ws, c, s, co, cs, n, r2, width, interleaved, inplace):
+    """``n`` rows ``xs`` apart (tables ``cs`` apart), each rotated in place, or copied whole
+    (pass-through channels too) into ``w`` and rotated there while in L1. The row
+    ``_AHEAD`` rows on (in the next run, past the end of this one) is prefetched."""
+    for p in range(n):
+        ahead = (p + _AHEAD) * xs
         if inplace:
-            _rotate_row_in(x, xo, c, s, co, r2, interleaved)
+            _prefetch_row(x, xo + ahead, width, True)
+            _rotate_row(x, xo + p * xs, c, s, co + p * cs, r2, interleaved)
         else:
-            _rotate_row_out(x, xo, w, i0 * ws0 + i1 * ws1 + i2 * ws2, c, s, co, r2, interleaved)
-        i2 += 1  # the next row, like an odometer: no division per row
-        if i2 == n2:
-            i2 = 0
-            i1 += 1
-            if i1 == n1:
-                i1 = 0
-                i0 += 1
+            # Only x: prefetching w's lines too measured slower (docs/performance.md).
+            _prefetch_row(x, xo + ahead, width, False)
+            _copy_row(x, xo + p * xs, w, wo + p * ws, width)
+            _rotate_row(w, wo + p * ws, c, s, co + p * cs, r2, interleaved)
 
 
 @njit(inline="always")
-def _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
-    """Every job of q and k: a parallel loop in a ``parallel=True`` kernel, a plain loop in a
-    serial one (the same code inlined into both)."""
-    jobs0, jobs = _jobs(meta)
+def _part(x, w, c, s, meta, t, b, first, tile, r2, interleaved, inplace):
+    """Positions ``first … first + tile − 1`` of batch row ``b`` of tensor ``t``, every head."""
+    nb, nh, ns = meta[t, 0], meta[t, 1], meta[t, 2]
+    if b >= nb or first >= ns:
+        return
+    count = min(ns, first + tile) - first
+    # Locals, not meta[...] in the row loops: LLVM cannot tell that stores to x leave meta be.
+    xs_h, xs_s = meta[t, 4], meta[t, 5]
+    ws_h, ws_s = meta[t, 7], meta[t, 8]
+    cs_s = meta[t, 10]
+    width = meta[t, 12]
+    x_base = b * meta[t, 3] + first * xs_s
+    w_base = b * meta[t, 6] + first * ws_s
+    c_base = b * meta[t, 9] + first * cs_s
+    if meta[t, 11]:  # heads apart in memory: a head's positions are a run of rows
+        for h in range(nh):
+            xo, wo = x_base + h * xs_h, w_base + h * ws_h
+            _run(
+                x, xo, xs_s, w, wo, ws_s, c, s, c_base, cs_s, count, r2, width, interleaved, inplace
+            )
+    else:  # (batch, seq, heads, dim) memory: a position's heads are a run of rows
+        for p in range(count):
+            xo, wo, co = x_base + p * xs_s, w_base + p * ws_s, c_base + p * cs_s
+            _run(x, xo, xs_h, w, wo, ws_h, c, s, co, 0, nh, r2, width, interleaved, inplace)
+
+
+@njit(inline="always")
+def _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, tile, interleaved, inplace):
+    """Every job — one batch row × one tile of positions, q's heads then k's — in a parallel
+    loop in a ``parallel=True`` kernel, a plain loop in a serial one (the same code inlined)."""
+    tiles = max((meta[0, 2] + tile - 1) // tile, (meta[1, 2] + tile - 1) // tile)
+    jobs = max(meta[0, 0], meta[1, 0]) * tiles
     for job in prange(jobs):
-        _job(job, jobs0, x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace)
+        b = job // tiles
+        first = (job - b * tiles) * tile
+        _part(x0, w0, c0, s0, meta, 0, b, first, tile, r2, interleaved, inplace)
+        _part(x1, w1, c1, s1, meta, 1, b, first, tile, r2, interleaved, inplace)
 
 
-# The kernels. ``meta[t]`` describes tensor ``t``: its three leading sizes in memory order,
-# then along them the strides of ``x``, of ``w`` (the output; ignored in place) and of the
-# tables. A tensor with no rows is skipped: one tensor is rotated by passing a second with
-# ``meta[1, :3] == 0``. ``*_32``/``*_64`` are the same loop for rotary dims 64 and 128 (the
-# common head dims): with the pair count a constant, LLVM drops the per-row remainder and
-# trip-count code, a quarter of the time. The ``serial_*`` kernels run on one thread without
-# the threading layer: numba's OpenMP pool spins between parallel regions, which took a core
-# from every other process (two 1-thread trainings side by side ran 2.7× slower).
-
-
-@njit(parallel=True, error_model="numpy", cache=True)
-def rotate_rows(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
-    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace)
-
-
-@njit(parallel=True, error_model="numpy", cache=True)
-def rotate_rows_32(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
-    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 32, interleaved, inplace)
+# The kernels. ``meta[t]`` describes tensor ``t`` (q, k): its sizes (batch, heads, seq); the
+# strides along them of ``x`` and of ``w`` (the output; ignored in place); the tables'
+# strides along batch and seq (0 where they broadcast); 1 when heads are further apart in
+# memory than positions; the row length (head_dim). A tensor with no rows is skipped: one
+# tensor is rotated by passing a second with ``meta[1] == 0``. ``tile`` is the positions per
+# job (:func:`posenc.rotary.kernels.fast.positions_per_job`). ``*_32``/``*_64`` are the same
+# loop for rotary dims 64 and 128 (the common head dims): with the pair count a constant,
+# LLVM drops the per-row remainder and trip-count code, a quarter of the time. The
+# ``serial_*`` kernels run on one thread without the threading layer: numba's OpenMP pool
+# spins between parallel regions, which took a core from every other process (two 1-thread
+# trainings side by side ran 2.7× slower).
 
 
 @njit(parallel=True, error_model="numpy", cache=True)
-def rotate_rows_64(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
-    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 64, interleaved, inplace)
+def rotate_rows(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, tile, interleaved, inplace):
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, tile, interleaved, inplace)
+
+
+@njit(parallel=True, error_model="numpy", cache=True)
+def rotate_rows_32(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, tile, interleaved, inplace):
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 32, tile, interleaved, inplace)
+
+
+@njit(parallel=True, error_model="numpy", cache=True)
+def rotate_rows_64(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, tile, interleaved, inplace):
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 64, tile, interleaved, inplace)
 
 
 @njit(error_model="numpy", cache=True)
-def serial_rows(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
-    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace)
+def serial_rows(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, tile, interleaved, inplace):
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, tile, interleaved, inplace)
 
 
 @njit(error_model="numpy", cache=True)
-def serial_rows_32(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
-    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 32, interleaved, inplace)
+def serial_rows_32(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, tile, interleaved, inplace):
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 32, tile, interleaved, inplace)
 
 
 @njit(error_model="numpy", cache=True)
-def serial_rows_64(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, interleaved, inplace):
-    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 64, interleaved, inplace)
+def serial_rows_64(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, tile, interleaved, inplace):
+    _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, 64, tile, interleaved, inplace)
 
 
 def kernel_for(pairs: int, threads: int):

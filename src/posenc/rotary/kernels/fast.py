@@ -19,7 +19,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["FAST", "FAST_DTYPES", "numba_kernels", "run_fast", "triton_kernel"]
+__all__ = [
+    "FAST",
+    "FAST_DTYPES",
+    "numba_kernels",
+    "positions_per_job",
+    "run_fast",
+    "triton_kernel",
+]
 
 #: the dtypes the fast kernels serve, by their names in the kernels
 FAST_DTYPES = {
@@ -28,6 +35,20 @@ FAST_DTYPES = {
     torch.bfloat16: "bfloat16",
     torch.float16: "float16",
 }
+
+
+#: parallel jobs per thread of the numba kernels (a job: one batch row, a range of positions)
+JOBS_PER_THREAD = 4
+
+
+def positions_per_job(seq: int, batch: int, threads: int) -> int:
+    """Positions per job of the numba kernels: all of them on one thread (each head's rows
+    are then one long run, which the prefetchers stream best), else enough jobs for every
+    thread to get several, each at least 64 positions long."""
+    if threads == 1:
+        return max(1, seq)
+    per_batch = -(-JOBS_PER_THREAD * threads // max(1, batch))
+    return max(64, -(-seq // per_batch))
 
 
 @cache
@@ -55,23 +76,26 @@ def triton_kernel() -> Any:
 FAST = {"numba": ("cpu", numba_kernels), "triton": ("cuda", triton_kernel)}
 
 
-def _rows(x: Tensor, c: Tensor) -> tuple[list[int], list[int], list[int], list[int]]:
-    """The three leading dims in memory order: shape, x's strides and the tables' strides."""
-    seq = x.shape[2]
+def _layout(x: Tensor, target: Tensor, c: Tensor) -> list[int]:
+    """The kernels' description of one tensor (``meta[t]`` in :mod:`._numba`): sizes (batch,
+    heads, seq), strides of ``x`` and of ``target`` along them, the tables' strides along
+    batch and seq (0 where they broadcast), 1 when heads lie further apart than positions, and
+    the row length (head_dim: out of place, whole rows are copied)."""
     if c.dim() == 2:  # (seq, r2)
-        c_strides = [0, 0, c.stride(0)]
+        c_batch, c_seq = 0, c.stride(0)
     else:  # (batch | 1, 1, seq, r2)
-        c_strides = [c.stride(0) if c.shape[0] > 1 else 0, 0, c.stride(2)]
-    if seq == 1 or c.shape[-2] == 1:  # one position: the same table row for every row
-        c_strides[2] = 0
-    strides = x.stride()
-    order = sorted(range(3), key=lambda d: -strides[d])
-    return (
-        [x.shape[d] for d in order],
-        [x.stride(d) for d in order],
-        [c_strides[d] for d in order],
-        order,
-    )
+        c_batch, c_seq = (c.stride(0) if c.shape[0] > 1 else 0), c.stride(2)
+    if x.shape[2] == 1 or c.shape[-2] == 1:  # one position: the same table row for every row
+        c_seq = 0
+    return [
+        *x.shape[:3],
+        *x.stride()[:3],
+        *target.stride()[:3],
+        c_batch,
+        c_seq,
+        int(x.stride(1) >= x.stride(2)),
+        x.shape[3],
+    ]
 
 
 def _storage(t: Tensor) -> Any:
@@ -127,20 +151,20 @@ def _run_numba(
     kernel = kernel_for(rotary_dim // 2, threads)
     if threads > 1:
         numba.set_num_threads(threads)
-    meta = np.zeros((2, 12), np.int64)
+    meta = np.zeros((2, 13), np.int64)
     arrays = []
     for t, (x, c, s, out) in enumerate(items):
-        c, s = c.contiguous(), s.contiguous()
-        shape, x_strides, c_strides, order = _rows(x, c)
+        # The kernels read c and s at the same offsets, with unit stride along the pairs: a
+        # pair view of full-width tables (half of each row) is read in place.
+        if c.stride(-1) != 1 or c.stride() != s.stride():
+            c, s = c.contiguous(), s.contiguous()
         target = x if out is None else out
-        meta[t] = [*shape, *x_strides, *(target.stride(d) for d in order), *c_strides]
+        meta[t] = _layout(x, target, c)
         arrays.append((_storage(x), _storage(target), _storage(c), _storage(s)))
     if len(arrays) == 1:
         arrays.append(arrays[0])  # meta[1] is all zeros: no rows
-    kernel(*arrays[0], *arrays[1], meta, rotary_dim // 2, interleaved, inplace)
-    for x, _, _, out in items:
-        if out is not None and rotary_dim < x.shape[-1]:
-            out[..., rotary_dim:] = x[..., rotary_dim:]
+    tile = positions_per_job(int(meta[:, 2].max()), int(meta[:, 0].max()), threads)
+    kernel(*arrays[0], *arrays[1], meta, rotary_dim // 2, tile, interleaved, inplace)
 
 
 @torch.library.custom_op("posenc::rotate", mutates_args=())
