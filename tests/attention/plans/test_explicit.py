@@ -13,8 +13,8 @@ from torch.testing import assert_close
 from posenc.attention import attend, plans
 from posenc.attention.backends import choose_backend
 from posenc.attention.context import build_context
-from posenc.attention.plans import explicit
 from posenc.attention.plans.explicit import (
+    _common,
     band_add_,
     band_read,
     distance_causal_attention,
@@ -75,7 +75,7 @@ def test_training_equals_the_reference_in_values_and_gradients(
     """``auto`` under autograd takes the explicit plan; its output and the gradients of q, k,
     v and every table equal the ``sdpa`` backend's materialized reference, in one block of
     rows and in several."""
-    monkeypatch.setattr(explicit, "EXPLICIT_ROWS", rows)
+    monkeypatch.setattr(_common, "EXPLICIT_ROWS", rows)
     torch.manual_seed(0)
     encoding = ENCODINGS[name]().double()
     if isinstance(encoding, ShawRelative) and encoding.max_distance >= length:
@@ -94,7 +94,7 @@ def test_training_equals_the_reference_in_values_and_gradients(
 
 @pytest.mark.parametrize("name", list(ENCODINGS))
 def test_float32_training_equals_the_reference(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
-    monkeypatch.setattr(explicit, "EXPLICIT_ROWS", 16)  # three blocks of 16 and one of 8
+    monkeypatch.setattr(_common, "EXPLICIT_ROWS", 16)  # two blocks of 16 and one of 8
     torch.manual_seed(0)
     encoding = ENCODINGS[name]()
     inputs = tensors(40, dtype=torch.float32)
@@ -110,7 +110,7 @@ def test_float32_training_equals_the_reference(monkeypatch: pytest.MonkeyPatch, 
 @pytest.mark.parametrize("rows", [64, 2])
 @pytest.mark.parametrize("values", [True, False])
 def test_shaw_gradcheck(monkeypatch: pytest.MonkeyPatch, values: bool, rows: int) -> None:
-    monkeypatch.setattr(explicit, "EXPLICIT_ROWS", rows)
+    monkeypatch.setattr(_common, "EXPLICIT_ROWS", rows)
     generator = torch.Generator().manual_seed(0)
 
     def draw(*shape: int) -> Tensor:
@@ -129,7 +129,7 @@ def test_shaw_gradcheck(monkeypatch: pytest.MonkeyPatch, values: bool, rows: int
 
 @pytest.mark.parametrize("rows", [64, 2])
 def test_xl_gradcheck(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
-    monkeypatch.setattr(explicit, "EXPLICIT_ROWS", rows)
+    monkeypatch.setattr(_common, "EXPLICIT_ROWS", rows)
     generator = torch.Generator().manual_seed(0)
 
     def draw(*shape: int) -> Tensor:
@@ -146,7 +146,7 @@ def test_xl_gradcheck(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
 
 @pytest.mark.parametrize("rows", [64, 2])
 def test_distance_gradcheck(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
-    monkeypatch.setattr(explicit, "EXPLICIT_ROWS", rows)
+    monkeypatch.setattr(_common, "EXPLICIT_ROWS", rows)
     generator = torch.Generator().manual_seed(0)
     q, k, v = (
         torch.randn(2, 2, 5, 3, generator=generator, dtype=torch.float64).requires_grad_()
@@ -161,6 +161,22 @@ def test_distance_gradcheck(monkeypatch: pytest.MonkeyPatch, rows: int) -> None:
         return distance_causal_attention(q, k, v, table.masked_fill(future, low), 0.7)
 
     assert torch.autograd.gradcheck(fn, (q, k, v, table))
+
+
+@pytest.mark.parametrize(
+    ("rows", "least", "want"),
+    [
+        (16, 1, [(0, 16), (16, 32), (32, 40)]),
+        (16, 20, [(0, 20), (20, 40)]),
+        (64, 1, [(0, 40)]),
+    ],
+)
+def test_row_blocks_follow_the_rows_per_block(
+    monkeypatch: pytest.MonkeyPatch, rows: int, least: int, want: list[tuple[int, int]]
+) -> None:
+    """The blocks of rows read ``EXPLICIT_ROWS`` where the tests above set it."""
+    monkeypatch.setattr(_common, "EXPLICIT_ROWS", rows)
+    assert _common.row_blocks(40, least) == want
 
 
 @pytest.mark.parametrize("first", [0, 4, 6])
