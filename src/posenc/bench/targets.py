@@ -255,6 +255,16 @@ TARGETS: tuple[Target, ...] = (
         label="",
         command="time posenc check",
     ),
+    Target(
+        name="hf-sweep-time",
+        measures="The HF conformance sweep over every RoPE family of the installed "
+        "transformers: wall time",
+        comparison="<",
+        goal=300,
+        unit=" s",
+        label="",
+        command="time python -m tools.hf_sweep --json sweep.json",
+    ),
 )
 
 
