@@ -70,9 +70,9 @@ FAMILIES: dict[str, Callable[[int], Graph]] = {
 
 
 def _floyd(graph: Graph) -> object:
-    from posenc.graph import shortest_path
+    import posenc.graph.shortest_path.paths as paths
 
-    shortest_path._exact_sums = lambda cost: False  # type: ignore[attr-defined]
+    paths._exact_sums = lambda cost: False
     return shortest_paths(graph)
 
 

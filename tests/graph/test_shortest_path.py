@@ -301,10 +301,10 @@ def _tied_graph(n: int, edges: int, seed: int, directed: bool, weights: tuple[fl
 
 
 def _floyd_warshall_result(graph: Graph, monkeypatch: pytest.MonkeyPatch, **kwargs: object):
-    from posenc.graph import shortest_path
+    import posenc.graph.shortest_path.paths as paths
 
     with monkeypatch.context() as patch:
-        patch.setattr(shortest_path, "_exact_sums", lambda cost: False)
+        patch.setattr(paths, "_exact_sums", lambda cost: False)
         return shortest_paths(graph, **kwargs)  # type: ignore[arg-type]
 
 
@@ -386,7 +386,7 @@ def test_cutoff_needs_max_distance() -> None:
 def test_weights_whose_sums_are_not_exact_take_floyd_warshall(
     weights: list[float], exact: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from posenc.graph.shortest_path import _exact_sums
+    from posenc.graph.shortest_path.paths import _exact_sums
 
     assert _exact_sums(torch.tensor(weights, dtype=torch.float64)) is exact
     if not exact or not all(math.isfinite(w) for w in weights):
