@@ -227,29 +227,38 @@ def _part(x, w, c, s, meta, t, b, first, tile, r2, interleaved, inplace):
     x_base = b * meta[t, 3] + first * xs_s
     w_base = b * meta[t, 6] + first * ws_s
     c_base = b * meta[t, 9] + first * cs_s
-    if meta[t, 11]:  # heads apart in memory: a head's positions are a run of rows
-        for h in range(nh):
-            xo, wo = x_base + h * xs_h, w_base + h * ws_h
-            _run(
-                x, xo, xs_s, w, wo, ws_s, c, s, c_base, cs_s, count, r2, width, interleaved, inplace
-            )
-    else:  # (batch, seq, heads, dim) memory: a position's heads are a run of rows
-        for p in range(count):
-            xo, wo, co = x_base + p * xs_s, w_base + p * ws_s, c_base + p * cs_s
-            _run(x, xo, xs_h, w, wo, ws_h, c, s, co, 0, nh, r2, width, interleaved, inplace)
+    # Runs of adjacent rows: heads apart in memory, a head's positions (tables step by
+    # position); else ((batch, seq, heads, dim) memory) a position's heads (one table row).
+    # One loop nest for both, with the strides chosen here: each branch's own copy of the
+    # inlined row loops multiplied the kernel's LLVM code and its compile time.
+    if meta[t, 11]:
+        runs, run_x, run_w, run_c = nh, xs_h, ws_h, 0
+        rows, row_x, row_w, row_c = count, xs_s, ws_s, cs_s
+    else:
+        runs, run_x, run_w, run_c = count, xs_s, ws_s, cs_s
+        rows, row_x, row_w, row_c = nh, xs_h, ws_h, 0
+    for r in range(runs):
+        xo, wo, co = x_base + r * run_x, w_base + r * run_w, c_base + r * run_c
+        _run(x, xo, row_x, w, wo, row_w, c, s, co, row_c, rows, r2, width, interleaved, inplace)
 
 
 @njit(inline="always")
 def _all_jobs(x0, w0, c0, s0, x1, w1, c1, s1, meta, r2, tile, interleaved, inplace):
     """Every job — one batch row × one tile of positions, q's heads then k's — in a parallel
-    loop in a ``parallel=True`` kernel, a plain loop in a serial one (the same code inlined)."""
+    loop in a ``parallel=True`` kernel, a plain loop in a serial one (the same code inlined).
+    q and k go through one inlined :func:`_part` (arrays picked per ``t``), not one each:
+    half the code to compile."""
     tiles = max((meta[0, 2] + tile - 1) // tile, (meta[1, 2] + tile - 1) // tile)
     jobs = max(meta[0, 0], meta[1, 0]) * tiles
     for job in prange(jobs):
         b = job // tiles
         first = (job - b * tiles) * tile
-        _part(x0, w0, c0, s0, meta, 0, b, first, tile, r2, interleaved, inplace)
-        _part(x1, w1, c1, s1, meta, 1, b, first, tile, r2, interleaved, inplace)
+        for t in range(2):
+            x = x0 if t == 0 else x1
+            w = w0 if t == 0 else w1
+            c = c0 if t == 0 else c1
+            s = s0 if t == 0 else s1
+            _part(x, w, c, s, meta, t, b, first, tile, r2, interleaved, inplace)
 
 
 # The kernels. ``meta[t]`` describes tensor ``t`` (q, k): its sizes (batch, heads, seq); the
