@@ -36,7 +36,9 @@ __all__ = [
     "check_result_size",
     "clamp",
     "components",
+    "csr",
     "dense_edges",
+    "out_edges",
 ]
 
 #: Distance (and hop count) of a pair with no path, or with a padding node.
@@ -165,3 +167,26 @@ def components(src: Tensor, dst: Tensor, n: int) -> Tensor:
         if torch.equal(new, label):
             return label
         label = new
+
+
+def csr(src: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """A CSR adjacency of the edges ``src → ·`` of an ``n``-node graph: the edges' order by
+    source (stable; index the targets and weights with it), each node's out-degree and the
+    position of its first edge in that order."""
+    order = torch.argsort(src, stable=True)
+    degree = torch.bincount(src, minlength=n)
+    return order, degree, torch.cumsum(degree, 0) - degree
+
+
+def out_edges(nodes: Tensor, degree: Tensor, row_start: Tensor) -> tuple[Tensor, Tensor] | None:
+    """Every out-edge of each of ``nodes`` (repeats allowed), from :func:`csr`'s ``degree``
+    and ``row_start``: ``(which, edge)``, the index into ``nodes`` of each entry and the
+    position of its edge in the CSR order; ``None`` when the nodes have no edge."""
+    count = degree[nodes]
+    total = int(count.sum())
+    if total == 0:
+        return None
+    which = torch.repeat_interleave(torch.arange(count.numel()), count, output_size=total)
+    # entry t of node u's run reads edge row_start[u] + t - (first entry of the run)
+    shift = row_start[nodes] - (torch.cumsum(count, 0) - count)
+    return which, torch.arange(total) + shift[which]

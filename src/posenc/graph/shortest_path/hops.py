@@ -14,6 +14,8 @@ from posenc.graph.shortest_path._common import (
     check_result_size,
     clamp,
     components,
+    csr,
+    out_edges,
 )
 from posenc.graph.structure import Graph, check_graph
 
@@ -30,10 +32,8 @@ def _bfs_hops(src: Tensor, dst: Tensor, n: int, out: Tensor, cutoff: int | None)
     search stops after ``cutoff`` hops (edges listed both ways: undirected).
     """
     flat_out = out.view(-1)
-    order = torch.argsort(src, stable=True)
+    order, degree, row_start = csr(src, n)
     neighbour = dst[order]
-    degree = torch.bincount(src, minlength=n)
-    row_start = torch.cumsum(degree, 0) - degree
     block = max(1, PAIRS_PER_BLOCK // max(n, 1))
     for first in range(0, n, block):
         sources = torch.arange(first, min(first + block, n))
@@ -42,14 +42,11 @@ def _bfs_hops(src: Tensor, dst: Tensor, n: int, out: Tensor, cutoff: int | None)
         hop = 0
         while frontier_node.numel() and (cutoff is None or hop < cutoff):
             hop += 1
-            count = degree[frontier_node]
-            total = int(count.sum())
-            if total == 0:
+            expanded = out_edges(frontier_node, degree, row_start)
+            if expanded is None:
                 break
-            which = torch.repeat_interleave(torch.arange(count.numel()), count, output_size=total)
-            # entry t of node u's run reads neighbour[row_start[u] + t - (first entry of the run)]
-            shift = row_start[frontier_node] - (torch.cumsum(count, 0) - count)
-            reached = (frontier_source * n)[which] + neighbour[torch.arange(total) + shift[which]]
+            which, edge = expanded
+            reached = (frontier_source * n)[which] + neighbour[edge]
             reached = reached[flat_out[reached] < 0]
             # Merge repeats without sorting: each pair's entry briefly holds a ticket (< -1),
             # one write per pair wins, the entry holding the winning ticket is kept.

@@ -43,7 +43,9 @@ from posenc.graph.shortest_path._common import (
     check_result_size,
     clamp,
     components,
+    csr,
     dense_edges,
+    out_edges,
 )
 from posenc.graph.structure import Graph, SubGraph, check_graph
 
@@ -236,10 +238,8 @@ def _search(
     distance = torch.full((n, n), math.inf, dtype=torch.float64)
     via = torch.full((n, n), -1, dtype=torch.long)
     flat_d, flat_v = distance.view(-1), via.view(-1)
-    order = torch.argsort(src, stable=True)
+    order, degree, row_start = csr(src, n)
     neighbour, weight = dst[order], cost[order]
-    degree = torch.bincount(src, minlength=n)
-    row_start = torch.cumsum(degree, 0) - degree
     block = max(1, PAIRS_PER_BLOCK // max(n, 1))
     stamp = torch.empty(min(block, n) * n, dtype=torch.long)  # scratch to merge repeats
     unit = bool((cost == 1).all())
@@ -250,14 +250,10 @@ def _search(
         hop = 0
         while frontier.numel() and not (unit and stop is not None and hop >= stop):
             source, node = frontier // n, frontier % n
-            count = degree[node]
-            total = int(count.sum())
-            if total == 0:
+            expanded = out_edges(node, degree, row_start)
+            if expanded is None:
                 break
-            which = torch.repeat_interleave(torch.arange(count.numel()), count, output_size=total)
-            # entry t of node u's run reads edge row_start[u] + t - (first entry of the run)
-            shift = row_start[node] - (torch.cumsum(count, 0) - count)
-            edge = torch.arange(total) + shift[which]
+            which, edge = expanded
             highest = torch.maximum(flat_v[frontier], node).masked_fill(node == source, -1)
             offer_v = highest[which]
             target = (source * n)[which] + neighbour[edge]
