@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from torch import Tensor, nn
 from torch.testing import assert_close
 
-from posenc.attention import attend, plans
+from posenc.attention import attend
 from posenc.attention.backends import choose_backend
 from posenc.attention.context import build_context
 from posenc.attention.plans.explicit import (
@@ -24,20 +22,7 @@ from posenc.attention.plans.explicit import (
 from posenc.bias import KerpleBias, T5RelativeBias
 from posenc.contextual import ShawRelative, TransformerXLRelative
 from posenc.encoding.resolve import hooks_of
-
-
-def record_plans(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
-    """The name of the plan each chunked call chose (None: the blocked fallback)."""
-    chosen: list[str | None] = []
-    original = plans.choose_plan
-
-    def recording(call: Any) -> Any:
-        plan = original(call)
-        chosen.append(None if plan is None else plan.name)
-        return plan
-
-    monkeypatch.setattr(plans, "choose_plan", recording)
-    return chosen
+from tests.attention.test_flash import record_plans
 
 
 def tensors(length: int, kv_heads: int = 4, dtype: torch.dtype = torch.float64) -> list[Tensor]:
