@@ -221,7 +221,7 @@ def test_bad_positions_and_splits_raise():
     with pytest.raises(ValueError, match="crops_coords must be None"):
         cogvideox_positions((2, 2), 1, crops_coords=((0, 0), (2, 2)), grid_type="slice")
     with pytest.raises(ValueError, match="grid_type"):
-        cogvideox_positions((2, 2), 1, grid_type="cube")  # type: ignore[arg-type]
+        cogvideox_positions((2, 2), 1, grid_type="cube")
     with pytest.raises(ValueError, match="text_len"):
         flux_ids(-1, 2, 2)
     with pytest.raises(ValueError, match="length-dependent"):
