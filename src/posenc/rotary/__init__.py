@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 from posenc.rotary.axial import AxialRotary2D, axial_cos_sin
+from posenc.rotary.diffusion import (
+    cogvideox_positions,
+    cogvideox_rotary,
+    diffusers_tables,
+    flux2_ids,
+    flux2_rotary,
+    flux_ids,
+    flux_rotary,
+    hunyuan_video_rotary,
+    video_axes_rotary,
+    wan_rotary,
+)
 from posenc.rotary.fope import FourierRotaryEmbedding, fope_inv_freq, fope_rotate, fope_tables
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.functional import apply_rotary, rope_angles, rope_cos_sin
@@ -28,6 +40,7 @@ from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import (
     BasePower,
     DynamicNTK,
+    DyPE,
     FixedNTK,
     GeometricYaRN,
     Linear,
@@ -35,6 +48,7 @@ from posenc.rotary.scaling import (
     LongRoPE,
     NTKAware,
     Proportional,
+    RIFLEx,
     Scaling,
     YaRN,
     scaling_from_dict,
@@ -58,6 +72,7 @@ __all__ = [
     "QWEN2_7B",
     "AxialRotary2D",
     "BasePower",
+    "DyPE",
     "DynamicNTK",
     "FixedNTK",
     "FourierRotaryEmbedding",
@@ -71,6 +86,7 @@ __all__ = [
     "NTKAware",
     "PolarEmbedding",
     "Proportional",
+    "RIFLEx",
     "RopePreset",
     "RotaryEmbedding",
     "Scaling",
@@ -79,12 +95,20 @@ __all__ = [
     "apply_rotary",
     "axial_cos_sin",
     "base_for_context",
+    "cogvideox_positions",
+    "cogvideox_rotary",
     "critical_dimension",
+    "diffusers_tables",
     "extrapolation_bound",
+    "flux2_ids",
+    "flux2_rotary",
+    "flux_ids",
+    "flux_rotary",
     "fope_inv_freq",
     "fope_rotate",
     "fope_tables",
     "full_period_base",
+    "hunyuan_video_rotary",
     "mrope_axes",
     "permute_rotary_weight",
     "polar_frequencies",
@@ -97,7 +121,9 @@ __all__ = [
     "rotary_channel_permutation",
     "scaling_from_dict",
     "scaling_to_dict",
+    "video_axes_rotary",
     "videorope_axes",
+    "wan_rotary",
     "xpos_scale",
     "xpos_zeta",
 ]

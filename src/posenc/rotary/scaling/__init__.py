@@ -15,6 +15,10 @@ One module per family:
 ``per_frequency``    :class:`LongRoPE`, :class:`Llama3`, :class:`Proportional`
 ``vllm``             :class:`FixedNTK`, :class:`GeometricYaRN`, :class:`BasePower` (vLLM and
                      Grok-1 serve them; HF has no ``rope_type`` for them)
+``riflex``           :class:`RIFLEx` (video length extrapolation: the intrinsic temporal
+                     frequency lowered to one period)
+``dype``             :class:`DyPE` (PI, NTK or YaRN whose strength follows the diffusion
+                     timestep; not a :class:`Scaling` itself: :meth:`DyPE.at` gives one)
 ``dict_form``        :func:`scaling_from_dict`, :func:`scaling_to_dict`, :func:`scaling_types`
 ``length``           :class:`LengthState`: how a length-dependent scaling's frequencies follow
                      the sequence length in one module (HF's ``dynamic_rope_update``), and
@@ -44,16 +48,19 @@ from __future__ import annotations
 
 from posenc.rotary.scaling.base import Scaling
 from posenc.rotary.scaling.dict_form import scaling_from_dict, scaling_to_dict, scaling_types
+from posenc.rotary.scaling.dype import DyPE
 from posenc.rotary.scaling.length import LENGTH_RULES, LengthRule, LengthState, sequence_length
 from posenc.rotary.scaling.linear import Linear
 from posenc.rotary.scaling.ntk import DynamicNTK, NTKAware
 from posenc.rotary.scaling.per_frequency import Llama3, LongRoPE, Proportional
+from posenc.rotary.scaling.riflex import RIFLEx, riflex_intrinsic_k
 from posenc.rotary.scaling.vllm import BasePower, FixedNTK, GeometricYaRN
 from posenc.rotary.scaling.yarn import YaRN, check_ramp_fields, yarn_correction_range, yarn_ramp
 
 __all__ = [
     "LENGTH_RULES",
     "BasePower",
+    "DyPE",
     "DynamicNTK",
     "FixedNTK",
     "GeometricYaRN",
@@ -64,9 +71,11 @@ __all__ = [
     "LongRoPE",
     "NTKAware",
     "Proportional",
+    "RIFLEx",
     "Scaling",
     "YaRN",
     "check_ramp_fields",
+    "riflex_intrinsic_k",
     "scaling_from_dict",
     "scaling_to_dict",
     "scaling_types",
