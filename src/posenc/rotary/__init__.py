@@ -24,6 +24,7 @@ from posenc.rotary.presets import (
     QWEN2_7B,
     RopePreset,
 )
+from posenc.rotary.rerotate import rerotate
 from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import (
     BasePower,
@@ -93,6 +94,7 @@ __all__ = [
     "rope_angles",
     "rope_cos_sin",
     "rope_inv_freq",
+    "rerotate",
     "rope_periods",
     "rotary_channel_permutation",
     "scaling_from_dict",
