@@ -123,7 +123,10 @@ def test_moved_keys_equal_a_fresh_rotation_to_the_bound(
     dtype: torch.dtype, layout: str, rotary_dim: int, scaling: str
 ) -> None:
     rope = RotaryEmbedding(
-        32, rotary_dim=rotary_dim, layout=layout, scaling=SCALINGS[scaling]  # type: ignore[arg-type]
+        32,
+        rotary_dim=rotary_dim,
+        layout=layout,
+        scaling=SCALINGS[scaling],  # type: ignore[arg-type]
     )
     k, p = keys(dtype), torch.arange(40)
     for delta in (7, -13, 1000):
@@ -311,7 +314,11 @@ def test_pope_keys_move_by_their_phases(dtype: torch.dtype) -> None:
 
 @pytest.mark.parametrize(
     "scaling",
-    [DynamicNTK(4.0, 64), YaRN(4.0, 64, dynamic=True), LongRoPE((1.0,) * 16, (2.0,) * 16, 64, factor=8.0)],
+    [
+        DynamicNTK(4.0, 64),
+        YaRN(4.0, 64, dynamic=True),
+        LongRoPE((1.0,) * 16, (2.0,) * 16, 64, factor=8.0),
+    ],
 )
 def test_length_dependent_frequencies_need_a_stated_length(scaling: object) -> None:
     rope = RotaryEmbedding(32, scaling=scaling)  # type: ignore[arg-type]
@@ -332,7 +339,7 @@ def test_frequency_length_must_be_a_positive_int(bad: object) -> None:
 
 
 def test_rounded_tables_raise() -> None:
-    with pytest.raises(ValueError, match="stores its cos/sin tables in torch.bfloat16"):
+    with pytest.raises(ValueError, match=r"stores its cos/sin tables in torch\.bfloat16"):
         rerotate(keys(torch.float32), 3, RotaryEmbedding(32, dtype=torch.bfloat16))
 
 
