@@ -22,9 +22,11 @@ Offline, CPU, a few seconds. Run: ``python examples/kv_reuse.py``.
 from __future__ import annotations
 
 import torch
+from torch import Tensor
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers.cache_utils import DynamicLayer
 
-from posenc.integrations.hf import patch_rotary
+from posenc.integrations.hf import HFRotaryAdapter, patch_rotary
 from posenc.rotary import RotaryEmbedding, rerotate
 
 DOC, QUESTION, SHIFT, PREFIX = 48, 8, 100, 100
@@ -42,11 +44,27 @@ def tiny_llama(seed: int = 0) -> tuple[LlamaForCausalLM, RotaryEmbedding]:
         max_position_embeddings=1024,
     )
     torch.manual_seed(seed)
-    model = patch_rotary(LlamaForCausalLM(config).eval())
-    return model, model.model.rotary_emb.rope  # type: ignore[return-value]
+    model = LlamaForCausalLM(config).eval()
+    patch_rotary(model)
+    adapter = model.model.rotary_emb
+    assert isinstance(adapter, HFRotaryAdapter)
+    return model, adapter.rope
 
 
-def prefill(model: LlamaForCausalLM, ids: torch.Tensor, first: int) -> DynamicCache:
+def layers(cache: DynamicCache) -> list[DynamicLayer]:
+    """The cache's layers (a DynamicCache of a Llama: one DynamicLayer each)."""
+    found = [layer for layer in cache.layers if isinstance(layer, DynamicLayer)]
+    assert len(found) == len(cache.layers)
+    return found
+
+
+def kv(cache: DynamicCache) -> list[tuple[Tensor, Tensor]]:
+    """Every layer's cached keys and values ``(batch, kv_heads, seq, head_dim)``."""
+    pairs = [(layer.keys, layer.values) for layer in layers(cache)]
+    return [(k, v) for k, v in pairs if isinstance(k, Tensor) and isinstance(v, Tensor)]
+
+
+def prefill(model: LlamaForCausalLM, ids: Tensor, first: int) -> DynamicCache:
     """A cache of ``ids`` at positions ``first …``."""
     cache = DynamicCache()
     positions = torch.arange(first, first + ids.shape[1])[None]
@@ -56,23 +74,24 @@ def prefill(model: LlamaForCausalLM, ids: torch.Tensor, first: int) -> DynamicCa
 
 def move(cache: DynamicCache, delta: int, rope: RotaryEmbedding) -> DynamicCache:
     """Every layer's cached keys moved by ``delta`` (in place)."""
-    for layer in cache.layers:
-        rerotate(layer.keys, delta, rope, inplace=True)
+    for keys, _ in kv(cache):
+        rerotate(keys, delta, rope, inplace=True)
     return cache
 
 
 def after(prefix: DynamicCache, block: DynamicCache) -> DynamicCache:
     """``block``'s keys and values appended to ``prefix``'s, layer by layer (in place)."""
-    for mine, theirs in zip(prefix.layers, block.layers, strict=True):
-        mine.keys = torch.cat([mine.keys, theirs.keys], dim=-2)
-        mine.values = torch.cat([mine.values, theirs.values], dim=-2)
+    for layer, (k, v), (k2, v2) in zip(layers(prefix), kv(prefix), kv(block), strict=True):
+        layer.keys, layer.values = torch.cat([k, k2], dim=-2), torch.cat([v, v2], dim=-2)
     return prefix
 
 
-def answer(model: LlamaForCausalLM, question: torch.Tensor, cache: DynamicCache, first: int):
+def answer(model: LlamaForCausalLM, question: Tensor, cache: DynamicCache, first: int) -> Tensor:
     """The question's logits at positions ``first …`` after ``cache``."""
     positions = torch.arange(first, first + question.shape[1])[None]
-    return model(question, position_ids=positions, past_key_values=cache).logits
+    logits = model(question, position_ids=positions, past_key_values=cache).logits
+    assert logits is not None
+    return logits
 
 
 def run(seed: int = 0) -> dict[str, object]:
@@ -85,10 +104,7 @@ def run(seed: int = 0) -> dict[str, object]:
     results: dict[str, object] = {}
     with torch.no_grad():
         # (a) the document alone, moved from 0 to SHIFT
-        fresh = model(
-            torch.cat([doc, question], 1),
-            position_ids=torch.arange(SHIFT, SHIFT + DOC + QUESTION)[None],
-        ).logits[:, DOC:]
+        fresh = answer(model, torch.cat([doc, question], 1), DynamicCache(), SHIFT)[:, DOC:]
         moved = answer(model, question, move(prefill(model, doc, 0), SHIFT, rope), SHIFT + DOC)
         kept = answer(model, question, prefill(model, doc, 0), SHIFT + DOC)
         results["exact: max |Δlogits|"] = float((moved - fresh).abs().max())
@@ -97,23 +113,17 @@ def run(seed: int = 0) -> dict[str, object]:
 
         # (b) the document cached alone, reused after a prefix it never saw
         full = prefill(model, torch.cat([prefix, doc], 1), 0)
-        fresh = answer(model, question, full, PREFIX + DOC)  # appends the question to full
-        end = PREFIX + DOC
         reused = after(prefill(model, prefix, 0), move(prefill(model, doc, 0), PREFIX, rope))
-        # key deviation of the document's tokens per layer, relative to the keys' size
-        results["rag: key deviation per layer"] = [
-            float(
-                (a.keys[:, :, PREFIX:] - b.keys[:, :, PREFIX:end]).abs().max() / b.keys.abs().max()
-            )
-            for a, b in zip(reused.layers, full.layers, strict=True)
-        ]
-        results["rag: max |Δlogits|"] = float(
-            (answer(model, question, reused, PREFIX + DOC) - fresh).abs().max()
-        )
         naive = after(prefill(model, prefix, 0), prefill(model, doc, 0))
-        results["rag, not moved: max |Δlogits|"] = float(
-            (answer(model, question, naive, PREFIX + DOC) - fresh).abs().max()
-        )
+        # the document's keys per layer against the fresh prefill's, relative to their size
+        results["rag: key deviation per layer"] = [
+            float((mine[:, :, PREFIX:] - k[:, :, PREFIX:]).abs().max() / k.abs().max())
+            for (mine, _), (k, _) in zip(kv(reused), kv(full), strict=True)
+        ]
+        fresh = answer(model, question, full, PREFIX + DOC)
+        for name, cache in (("rag", reused), ("rag, not moved", naive)):
+            logits = answer(model, question, cache, PREFIX + DOC)
+            results[f"{name}: max |Δlogits|"] = float((logits - fresh).abs().max())
     return results
 
 

@@ -34,18 +34,19 @@ from posenc.rotary import (
     MultiAxisRotary,
     PolarEmbedding,
     RotaryEmbedding,
+    Scaling,
     XPos,
     YaRN,
     rerotate,
     xpos_scale,
 )
 from posenc.rotary.axial import AxialRotary2D
-from posenc.rotary.layouts import pair_views
+from posenc.rotary.layouts import Layout, pair_views
 
 DTYPES = [torch.float64, torch.float32, torch.bfloat16, torch.float16]
 UNIT = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8}
 UNIT[torch.float16] = 2.0**-11
-SCALINGS = {
+SCALINGS: dict[str, Scaling | None] = {
     "none": None,
     "linear": Linear(4.0),
     "yarn": YaRN(8.0, 64),
@@ -96,12 +97,10 @@ def keys(dtype: torch.dtype, shape: tuple[int, ...] = (2, 3, 40, 32), seed: int 
     return torch.randn(shape, generator=generator, dtype=torch.float64).to(dtype)
 
 
-def check_move(
-    rope: RotaryEmbedding, k: Tensor, p: Tensor, delta: int | Tensor, **kwargs: int
-) -> Tensor:
+def check_move(rope: RotaryEmbedding, k: Tensor, p: Tensor, delta: int | Tensor) -> Tensor:
     """rerotate(R(p)k, δ) against R(p + δ)k within the bound; pass-through bit-identical."""
     cached = rope.rotate(k, p)
-    moved = rerotate(cached, delta, rope, **kwargs)
+    moved = rerotate(cached, delta, rope)
     shifted = p + delta
     if shifted.dim() == 2 and shifted.shape[0] != k.shape[0]:
         shifted = shifted.expand(k.shape[0], -1)
@@ -120,13 +119,13 @@ def check_move(
 @pytest.mark.parametrize("rotary_dim", [32, 20])
 @pytest.mark.parametrize("scaling", list(SCALINGS))
 def test_moved_keys_equal_a_fresh_rotation_to_the_bound(
-    dtype: torch.dtype, layout: str, rotary_dim: int, scaling: str
+    dtype: torch.dtype, layout: Layout, rotary_dim: int, scaling: str
 ) -> None:
     rope = RotaryEmbedding(
         32,
         rotary_dim=rotary_dim,
         layout=layout,
-        scaling=SCALINGS[scaling],  # type: ignore[arg-type]
+        scaling=SCALINGS[scaling],
     )
     k, p = keys(dtype), torch.arange(40)
     for delta in (7, -13, 1000):
@@ -139,7 +138,7 @@ def test_moved_keys_equal_a_fresh_rotation_to_the_bound(
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_positions_near_a_million(dtype: torch.dtype, layout: str) -> None:
+def test_positions_near_a_million(dtype: torch.dtype, layout: Layout) -> None:
     rope = RotaryEmbedding(32, rotary_dim=24, layout=layout)
     k, p = keys(dtype), torch.arange(40)
     check_move(rope, k, p, 10**6)  # a block moved far out
@@ -158,7 +157,7 @@ def test_float64_is_exact_to_1e_12_relative() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
-def test_the_move_is_one_rounding_of_the_exact_rotation(dtype: torch.dtype, layout: str) -> None:
+def test_the_move_is_one_rounding_of_the_exact_rotation(dtype: torch.dtype, layout: Layout) -> None:
     """rerotate(x, δ) is R(δ)x computed exactly (float64, as complex numbers) and rounded once."""
     rope = RotaryEmbedding(32, rotary_dim=24, layout=layout)
     cached = rope.rotate(keys(dtype), torch.arange(40))
@@ -361,7 +360,7 @@ def test_other_encodings_raise_naming_what_is_supported() -> None:
     from posenc.segments import SelfExtend
 
     with pytest.raises(ValueError, match="rope: rerotate moves keys of RotaryEmbedding"):
-        rerotate(keys(torch.float32), 3, SelfExtend(RotaryEmbedding(32), window=8, group=4))  # type: ignore[arg-type]
+        rerotate(keys(torch.float32), 3, SelfExtend(RotaryEmbedding(32), window=8, group=4))
 
 
 @pytest.mark.parametrize(
