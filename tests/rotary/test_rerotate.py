@@ -245,6 +245,30 @@ def test_mrope_moves_by_a_shift_per_axis(dtype: torch.dtype, interleaved: bool) 
     assert_within(moved, rotated(p + per_token), move_bound(dtype, r, phase))
 
 
+def test_rope_mixed_moves_per_head() -> None:
+    """RoPE-Mixed: learned float32 frequencies per head. Its angles are float32 dot products
+    ``p_row·f_row + p_col·f_col`` (each off by ≤ ``2·u₃₂·Σ|p_a f_a|``), the cached one at
+    ``p`` and the fresh one at ``p + δ``; the move's are float64. So the phase term is
+    ``2·u₃₂·(|p| + |p + δ|)·max Σ_a |f_a|``."""
+    torch.manual_seed(5)
+    rope = MultiAxisRotary.mixed(32, 3)
+    k = keys(torch.float32)
+    p = torch.randint(0, 16, (2, 2, 40), generator=torch.Generator().manual_seed(6))
+
+    def rotated(positions: Tensor) -> Tensor:
+        tables = rope.rotary_tables(positions, k.dtype)
+        return rope.rotate_qk(k, k, tables, tables)[1]
+
+    delta = torch.tensor([3, -5])
+    moved = rerotate(rotated(p), delta, rope)
+    theta = float(rope.frequencies.detach().abs().sum(-1).max())  # |f·(row, column)| ≤ this
+    largest = p.abs().amax(0)  # (batch, seq): the largest axis
+    phase = 2 * UNIT[torch.float32] * (2 * largest + delta.abs().max()) * theta
+    phase = phase[:, None, :, None].double()
+    bound = move_bound(torch.float32, pair_norms(k, 32, "interleaved"), phase)
+    assert_within(moved, rotated(p + delta[:, None, None]), bound)
+
+
 def test_mrope_on_text_equals_rope() -> None:
     """All three axes equal: M-RoPE is 1D RoPE, and moving it by (δ, δ, δ) is RoPE's move."""
     mrope = MultiAxisRotary.mrope(32, (4, 6, 6), base=1e4)
