@@ -26,10 +26,10 @@ def test_kv_reuse_moves_a_cached_document_exactly_and_shows_the_rag_gap() -> Non
     scale = results["logit scale: max |logits|"]
     exact = results["exact: max |Δlogits|"]
     # float32 rounding: the moved keys differ from fresh ones by ≤ (6 + √2)·2⁻²⁴ of a pair's
-    # norm (tests/rotary/test_rerotate.py); through 4 layers a few float32 ulps of the logits
+    # norm (tests/rotary/test_rerotation.py); through 4 layers a few float32 ulps of the logits
     assert exact <= 64 * 2.0**-24 * scale
     assert results["exact, not moved: max |Δlogits|"] > 100 * exact  # the move matters
-    # RAG: layer 0's keys are exact, deeper ones are not. The bound of test_rerotate,
+    # RAG: layer 0's keys are exact, deeper ones are not. The bound of test_rerotation,
     # (6 + √2)·2⁻²⁴ of a pair's norm, is at most √2 times that of the largest key element
     first, *deeper = results["rag: key deviation per layer"]
     assert first <= (6 + math.sqrt(2)) * math.sqrt(2) * 2.0**-24

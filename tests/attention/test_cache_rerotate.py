@@ -2,7 +2,7 @@
 forward of the document at the moved positions (posenc attention, float32).
 
 Tolerance: the moved keys differ from the fresh ones by the rounding bound of
-tests/rotary/test_rerotate.py (≤ (6 + √2)·2⁻²⁴ of a pair's norm in float32); through one
+tests/rotary/test_rerotation.py (≤ (6 + √2)·2⁻²⁴ of a pair's norm in float32); through one
 attention layer that is a relative perturbation of the logits and outputs of a few float32
 roundings, so the outputs are compared with ``assert_close``'s float32 defaults (rtol 1.3e-6,
 atol 1e-5), which is one to two orders above it and far below a wrong position (a shift of one

@@ -24,7 +24,7 @@ from posenc.rotary.presets import (
     QWEN2_7B,
     RopePreset,
 )
-from posenc.rotary.rerotate import rerotate
+from posenc.rotary.rerotation import rerotate
 from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import (
     BasePower,

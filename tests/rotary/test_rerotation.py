@@ -182,11 +182,11 @@ def test_inplace_overwrites_the_keys_and_equals_the_copy() -> None:
 
 
 def test_long_blocks_are_moved_in_chunks_alike() -> None:
-    rope = RotaryEmbedding(8)
-    k, p = keys(torch.float32, (1, 1, 9000, 8)), torch.arange(9000)
+    """3000 tokens × 4 heads × 16 pairs: two chunks of float64 work, the second partial."""
+    rope = RotaryEmbedding(32, rotary_dim=24)
+    k, p = keys(torch.float32, (1, 4, 3000, 32)), torch.arange(3000)
     check_move(rope, k, p, 31)
-    per_token = torch.arange(9000)[None] % 17
-    check_move(rope, k, p, per_token)
+    check_move(rope, k, p, (torch.arange(3000)[None] % 17) - 8)
 
 
 def test_gradients_flow_through_a_copy() -> None:
