@@ -61,7 +61,7 @@ from posenc.rotary.xpos import XPos, xpos_scale
 __all__ = ["rerotate"]
 
 #: Pair elements rotated per float64 chunk: small enough for the float64 copies to stay in
-#: cache (allocating them for a whole long cache was 6× slower, 1 CPU thread).
+#: the CPU's cache (float64 copies of a whole long cache cost several times more).
 _CHUNK_PAIRS = 1 << 17
 
 Delta = int | float | Sequence[int | float] | Tensor
@@ -134,6 +134,8 @@ def rerotate(
     shift = _delta(delta, _num_axes(rope), batch, seq, device)  # ([axes,] b|1, seq|1), f64
     out = keys if inplace else keys.clone()
     if isinstance(rope, LearnedRotation):
+        if rope.num_heads not in (1, heads):
+            raise ValueError(f"keys has {heads} heads but this {name} has {rope.num_heads}")
         # commuting generators: R(δ) blockwise from the rotary's own float64 exponential
         blocks = rope.rotary_tables(shift, torch.float64)  # (b, heads|1, seq|1, n, size, size)
         for start, stop, part in _chunks(out, keys.shape[-1] // 2):
