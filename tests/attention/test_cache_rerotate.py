@@ -17,6 +17,7 @@ import torch
 from posenc.attention import Attention, KVCache
 from posenc.rotary import MultiAxisRotary, RotaryEmbedding, YaRN
 from posenc.rotary.scaling import DynamicNTK
+from tests.rotary.test_rerotation import assert_within, move_bound, pair_norms
 
 DOC, QUESTION, SHIFT = 12, 5, 37
 
@@ -63,6 +64,35 @@ def test_decoding_after_moving_a_cached_document_equals_a_fresh_forward(
     print(f"max |Δ| after the move ({keys}, {step}): {(out - fresh).abs().max():.2e}")
     torch.testing.assert_close(out, fresh)
     assert (out - unmoved).abs().max() > 1e-2  # without the move: far outside the tolerance
+
+
+@pytest.mark.parametrize("keys", ["rotated", "unrotated"])
+def test_a_moved_cache_holds_the_keys_of_a_fresh_prefill(keys: str) -> None:
+    """Against a cache prefilled at the moved positions (same shapes, so only the keys can
+    differ): rotated keys within the rounding bound of tests/rotary/test_rerotation.py,
+    unrotated ones (rotated when read) identical, and so are the next outputs."""
+    rope = RotaryEmbedding(8, scaling=YaRN(4.0, 16))
+    attn, doc, question = _attention(rope)
+    moved, fresh, raw = KVCache(keys=keys), KVCache(keys=keys), KVCache(keys="unrotated")  # type: ignore[arg-type]
+    with torch.no_grad():
+        attn(doc, cache=moved)
+        moved.rerotate(SHIFT, rope)
+        attn(doc, torch.arange(SHIFT, SHIFT + DOC), cache=fresh)
+        attn(doc, cache=raw)  # the keys before rotation
+        assert moved.k is not None and fresh.k is not None and raw.k is not None
+        assert moved.positions is not None and fresh.positions is not None
+        torch.testing.assert_close(moved.positions, fresh.positions, rtol=0, atol=0)
+        if keys == "rotated":
+            r = rope.attention_factor * pair_norms(raw.k, 8, "half")
+            assert_within(moved.k, fresh.k, move_bound(torch.float32, r, 0.0))
+        else:
+            torch.testing.assert_close(moved.k, fresh.k, rtol=0, atol=0)
+        out, expected = attn(question, cache=moved), attn(question, cache=fresh)
+    print(f"max |Δ| of the next outputs ({keys}): {(out - expected).abs().max():.2e}")
+    if keys == "rotated":
+        torch.testing.assert_close(out, expected)
+    else:
+        torch.testing.assert_close(out, expected, rtol=0, atol=0)
 
 
 def test_moving_a_block_in_the_middle_per_batch_row() -> None:
