@@ -32,6 +32,8 @@ import torch
 from torch import Tensor
 
 from posenc._validate import check_in_choices, check_non_negative_int
+from posenc.encoding.protocols import RotaryEncoding
+from posenc.rotary import rerotate
 
 __all__ = ["KVCache", "KeyForm", "KeysOfForward"]
 
@@ -323,8 +325,117 @@ class KVCache:
             rows.length = min(rows.length, length)
         self._map_key_metadata(lambda value: value[..., :length])
 
+    def rerotate(
+        self,
+        delta: int | float | Tensor,
+        rope: RotaryEncoding,
+        *,
+        start: int = 0,
+        end: int | None = None,
+        frequency_length: int | None = None,
+    ) -> None:
+        """Move the cached keys ``start … end − 1`` by ``delta``: their positions become
+        ``p + δ`` (position-independent reuse of a cached block: a document placed at another
+        offset, a window rolled back to 0).
+
+        .. math:: k_{p+δ} = R(δ)\\,R(p)\\,k
+
+        Rotated keys are turned in place by :func:`posenc.rotary.rerotate` (float64, one
+        rounding: exact to the bound given there); unrotated keys are rotated when read, so
+        only their positions change (exact for every encoding, length-dependent ones
+        included). Values, padding and document ids stay. Attention continues after the
+        largest cached position (``max(p + δ) + 1``); the keys keep their order, which the
+        causal mask reads.
+
+        Args:
+            delta: the shift, in the forms of :func:`~posenc.rotary.rerotate` for the
+                moved block (``seq = end − start``): a number, ``(seq,)``, ``(batch, 1)``,
+                ``(batch, seq)``; ``(axes, …)`` for a multi-axis encoding.
+            rope: the cache's layer's rotary encoding (its number of position axes; for
+                rotated keys, their rotation).
+            start, end: the block of cached keys to move, ``0 ≤ start ≤ end ≤ length``
+                (``end`` None: to the last key).
+            frequency_length: for rotated keys of a length-dependent rotary, as in
+                :func:`~posenc.rotary.rerotate`.
+
+        Raises:
+            ValueError: naming the argument: an empty cache, a block outside the cache,
+                ``delta`` of another shape, or rotated keys whose move is not exact
+                (:func:`~posenc.rotary.rerotate`).
+
+        Example::
+
+            >>> attn = Attention(16, 2, pos=RotaryEmbedding(8)).eval()
+            >>> cache = KVCache()
+            >>> _ = attn(torch.randn(1, 5, 16), cache=cache)
+            >>> cache.rerotate(100, attn.pos)
+            >>> cache.positions.tolist()
+            [100, 101, 102, 103, 104]
+        """
+        if not isinstance(rope, RotaryEncoding):
+            raise ValueError(f"rope must be a rotary encoding, got {type(rope).__name__}")
+        if self.length == 0 or self.positions is None or self._k.buffer is None:
+            raise ValueError("cache: this KVCache holds no keys; nothing to move")
+        end = self.length if end is None else check_non_negative_int("end", end)
+        start = check_non_negative_int("start", start)
+        if not start <= end <= self.length:
+            raise ValueError(
+                f"start and end must satisfy 0 <= start <= end <= {self.length} (the cache "
+                f"length), got start={start}, end={end}"
+            )
+        positions = _moved_positions(self.positions, delta, start, end, rope.num_axes)
+        if self.keys == "rotated":
+            buffer = self._k.buffer
+            block = buffer[:, :, start:end]
+            if buffer.requires_grad:  # a concatenating cache: autograd keeps the old keys
+                moved = rerotate(block, delta, rope, frequency_length=frequency_length)
+                self._k.buffer = torch.cat(
+                    [buffer[:, :, :start], moved, buffer[:, :, end : self.length]], dim=2
+                )
+            else:
+                rerotate(block, delta, rope, frequency_length=frequency_length, inplace=True)
+        # memoised rotations of unrotated keys from ``start`` on are stale now
+        for memo in self._memo.values():
+            memo.length = min(memo.length, start)
+        self.positions = positions
+        self.index_positions = False
+
     def __repr__(self) -> str:
         return f"KVCache(length={self.length}, capacity={self.capacity}, keys={self.keys!r})"
+
+
+def _moved_positions(
+    positions: Tensor, delta: int | float | Tensor, start: int, end: int, num_axes: int
+) -> Tensor:
+    """``positions`` with ``delta`` added to keys ``start … end − 1`` (a new tensor, rows
+    expanded when ``delta`` differs per batch row)."""
+    if isinstance(delta, bool) or not isinstance(delta, (int, float, Tensor)):
+        raise ValueError(f"delta must be a number or a tensor, got {type(delta).__name__}")
+    shift = torch.as_tensor(delta, device=positions.device)
+    if shift.dtype == torch.bool or shift.is_complex():
+        raise ValueError(f"delta must be a real number or tensor, got {shift.dtype}")
+    # (axes, batch|1, seq) positions and (axes, batch|1, block|1) shifts, one axis or several
+    grid = positions if num_axes > 1 else positions[None]
+    grid = grid if grid.dim() == 3 else grid[:, None]
+    shift = shift if num_axes > 1 else shift[None]
+    if num_axes > 1 and (shift.dim() == 0 or shift.shape[0] != num_axes):
+        raise ValueError(
+            f"delta must hold one shift per axis ({num_axes}), got {tuple(shift.shape)}"
+        )
+    shift = shift.reshape(shift.shape[0], *([1] * (3 - shift.dim())), *shift.shape[1:])
+    if shift.dim() != 3 or shift.shape[-1] not in (1, end - start):
+        raise ValueError(
+            f"delta must broadcast to the moved block (batch, {end - start}), got "
+            f"{tuple(torch.as_tensor(delta).shape)}"
+        )
+    rows = max(grid.shape[1], shift.shape[1])
+    if shift.shape[1] not in (1, rows):
+        raise ValueError(f"delta has {shift.shape[1]} rows but the cache holds {rows}")
+    dtype = torch.promote_types(grid.dtype, shift.dtype)
+    moved = grid.to(dtype).expand(num_axes, rows, -1).clone()
+    moved[..., start:end] += shift.to(dtype)
+    moved = moved if rows > 1 or positions.dim() == (2 if num_axes == 1 else 3) else moved[:, 0]
+    return moved if num_axes > 1 else moved[0]
 
 
 def _same_map(a: Hashable, b: Hashable) -> bool:

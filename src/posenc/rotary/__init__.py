@@ -36,6 +36,7 @@ from posenc.rotary.presets import (
     QWEN2_7B,
     RopePreset,
 )
+from posenc.rotary.rerotation import rerotate
 from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import (
     BasePower,
@@ -113,6 +114,7 @@ __all__ = [
     "permute_rotary_weight",
     "polar_frequencies",
     "polar_map",
+    "rerotate",
     "rescaled_grid_positions",
     "rope_angles",
     "rope_cos_sin",
