@@ -10,6 +10,8 @@ from posenc.rotary.layouts import Layout, permute_rotary_weight, rotary_channel_
 from posenc.rotary.learned_rotation import LearnedRotation
 from posenc.rotary.multi_axis import (
     MultiAxisRotary,
+    mhrope_head_axes,
+    mmrope_axes,
     mrope_axes,
     rescaled_grid_positions,
     videorope_axes,
@@ -85,6 +87,8 @@ __all__ = [
     "fope_rotate",
     "fope_tables",
     "full_period_base",
+    "mhrope_head_axes",
+    "mmrope_axes",
     "mrope_axes",
     "permute_rotary_weight",
     "polar_frequencies",
