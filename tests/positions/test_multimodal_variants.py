@@ -67,6 +67,21 @@ def test_circlerope_equals_the_library_golden():
     torch.testing.assert_close(delta[0].float(), GOLDEN["circlerope.rope_deltas"].float())
 
 
+def test_videorope_and_v2pe_ids_equal_the_library_golden():
+    """posenc's existing layouts (positions.multimodal_layouts) on the library's sequence:
+    VideoRoPE (δ = 2, frames split as Qwen3-VL) and V2PE (visual_stride 16 over 4 tokens: δ = 4)."""
+    from posenc.positions.multimodal_layouts import v2pe_position_ids, videorope_position_ids
+
+    frames = [[1, 4, 4], [1, 4, 4]]  # the video's two frames, one run each
+    ids, delta = videorope_position_ids(
+        CANONICAL["token_types"], CANONICAL["image_grid_thw"], frames, temporal_spacing=2.0
+    )
+    torch.testing.assert_close(ids[:, 0], GOLDEN["videorope.position_ids"], rtol=0, atol=0)
+    torch.testing.assert_close(delta[0], GOLDEN["videorope.rope_deltas"], rtol=0, atol=0)
+    v2pe = v2pe_position_ids(CANONICAL["token_types"][0], 16.0 / 4)
+    torch.testing.assert_close(v2pe.expand(3, -1), GOLDEN["v2pe.position_ids"], rtol=0, atol=0)
+
+
 CASES = {
     "circle_ring": (circlerope_position_ids, CANONICAL,
                     {"projection": CircleProjection(radius=10, alpha=0.5, move_to_origin=True)}),

@@ -53,6 +53,37 @@ def test_mhrope_tables_equal_the_library_golden():
             torch.testing.assert_close(sin[head], GOLDEN["mhrope.sin"][index])
 
 
+def test_v2pe_tables_equal_the_library_golden():
+    """V2PE: 1D RoPE on the fractional positions."""
+    from posenc.rotary import RotaryEmbedding
+
+    cos, sin = RotaryEmbedding(128, base=BASE).rotary_tables(
+        GOLDEN["v2pe.position_ids"][0], torch.float32
+    )
+    torch.testing.assert_close(cos.reshape(29, 64), GOLDEN["v2pe.cos"])
+    torch.testing.assert_close(sin.reshape(29, 64), GOLDEN["v2pe.sin"])
+
+
+def test_library_videorope_allocation_is_not_the_official_one():
+    """The library's VideoRoPE pairs: t at pair 0 and the last 16, h at odd pairs 1..47, w at
+    even pairs 2..46; the official reference (posenc's ``videorope``, tested against it in
+    test_video_rope.py) alternates h, w from pair 0 with t on the last 16 only."""
+    from posenc.rotary.frequencies import rope_inv_freq
+    from posenc.rotary.multi_axis_maps import place_frequencies
+
+    axes = [0] + [1 if i % 2 else 2 for i in range(1, 48)] + [0] * 16
+    frequencies = place_frequencies(rope_inv_freq(128, BASE), torch.tensor(axes), 3)
+    library = MultiAxisRotary(128, frequencies)
+    positions = GOLDEN["videorope.position_ids"]
+    cos, sin = library.rotary_tables(positions, torch.float32)
+    torch.testing.assert_close(cos, GOLDEN["videorope.cos"])
+    torch.testing.assert_close(sin, GOLDEN["videorope.sin"])
+    official, _ = MultiAxisRotary.videorope(128, (16, 24, 24), base=BASE).rotary_tables(
+        positions, torch.float32
+    )
+    assert (official - GOLDEN["videorope.cos"]).abs().max() > 0.5
+
+
 def test_qwen35_partial_mrope_i_equals_the_library_golden():
     """Qwen3.5: head_dim 256, partial 0.25 (64 rotary channels), interleaved [11, 11, 10],
     θ = 1e7; the golden holds transformers' ``Qwen3_5TextRotaryEmbedding`` tables."""
@@ -129,6 +160,34 @@ def test_qwen35_position_ids_equal_transformers():
     )
     torch.testing.assert_close(ids, expected, rtol=0, atol=0)
     torch.testing.assert_close(delta, expected_delta, rtol=0, atol=0)
+
+
+def test_qwen35_model_patched_equals_transformers():
+    """A tiny hybrid Qwen3.5 (linear + full attention) with posenc's partial MRoPE-I through
+    ``patch_rotary``: logits on (3, batch, seq) text/image/video ids equal the unpatched
+    model's (≤ 5e-6 in float32, the adapter's bound)."""
+    config_module = pytest.importorskip("transformers.models.qwen3_5.configuration_qwen3_5")
+    modeling = pytest.importorskip("transformers.models.qwen3_5.modeling_qwen3_5")
+    from posenc.integrations.hf import patch_rotary
+
+    config = config_module.Qwen3_5TextConfig(
+        hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+        num_hidden_layers=2, intermediate_size=64, vocab_size=64,
+        layer_types=["linear_attention", "full_attention"], linear_num_value_heads=2,
+        linear_num_key_heads=2, linear_key_head_dim=16, linear_value_head_dim=16,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                         "mrope_section": [2, 1, 1], "mrope_interleaved": True},
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = modeling.Qwen3_5ForCausalLM(config).eval()
+    token_types = torch.tensor([[TEXT] * 3 + [IMAGE] * 6 + [TEXT] * 2 + [VIDEO] * 4 + [TEXT]])
+    positions, _ = mrope_position_ids(token_types, [[1, 4, 6]], [[1, 4, 4]], version="qwen3_vl")
+    input_ids = torch.randint(0, 64, token_types.shape)
+    with torch.no_grad():
+        expected = model(input_ids=input_ids, position_ids=positions).logits
+        patch_rotary(model)
+        got = model(input_ids=input_ids, position_ids=positions).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=5e-6)
 
 
 def test_maps():
