@@ -127,7 +127,9 @@ def test_equals_transformers_without_audio_in_video(version):
         audio_seqlens=torch.tensor([feature_length(n) for n in audios]),
         second_per_grids=torch.tensor(seconds),
     )  # fmt: skip
-    ids, _, delta = omni_position_ids(RUNS["audio_image_video"], version=version)
+    ids, _, delta = omni_position_ids(
+        RUNS["audio_image_video"], version=version, position_id_per_seconds=25
+    )
     torch.testing.assert_close(ids, expected[:, 0].double(), rtol=0, atol=0)
     torch.testing.assert_close(delta, expected_delta[0, 0].double(), rtol=0, atol=0)
 
@@ -156,6 +158,15 @@ def test_video_audio_interleaves_by_time():
     times = ids[0, block]
     assert bool((times[1:] >= times[:-1]).all())
     assert kinds[block].tolist()[:2] == [3, 1]  # frame 0 at the same time as audio token 0
+
+
+@pytest.mark.parametrize(("version", "rate"), [("qwen3_omni", 13.0), ("qwen2_5_omni", 25.0)])
+def test_default_rate_is_the_released_checkpoints(version, rate):
+    runs = [("video", (3, 2, 2), 1.0)]
+    default, _, _ = omni_position_ids(runs, version=version)
+    explicit, _, _ = omni_position_ids(runs, version=version, position_id_per_seconds=rate)
+    torch.testing.assert_close(default, explicit, rtol=0, atol=0)
+    assert default[0, 2].item() - default[0, 1].item() == rate  # frame 1, 1 s after frame 0
 
 
 def test_qwen25_markers_share_a_position():

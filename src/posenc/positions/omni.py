@@ -3,10 +3,11 @@ video's audio interleaved by time.
 
 TM-RoPE (Qwen2.5-Omni, Xu et al. 2025, https://arxiv.org/abs/2503.20215, §2.2; Qwen3-Omni,
 https://arxiv.org/abs/2509.17765, §2) numbers a sequence's tokens on ``(t, h, w)`` as M-RoPE
-does, with the temporal id an **absolute time**: ``ρ`` ids per second
-(``position_id_per_seconds``: 25 in both transformers configs — one id per 40 ms, the rate
-Qwen2.5-Omni's audio encoder emits tokens at; Qwen3-Omni's audio tokens are 80 ms apart, so two
-ids each). With the running position ``p`` (0 at the start), over the runs:
+does, with the temporal id an **absolute time**: ``ρ`` ids per second (``position_id_per_seconds``),
+the rate the audio encoder emits tokens at, so an audio token and a video frame of the same
+instant share a temporal id: 25 for Qwen2.5-Omni (40 ms), 13 for the released Qwen3-Omni
+checkpoints (≈ 80 ms; transformers' config default of 25 is Qwen2.5-Omni's). With the running
+position ``p`` (0 at the start), over the runs:
 
 * **text** (markers included) and **audio** of ``n`` tokens: ``p, …, p + n − 1`` on all axes
   (an audio token per id: time and text share one axis);
@@ -53,7 +54,7 @@ def omni_position_ids(
     *,
     version: OmniVersion = "qwen3_omni",
     spatial_merge_size: int = 2,
-    position_id_per_seconds: float = 25.0,
+    position_id_per_seconds: float | None = None,
     seconds_per_chunk: float = 2.0,
 ) -> tuple[Tensor, Tensor, Tensor]:
     """TM-RoPE ids ``(3, seq)`` of one sequence, each token's kind, and the decode delta.
@@ -77,7 +78,8 @@ def omni_position_ids(
         version: ``"qwen3_omni"`` (float ids, token-by-token interleaving) or
             ``"qwen2_5_omni"`` (int ids, chunked interleaving).
         spatial_merge_size: ``M`` (2 in both).
-        position_id_per_seconds: ``ρ`` (config ``position_id_per_seconds``).
+        position_id_per_seconds: ``ρ`` (config ``position_id_per_seconds``); None = the
+            released checkpoints' (13 for Qwen3-Omni, 25 for Qwen2.5-Omni).
         seconds_per_chunk: Qwen2.5-Omni's interleaving chunk (config ``seconds_per_chunk``).
 
     Returns:
@@ -92,6 +94,8 @@ def omni_position_ids(
     """
     check_in_choices("version", version, get_args(OmniVersion))
     merge = check_positive_int("spatial_merge_size", spatial_merge_size)
+    if position_id_per_seconds is None:
+        position_id_per_seconds = 13.0 if version == "qwen3_omni" else 25.0
     rate = check_positive_float("position_id_per_seconds", position_id_per_seconds)
     chunk = check_positive_float("seconds_per_chunk", seconds_per_chunk)
     pieces: list[Tensor] = []  # (3, k) float64 pieces, in order; the last one sets the next p
