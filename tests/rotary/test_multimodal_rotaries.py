@@ -262,6 +262,48 @@ def test_mhrope_grouped_query_heads_take_their_key_head():
 
 
 @pytest.mark.parametrize(
+    "build",
+    [
+        lambda: MultiAxisRotary.mhrope(16, 4, (1, 1, 1)),
+        lambda: MultiAxisRotary.mmrope(16),
+        lambda: MultiAxisRotary.msrope(16, (4, 6, 6)),
+        lambda: MultiAxisRotary.mrope(32, (3, 3, 2), interleaved=True, rotary_dim=16),
+    ],
+    ids=["mhrope", "mmrope", "msrope", "partial_mrope"],
+)
+def test_meta_build_rotates_as_a_cpu_build(build):
+    """Frequencies are constants kept on the CPU: a module built under the meta device and
+    ``to_empty`` rotates exactly as one built on the CPU."""
+    with torch.device("meta"):
+        meta = build()
+    meta = meta.to_empty(device="cpu")
+    head_dim = meta.head_dim
+    q = torch.randn(1, 4, 6, head_dim, dtype=torch.float64)
+    pos = torch.randint(0, 20, (3, 6))
+    torch.testing.assert_close(meta(q, q, pos, pos)[0], build()(q, q, pos, pos)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    "rope",
+    [MultiAxisRotary.mhrope(16, 4, (1, 1, 1)), MultiAxisRotary.mmrope(16),
+     MultiAxisRotary.msrope(16, (4, 6, 6))],
+    ids=["mhrope", "mmrope", "msrope"],
+)  # fmt: skip
+def test_low_precision_is_one_rounding_of_float64(rope, dtype):
+    """q in float32/bf16/fp16 comes back in its dtype, within that dtype's tolerance of the
+    float64 rotation of the same (rounded) q and k (8 query heads on 4 key heads for MHRoPE)."""
+    q = torch.randn(2, 8, 5, 16).to(dtype)
+    k = torch.randn(2, 4, 5, 16).to(dtype)
+    pos = torch.randint(0, 50, (3, 2, 5))
+    want = rope(q.double(), k.double(), pos, pos)
+    got = rope(q, k, pos, pos)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g, w.to(dtype))
+
+
+@pytest.mark.parametrize(
     ("call", "match"),
     [
         (lambda: MultiAxisRotary.mhrope(16, 4, (2, 2, 2)), "num_heads"),

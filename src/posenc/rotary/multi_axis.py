@@ -325,7 +325,7 @@ class MultiAxisRotary(RotaryEncoding):
         head_axes = mhrope_head_axes(sections, num_heads)
         base = check_positive_float("base", base)
         inv_freq = rope_inv_freq(head_dim, base, device="cpu")
-        freqs = torch.zeros(len(head_axes), head_dim // 2, 3, dtype=torch.float64)
+        freqs = torch.zeros(len(head_axes), head_dim // 2, 3, dtype=torch.float64, device="cpu")
         for head, axis in enumerate(head_axes):
             if axis >= 0:
                 freqs[head, :, axis] = inv_freq

@@ -147,7 +147,7 @@ def axis_block_frequencies(axes_dims: Sequence[int], base: float) -> Tensor:
     base = check_positive_float("base", base)
     blocks = []
     for axis, dim in enumerate(dims):
-        block = torch.zeros(dim // 2, len(dims), dtype=torch.float64)
+        block = torch.zeros(dim // 2, len(dims), dtype=torch.float64, device="cpu")
         block[:, axis] = rope_inv_freq(dim, base, device="cpu").double()
         blocks.append(block)
     return torch.cat(blocks)
