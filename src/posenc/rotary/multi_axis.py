@@ -20,7 +20,12 @@ head has its own. The methods are presets of ``F`` (:class:`MultiAxisRotary` con
   https://arxiv.org/abs/2502.05173): M-RoPE's frequencies with h and w interleaved over the
   highest and time on the lowest (:func:`videorope_axes`);
 * :meth:`~MultiAxisRotary.mixed` (RoPE-Mixed, Heo et al. 2024): learnable per-head
-  frequencies over both axes, initialized at a random direction per head.
+  frequencies over both axes, initialized at a random direction per head;
+* :meth:`~MultiAxisRotary.mmrope` (MM-RoPE, 2:3:3 per eight pairs),
+  :meth:`~MultiAxisRotary.mhrope` (MHRoPE: one axis per key/value head) and
+  :meth:`~MultiAxisRotary.msrope` (Qwen-Image: one 1D RoPE per channel block), the
+  multimodal RoPE study's allocations (Huang et al. 2025, https://arxiv.org/abs/2510.23095;
+  positions in :mod:`posenc.positions.multimodal_variants`, :mod:`posenc.positions.msrope`).
 
 Because every angle is linear in the positions, a query–key score depends on the positions
 only through their differences ``(Δa_0, Δa_1, …)``. On a ``1 × N`` grid the axial encoding is
