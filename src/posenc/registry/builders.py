@@ -35,7 +35,10 @@ __all__ = [
     "half_width",
     "hope_factory",
     "learned_rotation_kwargs",
+    "mhrope_sections",
+    "mrope_i_sections",
     "mrope_sections",
+    "msrope_axes_dims",
     "rope_kwargs",
     "rotary_package",
     "scores_package",
@@ -258,6 +261,39 @@ def mrope_sections(d: ModelDims, name: str = "mrope") -> tuple[int, int, int]:
         raise ValueError(f"{name} needs head_dim >= 6 (three axes), got {d.resolved_head_dim}")
     spatial = (pairs - pairs // 4) // 2
     return pairs - 2 * spatial, spatial, spatial
+
+
+def mrope_i_sections(d: ModelDims, name: str = "ilrope") -> tuple[int, int, int]:
+    """MRoPE-I's (Qwen3-VL's) split of the ``head_dim / 2`` pairs: 5/16 each for row and column,
+    the rest for time ([24, 20, 20] at head_dim 128)."""
+    pairs = d.resolved_head_dim // 2
+    if pairs < 3:
+        raise ValueError(f"{name} needs head_dim >= 6 (three axes), got {d.resolved_head_dim}")
+    spatial = max(1, pairs * 5 // 16)
+    return pairs - 2 * spatial, spatial, spatial
+
+
+def mhrope_sections(d: ModelDims) -> tuple[int, int, int]:
+    """MHRoPE's key/value heads per axis: a quarter for time, the rest shared by row and column
+    ([2, 3, 3] of 8 heads, the study's); left-over heads are unrotated."""
+    heads = d.resolved_num_kv_heads
+    if heads < 3:
+        raise ValueError(
+            f"mhrope needs num_kv_heads >= 3 (one head per axis at least), got {heads}"
+        )
+    time = max(1, heads // 4)
+    return time, (heads - time) // 2, (heads - time) // 2
+
+
+def msrope_axes_dims(d: ModelDims) -> tuple[int, int, int]:
+    """Qwen-Image's channels per (frame, row, column) at any width: an eighth of the pairs
+    for the frame, the rest halved ([16, 56, 56] at head_dim 128)."""
+    pairs = d.resolved_head_dim // 2
+    if pairs < 3 or d.resolved_head_dim % 2:
+        raise ValueError(f"msrope needs an even head_dim >= 6, got {d.resolved_head_dim}")
+    frame = max(1, pairs // 8)
+    spatial = pairs - frame
+    return 2 * frame, 2 * (spatial - spatial // 2), 2 * (spatial // 2)
 
 
 def vocabulary_size(name: str, d: ModelDims) -> int:

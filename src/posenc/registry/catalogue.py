@@ -20,7 +20,10 @@ from posenc.registry.builders import (
     half_width,
     hope_factory,
     learned_rotation_kwargs,
+    mhrope_sections,
+    mrope_i_sections,
     mrope_sections,
+    msrope_axes_dims,
     rope_kwargs,
     rotary_package,
     scores_package,
@@ -376,6 +379,92 @@ BUILTIN_SPECS: tuple[EncodingSpec, ...] = (
         lambda: rotary_package().MultiAxisRotary.videorope,
         lambda d: {"head_dim": d.resolved_head_dim, "sections": mrope_sections(d, "videorope")},
         convert=rope_kwargs,
+    ),
+    EncodingSpec(
+        "mhrope",
+        "rotary",
+        "Huang et al. 2025 (MHRoPE), https://arxiv.org/abs/2510.23095",
+        "multi-head RoPE: each key/value head rotates all its pairs by one of time, row or "
+        "column (positions (3, batch, seq), spatial reset from posenc.positions."
+        "multimodal_variants.spatial_reset_position_ids) (MultiAxisRotary.mhrope)",
+        lambda: rotary_package().MultiAxisRotary.mhrope,
+        lambda d: {
+            "head_dim": d.resolved_head_dim,
+            "num_heads": d.resolved_num_kv_heads,
+            "sections": mhrope_sections(d),
+        },
+    ),
+    EncodingSpec(
+        "mmrope",
+        "rotary",
+        "Yuan et al. 2025 (Lumos-1, MM-RoPE), https://arxiv.org/abs/2507.08801",
+        "M-RoPE with time, row and column spread 2:3:3 over every eight pairs (positions (3, "
+        "batch, seq), scaled visual ids from posenc.positions.multimodal_variants."
+        "mmrope_position_ids) (MultiAxisRotary.mmrope)",
+        lambda: rotary_package().MultiAxisRotary.mmrope,
+        lambda d: {"head_dim": d.resolved_head_dim},
+        convert=rope_kwargs,
+    ),
+    EncodingSpec(
+        "ilrope",
+        "rotary",
+        "Liao et al. 2025 (Mogao, IL-RoPE), https://arxiv.org/abs/2505.05472",
+        "interleaved M-RoPE (MRoPE-I) on spatially reset ids: images' rows and columns restart "
+        "at 0 (posenc.positions.multimodal_variants.spatial_reset_position_ids) "
+        "(MultiAxisRotary.mrope, interleaved=True)",
+        lambda: rotary_package().MultiAxisRotary.mrope,
+        lambda d: {
+            "head_dim": d.resolved_head_dim,
+            "sections": mrope_i_sections(d),
+            "interleaved": True,
+        },
+        convert=rope_kwargs,
+    ),
+    EncodingSpec(
+        "omnirope",
+        "rotary",
+        "Wu et al. 2025 (OmniGen2, Omni-RoPE), https://arxiv.org/abs/2506.18871",
+        "chunked M-RoPE on spatially reset ids: time continues the text, rows and columns "
+        "restart at 0 per image (posenc.positions.multimodal_variants."
+        "spatial_reset_position_ids) (MultiAxisRotary.mrope)",
+        lambda: rotary_package().MultiAxisRotary.mrope,
+        lambda d: {"head_dim": d.resolved_head_dim, "sections": mrope_sections(d, "omnirope")},
+        convert=rope_kwargs,
+    ),
+    EncodingSpec(
+        "circlerope",
+        "rotary",
+        "Wang et al. 2025 (CircleRoPE), https://arxiv.org/abs/2505.16416",
+        "chunked M-RoPE on ids that put each image on a ring orthogonal to the text diagonal "
+        "(posenc.positions.multimodal_variants.circlerope_position_ids) (MultiAxisRotary.mrope)",
+        lambda: rotary_package().MultiAxisRotary.mrope,
+        lambda d: {"head_dim": d.resolved_head_dim, "sections": mrope_sections(d, "circlerope")},
+        convert=rope_kwargs,
+    ),
+    EncodingSpec(
+        "tm_rope",
+        "rotary",
+        "Xu et al. 2025 (Qwen2.5-Omni, TM-RoPE), https://arxiv.org/abs/2503.20215",
+        "time-aligned M-RoPE: temporal ids are absolute time (position_id_per_seconds), audio "
+        "and video interleaved by time (posenc.positions.omni.omni_position_ids); interleaved "
+        "sections as Qwen3-Omni, interleaved=False for Qwen2.5-Omni (MultiAxisRotary.mrope)",
+        lambda: rotary_package().MultiAxisRotary.mrope,
+        lambda d: {
+            "head_dim": d.resolved_head_dim,
+            "sections": mrope_i_sections(d, "tm_rope"),
+            "interleaved": True,
+        },
+        convert=rope_kwargs,
+    ),
+    EncodingSpec(
+        "msrope",
+        "rotary",
+        "Wu et al. 2025 (Qwen-Image, MSRoPE), https://arxiv.org/abs/2508.02324",
+        "one 1D RoPE per (frame, row, column) channel block; image ids centred, text on the "
+        "diagonal past the image (posenc.positions.msrope.msrope_position_ids) "
+        "(qwen_image_rotary)",
+        lambda: rotary_package().qwen_image_rotary,
+        lambda d: {"head_dim": d.resolved_head_dim, "axes_dim": msrope_axes_dims(d)},
     ),
     EncodingSpec(
         "rope_2d",

@@ -12,6 +12,7 @@ from posenc.rotary.diffusion import (
     flux_ids,
     flux_rotary,
     hunyuan_video_rotary,
+    qwen_image_rotary,
     video_axes_rotary,
     wan_rotary,
 )
@@ -22,6 +23,8 @@ from posenc.rotary.layouts import Layout, permute_rotary_weight, rotary_channel_
 from posenc.rotary.learned_rotation import LearnedRotation
 from posenc.rotary.multi_axis import (
     MultiAxisRotary,
+    mhrope_head_axes,
+    mmrope_axes,
     mrope_axes,
     rescaled_grid_positions,
     videorope_axes,
@@ -110,10 +113,13 @@ __all__ = [
     "fope_tables",
     "full_period_base",
     "hunyuan_video_rotary",
+    "mhrope_head_axes",
+    "mmrope_axes",
     "mrope_axes",
     "permute_rotary_weight",
     "polar_frequencies",
     "polar_map",
+    "qwen_image_rotary",
     "rerotate",
     "rescaled_grid_positions",
     "rope_angles",

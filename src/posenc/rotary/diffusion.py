@@ -55,6 +55,7 @@ __all__ = [
     "flux_ids",
     "flux_rotary",
     "hunyuan_video_rotary",
+    "qwen_image_rotary",
     "video_axes_rotary",
     "wan_axes_dim",
     "wan_rotary",
@@ -162,6 +163,20 @@ def flux_rotary(
 ) -> MultiAxisRotary:
     """FLUX.1 (diffusers ``FluxPosEmbed(theta=10000, axes_dim=[16, 56, 56])``) over
     :func:`flux_ids`."""
+    return video_axes_rotary(head_dim, axes_dim, base=base, scalings=scalings)
+
+
+def qwen_image_rotary(
+    head_dim: int = 128,
+    *,
+    axes_dim: Sequence[int] = (16, 56, 56),
+    base: float = 10000.0,
+    scalings: Scalings = None,
+) -> MultiAxisRotary:
+    """Qwen-Image's MSRoPE (Wu et al. 2025, https://arxiv.org/abs/2508.02324, §2.3; diffusers
+    ``QwenEmbedRope``): FLUX.1's allocation (one 1D RoPE per ``(frame, row, column)`` channel
+    block, adjacent pairs) over :func:`posenc.positions.msrope.msrope_position_ids` (image
+    centred, text on the diagonal)."""
     return video_axes_rotary(head_dim, axes_dim, base=base, scalings=scalings)
 
 

@@ -20,7 +20,12 @@ head has its own. The methods are presets of ``F`` (:class:`MultiAxisRotary` con
   https://arxiv.org/abs/2502.05173): M-RoPE's frequencies with h and w interleaved over the
   highest and time on the lowest (:func:`videorope_axes`);
 * :meth:`~MultiAxisRotary.mixed` (RoPE-Mixed, Heo et al. 2024): learnable per-head
-  frequencies over both axes, initialized at a random direction per head.
+  frequencies over both axes, initialized at a random direction per head;
+* :meth:`~MultiAxisRotary.mmrope` (MM-RoPE, 2:3:3 per eight pairs),
+  :meth:`~MultiAxisRotary.mhrope` (MHRoPE: one axis per key/value head) and
+  :meth:`~MultiAxisRotary.msrope` (Qwen-Image: one 1D RoPE per channel block), the
+  multimodal RoPE study's allocations (Huang et al. 2025, https://arxiv.org/abs/2510.23095;
+  positions in :mod:`posenc.positions.multimodal_variants`, :mod:`posenc.positions.msrope`).
 
 Because every angle is linear in the positions, a query–key score depends on the positions
 only through their differences ``(Δa_0, Δa_1, …)``. On a ``1 × N`` grid the axial encoding is
@@ -59,7 +64,9 @@ from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.kernels import rotate_pair
 from posenc.rotary.layouts import LAYOUTS, Layout
 from posenc.rotary.multi_axis_maps import (
+    mhrope_head_axes,
     mixed_frequencies,
+    mmrope_axes,
     mrope_axes,
     place_frequencies,
     rescaled_grid_positions,
@@ -68,7 +75,14 @@ from posenc.rotary.multi_axis_maps import (
 from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import Scaling, scaling_from_dict, sequence_length
 
-__all__ = ["MultiAxisRotary", "mrope_axes", "rescaled_grid_positions", "videorope_axes"]
+__all__ = [
+    "MultiAxisRotary",
+    "mhrope_head_axes",
+    "mmrope_axes",
+    "mrope_axes",
+    "rescaled_grid_positions",
+    "videorope_axes",
+]
 
 
 class MultiAxisRotary(RotaryEncoding):
@@ -218,6 +232,7 @@ class MultiAxisRotary(RotaryEncoding):
         interleaved: bool = False,
         layout: Layout = "half",
         scaling: Scaling | Mapping[str, Any] | None = None,
+        rotary_dim: int | None = None,
     ) -> MultiAxisRotary:
         """M-RoPE on ``(t, h, w)`` positions: 1D frequencies, pair ``i`` reading
         :func:`mrope_axes` ``(sections)[i]``; ``sum(sections)`` pairs rotate (``head_dim/2``
@@ -233,9 +248,17 @@ class MultiAxisRotary(RotaryEncoding):
         takes ``seq_len = max(positions) + 1`` over all three axes (Qwen's
         ``torch.max(position_ids) + 1``), dynamic NTK grows with the longest length seen and
         resets below ``max_position_embeddings``, LongRoPE takes its long factors iff
-        ``seq_len > original_max_position_embeddings``. See :meth:`update`."""
+        ``seq_len > original_max_position_embeddings``. See :meth:`update`.
+
+        ``rotary_dim`` (default ``head_dim``): partial M-RoPE, the frequencies
+        ``θ_i = base^(−2i/rotary_dim)`` on the first ``rotary_dim`` channels and the rest passed
+        through — Qwen3.5 (``partial_rotary_factor`` 0.25, head_dim 256, interleaved [11, 11,
+        10]: MRoPE-I without spatial reset, Huang et al. 2025, https://arxiv.org/abs/2510.23095),
+        as transformers' ``Qwen3_5TextRotaryEmbedding`` with ``apply_rotary_pos_emb``."""
         axes = mrope_axes(sections, interleaved=interleaved)
-        return cls._one_axis_per_pair(head_dim, sections, axes, base, layout, scaling)
+        return cls._one_axis_per_pair(
+            head_dim, sections, axes, base, layout, scaling, rotary_dim=rotary_dim
+        )
 
     @classmethod
     def videorope(
@@ -258,6 +281,61 @@ class MultiAxisRotary(RotaryEncoding):
         return cls._one_axis_per_pair(head_dim, sections, axes, base, layout, scaling)
 
     @classmethod
+    def mmrope(
+        cls,
+        head_dim: int,
+        *,
+        base: float = 1_000_000.0,
+        layout: Layout = "half",
+        scaling: Scaling | Mapping[str, Any] | None = None,
+    ) -> MultiAxisRotary:
+        """MM-RoPE (Lumos-1, Yuan et al. 2025, https://arxiv.org/abs/2507.08801) on ``(t, h,
+        w)`` positions: 1D frequencies ``θ_i = base^(−2i/head_dim)``, pair ``i`` reading
+        :func:`mmrope_axes` ``[i]`` = ``(t, t, h, w, h, w, h, w)[i mod 8]`` (the distributed
+        2:3:3 meta components). Pair it with
+        :func:`posenc.positions.multimodal_variants.mmrope_position_ids` (scaled visual ids).
+        Parity: JJJYmmm/Multimodal-RoPEs' ``mmrope`` golden tables. ``scaling`` as :meth:`mrope`."""
+        head_dim = check_positive_int("head_dim", head_dim)
+        if head_dim % 2:
+            raise ValueError(f"head_dim must be even, got {head_dim}")
+        axes = mmrope_axes(head_dim // 2)
+        return cls._one_axis_per_pair(head_dim, [head_dim // 2], axes, base, layout, scaling)
+
+    @classmethod
+    def mhrope(
+        cls,
+        head_dim: int,
+        num_heads: int,
+        sections: Sequence[int] = (2, 3, 3),
+        *,
+        base: float = 1_000_000.0,
+        layout: Layout = "half",
+    ) -> MultiAxisRotary:
+        """MHRoPE (multi-head RoPE, Huang et al. 2025, https://arxiv.org/abs/2510.23095, §4.2)
+        on ``(t, h, w)`` positions: axes assigned per head, not per frequency. Head ``n`` of
+        ``num_heads`` (the key/value heads) rotates all its pairs by one axis,
+        :func:`mhrope_head_axes` ``(sections, num_heads)[n]``, at the full 1D frequencies
+        ``θ_i = base^(−2i/head_dim)``; heads past ``sum(sections)`` are not rotated.
+
+        .. math:: φ_{n,i} = \\mathrm{pos}_{a(n)} · θ_i
+
+        Queries with ``g × num_heads`` heads (grouped-query attention) use key head ``n //
+        g``'s rotation (the reference's ``repeat_interleave``). Parity: JJJYmmm/
+        Multimodal-RoPEs' ``mhrope`` golden tables (its ``MHRopeEmbedding``); positions from
+        :func:`posenc.positions.multimodal_variants.spatial_reset_position_ids`."""
+        head_dim = check_positive_int("head_dim", head_dim)
+        if head_dim % 2:
+            raise ValueError(f"head_dim must be even, got {head_dim}")
+        head_axes = mhrope_head_axes(sections, num_heads)
+        base = check_positive_float("base", base)
+        inv_freq = rope_inv_freq(head_dim, base, device="cpu")
+        freqs = torch.zeros(len(head_axes), head_dim // 2, 3, dtype=torch.float64, device="cpu")
+        for head, axis in enumerate(head_axes):
+            if axis >= 0:
+                freqs[head, :, axis] = inv_freq
+        return cls(head_dim, freqs, layout=layout)
+
+    @classmethod
     def _one_axis_per_pair(
         cls,
         head_dim: int,
@@ -266,18 +344,26 @@ class MultiAxisRotary(RotaryEncoding):
         base: float,
         layout: Layout,
         scaling: Scaling | Mapping[str, Any] | None,
+        *,
+        rotary_dim: int | None = None,
     ) -> MultiAxisRotary:
-        """1D frequencies (scaled by ``scaling``), pair ``i`` reading axis ``axes[i]`` of
-        three (M-RoPE, VideoRoPE)."""
-        if 2 * len(axes) != head_dim:
+        """1D frequencies over ``rotary_dim`` channels (default ``head_dim``; scaled by
+        ``scaling``), pair ``i`` reading axis ``axes[i]`` of three (M-RoPE, VideoRoPE,
+        MM-RoPE)."""
+        head_dim = check_positive_int("head_dim", head_dim)
+        width = head_dim if rotary_dim is None else check_positive_int("rotary_dim", rotary_dim)
+        if width % 2 or width > head_dim:
+            raise ValueError(f"rotary_dim must be even and <= head_dim = {head_dim}, got {width}")
+        if 2 * len(axes) != width:
+            name = "head_dim" if rotary_dim is None else "rotary_dim"
             raise ValueError(
-                f"sections must sum to head_dim / 2 = {head_dim // 2} (one frequency per pair), "
+                f"sections must sum to {name} / 2 = {width // 2} (one frequency per pair), "
                 f"got {list(sections)} (sum {len(axes)})"
             )
         base = check_positive_float("base", base)
         scale = scaling_from_dict(scaling) if isinstance(scaling, Mapping) else scaling
         # The 1D frequencies (and, for a length-dependent scaling, their per-call state).
-        source = RotaryEmbedding(head_dim, base=base, layout=layout, scaling=scale)
+        source = RotaryEmbedding(width, base=base, layout=layout, scaling=scale)
         pair_axes = torch.tensor(axes, device="cpu")
         rope = cls(
             head_dim,
@@ -424,9 +510,14 @@ class MultiAxisRotary(RotaryEncoding):
         *,
         inplace: bool = False,
     ) -> tuple[Tensor, Tensor]:
-        """Rotate q and k by their tables; per-head or learnable tables use torch ops."""
+        """Rotate q and k by their tables; per-head or learnable tables use torch ops. Per-head
+        tables of ``H`` heads serve ``g·H`` query heads, head ``n`` taking table ``n // g``
+        (grouped-query attention, MHRoPE's key/value heads)."""
         q_tables = tuple(t.to(q.device) for t in q_tables)  # type: ignore[assignment]
         k_tables = tuple(t.to(k.device) for t in k_tables)  # type: ignore[assignment]
+        if self.per_head:
+            q_tables = _repeat_heads(q_tables, q.shape[-3], "q")
+            k_tables = _repeat_heads(k_tables, k.shape[-3], "k")
         impl: Any = "torch" if self.per_head or self.learnable else None
         return rotate_pair(
             q,
@@ -457,3 +548,18 @@ class MultiAxisRotary(RotaryEncoding):
             f"head_dim={self.head_dim}, frequencies={shape}, layout={self.layout!r}, "
             f"learnable={self.learnable}"
         )
+
+
+def _repeat_heads(tables: tuple[Tensor, Tensor], heads: int, name: str) -> tuple[Tensor, Tensor]:
+    """Per-head ``(…, H, seq, pairs)`` tables for ``heads = g·H`` heads (``repeat_interleave``)."""
+    have = tables[0].shape[-3]
+    if heads == have:
+        return tables
+    if heads % have:
+        raise ValueError(
+            f"{name} has {heads} heads: per-head frequencies serve a multiple of their "
+            f"{have} heads (grouped-query attention)"
+        )
+    group = heads // have
+    cos, sin = (t.repeat_interleave(group, dim=-3) for t in tables)
+    return cos, sin

@@ -15,7 +15,9 @@ from posenc._validate import check_positive_int
 from posenc.positions import grid_positions
 
 __all__ = [
+    "mhrope_head_axes",
     "mixed_frequencies",
+    "mmrope_axes",
     "mrope_axes",
     "place_frequencies",
     "rescaled_grid_positions",
@@ -75,6 +77,52 @@ def videorope_axes(sections: Sequence[int]) -> list[int]:
             f"h + w highest-frequency pairs, h first), got {list(sections)}"
         )
     return [1 + i % 2 for i in range(h + w)] + [0] * t
+
+
+def mmrope_axes(pairs: int) -> list[int]:
+    """The axis (0 = t, 1 = h, 2 = w) each frequency pair reads under MM-RoPE's distributed
+    allocation: pair ``i`` reads ``(t, t, h, w, h, w, h, w)[i mod 8]``, so every meta
+    component of eight pairs spreads t : h : w as 2 : 3 : 3 across the whole frequency band.
+
+    MM-RoPE (Lumos-1, Yuan et al. 2025, https://arxiv.org/abs/2507.08801, §3.2); reference
+    ``MMRopeEmbedding.apply_transformation`` in JJJYmmm/Multimodal-RoPEs
+    (``freq_allocation/mmrope.py``); remainder pairs keep the pattern.
+
+    Example::
+
+        >>> mmrope_axes(10)
+        [0, 0, 1, 2, 1, 2, 1, 2, 0, 0]
+    """
+    pairs = check_positive_int("pairs", pairs)
+    pattern = (0, 0, 1, 2, 1, 2, 1, 2)
+    return [pattern[i % 8] for i in range(pairs)]
+
+
+def mhrope_head_axes(sections: Sequence[int], num_heads: int) -> list[int]:
+    """The axis (0 = t, 1 = h, 2 = w, or -1 = none) each head reads under MHRoPE: the first
+    ``sections[0]`` heads read t with all their pairs, the next ``sections[1]`` h, the next
+    ``sections[2]`` w; heads past ``sum(sections)`` read no axis (NoPE heads: identity).
+
+    MHRoPE (Huang et al. 2025, https://arxiv.org/abs/2510.23095, §4.2); reference
+    ``MHRopeEmbedding.apply_transformation`` in JJJYmmm/Multimodal-RoPEs
+    (``freq_allocation/mhrope.py``), whose heads are the key/value heads.
+
+    Example::
+
+        >>> mhrope_head_axes([1, 2, 2], 6)
+        [0, 1, 1, 2, 2, -1]
+    """
+    if len(sections) != 3:
+        raise ValueError(f"sections must give (t, h, w) head counts, got {list(sections)}")
+    counts = [check_positive_int(f"sections[{i}]", n) for i, n in enumerate(sections)]
+    num_heads = check_positive_int("num_heads", num_heads)
+    if sum(counts) > num_heads:
+        raise ValueError(
+            f"sections must assign at most num_heads = {num_heads} heads, got {counts} "
+            f"(sum {sum(counts)})"
+        )
+    axes = [axis for axis, n in enumerate(counts) for _ in range(n)]
+    return axes + [-1] * (num_heads - len(axes))
 
 
 def place_frequencies(inv_freq: Tensor, pair_axes: Tensor, num_axes: int) -> Tensor:

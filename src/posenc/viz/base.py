@@ -86,6 +86,13 @@ ENCODING_COLORS: dict[str, str] = {
     "liere": "#e6550d",
     "comrope_ap": "#31a354",
     "comrope_ld": "#3182bd",
+    "mhrope": "#7b4173",
+    "mmrope": "#393b79",
+    "ilrope": "#8c6d31",
+    "omnirope": "#ad494a",
+    "circlerope": "#756bb1",
+    "tm_rope": "#636363",
+    "msrope": "#de9ed6",
     # context extension (posenc.lab.experiments.extend / longctx), beside "rope" and the
     # segment methods: colours no sequence encoding has, so that a colour means one thing on
     # every figure of a page that draws both (the demo's)

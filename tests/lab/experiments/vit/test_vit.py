@@ -228,7 +228,11 @@ def test_forward_errors() -> None:
 def test_every_registered_encoding_trains_in_the_vit_or_is_refused(spec: EncodingSpec) -> None:
     """A forward and backward of a tiny ViT, or a refusal naming the field and the reason."""
     reason = "causal" if spec.causal_only else "token ids" if spec.name == "complex_order" else ""
-    reason = "3 position axes" if spec.name in ("mrope", "videorope") else reason  # t, h, w
+    three_axes = (
+        "mrope", "videorope", "mmrope", "ilrope", "omnirope", "circlerope", "tm_rope", "msrope"
+    )  # fmt: skip
+    reason = "3 position axes" if spec.name in three_axes else reason  # t, h, w
+    reason = "num_kv_heads >= 3" if spec.name == "mhrope" else reason  # a head per axis
     if reason:
         with pytest.raises(ValueError, match=rf"encoding '{spec.name}'.*{reason}"):
             DigitsViTConfig(encoding=spec.name, dim=16, depth=2, num_heads=2)
