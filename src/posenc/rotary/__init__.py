@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from posenc.rotary.axial import AxialRotary2D, axial_cos_sin
+from posenc.rotary.deepseek import (
+    DecoupledRotary,
+    DeepSeekV4Rotary,
+    compressed_positions,
+    compressed_visible,
+    join_decoupled,
+)
 from posenc.rotary.fope import FourierRotaryEmbedding, fope_inv_freq, fope_rotate, fope_tables
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.functional import apply_rotary, rope_angles, rope_cos_sin
@@ -58,6 +65,8 @@ __all__ = [
     "QWEN2_7B",
     "AxialRotary2D",
     "BasePower",
+    "DecoupledRotary",
+    "DeepSeekV4Rotary",
     "DynamicNTK",
     "FixedNTK",
     "FourierRotaryEmbedding",
@@ -79,12 +88,15 @@ __all__ = [
     "apply_rotary",
     "axial_cos_sin",
     "base_for_context",
+    "compressed_positions",
+    "compressed_visible",
     "critical_dimension",
     "extrapolation_bound",
     "fope_inv_freq",
     "fope_rotate",
     "fope_tables",
     "full_period_base",
+    "join_decoupled",
     "mrope_axes",
     "permute_rotary_weight",
     "polar_frequencies",
