@@ -119,33 +119,56 @@ def test_v4_config_reading() -> None:
         deepseek_v4_rope_type(config, 3)
 
 
-@pytest.mark.parametrize("layer_idx", [0])
+def _pooled(compressor: torch.nn.Module, x: torch.Tensor, ratio: int) -> torch.Tensor:
+    """HF's compressed entries before their rotation: each closed window of ``ratio`` tokens
+    pooled by its gates, ``(batch, 1, windows, head_dim)``."""
+    batch, seq, _ = x.shape
+    windows = seq // ratio
+    kv = compressor.kv_proj(x)[:, : windows * ratio].view(batch, windows, ratio, -1)
+    gate = compressor.gate_proj(x)[:, : windows * ratio].view(batch, windows, ratio, -1)
+    gate = gate + compressor.position_bias
+    return compressor.kv_norm((kv * gate.softmax(dim=2)).sum(dim=2))[:, None]
+
+
+@pytest.mark.parametrize("layer_idx", [0, 2])
 def test_v4_attention_layer_equals_hf(layer_idx: int) -> None:
-    """A whole HF DeepSeek-V4 sliding-window attention layer (q/k rotation, K = V, output
-    rotated back by -i) against posenc's attend with the V4 rotary; the sinks set to -inf so
-    the softmax is plain."""
+    """A whole HF DeepSeek-V4 attention layer (q/k rotation, K = V, output rotated back by -i)
+    against posenc's attend with the V4 rotary; the sinks set to -inf so the softmax is plain.
+    Layer 0 slides with the "main" rope; layer 2 (HCA, m = 8) uses the "compress" rope and
+    also attends to compressed entries at w·m, visible once w < (t + 1) // m."""
     config = _v4_config()
     layer = hf_v4.DeepseekV4Attention(config, layer_idx)
     _init(layer)
     with torch.no_grad():
         layer.sinks.fill_(float("-inf"))
-    batch, seq = 2, 11
+    batch, seq = 2, 19
     x = torch.randn(batch, seq, 64, generator=torch.Generator().manual_seed(1))
-    position_ids = torch.arange(seq)[None].expand(batch, -1) + 3
+    position_ids = torch.arange(seq)[None].expand(batch, -1)
     hf_rotary = hf_v4.DeepseekV4RotaryEmbedding(config)
     tables = {t: hf_rotary(x, position_ids, layer_type=t) for t in ("main", "compress")}
-    causal = torch.full((seq, seq), float("-inf")).triu(1)[None, None]
+    causal = torch.full((seq, seq), float("-inf")).triu(1).expand(batch, 1, seq, seq)
     with torch.no_grad():
         expected, _ = layer(x, tables, position_ids, causal)
         rope = deepseek_v4_rotary_from_config(config, deepseek_v4_rope_type(config, layer_idx))
-        q = layer.q_b_norm(
-            layer.q_b_proj(layer.q_a_norm(layer.q_a_proj(x))).view(batch, seq, 4, 32).transpose(1, 2)
-        )
+        q = layer.q_b_proj(layer.q_a_norm(layer.q_a_proj(x)))
+        q = layer.q_b_norm(q.view(batch, seq, 4, 32).transpose(1, 2))
         kv = layer.kv_norm(layer.kv_proj(x)).view(batch, seq, 1, 32).transpose(1, 2)
-        q, k = rope(q, kv, position_ids, position_ids)
-        v = rope.rotate_values_at(kv, position_ids)  # K = V: the same rotated latent
+        k_pos = position_ids
+        allowed = torch.ones(seq, seq, dtype=torch.bool).tril()
+        if layer.compressor is not None:
+            ratio = layer.compressor.compress_rate
+            entries = _pooled(layer.compressor, x, ratio)
+            kv = torch.cat([kv, entries], dim=2)
+            entry_pos = compressed_positions(entries.shape[2], ratio)
+            k_pos = torch.cat([position_ids, entry_pos.expand(batch, -1)], dim=-1)
+            seen = compressed_visible(position_ids[0], entries.shape[2], ratio)
+            allowed = torch.cat([allowed, seen], dim=-1)
+        q, k = rope(q, kv, position_ids, k_pos)
+        v = rope.rotate_values_at(kv, k_pos)  # K = V: the same rotated latent
         torch.testing.assert_close(v, k)
-        out = attend(q, k, v, pos=rope, q_pos=position_ids, k_pos=position_ids, causal=True)
+        out = attend(
+            q, k, v, pos=rope, q_pos=position_ids, k_pos=k_pos, causal=False, attn_mask=allowed
+        )
         grouped = out.transpose(1, 2).reshape(batch, seq, config.o_groups, -1)
         got = layer.o_b_proj(layer.o_a_proj(grouped).flatten(2))
     torch.testing.assert_close(got, expected)
@@ -162,12 +185,8 @@ def test_v4_compressed_entries_equal_hf() -> None:
     position_ids = torch.arange(seq)[None]
     with torch.no_grad():
         entries, block_bias = compressor(x, None, position_ids, None, 2)
-        # the same pooled entries, unrotated: rotate them with posenc at compressed_positions
-        kv, gate = compressor.kv_proj(x), compressor.gate_proj(x)
-        windows = seq // ratio
-        kv = kv[:, : windows * ratio].view(1, windows, ratio, -1)
-        gate = gate[:, : windows * ratio].view(1, windows, ratio, -1) + compressor.position_bias
-        pooled = compressor.kv_norm((kv * gate.softmax(dim=2)).sum(dim=2))[:, None]
+        pooled = _pooled(compressor, x, ratio)  # the same entries, unrotated
+    windows = pooled.shape[2]
     rope = deepseek_v4_rotary_from_config(config, "compress")
     positions = compressed_positions(windows, ratio)
     assert positions.tolist() == [0, 8, 16]
