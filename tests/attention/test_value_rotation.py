@@ -131,6 +131,11 @@ def test_output_is_relative_only_with_derotation(derotate: bool) -> None:
 
 
 def test_refusals() -> None:
+    q, k = torch.randn(1, 4, 3, HEAD_DIM), torch.randn(1, 1, 3, HEAD_DIM)
+    with pytest.raises(ValueError, match=r"v must have k's head_dim \(16\) for DeepSeekV4Rotary"):
+        attend(q, k, torch.randn(1, 1, 3, 12), pos=_rope(), causal=True)
+    with pytest.raises(ValueError, match="k and v must have the same length"):
+        attend(q, k, torch.randn(1, 1, 4, HEAD_DIM), pos=_rope(), causal=True)
     with pytest.raises(ValueError, match="backend 'linear' cannot serve DeepSeekV4Rotary"):
         Attention(32, 4, head_dim=HEAD_DIM, pos=_rope(), backend="linear")
     attention = _attention()
