@@ -45,7 +45,9 @@ def test_full_width_and_value_round_trip() -> None:
     rope = DeepSeekV4Rotary(8, 8)  # rope_dim == head_dim: the whole head
     x = torch.randn(1, 2, 5, 8, generator=GENERATOR, dtype=torch.float64)
     positions = torch.arange(5) * 7
-    assert_close(rope.rotate(x, positions), RotaryEmbedding(8, layout="interleaved").rotate(x, positions))
+    assert_close(
+        rope.rotate(x, positions), RotaryEmbedding(8, layout="interleaved").rotate(x, positions)
+    )
     # R(−p) R(p) = 1: de-rotating what was rotated at the same positions gives it back
     back = rope.derotate_output_at(rope.rotate_values_at(x, positions), positions)
     assert_close(back, x, rtol=1e-14, atol=1e-14)
@@ -98,25 +100,43 @@ def test_bad_arguments(make: object, message: str) -> None:
 def test_bad_tensors() -> None:
     rope = DeepSeekV4Rotary(16, 8)
     positions = torch.arange(4)
-    with pytest.raises(ValueError, match="q has last dim 12 but this DeepSeekV4Rotary has head_dim 16"):
+    with pytest.raises(
+        ValueError, match="q has last dim 12 but this DeepSeekV4Rotary has head_dim 16"
+    ):
         rope(torch.randn(1, 2, 4, 12), torch.randn(1, 1, 4, 16), positions, positions)
-    with pytest.raises(ValueError, match="v has last dim 4, narrower than this DeepSeekV4Rotary's rope_dim 8"):
+    with pytest.raises(
+        ValueError, match="v has last dim 4, narrower than this DeepSeekV4Rotary's rope_dim 8"
+    ):
         rope.rotate_values_at(torch.randn(1, 1, 4, 4), positions)
     with pytest.raises(ValueError, match="k_pos has 3 positions but v has seq 4"):
         rope.rotate_values_at(torch.randn(1, 1, 4, 16), torch.arange(3))
     with pytest.raises(ValueError, match="k_rope must have one head"):
         join_decoupled(
-            torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 2), torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 2)
+            torch.randn(1, 2, 3, 4),
+            torch.randn(1, 2, 3, 2),
+            torch.randn(1, 2, 3, 4),
+            torch.randn(1, 2, 3, 2),
         )
     with pytest.raises(ValueError, match="q_rope must have q_nope's"):
         join_decoupled(
-            torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 2), torch.randn(1, 2, 3, 4), torch.randn(1, 1, 3, 2)
+            torch.randn(1, 2, 3, 4),
+            torch.randn(1, 2, 5, 2),
+            torch.randn(1, 2, 3, 4),
+            torch.randn(1, 1, 3, 2),
         )
     with pytest.raises(ValueError, match="k_rope must have k_nope's batch and seq"):
         join_decoupled(
-            torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 2), torch.randn(1, 2, 3, 4), torch.randn(1, 1, 6, 2)
+            torch.randn(1, 2, 3, 4),
+            torch.randn(1, 2, 3, 2),
+            torch.randn(1, 2, 3, 4),
+            torch.randn(1, 1, 6, 2),
         )
-    with pytest.raises(ValueError, match="k_nope and k_rope must have q_nope's and q_rope's widths"):
+    with pytest.raises(
+        ValueError, match="k_nope and k_rope must have q_nope's and q_rope's widths"
+    ):
         join_decoupled(
-            torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 2), torch.randn(1, 2, 3, 5), torch.randn(1, 1, 3, 2)
+            torch.randn(1, 2, 3, 4),
+            torch.randn(1, 2, 3, 2),
+            torch.randn(1, 2, 3, 5),
+            torch.randn(1, 1, 3, 2),
         )

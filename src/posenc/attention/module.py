@@ -31,8 +31,9 @@ class Attention(nn.Module):
 
     The encoding acts through its hooks (:mod:`posenc.encoding.base`): a rotary encoding rotates q
     and the new k before they are cached (a :class:`~posenc.encoding.ValueRotation` also the new
-    v, and rotates the output back by the queries' positions); a bias, contextual term or scores reader enters the
-    logits in the backend; an additive encoding is the model's business (ignored here).
+    v, and rotates the output back by the queries' positions); a bias, contextual term or
+    scores reader enters the logits in the backend; an additive encoding is the model's
+    business (ignored here).
 
     Args:
         dim: model width.

@@ -269,7 +269,11 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
     if hooks.value_rotation is not None and (
         hooks.segments is not None or hooks.value_rotation.depends_on_length
     ):
-        why = "a segment method" if hooks.segments is not None else "frequencies that follow the length"
+        why = (
+            "a segment method"
+            if hooks.segments is not None
+            else "frequencies that follow the length"
+        )
         raise ValueError(
             f"pos: {name} rotates values with the keys' rotation (ValueRotation), which needs "
             f"values stored rotated once; {why} rotates keys when they are read instead"

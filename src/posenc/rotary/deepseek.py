@@ -317,9 +317,7 @@ def join_decoupled(
             f"got {tuple(q_rope.shape[:3])}"
         )
     if k_rope.shape[1] != 1:
-        raise ValueError(
-            f"k_rope must have one head (shared by all heads); got {k_rope.shape[1]}"
-        )
+        raise ValueError(f"k_rope must have one head (shared by all heads); got {k_rope.shape[1]}")
     if (k_rope.shape[0], k_rope.shape[2]) != (k_nope.shape[0], k_nope.shape[2]):
         raise ValueError(
             f"k_rope must have k_nope's batch and seq {(k_nope.shape[0], k_nope.shape[2])}; "

@@ -119,7 +119,7 @@ def test_v4_config_reading() -> None:
         deepseek_v4_rope_type(config, 3)
 
 
-def _pooled(compressor: torch.nn.Module, x: torch.Tensor, ratio: int) -> torch.Tensor:
+def _pooled(compressor: Any, x: torch.Tensor, ratio: int) -> torch.Tensor:
     """HF's compressed entries before their rotation: each closed window of ``ratio`` tokens
     pooled by its gates, ``(batch, 1, windows, head_dim)``."""
     batch, seq, _ = x.shape
@@ -213,7 +213,7 @@ def test_mla_equals_deepseek_v3_attention(interleave: bool) -> None:
         rope_parameters={**YARN, "rope_theta": 10000.0, "mscale": 1.0, "mscale_all_dim": 1.0},
         attn_implementation="eager",
     )
-    layer = hf_v3.DeepseekV3Attention(config, 0)
+    layer: Any = hf_v3.DeepseekV3Attention(config, 0)
     _init(layer, seed=4)
     batch, seq = 2, 9
     x = torch.randn(batch, seq, 64, generator=torch.Generator().manual_seed(5))
@@ -280,9 +280,7 @@ def test_indexer_rotary_equals_hf(model_type: str, interleaved: bool) -> None:
     """The indexer's rope (leading slice of each indexer head) as HF's indexer applies it:
     deepseek_v32's half-split apply_rotary_pos_emb, glm_moe_dsa's interleaved one; then the
     other layout gives other scores (the vllm#28968 / sglang#13530 bug)."""
-    module = __import__(
-        f"transformers.models.{model_type}.modeling_{model_type}", fromlist=["x"]
-    )
+    module = __import__(f"transformers.models.{model_type}.modeling_{model_type}", fromlist=["x"])
     config = _dsa_config(model_type)
     rotary_cls = next(v for k, v in vars(module).items() if k.endswith("RotaryEmbedding"))
     batch, seq = 1, 12
@@ -291,9 +289,7 @@ def test_indexer_rotary_equals_hf(model_type: str, interleaved: bool) -> None:
     q = torch.randn(batch, seq, 2, 16, generator=generator)  # (batch, seq, heads, dim) as HF
     k = torch.randn(batch, seq, 1, 16, generator=generator)
     cos, sin = rotary_cls(config)(q, position_ids)
-    apply = (
-        module.apply_rotary_pos_emb_interleave if interleaved else module.apply_rotary_pos_emb
-    )
+    apply = module.apply_rotary_pos_emb_interleave if interleaved else module.apply_rotary_pos_emb
     hf_q_rot, hf_k_rot = apply(q[..., :8], k[..., :8], cos, sin, unsqueeze_dim=2)
     hf_q = torch.cat([hf_q_rot, q[..., 8:]], dim=-1).transpose(1, 2)
     hf_k = torch.cat([hf_k_rot, k[..., 8:]], dim=-1).squeeze(2)
@@ -328,8 +324,6 @@ def test_indexer_flag_and_refusals() -> None:
     with pytest.raises(ValueError, match="index_head_dim"):
         indexer_rotary_from_config({"qk_rope_head_dim": 8, "qk_nope_head_dim": 8})
     with pytest.raises(ValueError, match=r"qk_rope_head_dim \(32\) must be at most"):
-        indexer_rotary_from_config(
-            {**config.to_dict(), "qk_rope_head_dim": 32, "head_dim": 32}
-        )
+        indexer_rotary_from_config({**config.to_dict(), "qk_rope_head_dim": 32, "head_dim": 32})
     with pytest.raises(ValueError, match="qk_nope_head_dim"):
         mla_rotary_from_config({"qk_rope_head_dim": 8})

@@ -181,7 +181,9 @@ def deepseek_v4_rope_parameters(config: Any) -> dict[str, Any]:
     default). A config whose ``rope_parameters`` are already nested is read as it is.
     """
     if not isinstance(config, Mapping) and not hasattr(config, "to_dict"):
-        raise ValueError(f"config must be a transformers PretrainedConfig or a dict, got {config!r}")
+        raise ValueError(
+            f"config must be a transformers PretrainedConfig or a dict, got {config!r}"
+        )
     head_dim = positive_integer("head_dim", config_value(config, "head_dim") or 512)
     out: dict[str, Any] = {"model_type": "deepseek_v4", "head_dim": head_dim}
     for key in ("max_position_embeddings", "original_max_position_embeddings"):
@@ -194,7 +196,11 @@ def deepseek_v4_rope_parameters(config: Any) -> dict[str, Any]:
     partial = config_value(config, "partial_rotary_factor")
     if partial is None:
         rope_dim = config_value(config, "qk_rope_head_dim")
-        partial = 64 / 512 if rope_dim is None else positive_integer("qk_rope_head_dim", rope_dim) / head_dim
+        partial = (
+            64 / 512
+            if rope_dim is None
+            else positive_integer("qk_rope_head_dim", rope_dim) / head_dim
+        )
     flat = params if isinstance(params, Mapping) else config_value(config, "rope_scaling")
     scaling = {k: v for k, v in dict(flat or {}).items() if k not in _V4_TYPES}
     theta = config_value(config, "rope_theta")
