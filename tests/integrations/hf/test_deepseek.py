@@ -19,6 +19,7 @@ from posenc.integrations.hf import (
     indexer_rotary_from_config,
     mla_rotary_from_config,
 )
+from posenc.integrations.hf.deepseek import INDEXER_INTERLEAVED
 from posenc.rotary import compressed_positions, compressed_visible, join_decoupled
 
 transformers = pytest.importorskip("transformers")
@@ -327,3 +328,38 @@ def test_indexer_flag_and_refusals() -> None:
         indexer_rotary_from_config({**config.to_dict(), "qk_rope_head_dim": 32, "head_dim": 32})
     with pytest.raises(ValueError, match="qk_nope_head_dim"):
         mla_rotary_from_config({"qk_rope_head_dim": 8})
+
+
+@pytest.mark.parametrize("model_type", ["deepseek_v32", "glm_moe_dsa"])
+def test_indexer_module_top_k_equals_hf(model_type: str) -> None:
+    """HF's whole indexer (its projections, ReLU scores, head weights, top-k) picks the keys
+    posenc's indexer rotary picks; the other layout picks other keys."""
+    module = __import__(f"transformers.models.{model_type}.modeling_{model_type}", fromlist=["x"])
+    config = _dsa_config(model_type, index_topk=6)
+    indexer_cls = next(v for k, v in vars(module).items() if k.endswith("Indexer"))
+    rotary_cls = next(v for k, v in vars(module).items() if k.endswith("RotaryEmbedding"))
+    indexer: Any = indexer_cls(config, 0)
+    _init(indexer, seed=7)
+    batch, seq = 2, 24
+    generator = torch.Generator().manual_seed(8)
+    x = torch.randn(batch, seq, 64, generator=generator)
+    q_resid = torch.randn(batch, seq, 16, generator=generator)
+    position_ids = (torch.arange(seq) * 53)[None].expand(batch, -1)
+    everything = torch.ones(batch, seq, seq, dtype=torch.bool)  # no ties among hidden keys
+    with torch.no_grad():
+        cos, sin = rotary_cls(config)(x, position_ids)
+        expected = indexer(x, q_resid, (cos, sin), everything, position_ids)
+
+        def top_k(interleaved: bool | None) -> torch.Tensor:
+            rope = indexer_rotary_from_config(config, interleaved=interleaved)
+            q = indexer.wq_b(q_resid).view(batch, seq, 2, 16).transpose(1, 2)
+            k = indexer.k_norm(indexer.wk(x))[:, None]
+            q, k = rope(q, k, position_ids, position_ids)
+            scores = torch.relu(q @ k.transpose(-1, -2) * indexer.softmax_scale)
+            weights = indexer.weights_proj(x) * 2**-0.5  # (batch, seq, heads)
+            index_scores = torch.einsum("bsh,bhst->bst", weights, scores)
+            return index_scores.topk(6, dim=-1).indices.to(torch.int32)
+
+        assert torch.equal(top_k(None), expected)
+        wrong = top_k(not INDEXER_INTERLEAVED[model_type])
+    assert not torch.equal(wrong.sort(-1).values, expected.sort(-1).values)
