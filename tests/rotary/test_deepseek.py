@@ -18,6 +18,7 @@ from posenc.rotary import (
     compressed_visible,
     join_decoupled,
 )
+from posenc.rotary.kernels import available_impls, rotary_impl
 
 GENERATOR = torch.Generator().manual_seed(0)
 
@@ -140,3 +141,25 @@ def test_bad_tensors() -> None:
             torch.randn(1, 2, 3, 5),
             torch.randn(1, 1, 3, 2),
         )
+
+
+@pytest.mark.parametrize("impl", available_impls())
+def test_every_kernel_rotates_the_slice_view(impl: str) -> None:
+    """The rope slice is a strided view of each head: every kernel (numba on the CPU too)
+    rotates it, in place and out of place, to the bits of the torch path."""
+    device = "cuda" if impl == "triton" else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("triton rotates CUDA tensors")
+    rope = DeepSeekV4Rotary(48, 16)
+    x = torch.randn(2, 3, 40, 48, generator=GENERATOR).transpose(1, 2).contiguous().transpose(1, 2)
+    x = x.to(device)
+    positions = torch.arange(40, device=device) * 3
+    tables = rope.rotary_tables(positions, x.dtype)
+    with rotary_impl("torch"):
+        expected = rope.rotate_values(x, tables)
+        expected_back = rope.derotate_output(x, tables)
+    with rotary_impl(impl):  # type: ignore[arg-type]
+        assert torch.equal(rope.rotate_values(x, tables), expected)
+        assert torch.equal(rope.derotate_output(x, tables), expected_back)
+        q_in, _ = rope.rotate_qk(x.clone(), x[:, :1].clone(), tables, tables, inplace=True)
+    assert torch.equal(q_in, expected)
