@@ -94,6 +94,22 @@ def test_v4_tables_and_rotation_equal_hf(rope_type: str) -> None:
     )
 
 
+def test_v4_checkpoint_defaults_equal_hf() -> None:
+    """The shipped settings (head_dim 512, rope slice 64, compress YaRN 16 over 65 536 at
+    θ = 160 000, main θ = 1e4): the frequencies equal HF's init (float32) for both types."""
+    config = transformers.DeepseekV4Config(
+        num_hidden_layers=2,
+        rope_parameters={**YARN, "original_max_position_embeddings": 65536},
+    )
+    hf_rotary = hf_v4.DeepseekV4RotaryEmbedding(config)
+    for rope_type in ("main", "compress"):
+        rope = deepseek_v4_rotary_from_config(config, rope_type)  # type: ignore[arg-type]
+        assert (rope.head_dim, rope.rope_dim) == (512, 64)
+        hf_inv_freq = getattr(hf_rotary, f"{rope_type}_inv_freq")
+        torch.testing.assert_close(rope.inv_freq().float(), hf_inv_freq, rtol=1e-6, atol=0)
+        assert rope.rope.attention_factor == getattr(hf_rotary, f"{rope_type}_attention_scaling")
+
+
 def test_v4_config_reading() -> None:
     config = _v4_config()
     assert [deepseek_v4_rope_type(config, i) for i in range(3)] == ["main", "compress", "compress"]
