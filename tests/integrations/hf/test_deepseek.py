@@ -103,7 +103,7 @@ def test_v4_checkpoint_defaults_equal_hf() -> None:
     )
     hf_rotary = hf_v4.DeepseekV4RotaryEmbedding(config)
     for rope_type in ("main", "compress"):
-        rope = deepseek_v4_rotary_from_config(config, rope_type)  # type: ignore[arg-type]
+        rope = deepseek_v4_rotary_from_config(config, rope_type)
         assert (rope.head_dim, rope.rope_dim) == (512, 64)
         hf_inv_freq = getattr(hf_rotary, f"{rope_type}_inv_freq")
         torch.testing.assert_close(rope.inv_freq().float(), hf_inv_freq, rtol=1e-6, atol=0)
