@@ -148,6 +148,12 @@ def check_linear_serves(hooks: Hooks, *, dropout: float) -> None:
             "(query, key) logits, so a bias, logit term, score map, sink, token-state bias or "
             "weights in place of the softmax cannot enter; use 'sdpa', 'chunked' or 'auto'"
         )
+    if hooks.value_rotation:
+        raise ValueError(
+            f"backend 'linear' cannot serve {name}: its values carry the keys' rotation and "
+            "its output is rotated back (ValueRotation), which linear attention's feature-mapped "
+            "path does not do; use 'sdpa', 'chunked', 'flex' or 'auto'"
+        )
     if hooks.segments or hooks.per_query_lengths:
         raise ValueError(
             f"backend 'linear' cannot serve {name}: it positions each (query, key) pair by "

@@ -204,7 +204,10 @@ def attend(
     (:class:`~posenc.attention.Attention` does it before caching keys); additive ones act on
     the token embeddings. A segment method (:mod:`posenc.segments`) is the exception: it
     rotates q and k per segment itself, so they come *unrotated* (what a patched Hugging Face
-    attention passes, :func:`posenc.integrations.hf.segments.patch_segments`). Queries are the
+    attention passes, :func:`posenc.integrations.hf.segments.patch_segments`). A
+    :class:`~posenc.encoding.ValueRotation` (DeepSeek-V4) takes v rotated as k is (its
+    ``rotate_values`` at the keys' positions; DeepSeek-V4's v *is* its k) and ``attend``
+    rotates the output back by ``q_pos``. Queries are the
     last ``q_len`` of the ``k_len`` keys for the causal order and the default positions.
 
     Args:
@@ -237,6 +240,11 @@ def attend(
         raise ValueError(
             f"pos: {type(pos).__name__} reads the layer's hidden states (token_state), which "
             "attend does not get; use posenc.attention.Attention"
+        )
+    if hooks.value_rotation is not None and v.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"v must have k's head_dim ({k.shape[-1]}) for {hooks.name}, whose values carry "
+            f"the keys' rotation (ValueRotation); got v_dim={v.shape[-1]}"
         )
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
@@ -273,6 +281,10 @@ def attend(
             structured=chosen.structured,
             compile=chosen.compile,
         )
-    return run_backend(
+    out = run_backend(
         chosen, q, k, v, hooks=hooks, context=context, scale=scale, dropout_p=dropout_p
     )
+    if hooks.value_rotation is not None:  # v came rotated like k: rotate the output back
+        tables = hooks.value_rotation.rotary_tables(context.q_pos, q.dtype, update=False)
+        out = hooks.value_rotation.derotate_output(out, tables)
+    return out

@@ -30,8 +30,10 @@ class Attention(nn.Module):
     """Multi-head (or grouped-query) self-attention with a pluggable positional encoding.
 
     The encoding acts through its hooks (:mod:`posenc.encoding.base`): a rotary encoding rotates q
-    and the new k before they are cached; a bias, contextual term or scores reader enters the
-    logits in the backend; an additive encoding is the model's business (ignored here).
+    and the new k before they are cached (a :class:`~posenc.encoding.ValueRotation` also the new
+    v, and rotates the output back by the queries' positions); a bias, contextual term or
+    scores reader enters the logits in the backend; an additive encoding is the model's
+    business (ignored here).
 
     Args:
         dim: model width.
@@ -222,8 +224,14 @@ class Attention(nn.Module):
             )
             return self._project_out(out)
         rotated_cache = cache is None or self._bind(cache)
+        if hooks.value_rotation is not None and not rotated_cache:
+            raise ValueError(
+                f"cache: {hooks.name} stores values rotated with their keys (ValueRotation), "
+                "so its KVCache must keep keys rotated: use KVCache(keys='rotated') or KVCache()"
+            )
         if hooks.rotary and (hooks.segments or hooks.per_query_lengths or not rotated_cache):
             return self._rotate_on_read(q, k, v, context, cache)
+        tables = None
         if hooks.rotary is not None:
             pos = hooks.rotary
             key = (id(pos), "rotary", q.dtype, q.device)
@@ -233,6 +241,8 @@ class Attention(nn.Module):
                 q, k = pos.rotate_qk(q, k, tables, tables, inplace=True)
             else:
                 q, k = pos.rotate_qk(q, k, tables, tables)
+        if hooks.value_rotation is not None:  # R(j) v_j, cached as rotated as the keys
+            v = hooks.value_rotation.rotate_values(v, tables)
         layer = context
         if hooks.token_state is not None:  # FoX: gates from this layer's input, with the cache
             layer = with_token_bias(context, hooks.token_state, x, cache)
@@ -248,6 +258,8 @@ class Attention(nn.Module):
             scale=self.scale,
             dropout_p=self.dropout if self.training else 0.0,
         )
+        if hooks.value_rotation is not None:  # R(-i) o_i: each value as a function of j - i
+            out = hooks.value_rotation.derotate_output(out, tables)
         return self._project_out(out)
 
     def reset_parameters(self) -> None:

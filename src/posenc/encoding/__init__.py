@@ -40,6 +40,7 @@ from posenc.encoding.protocols import (
     SinkLogits,
     TokenEmbedding,
     TokenStateEncoding,
+    ValueRotation,
     check_rotary_input,
     materialize_bias,
 )
@@ -67,6 +68,7 @@ __all__ = [
     "SinusoidRelative",
     "TokenEmbedding",
     "TokenStateEncoding",
+    "ValueRotation",
     "check_rotary_input",
     "empty_linear",
     "hooks_of",

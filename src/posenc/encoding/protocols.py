@@ -12,6 +12,8 @@ additive               :class:`AdditiveEncoding`: ``position_embedding(positions
 token embedding        :class:`TokenEmbedding`: ``embed_tokens(tokens, positions)``
 rotary                 :class:`RotaryEncoding`: ``rotary_tables(positions, dtype, *,
                        update)``, ``rotate_qk(q, k, q_tables, k_tables, *, inplace)``
+value rotation         :class:`ValueRotation` (a rotary): ``rotate_values(v, k_tables)``,
+                       ``derotate_output(out, q_tables)``
 segments               :class:`SegmentEncoding` (a rotary): ``segments()``,
                        ``query_scale(positions)``, ``keeps(k_pos, q_min)``
 pointwise bias         :class:`BiasEncoding`: ``bias_at(head, q_pos, k_pos, dtype)``,
@@ -57,6 +59,7 @@ __all__ = [
     "SinkLogits",
     "TokenEmbedding",
     "TokenStateEncoding",
+    "ValueRotation",
     "check_rotary_input",
     "materialize_bias",
 ]
@@ -163,6 +166,34 @@ class RotaryEncoding(PositionalEncoding):
         same = k_pos is q_pos and k.dtype == q.dtype  # self-attention: build the tables once
         k_tables = q_tables if same else self.rotary_tables(k_pos, k.dtype)
         return self.rotate_qk(q, k, q_tables, k_tables)
+
+
+class ValueRotation(RotaryEncoding):
+    """A rotary whose values carry the key's rotation and whose output is rotated back by
+    the query's (DeepSeek-V4's shared key-value latent, paper eq. 26).
+
+    .. math::
+
+        o_i = R(-i) \\sum_j p_{ij} R(j) v_j = \\sum_j p_{ij} R(j - i) v_j
+
+    so each value enters the output as a function of ``j − i`` alone. Attention rotates the
+    new values with the keys' tables before it stores them (a KV cache holds rotated values,
+    as it holds rotated keys) and rotates the output with the queries' tables after the
+    softmax; the tables are those of :meth:`RotaryEncoding.rotary_tables` of this same
+    encoding. The backend between sees ordinary q, k, v, so every backend that takes a
+    rotary serves it; paths that rotate keys per segment or when read (segment methods,
+    frequencies that follow the length) refuse it.
+    """
+
+    def rotate_values(self, v: Tensor, k_tables: Any) -> Tensor:
+        """``R(j) v_j``: ``v`` ``(batch, kv_heads, seq, v_dim)`` rotated with the keys'
+        tables (from :meth:`~RotaryEncoding.rotary_tables` at the keys' positions)."""
+        raise required(self, "rotate_values")
+
+    def derotate_output(self, out: Tensor, q_tables: Any) -> Tensor:
+        """``R(-i) o_i``: the attention output ``(batch, heads, seq, v_dim)`` rotated back
+        with the queries' tables."""
+        raise required(self, "derotate_output")
 
 
 class SegmentEncoding(RotaryEncoding):

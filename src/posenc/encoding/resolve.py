@@ -32,6 +32,7 @@ from posenc.encoding.protocols import (
     SinkLogits,
     TokenEmbedding,
     TokenStateEncoding,
+    ValueRotation,
     materialize_bias,
 )
 
@@ -52,6 +53,7 @@ class Hooks:
     additive: AdditiveEncoding | None = None
     token_embedding: TokenEmbedding | None = None
     rotary: RotaryEncoding | None = None
+    value_rotation: ValueRotation | None = None
     segments: SegmentEncoding | None = None
     bias: BiasEncoding | None = None
     contextual: ContextualEncoding | None = None
@@ -185,6 +187,8 @@ _PLACES: dict[str, str] = {
     "position_embedding": "AdditiveEncoding",
     "embed_tokens": "TokenEmbedding",
     "rotate_qk": "RotaryEncoding",
+    "rotate_values": "ValueRotation",
+    "derotate_output": "ValueRotation",
     "segments": "SegmentEncoding",
     "bias_at": "BiasEncoding",
     "logit_term": "ContextualEncoding",
@@ -209,6 +213,7 @@ def _own_places(encoding: PositionalEncoding) -> dict[str, object]:
         ("additive", AdditiveEncoding),
         ("token_embedding", TokenEmbedding),
         ("rotary", RotaryEncoding),
+        ("value_rotation", ValueRotation),
         ("segments", SegmentEncoding),
         ("bias", BiasEncoding),
         ("contextual", ContextualEncoding),
@@ -261,6 +266,18 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
         }
     places.update(_own_places(encoding))
     hooks = Hooks(encoding, num_axes=num_axes, **places)  # type: ignore[arg-type]
+    if hooks.value_rotation is not None and (
+        hooks.segments is not None or hooks.value_rotation.depends_on_length
+    ):
+        why = (
+            "a segment method"
+            if hooks.segments is not None
+            else "frequencies that follow the length"
+        )
+        raise ValueError(
+            f"pos: {name} rotates values with the keys' rotation (ValueRotation), which needs "
+            f"values stored rotated once; {why} rotates keys when they are read instead"
+        )
     if hooks.bias is not None and not isinstance(hooks.bias.num_heads, int):
         raise ValueError(f"{name} is a bias but has no integer num_heads")
     acts = hooks.additive or hooks.token_embedding or hooks.rotary or hooks.logit_terms

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from posenc.rotary.axial import AxialRotary2D, axial_cos_sin
+from posenc.rotary.deepseek import (
+    DecoupledRotary,
+    DeepSeekV4Rotary,
+    compressed_positions,
+    compressed_visible,
+    join_decoupled,
+)
 from posenc.rotary.diffusion import (
     cogvideox_positions,
     cogvideox_rotary,
@@ -76,6 +83,8 @@ __all__ = [
     "QWEN2_7B",
     "AxialRotary2D",
     "BasePower",
+    "DecoupledRotary",
+    "DeepSeekV4Rotary",
     "DyPE",
     "DynamicNTK",
     "FixedNTK",
@@ -101,6 +110,8 @@ __all__ = [
     "base_for_context",
     "cogvideox_positions",
     "cogvideox_rotary",
+    "compressed_positions",
+    "compressed_visible",
     "critical_dimension",
     "diffusers_tables",
     "extrapolation_bound",
@@ -113,6 +124,7 @@ __all__ = [
     "fope_tables",
     "full_period_base",
     "hunyuan_video_rotary",
+    "join_decoupled",
     "mhrope_head_axes",
     "mmrope_axes",
     "mrope_axes",

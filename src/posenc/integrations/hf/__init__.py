@@ -8,6 +8,9 @@
 * :func:`layer_schedule_from_config` / :func:`model_options_from_config`
   (:mod:`posenc.integrations.hf.layers`): per-layer NoPE, chunked local attention and query
   temperature (Llama-4's iRoPE, Qwen-1's log-n) as ``ModelConfig`` options.
+* :func:`mla_rotary_from_config`, :func:`indexer_rotary_from_config`,
+  :func:`deepseek_v4_rotary_from_config` (:mod:`posenc.integrations.hf.deepseek`): MLA's
+  decoupled RoPE, the DSA indexer's, DeepSeek-V4's (with its value rotation).
 * :func:`patch_rotary` / :func:`unpatch_rotary` (:mod:`posenc.integrations.hf.patch`): run
   posenc's RoPE in every text rotary module of an HF model (``docs/hf.md`` lists the RoPE
   families of transformers 5.23.0 that give equal logits, and why the others do not).
@@ -45,6 +48,13 @@ from posenc.integrations.hf.config import (
     to_rope_parameters,
 )
 from posenc.integrations.hf.conventions import DEFAULT_IGNORES_PARTIAL
+from posenc.integrations.hf.deepseek import (
+    deepseek_v4_rope_parameters,
+    deepseek_v4_rope_type,
+    deepseek_v4_rotary_from_config,
+    indexer_rotary_from_config,
+    mla_rotary_from_config,
+)
 from posenc.integrations.hf.layers import layer_schedule_from_config, model_options_from_config
 from posenc.integrations.hf.patch import (
     HFRotaryAdapter,
@@ -57,8 +67,13 @@ __all__ = [
     "DEFAULT_IGNORES_PARTIAL",
     "HFRotaryAdapter",
     "attention_scale_from_config",
+    "deepseek_v4_rope_parameters",
+    "deepseek_v4_rope_type",
+    "deepseek_v4_rotary_from_config",
     "frequencies_from_config",
+    "indexer_rotary_from_config",
     "layer_schedule_from_config",
+    "mla_rotary_from_config",
     "model_options_from_config",
     "mrope_from_config",
     "patch_rotary",
