@@ -1,0 +1,426 @@
+""":func:`verify`: compare a port's RoPE arrays with posenc's float64 reference and name the
+likely cause of a mismatch from :data:`~posenc.verify.catalogue.BUG_CLASSES`."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from posenc.verify.catalogue import BUG_CLASSES, BugClass, Case, Variant, variant_arrays
+from posenc.verify.compare import EPS32, KeyReport, compare_key, pair_of_channel, tolerance
+from posenc.verify.reference import TABLE_LAYOUTS, RopeSpec, mrope_ids, rope_spec
+
+__all__ = ["ARRAY_KEYS", "VerifyReport", "verify"]
+
+#: The array names :func:`verify` reads.
+ARRAY_KEYS = (
+    "positions",
+    "cos",
+    "sin",
+    "q",
+    "k",
+    "q_rotated",
+    "k_rotated",
+    "position_ids",
+    "token_types",
+    "image_grid_thw",
+    "video_grid_thw",
+)
+_CHECKED = ("cos", "sin", "q_rotated", "k_rotated", "position_ids")
+_UNIT_BF16 = 2.0**-8  # bfloat16's unit roundoff
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """The verdict of :func:`verify`.
+
+    Args:
+        ok: every array equals the reference within the tolerance.
+        keys: one :class:`~posenc.verify.compare.KeyReport` per array checked.
+        cause: the bug class the arrays match (``None`` when ok or unexplained).
+        variant: what exactly the matching variant does wrong.
+        hint: for a mismatch no bug class explains, where it is and what it suggests.
+        spec: the reference's reading of the config.
+        layout: the table layout compared.
+    """
+
+    ok: bool
+    keys: tuple[KeyReport, ...]
+    cause: BugClass | None
+    variant: str | None
+    hint: str | None
+    spec: RopeSpec
+    layout: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (``posenc verify --json``)."""
+        spec = self.spec
+        return {
+            "ok": self.ok,
+            "cause": None if self.cause is None else self.cause.name,
+            "cause_description": None if self.cause is None else self.cause.description,
+            "sources": [] if self.cause is None else list(self.cause.sources),
+            "variant": self.variant,
+            "hint": self.hint,
+            "reference": {
+                "model_type": spec.model_type,
+                "layer_type": spec.layer_type,
+                "rope_type": spec.parameters.rope_type,
+                "base": spec.base,
+                "head_dim": spec.head_dim,
+                "rotary_dim": spec.rotary_dim,
+                "attention_factor": spec.attention_factor,
+                "layout": self.layout,
+                "mrope_axes": None if spec.axes is None else list(spec.axes),
+            },
+            "arrays": [
+                {
+                    "key": r.key,
+                    "shape": list(r.shape),
+                    "reference_shape": list(r.reference_shape),
+                    "dtype": r.dtype,
+                    "ok": r.ok,
+                    "max_abs": r.max_abs if math.isfinite(r.max_abs) else None,
+                    "max_rel": r.max_rel if math.isfinite(r.max_rel) else None,
+                    "mismatches": r.mismatches,
+                    "first_row": r.first_row,
+                    "first_position": None if r.first_position is None else list(r.first_position),
+                    "channels": list(r.channels),
+                }
+                for r in self.keys
+            ],
+        }
+
+    def summary(self) -> str:
+        """A few lines a person reads: verdict, per array where and how much, cause, sources."""
+        spec = self.spec
+        lines = [
+            f"reference: {spec.model_type or 'config'}"
+            + (f" [{spec.layer_type}]" if spec.layer_type else "")
+            + f", rope_type {spec.parameters.rope_type}, base {spec.base:g}, rotary_dim "
+            f"{spec.rotary_dim} of {spec.head_dim}, A {spec.attention_factor:.6g}, layout "
+            f"{self.layout}",
+            f"{'key':<12} {'shape':<18} {'dtype':<9} {'max abs':>10} {'max rel':>10}  verdict",
+        ]
+        for r in self.keys:
+            verdict = "equal" if r.ok else f"{r.mismatches} entries differ"
+            if r.shape != r.reference_shape:
+                verdict = f"shape differs from the reference's {list(r.reference_shape)}"
+            if r.first_row is not None:
+                verdict += f"; first at row {r.first_row} (position {_fmt(r.first_position)})"
+                verdict += f", channels {_ranges(r.channels)}"
+            lines.append(
+                f"{r.key:<12} {str(list(r.shape)):<18} {r.dtype:<9} {r.max_abs:>10.3g} "
+                f"{r.max_rel:>10.3g}  {verdict}"
+            )
+        if self.ok:
+            lines.append("OK: equal to posenc's float64 reference within one rounding")
+        elif self.cause is not None:
+            lines.append(f"MISMATCH, likely cause: {self.cause.name}: {self.variant}")
+            lines.append(f"  {self.cause.description}")
+            lines.append(f"  sources: {', '.join(self.cause.sources)}")
+        else:
+            lines.append(f"MISMATCH, no known bug class matches. {self.hint}")
+        return "\n".join(lines)
+
+
+def _fmt(position: tuple[float, ...] | None) -> str:
+    if position is None:
+        return "-"
+    values = [f"{v:g}" for v in position]
+    return values[0] if len(values) == 1 else "(" + ", ".join(values) + ")"
+
+
+def _ranges(values: tuple[int, ...]) -> str:
+    """``0-3, 8, 10-11`` (at most 6 runs shown)."""
+    runs: list[tuple[int, int]] = []
+    for v in values:
+        if runs and v == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], v)
+        else:
+            runs.append((v, v))
+    text = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:6]]
+    return ", ".join(text) + (", ..." if len(runs) > 6 else "")
+
+
+def _as_tensor(key: str, value: Any) -> Tensor:
+    if not isinstance(value, Tensor):
+        try:
+            value = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError):
+            raise ValueError(f"arrays[{key!r}] must be an array, got {type(value).__name__}") from None
+    if value.is_complex() or value.dtype == torch.bool and key not in ("token_types",):
+        raise ValueError(f"arrays[{key!r}] must be real numbers, got {value.dtype}")
+    if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+        raise ValueError(f"arrays[{key!r}] must be finite; it contains NaN or inf")
+    return value
+
+
+def _table(key: str, value: Tensor, seq: int) -> Tensor:
+    """A table as ``(seq, width)``: leading axes of size 1 dropped (HF's ``(1, seq, d)``)."""
+    while value.dim() > 2 and value.shape[0] == 1:
+        value = value[0]
+    if value.dim() != 2 or value.shape[0] != seq:
+        raise ValueError(
+            f"arrays[{key!r}] must be (seq={seq}, width) (leading axes of size 1 allowed), got "
+            f"{tuple(value.shape)}"
+        )
+    return value
+
+
+def _read_arrays(
+    config: Any, arrays: Mapping[str, Any], positions: Any
+) -> tuple[dict[str, Tensor], Tensor, Tensor | None]:
+    """Validated arrays, the positions, and the reference M-RoPE ids (from token types)."""
+    if not isinstance(arrays, Mapping):
+        raise ValueError(f"arrays must be a mapping of names to arrays, got {type(arrays).__name__}")
+    unknown = sorted(set(arrays) - set(ARRAY_KEYS))
+    if unknown:
+        raise ValueError(f"arrays has unknown key(s) {unknown}; allowed: {list(ARRAY_KEYS)}")
+    found = {key: _as_tensor(key, value) for key, value in arrays.items()}
+    if not any(key in found for key in _CHECKED):
+        raise ValueError(f"arrays must hold at least one of {list(_CHECKED)}, got {sorted(found)}")
+    for out, inp in (("q_rotated", "q"), ("k_rotated", "k")):
+        if out in found and inp not in found:
+            raise ValueError(f"arrays[{out!r}] needs the unrotated input arrays[{inp!r}]")
+    ids = None
+    if "token_types" in found:
+        ids = mrope_ids(
+            config, found["token_types"], found.get("image_grid_thw"), found.get("video_grid_thw")
+        )
+    elif "position_ids" in found and positions is None and "positions" not in found:
+        found["positions"] = found.pop("position_ids")
+    if positions is not None:
+        positions = _as_tensor("positions", positions)
+    elif "positions" in found:
+        positions = found["positions"]
+    elif ids is not None:
+        positions = ids
+    else:
+        seq = next(found[k] for k in ("cos", "sin", "q_rotated", "k_rotated") if k in found)
+        while seq.dim() > 2 and seq.shape[0] == 1:
+            seq = seq[0]
+        positions = torch.arange(seq.shape[-2])
+    if positions.dim() == 3 and positions.shape[1] == 1:
+        positions = positions[:, 0]
+    if positions.dim() not in (1, 2) or positions.numel() == 0 or (positions < 0).any():
+        raise ValueError(
+            f"positions must be non-negative (seq,) or (3, seq), got shape {tuple(positions.shape)}"
+        )
+    if "position_ids" in found:
+        found["position_ids"] = found["position_ids"].reshape(3, -1)
+    seq = positions.shape[-1]
+    for key in ("cos", "sin"):
+        if key in found:
+            found[key] = _table(key, found[key], seq)
+    return found, positions, ids
+
+
+def _compare_all(
+    spec: RopeSpec,
+    found: Mapping[str, Tensor],
+    expected: Mapping[str, Tensor],
+    positions: Tensor,
+    layout: str,
+    unit: float = EPS32,
+) -> tuple[KeyReport, ...] | None:
+    """Key reports of ``found`` against ``expected`` (``None`` when a shape differs)."""
+    reports = []
+    for key in _CHECKED:
+        if key not in found:
+            continue
+        user, ref = found[key], expected.get(key)
+        if ref is None or tuple(user.shape) != tuple(ref.shape):
+            return None
+        if key == "position_ids":
+            tol = torch.zeros(ref.shape, dtype=torch.float64)
+            reports.append(compare_key(key, user, ref, tol, positions))
+            continue
+        x = found.get(key[0]) if key.endswith("_rotated") else None
+        tol = tolerance(
+            spec, positions, key, ref, user.dtype, layout=layout, x=x, arithmetic_unit=unit
+        )
+        reports.append(compare_key(key, user, ref, tol, positions))
+    return tuple(reports)
+
+
+def _hint(spec: RopeSpec, reports: tuple[KeyReport, ...], layout: str) -> str:
+    notes = []
+    pairs = spec.rotary_dim // 2
+    for r in reports:
+        if r.ok or r.key == "position_ids":
+            if not r.ok:
+                notes.append("position_ids differ from posenc.positions.multimodal's")
+            continue
+        if r.key.endswith("_rotated"):
+            lo = spec.head_dim - spec.rotary_dim if spec.trailing else 0
+            inside = [c - lo for c in r.channels if lo <= c < lo + spec.rotary_dim]
+            if len(inside) < len(r.channels):
+                notes.append(f"{r.key}: pass-through channels changed (partial width or slice?)")
+            channel_layout, width = spec.layout, spec.rotary_dim
+        else:
+            inside, channel_layout, width = list(r.channels), layout, r.shape[-1]
+        if r.first_position is not None and all(v == 0 for v in r.first_position):
+            notes.append(f"{r.key}: differs at position 0, which must be cos = A, sin = 0 (A, offset?)")
+        used = sorted({pair_of_channel(c, width, channel_layout) for c in inside})
+        if used:
+            first, last = used[0], used[-1]
+            periods = [2 * math.pi / float(spec.inv_freq[i]) for i in (first, last)
+                       if i < pairs and float(spec.inv_freq[i]) > 0]
+            where = "low-frequency" if first >= pairs // 2 else (
+                "high-frequency" if last < pairs // 2 else "high- and low-frequency")
+            text = f"{r.key}: {where} pairs {first}-{last} differ"
+            if len(periods) == 2:
+                text += f" (periods {periods[0]:.3g} to {periods[1]:.3g} positions)"
+            if where == "low-frequency":
+                text += ": the scaling's parameters (factor, L0, ramp) or the base?"
+            notes.append(text)
+    return "; ".join(notes) or "see the per-array report"
+
+
+def _deinterleaved(
+    spec: RopeSpec,
+    found: Mapping[str, Tensor],
+    expected: Mapping[str, Tensor],
+    positions: Tensor,
+    layout: str,
+) -> VerifyReport | None:
+    """An ok report when interleaved q/k come back de-interleaved (evens, then odds, in the
+    rotated slice: HF's ``apply_rotary_pos_emb_interleave`` for DeepSeek-V3); the scores
+    ``q·k`` are unchanged when q and k share the permutation."""
+    keys = [key for key in ("q_rotated", "k_rotated") if key in found]
+    if spec.layout != "interleaved" or not keys:
+        return None
+    width = spec.rotary_dim
+    lo = spec.head_dim - width if spec.trailing else 0
+    order = list(range(spec.head_dim))
+    order[lo : lo + width] = [lo + c for c in (*range(0, width, 2), *range(1, width, 2))]
+    permuted = dict(expected)
+    inputs = dict(found)
+    for key in keys:
+        permuted[key] = expected[key][..., order]
+        inputs[key[0]] = found[key[0]][..., order]  # the tolerance follows the channels
+    half = replace(spec, layout="half")
+    reports = _compare_all(half, inputs, permuted, positions, layout)
+    if reports is None or not all(r.ok for r in reports):
+        return None
+    note = (
+        "q/k rotated come back de-interleaved (even channels of the rope slice, then odd: "
+        "HF's DeepSeek order); equal up to that permutation, which leaves q·k unchanged"
+    )
+    return VerifyReport(True, reports, None, None, note, spec, layout)
+
+
+def verify(
+    config: Any,
+    arrays: Mapping[str, Any],
+    *,
+    positions: Tensor | None = None,
+    layer_type: str | None = None,
+    layout: Literal["half", "interleaved", "pairs"] | None = None,
+    component: Literal["attention", "indexer"] = "attention",
+) -> VerifyReport:
+    """Compare a port's RoPE arrays with posenc's float64 reference and name the likely cause.
+
+    The reference (:func:`~posenc.verify.reference_arrays`) is rounded to each array's dtype;
+    an array passes when every entry is within the tolerance of
+    :mod:`posenc.verify.compare` (float32 angle arithmetic plus one rounding). On a mismatch,
+    each applicable class of :data:`~posenc.verify.BUG_CLASSES` builds its buggy arrays, and
+    the first whose arrays the user's match (within the same tolerance) is the ``cause``.
+
+    Args:
+        config: a ``config.json`` dict or ``PretrainedConfig``.
+        arrays: any of ``cos``, ``sin`` (``(seq, width)``, leading axes of size 1 allowed),
+            ``q_rotated``/``k_rotated`` with their inputs ``q``/``k`` (``(..., seq,
+            head_dim)``), ``position_ids`` (``(3, seq)``) with ``token_types`` and the
+            grids; ``positions`` (``(seq,)`` or ``(3, seq)``) unless given below.
+        positions: the positions the arrays are for (default: ``arrays['positions']``, the
+            ids from ``token_types``, or ``0 … seq−1``).
+        layer_type: the per-layer-type entry of the config (Gemma 3/4, DeepSeek-V4).
+        layout: the tables' column order: ``half``, ``interleaved`` or ``pairs`` (one column
+            per pair); default the config's.
+        component: ``"attention"``, or the DSA ``"indexer"``.
+
+    Raises:
+        ValueError: naming the argument: unknown keys, wrong shapes, non-finite values, an
+            unknown layer type or layout.
+
+    Example::
+
+        >>> cfg = {"head_dim": 8, "rope_theta": 100.0}
+        >>> ref = reference_arrays(cfg, torch.arange(4))
+        >>> verify(cfg, {"cos": ref["cos"].float(), "sin": ref["sin"].float()}).ok
+        True
+    """
+    if layout is not None and layout not in TABLE_LAYOUTS:
+        raise ValueError(f"layout must be one of {list(TABLE_LAYOUTS)}, got {layout!r}")
+    found, positions, ids = _read_arrays(config, arrays, positions)
+    seq_len = int(positions.max()) + 1
+    spec = rope_spec(config, layer_type, component=component, seq_len=seq_len)
+    table_layout = spec.layout if layout is None else layout
+    if spec.axes is None and positions.dim() == 2:
+        raise ValueError(
+            f"positions are (3, seq) but the config has no M-RoPE sections; got "
+            f"{tuple(positions.shape)}"
+        )
+    correct = Variant("reference", spec, positions)
+    inputs = {"q": found.get("q"), "k": found.get("k")}
+    expected = variant_arrays(correct, layout, inputs)
+    if ids is not None:
+        expected["position_ids"] = ids
+    reports = _compare_all(spec, found, expected, positions, table_layout)
+    shape_error = reports is None
+    if reports is not None and all(r.ok for r in reports):
+        return VerifyReport(True, reports, None, None, None, spec, table_layout)
+    equivalent = _deinterleaved(spec, found, expected, positions, table_layout)
+    if equivalent is not None:
+        return equivalent
+    case = Case(config, spec, positions, component)
+    for bug in BUG_CLASSES:
+        variants = bug.variants(case)
+        for variant in variants:
+            buggy = variant_arrays(variant, layout, inputs)
+            if "position_ids" in found and "position_ids" not in buggy and ids is not None:
+                buggy["position_ids"] = ids
+            buggy_layout = table_layout
+            if variant.swap_tables and layout is not None:
+                buggy_layout = {"half": "interleaved", "interleaved": "half"}.get(layout, layout)
+            elif variant.swap_tables:
+                buggy_layout = variant.spec.layout
+            matched = _compare_all(variant.spec, found, buggy, variant.positions, buggy_layout)
+            if matched is not None and all(r.ok for r in matched):
+                if reports is None:  # the shapes say it: report them against the reference's
+                    reports = tuple(
+                        KeyReport(r.key, r.shape, r.dtype, math.inf, math.inf, 1, None, None, (),
+                                  tuple(expected[r.key].shape))
+                        for r in matched
+                    )
+                return VerifyReport(False, reports, bug, variant.label, None, spec, table_layout)
+        if bug.arithmetic is not None and reports is not None and variants:
+            # reduced-precision arithmetic in another op order than the variant's: within
+            # that arithmetic's tolerance of the reference
+            unit = float(torch.finfo(bug.arithmetic).eps) / 2
+            loose = _compare_all(spec, found, expected, positions, table_layout, unit)
+            if loose is not None and all(r.ok for r in loose):
+                label = f"within {bug.arithmetic} arithmetic's error of the reference"
+                return VerifyReport(False, reports, bug, label, None, spec, table_layout)
+    if shape_error:
+        shapes = {
+            key: (tuple(found[key].shape), tuple(expected[key].shape))
+            for key in _CHECKED
+            if key in found and key in expected and found[key].shape != expected[key].shape
+        }
+        key, (got, want) = next(iter(shapes.items()))
+        raise ValueError(
+            f"arrays[{key!r}] has shape {got}; the reference for this config has {want} "
+            f"(rotary_dim {spec.rotary_dim}, head_dim {spec.head_dim}), and no known bug class "
+            "gives that shape"
+        )
+    assert reports is not None
+    return VerifyReport(False, reports, None, None, _hint(spec, reports, table_layout), spec,
+                        table_layout)
