@@ -15,8 +15,8 @@ bfloat16.
 from __future__ import annotations
 
 import importlib
-import inspect
 import importlib.util
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,7 +88,11 @@ QWEN25VL = {  # Qwen2.5-VL-7B text
     "hidden_size": 3584,
     "num_attention_heads": 28,
     "max_position_embeddings": 128000,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]},
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 1000000.0,
+        "mrope_section": [16, 24, 24],
+    },
     "vision_config": {"spatial_merge_size": 2, "tokens_per_second": 2},
 }
 QWEN3VL = {  # Qwen3-VL-8B text
@@ -179,7 +183,11 @@ GPT_OSS = {
 LFM3_DEFAULT = {
     "model_type": "lfm3",
     "head_dim": 128,
-    "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 1000000.0,
+        "partial_rotary_factor": 0.5,
+    },
 }
 
 FAMILIES: tuple[Family, ...] = (
@@ -284,14 +292,14 @@ def posenc_arrays(fam: Family, layer_type: str | None, positions: Tensor) -> dic
     params = spec.parameters
     if spec.axes is not None:
         sections, _ = params.mrope  # type: ignore[misc]
-        rope = MultiAxisRotary.mrope(
+        mrope = MultiAxisRotary.mrope(
             params.rotary_dim,
             list(sections),
             base=params.base,
             interleaved=spec.axes != tuple(sorted(spec.axes)),
             scaling=params.scaling,
         )
-        cos, sin = rope.rotary_tables(positions, torch.float32)
+        cos, sin = mrope.rotary_tables(positions, torch.float32)
     else:
         rope = RotaryEmbedding(
             params.head_dim,
@@ -323,9 +331,12 @@ def family_rows(fam: Family, *, with_hf: bool = True) -> list[dict[str, Any]]:
         ports.append(("posenc module, float32", mine, "pairs"))
         low = {k: v.to(torch.bfloat16) for k, v in mine.items()}
         ports.append(("posenc float32 rounded to bf16", low, "pairs"))
-        for name, arrays, layout in ports:
+        for name, arrays, table_layout in ports:
             report = verify(
-                fam.config, {**arrays, "positions": positions}, layer_type=layer_type, layout=layout  # type: ignore[arg-type]
+                fam.config,
+                {**arrays, "positions": positions},
+                layer_type=layer_type,
+                layout=table_layout,  # type: ignore[arg-type]
             )
             rows.append(_row(fam.name, layer_type, name, report))
     return rows
@@ -387,10 +398,7 @@ BUG_CASES: tuple[BugCase, ...] = (
 
 def bug_inputs(case: BugCase) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(arrays, verify kwargs)`` of a port with ``case``'s bug."""
-    if case.config is not None:
-        fam = Family(case.family, case.config)
-    else:
-        fam = family(case.family)
+    fam = Family(case.family, case.config) if case.config is not None else family(case.family)
     config = DEEPSEEK_V32 if case.component == "indexer" else fam.config
     positions = positions_of(fam) + case.offset
     kwargs: dict[str, Any] = {"layer_type": case.layer_type, "component": case.component}
@@ -399,12 +407,17 @@ def bug_inputs(case: BugCase) -> tuple[dict[str, Any], dict[str, Any]]:
         q, k = qk(fam, case.layer_type, positions.shape[-1])
     bug = bug_class(case.bug)
     arrays = bug.build(config, positions, q=q, k=k, variant=case.variant, **kwargs)
-    arrays = {key: value.to(case.dtype) if value.is_floating_point() and key in ("cos", "sin")
-              else value.float() if value.is_floating_point() else value
-              for key, value in arrays.items()}
+    arrays = {
+        key: value.to(case.dtype)
+        if value.is_floating_point() and key in ("cos", "sin")
+        else value.float()
+        if value.is_floating_point()
+        else value
+        for key, value in arrays.items()
+    }
     arrays.pop("position_ids", None)
     arrays["positions"] = positions
-    if q is not None:
+    if q is not None and k is not None:
         arrays["q"], arrays["k"] = q, k
     return arrays, {"config": config, **kwargs}
 
@@ -427,9 +440,9 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     head = "| " + " | ".join(columns) + " |"
     rule = "|" + "|".join("---" for _ in columns) + "|"
     body = [
-        "| " + " | ".join(
-            f"{row[c]:.2e}" if isinstance(row[c], float) else str(row[c]) for c in columns
-        ) + " |"
+        "| "
+        + " | ".join(f"{row[c]:.2e}" if isinstance(row[c], float) else str(row[c]) for c in columns)
+        + " |"
         for row in rows
     ]
     return "\n".join([head, rule, *body])

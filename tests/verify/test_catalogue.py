@@ -34,7 +34,9 @@ def test_the_correct_arrays_of_the_same_config_pass(case: BugCase) -> None:
     correct = {"positions": arrays["positions"]}
     for key in ("cos", "sin", "q_rotated", "k_rotated"):
         if key in arrays:
-            correct[key] = ref[key].to(arrays[key].dtype if key in ("cos", "sin") else torch.float32)
+            correct[key] = ref[key].to(
+                arrays[key].dtype if key in ("cos", "sin") else torch.float32
+            )
     for key in ("q", "k"):
         if key in arrays:
             correct[key] = arrays[key]

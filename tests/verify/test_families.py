@@ -24,8 +24,9 @@ def test_posenc_float32_and_bfloat16_tables_pass(case) -> None:  # type: ignore[
     tables = posenc_arrays(fam, layer_type, positions)
     for dtype in (torch.float32, torch.bfloat16):
         arrays = {k: v.to(dtype) for k, v in tables.items()}
-        report = verify(fam.config, {**arrays, "positions": positions}, layer_type=layer_type,
-                        layout="pairs")
+        report = verify(
+            fam.config, {**arrays, "positions": positions}, layer_type=layer_type, layout="pairs"
+        )
         assert report.ok, report.summary()
 
 
@@ -38,11 +39,13 @@ def test_hf_rotary_modules_pass_with_their_rotated_q_and_k(case) -> None:  # typ
     assert {"cos", "sin", "q_rotated", "k_rotated"} <= set(arrays)
     pairs = rope_spec(fam.config, layer_type).rotary_dim // 2
     layout = "pairs" if arrays["cos"].shape[-1] == pairs else "half"
-    report = verify(fam.config, {**arrays, "positions": positions}, layer_type=layer_type,
-                    layout=layout)  # type: ignore[arg-type]
+    report = verify(
+        fam.config, {**arrays, "positions": positions}, layer_type=layer_type, layout=layout
+    )  # type: ignore[arg-type]
     assert report.ok, report.summary()
     low = hf_arrays(fam, layer_type, positions, torch.bfloat16)
     assert low["cos"].dtype == torch.bfloat16
-    report = verify(fam.config, {**low, "positions": positions}, layer_type=layer_type,
-                    layout=layout)  # type: ignore[arg-type]
+    report = verify(
+        fam.config, {**low, "positions": positions}, layer_type=layer_type, layout=layout
+    )  # type: ignore[arg-type]
     assert report.ok, report.summary()

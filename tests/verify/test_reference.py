@@ -10,7 +10,15 @@ from posenc.rotary import RotaryEmbedding
 from posenc.rotary.functional import apply_rotary
 from posenc.verify import reference_arrays, rope_spec
 from posenc.verify.reference import tables
-from tools.verify_cases import DEEPSEEK_V3, DEEPSEEK_V4, GEMMA4, LLAMA31, QWEN35, positions_of, family
+from tools.verify_cases import (
+    DEEPSEEK_V3,
+    DEEPSEEK_V4,
+    GEMMA4,
+    LLAMA31,
+    QWEN35,
+    family,
+    positions_of,
+)
 
 POSITIONS = torch.arange(0, 4096, 37)
 
@@ -27,12 +35,17 @@ def test_both_layouts_and_pairs_hold_the_same_values() -> None:
     assert set(ref) == {"positions", "cos_half", "sin_half", "cos_interleaved", "sin_interleaved"}
     pairs, _ = tables(rope_spec(LLAMA31), POSITIONS, "pairs")
     torch.testing.assert_close(ref["cos_half"], torch.cat((pairs, pairs), -1), rtol=0, atol=0)
-    torch.testing.assert_close(ref["cos_interleaved"], pairs.repeat_interleave(2, -1), rtol=0, atol=0)
+    torch.testing.assert_close(
+        ref["cos_interleaved"], pairs.repeat_interleave(2, -1), rtol=0, atol=0
+    )
 
 
 def test_rotated_q_equals_apply_rotary_in_both_layouts() -> None:
     q = torch.randn(1, 2, POSITIONS.numel(), 128, dtype=torch.float64)
-    for config, layout in ((LLAMA31, "half"), ({**LLAMA31, "model_type": "deepseek_v3"}, "interleaved")):
+    for config, layout in (
+        (LLAMA31, "half"),
+        ({**LLAMA31, "model_type": "deepseek_v3"}, "interleaved"),
+    ):
         spec = rope_spec(config)
         assert spec.layout == layout
         ref = reference_arrays(config, POSITIONS, q=q)
@@ -65,7 +78,10 @@ def test_the_dsa_indexer_is_neox_in_deepseek_v32() -> None:
     v32 = {**DEEPSEEK_V3, "model_type": "deepseek_v32"}
     assert rope_spec(v32).layout == "interleaved"
     assert rope_spec(v32, component="indexer").layout == "half"
-    assert rope_spec({**v32, "indexer_rope_interleave": True}, component="indexer").layout == "interleaved"
+    assert (
+        rope_spec({**v32, "indexer_rope_interleave": True}, component="indexer").layout
+        == "interleaved"
+    )
 
 
 def test_mrope_tables_equal_multi_axis_rotary_and_text_is_1d() -> None:

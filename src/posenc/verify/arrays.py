@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -27,7 +28,7 @@ def _suffix(path: Path, name: str) -> str:
     return suffix
 
 
-def _safetensors_torch():  # type: ignore[no-untyped-def]
+def _safetensors_torch() -> Any:
     try:
         import safetensors.torch
     except ImportError:
@@ -96,8 +97,7 @@ def save_arrays(arrays: Mapping[str, Tensor], path: str | Path) -> Path:
     if suffix == ".npy":
         if len(numpy_arrays) != 1:
             raise ValueError(
-                f"a .npy file holds one array, got {sorted(numpy_arrays)}: use .npz or "
-                ".safetensors"
+                f"a .npy file holds one array, got {sorted(numpy_arrays)}: use .npz or .safetensors"
             )
         np.save(path, next(iter(numpy_arrays.values())))
     else:

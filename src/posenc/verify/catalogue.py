@@ -20,7 +20,7 @@ from torch import Tensor
 from posenc.integrations.hf import DEFAULT_IGNORES_PARTIAL
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.multi_axis import mrope_axes
-from posenc.rotary.scaling import Llama3, LongRoPE, Proportional, YaRN
+from posenc.rotary.scaling import LongRoPE, Proportional, YaRN
 from posenc.verify.reference import (
     RopeSpec,
     config_value,
@@ -217,7 +217,9 @@ def _yarn_original_length(case: Case) -> tuple[Variant, ...]:
         out_labels = []
     if max_len / original >= 1 and max_len / original != scaling.factor:
         out.append(replace(scaling, factor=max_len / original))
-        out_labels.append(f"factor recomputed as max_position_embeddings / L0 = {max_len / original:g}")
+        out_labels.append(
+            f"factor recomputed as max_position_embeddings / L0 = {max_len / original:g}"
+        )
     return tuple(
         Variant(
             label,
@@ -237,7 +239,13 @@ def _attention_factor(case: Case) -> tuple[Variant, ...]:
         return ()
     out = []
     if spec.attention_factor != 1.0:
-        out.append(Variant(f"A = 1 instead of {spec.attention_factor:.6g}", replace(spec, attention_factor=1.0), case.positions))
+        out.append(
+            Variant(
+                f"A = 1 instead of {spec.attention_factor:.6g}",
+                replace(spec, attention_factor=1.0),
+                case.positions,
+            )
+        )
     if isinstance(scaling, YaRN) and scaling.factor > 1:
         plain = 0.1 * math.log(scaling.factor) + 1.0
         if not math.isclose(plain, spec.attention_factor, rel_tol=1e-9):
@@ -364,16 +372,24 @@ BUG_CLASSES: tuple[BugClass, ...] = (
         "layout_swapped",
         "rotary pairs interleaved (x[2i], x[2i+1]) where half-split (x[i], x[i+d/2]) is "
         "required, or the reverse (e.g. the DSA indexer's NeoX RoPE run interleaved)",
-        ("vllm-project/vllm#28968", "sgl-project/sglang#13530", "huggingface/transformers#46842",
-         "ml-explore/mlx-lm#1431"),
+        (
+            "vllm-project/vllm#28968",
+            "sgl-project/sglang#13530",
+            "huggingface/transformers#46842",
+            "ml-explore/mlx-lm#1431",
+        ),
         _layout_swapped,
     ),
     BugClass(
         "layer_parameters_swapped",
         "another layer type's RoPE parameters (base, scaling) used for this layer type "
         "(Gemma 3 local vs global)",
-        ("ollama/ollama#13452", "Blaizzy/mlx-vlm#1709", "ggml-org/llama.cpp#14367",
-         "Lightning-AI/litgpt#2178"),
+        (
+            "ollama/ollama#13452",
+            "Blaizzy/mlx-vlm#1709",
+            "ggml-org/llama.cpp#14367",
+            "Lightning-AI/litgpt#2178",
+        ),
         _per_layer_swapped,
     ),
     BugClass(
@@ -406,10 +422,12 @@ BUG_CLASSES: tuple[BugClass, ...] = (
     ),
     BugClass(
         "partial_factor_ignored",
-        "partial_rotary_factor ignored: the whole head rotated (a kernel without partial "
-        "rotary)",
-        ("lightseekorg/tokenspeed#208", "linkedin/Liger-Kernel#1451",
-         "huggingface/transformers#48622"),
+        "partial_rotary_factor ignored: the whole head rotated (a kernel without partial rotary)",
+        (
+            "lightseekorg/tokenspeed#208",
+            "linkedin/Liger-Kernel#1451",
+            "huggingface/transformers#48622",
+        ),
         _partial_ignored,
     ),
     BugClass(
@@ -448,8 +466,12 @@ BUG_CLASSES: tuple[BugClass, ...] = (
         "tables_in_bf16",
         "RoPE tables computed in bfloat16/float16 arithmetic (positions · inv_freq, or a "
         "half-precision inv_freq) rather than float32 and rounded once",
-        ("huggingface/transformers#25681", "huggingface/transformers#29285",
-         "EleutherAI/gpt-neox#1003", "nkalyanv99/UNI-D2#6"),
+        (
+            "huggingface/transformers#25681",
+            "huggingface/transformers#29285",
+            "EleutherAI/gpt-neox#1003",
+            "nkalyanv99/UNI-D2#6",
+        ),
         _tables_in_bf16,
         arithmetic=torch.bfloat16,
     ),

@@ -7,7 +7,7 @@ differ from the float64 reference by
 
 .. math::
 
-    \\mathrm{tol} = A · (\\ln b + 4) · ε_{32} · |φ| + A · 4 ε_{32} + \\mathrm{eps}(\\text{dtype}) · |x|
+    \\mathrm{tol} = A (\\ln b + 4) ε_{32} |φ| + 4 A ε_{32} + \\mathrm{eps}(\\mathrm{dtype}) |x|
 
 (``ε₃₂ = 2⁻²⁴``: the inverse frequency from a float32 power ``b^{-2i/d}`` carries a relative
 error up to ``ln b · ε₃₂``, the product ``m·θ`` and the cos/sin a few more; ``eps(dtype)·|x|``

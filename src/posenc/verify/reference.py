@@ -143,7 +143,9 @@ class RopeSpec:
         if axes is not None:  # pairs past the sections read t (HF's M-RoPE), extra ones dropped
             pairs = inv_freq.numel()
             axes = (axes + (0,) * pairs)[:pairs]
-        return replace(self, inv_freq=inv_freq.to(torch.float64), attention_factor=factor, axes=axes)
+        return replace(
+            self, inv_freq=inv_freq.to(torch.float64), attention_factor=factor, axes=axes
+        )
 
 
 def _text_config(config: Any) -> Any:
@@ -173,7 +175,8 @@ def _layer_view(config: Any, layer_type: str | None) -> tuple[Any, str | None]:
             view["partial_rotary_factor"] = view["qk_rope_head_dim"] / view["head_dim"]
         if layer_type not in (None, "main", "compress"):
             raise ValueError(
-                f"layer_type must be one of ['main', 'compress'] for deepseek_v4, got {layer_type!r}"
+                "layer_type must be one of ['main', 'compress'] for deepseek_v4, got "
+                f"{layer_type!r}"
             )
         if layer_type == "compress" and view.get("compress_rope_theta") is not None:
             view["rope_theta"] = view["compress_rope_theta"]
@@ -397,8 +400,8 @@ def reference_arrays(
         positions = ids if positions is None else positions
     if positions is None:
         raise ValueError("positions is required (or token_types, for M-RoPE position ids)")
-    if not isinstance(positions, Tensor) or positions.is_floating_point() and not bool(
-        torch.isfinite(positions).all()
+    if not isinstance(positions, Tensor) or (
+        positions.is_floating_point() and not bool(torch.isfinite(positions).all())
     ):
         raise ValueError("positions must be a finite tensor (seq,) or (3, seq)")
     seq_len = int(positions.max()) + 1 if positions.numel() else None
