@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -343,13 +344,14 @@ def family_rows(fam: Family, *, with_hf: bool = True) -> list[dict[str, Any]]:
 
 
 def _row(fam: str, layer_type: str | None, case: str, report: Any) -> dict[str, Any]:
+    worst = max(r.max_abs for r in report.keys)
     return {
         "family": fam,
         "layer_type": layer_type or "-",
         "case": case,
         "verdict": "equal" if report.ok else "mismatch",
         "cause": report.cause.name if report.cause else "-",
-        "max_abs": max(r.max_abs for r in report.keys),
+        "max_abs": worst if math.isfinite(worst) else "width differs",
         "arrays": ", ".join(r.key for r in report.keys),
     }
 
@@ -436,6 +438,31 @@ def bug_rows() -> list[dict[str, Any]]:
     return rows
 
 
+PORTS = (
+    "HF module, float32",
+    "HF module, bfloat16 tables",
+    "posenc module, float32",
+    "posenc float32 rounded to bf16",
+)
+
+
+def _pivot(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (family, layer type): each port's verdict (and cause)."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for row in rows:
+        line = out.setdefault(
+            (row["family"], row["layer_type"]),
+            {"family": row["family"], "layer_type": row["layer_type"], **dict.fromkeys(PORTS, "-")},
+        )
+        verdict = row["verdict"] if row["cause"] == "-" else f"{row['verdict']} ({row['cause']})"
+        line[row["case"]] = verdict
+        if row["case"] == PORTS[0]:
+            line["max_abs (HF float32)"] = row["max_abs"]
+    for line in out.values():
+        line.setdefault("max_abs (HF float32)", "-")
+    return list(out.values())
+
+
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     head = "| " + " | ".join(columns) + " |"
     rule = "|" + "|".join("---" for _ in columns) + "|"
@@ -453,7 +480,7 @@ def main() -> None:
 
     print(f"Correct ports (transformers {transformers.__version__}, torch {torch.__version__})\n")
     rows = [row for fam in FAMILIES for row in family_rows(fam)]
-    print(_table(rows, ["family", "layer_type", "case", "arrays", "verdict", "cause", "max_abs"]))
+    print(_table(_pivot(rows), ["family", "layer_type", *PORTS, "max_abs (HF float32)"]))
     print("\nBug classes (each built for a realistic config)\n")
     print(_table(bug_rows(), ["case", "verdict", "cause", "variant", "max_abs"]))
 

@@ -125,3 +125,16 @@ def test_bad_input_is_a_value_error_naming_the_argument(arrays, kwargs, message)
 def test_a_config_that_is_not_a_config_is_an_error() -> None:
     with pytest.raises(ValueError, match="config must be"):
         verify(["not", "a", "config"], {"cos": torch.zeros(4, 64)})
+
+
+def test_mrope_position_ids_from_token_types_are_checked_exactly() -> None:
+    types = torch.tensor([0] * 3 + [1] * 6 + [0] * 4)
+    grid = torch.tensor([[1, 4, 6]])  # merged 2×3 = 6 image tokens
+    ref = reference_arrays(QWEN35, token_types=types, image_grid_thw=grid)
+    arrays = {"token_types": types, "image_grid_thw": grid, "position_ids": ref["position_ids"]}
+    assert verify(QWEN35, arrays).ok
+    sequential = torch.arange(13).expand(3, -1)
+    report = verify(QWEN35, {**arrays, "position_ids": sequential})
+    assert report.cause is not None and report.cause.name == "mrope_sequential_ids"
+    ids = next(r for r in report.keys if r.key == "position_ids")
+    assert ids.first_row == 4  # the second image token: h or w differs from the index

@@ -114,10 +114,12 @@ class VerifyReport:
             if r.first_row is not None:
                 verdict += f"; first at row {r.first_row} (position {_fmt(r.first_position)})"
                 verdict += f", channels {_ranges(r.channels)}"
-            lines.append(
-                f"{r.key:<12} {list(r.shape)!s:<18} {r.dtype:<9} {r.max_abs:>10.3g} "
-                f"{r.max_rel:>10.3g}  {verdict}"
+            errors = (
+                f"{r.max_abs:>10.3g} {r.max_rel:>10.3g}"
+                if math.isfinite(r.max_abs)
+                else f"{'-':>10} {'-':>10}"
             )
+            lines.append(f"{r.key:<12} {list(r.shape)!s:<18} {r.dtype:<9} {errors}  {verdict}")
         if self.ok:
             lines.append("OK: equal to posenc's float64 reference within one rounding")
         elif self.cause is not None:
@@ -241,9 +243,12 @@ def _compare_all(
         user, ref = found[key], expected.get(key)
         if ref is None or tuple(user.shape) != tuple(ref.shape):
             return None
-        if key == "position_ids":
-            tol = torch.zeros(ref.shape, dtype=torch.float64)
-            reports.append(compare_key(key, user, ref, tol, positions))
+        if key == "position_ids":  # exact; (seq, axes) so that rows are tokens
+            tol = torch.zeros(ref.shape[::-1], dtype=torch.float64)
+            report = compare_key(key, user.T, ref.T, tol, positions)
+            reports.append(
+                replace(report, shape=tuple(user.shape), reference_shape=tuple(ref.shape))
+            )
             continue
         x = found.get(key[0]) if key.endswith("_rotated") else None
         tol = tolerance(
