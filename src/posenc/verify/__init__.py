@@ -8,10 +8,12 @@ scaling semantics, M-RoPE axes and sections, offsets, bfloat16 tables), each wit
 sources. :func:`reference_arrays` writes the reference for offline comparison. See
 ``docs/verify.md`` for the tolerance rule and the catalogue.
 
-* ``reference``: the config read once (:class:`RopeSpec`) and the float64 arrays;
+* ``spec``: the config read once (:class:`RopeSpec`) and its angles;
+* ``reference``: the float64 arrays;
+* ``variants``: how each bug computes (:class:`Case`, :class:`Variant`);
 * ``catalogue``: the bug classes;
 * ``compare``: tolerances and per-array reports;
-* ``diagnose``: :func:`verify` and :class:`VerifyReport`;
+* ``diagnose``: :func:`verify`; ``report``: :class:`VerifyReport`;
 * ``arrays``: ``.npy`` / ``.npz`` / ``.safetensors`` files.
 
 Example::
@@ -25,10 +27,13 @@ Example::
 from __future__ import annotations
 
 from posenc.verify.arrays import load_arrays, save_arrays
-from posenc.verify.catalogue import BUG_CLASSES, BugClass, Case, Variant, bug_class
+from posenc.verify.catalogue import BUG_CLASSES, BugClass, bug_class
 from posenc.verify.compare import KeyReport
-from posenc.verify.diagnose import ARRAY_KEYS, VerifyReport, verify
-from posenc.verify.reference import RopeSpec, reference_arrays, rope_spec
+from posenc.verify.diagnose import ARRAY_KEYS, verify
+from posenc.verify.reference import reference_arrays
+from posenc.verify.report import VerifyReport
+from posenc.verify.spec import RopeSpec, rope_spec
+from posenc.verify.variants import Case, Variant
 
 __all__ = [
     "ARRAY_KEYS",

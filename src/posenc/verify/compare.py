@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from posenc.verify.reference import RopeSpec, spec_angles
+from posenc.verify.spec import RopeSpec, spec_angles
 
 __all__ = ["EPS32", "KeyReport", "compare_key", "pair_of_channel", "tolerance"]
 
