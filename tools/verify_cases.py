@@ -292,10 +292,9 @@ def posenc_arrays(fam: Family, layer_type: str | None, positions: Tensor) -> dic
     spec = rope_spec(fam.config, layer_type, seq_len=int(positions.max()) + 1)
     params = spec.parameters
     if spec.axes is not None:
-        sections, _ = params.mrope  # type: ignore[misc]
         mrope = MultiAxisRotary.mrope(
             params.rotary_dim,
-            list(sections),
+            list(spec.sections or ()),
             base=params.base,
             interleaved=spec.axes != tuple(sorted(spec.axes)),
             scaling=params.scaling,

@@ -431,7 +431,14 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         print(f"wrote {args.write_reference}: {', '.join(sorted(reference))}", file=sys.stderr)
     if args.arrays is None:
         return 0
-    report = verify(config, arrays, positions=positions, layout=args.layout, **options)
+    report = verify(
+        config,
+        arrays,
+        positions=positions,
+        layout=args.layout,
+        arithmetic=args.arithmetic,
+        **options,
+    )
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.summary())
     return 0 if report.ok else 1
 
@@ -548,6 +555,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("attention", "indexer"),
         default="attention",
         help="the DSA indexer has its own layout (default attention)",
+    )
+    p.add_argument(
+        "--arithmetic",
+        choices=("float32", "float64"),
+        default="float32",
+        help="the angle arithmetic a correct port may use (default float32, HF's; float64: "
+        "phases in float64 rounded once)",
     )
     p.add_argument(
         "--write-reference", metavar="OUT", help="write the float64 reference arrays to OUT"

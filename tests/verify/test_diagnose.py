@@ -138,3 +138,19 @@ def test_mrope_position_ids_from_token_types_are_checked_exactly() -> None:
     assert report.cause is not None and report.cause.name == "mrope_sequential_ids"
     ids = next(r for r in report.keys if r.key == "position_ids")
     assert ids.first_row == 4  # the second image token: h or w differs from the index
+
+
+def test_float64_arithmetic_refuses_float32_angles_and_says_so() -> None:
+    positions = torch.arange(0, 65536, 61)
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, 64, 2, dtype=torch.float32) / 64))
+    angles = positions.float()[:, None] * inv_freq
+    half = torch.cat((angles, angles), -1)
+    hf_way = {"cos": half.cos(), "sin": half.sin(), "positions": positions}
+    assert verify(CONFIG, hf_way).ok
+    report = verify(CONFIG, hf_way, arithmetic="float64")
+    assert not report.ok and report.cause is None
+    assert "computed in float32" in (report.hint or "")
+    exact = _tables(positions=positions)
+    assert verify(CONFIG, exact, arithmetic="float64").ok  # float64 phases rounded once
+    with pytest.raises(ValueError, match="arithmetic must be one of"):
+        verify(CONFIG, exact, arithmetic="float16")  # type: ignore[arg-type]

@@ -96,3 +96,21 @@ def test_mrope_tables_equal_multi_axis_rotary_and_text_is_1d() -> None:
     )
     with pytest.raises(ValueError, match=r"positions must be \(seq,\) or \(3, seq\)"):
         tables(spec, torch.zeros(2, 5))
+
+
+def test_hf_default_sections_apply_when_the_config_has_none() -> None:
+    params = dict(QWEN35["rope_parameters"])  # type: ignore[arg-type]
+    del params["mrope_section"], params["mrope_interleaved"]
+    bare = rope_spec({**QWEN35, "rope_parameters": params})
+    assert bare.sections == (11, 11, 10) and bare.axes == rope_spec(QWEN35).axes
+
+
+def test_a_transformers_gemma4_config_object_reads_its_per_layer_head_dim() -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.AutoConfig.for_model("gemma4_text")
+    assert (
+        rope_spec(config, "full_attention").head_dim
+        == config.per_layer_config["full_attention"].head_dim
+    )
+    with pytest.raises(ValueError, match="layer_type must be one of"):
+        rope_spec(config)

@@ -75,6 +75,14 @@ _INTERLEAVED_MROPE = ("qwen3_vl", "qwen3_5", "qwen3_omni", "qwen4_exp")
 # Indexer layout by model type (DSA): NeoX in DeepSeek-V3.2, interleaved in GLM-MoE-DSA.
 _INDEXER_INTERLEAVED = {"deepseek_v32": False, "glm_moe_dsa": True}
 _TRAILING_SLICE = frozenset({"deepseek_v4"})
+# M-RoPE sections HF's rotary modules fall back to when rope_parameters has none
+# (``config.rope_parameters.get("mrope_section", [...])`` in their modeling files).
+_DEFAULT_SECTIONS: dict[str, tuple[int, ...]] = {
+    "qwen2_vl": (16, 24, 24),
+    "qwen2_5_vl": (16, 24, 24),
+    "qwen3_vl": (24, 20, 20),
+    "qwen3_5": (11, 11, 10),
+}
 
 
 def config_value(config: Any, key: str) -> Any:
@@ -109,6 +117,8 @@ class RopeSpec:
         layout: ``"half"`` or ``"interleaved"``: how the rotated channels pair up.
         trailing: the rotated channels are the last ``rotary_dim`` of the head.
         axes: M-RoPE: the position row (0 t, 1 h, 2 w) each pair reads; ``None`` for 1-D.
+        sections: M-RoPE's ``(t, h, w)`` pair counts (the config's, or HF's default for the
+            family); ``None`` for 1-D.
     """
 
     parameters: RopeParameters
@@ -119,6 +129,7 @@ class RopeSpec:
     layout: Literal["half", "interleaved"]
     trailing: bool = False
     axes: tuple[int, ...] | None = None
+    sections: tuple[int, ...] | None = None
 
     @property
     def head_dim(self) -> int:
@@ -158,9 +169,12 @@ def _layer_view(config: Any, layer_type: str | None) -> tuple[Any, str | None]:
     """The config as one layer type sees it, and the per-layer-type entry to read (Gemma 4's
     ``global_head_dim``; DeepSeek-V4's rotary width and compressed base)."""
     if not isinstance(config, Mapping):
-        per_layer = getattr(config, "per_layer_config", None)
-        if isinstance(per_layer, Mapping) and layer_type in per_layer:
-            return per_layer[layer_type], layer_type
+        per_layer = getattr(config, "per_layer_config", None)  # transformers' per-layer view
+        if per_layer is not None and layer_type is not None:
+            try:
+                return per_layer[layer_type], layer_type
+            except (KeyError, IndexError, TypeError, ValueError):
+                pass  # not a layer type it knows: read_rope_parameters names the allowed ones
         return config, layer_type
     view = dict(config)
     if layer_type == "full_attention" and view.get("global_head_dim") is not None:
@@ -226,8 +240,15 @@ def rope_spec(
     elif model_type in _INTERLEAVED and config_value(config, "rope_interleave") is not False:
         layout = "interleaved"
     axes = None
-    if params.mrope is not None:
-        sections, interleaved = params.mrope
+    mrope = params.mrope
+    if mrope is None:  # HF's modeling code defaults the sections of these families
+        default = next(
+            (v for k, v in _DEFAULT_SECTIONS.items() if str(model_type).startswith(k)), None
+        )
+        if default is not None and 2 * sum(default) == params.rotary_dim:
+            mrope = (default, False)
+    if mrope is not None:
+        sections, interleaved = mrope
         interleaved = interleaved or str(model_type).startswith(_INTERLEAVED_MROPE)
         axes = tuple(mrope_axes(sections, interleaved=interleaved))
     return RopeSpec(
@@ -239,6 +260,7 @@ def rope_spec(
         layout,
         trailing=model_type in _TRAILING_SLICE,
         axes=axes,
+        sections=None if mrope is None else tuple(mrope[0]),
     )
 
 

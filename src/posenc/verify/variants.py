@@ -296,9 +296,9 @@ def mrope_sequential(case: Case) -> tuple[Variant, ...]:
 
 def mrope_section_layout(case: Case) -> tuple[Variant, ...]:
     spec = case.spec
-    if spec.axes is None or spec.parameters.mrope is None:
+    if spec.axes is None or spec.sections is None:
         return ()
-    sections = spec.parameters.mrope[0]
+    sections = spec.sections
     interleaved = tuple(mrope_axes(sections)) == spec.axes  # the spec is chunked
     other = tuple(mrope_axes(sections, interleaved=interleaved))
     name = ("chunked", "interleaved (MRoPE-I)")
