@@ -84,6 +84,7 @@ BUG_CLASSES: tuple[BugClass, ...] = (
             "sgl-project/sglang#13530",
             "huggingface/transformers#46842",
             "ml-explore/mlx-lm#1431",
+            "NVIDIA/TensorRT-LLM#16378",
         ),
         variants.layout_swapped,
     ),
@@ -115,9 +116,14 @@ BUG_CLASSES: tuple[BugClass, ...] = (
     ),
     BugClass(
         "attention_factor",
-        "YaRN/LongRoPE attention factor A (mscale) on cos/sin missing, or from the plain "
-        "0.1 ln s + 1 where the config sets mscale/mscale_all_dim",
-        ("arXiv:2309.00071 (YaRN, eq. 22)", "huggingface/transformers#38224"),
+        "YaRN/LongRoPE attention factor A (mscale) on cos/sin missing, or the plain "
+        "0.1 ln s + 1 where the config sets mscale/mscale_all_dim or attention_factor",
+        (
+            "sgl-project/sglang#22711",
+            "vllm-project/vllm#48351",
+            "ml-explore/mlx-lm#1507",
+            "arXiv:2309.00071 (YaRN)",
+        ),
         variants.attention_factor,
     ),
     BugClass(
