@@ -114,3 +114,9 @@ def test_a_transformers_gemma4_config_object_reads_its_per_layer_head_dim() -> N
     )
     with pytest.raises(ValueError, match="layer_type must be one of"):
         rope_spec(config)
+
+
+@pytest.mark.parametrize("positions", [None, torch.tensor([0.0, float("inf")]), -torch.arange(3)])
+def test_reference_positions_must_be_given_finite_and_non_negative(positions) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="positions"):
+        reference_arrays(LLAMA31, positions)

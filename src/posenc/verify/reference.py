@@ -147,10 +147,12 @@ def reference_arrays(
         positions = ids if positions is None else positions
     if positions is None:
         raise ValueError("positions is required (or token_types, for M-RoPE position ids)")
-    if not isinstance(positions, Tensor) or (
-        positions.is_floating_point() and not bool(torch.isfinite(positions).all())
+    if (
+        not isinstance(positions, Tensor)
+        or (positions.is_floating_point() and not bool(torch.isfinite(positions).all()))
+        or bool((positions < 0).any())
     ):
-        raise ValueError("positions must be a finite tensor (seq,) or (3, seq)")
+        raise ValueError("positions must be a finite non-negative tensor (seq,) or (3, seq)")
     seq_len = int(positions.max()) + 1 if positions.numel() else None
     spec = rope_spec(config, layer_type, component=component, seq_len=seq_len)
     out["positions"] = positions
