@@ -234,15 +234,12 @@ def _hf_config(fam: Family) -> Any:
     from transformers import AutoConfig
 
     kwargs = {k: v for k, v in fam.config.items() if k not in ("model_type", "vision_config")}
-    if "rope_scaling" in kwargs:  # transformers 5: rope_parameters with rope_theta inside
+    flat_is_read = fam.config["model_type"] == "deepseek_v4"  # HF nests main / compress itself
+    if "rope_scaling" in kwargs and not flat_is_read:  # transformers 5: rope_parameters
         params = dict(kwargs.pop("rope_scaling"))
         params["rope_type"] = params.pop("type", params.get("rope_type"))
         params["rope_theta"] = kwargs.pop("rope_theta")
         kwargs["rope_parameters"] = params
-    if fam.config["model_type"] == "deepseek_v4":
-        main = {**kwargs.pop("rope_parameters"), "partial_rotary_factor": 64 / 512}
-        compress = {**main, "rope_theta": kwargs.pop("compress_rope_theta")}
-        kwargs["rope_parameters"] = {"main": main, "compress": compress}
     return AutoConfig.for_model(fam.config["model_type"], **kwargs, **fam.hf_config)
 
 
@@ -382,6 +379,7 @@ BUG_CASES: tuple[BugCase, ...] = (
     BugCase("yarn_original_length", "gpt-oss"),
     BugCase("attention_factor", "gpt-oss"),
     BugCase("attention_factor", "DeepSeek-V3", variant=0),
+    BugCase("attention_factor", "DeepSeek-V4", "compress"),  # explicit attention_factor 1 lost
     BugCase("proportional_width", "Gemma 4", "full_attention"),
     BugCase("proportional_width", "Gemma 4", "full_attention", variant=1),
     BugCase("partial_factor_ignored", "Qwen3.5", with_qk=True),

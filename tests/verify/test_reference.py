@@ -65,6 +65,10 @@ def test_gemma4_global_layers_rotate_global_head_dim_proportionally() -> None:
 def test_deepseek_v4_rotates_the_trailing_slice_interleaved_with_its_compress_base() -> None:
     main, compress = rope_spec(DEEPSEEK_V4, "main"), rope_spec(DEEPSEEK_V4, "compress")
     assert (main.base, compress.base) == (1e4, 1.6e5)
+    # as HF's DeepseekV4Config nests a flat config.json: YaRN on the compressed entries only,
+    # with attention_factor 1 (V4's reference does not scale cos/sin)
+    assert main.parameters.scaling is None
+    assert compress.parameters.rope_type == "yarn" and compress.attention_factor == 1.0
     assert main.trailing and main.layout == "interleaved" and main.rotary_dim == 64
     x = torch.randn(3, 512, dtype=torch.float64)
     rotated = reference_arrays(DEEPSEEK_V4, torch.arange(3), layer_type="main", q=x)["q_rotated"]

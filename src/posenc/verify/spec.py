@@ -13,7 +13,9 @@ in modeling code rather than in ``rope_parameters``:
 * slice: the rotated channels lead the head (HF's ``q[..., :rotary_dim]``) except in
   DeepSeek-V4, whose heads are ``[nope | rope]``;
 * width: Gemma 4's full-attention layers have ``global_head_dim`` channels (512);
-  DeepSeek-V4's ``compress`` layer type reads ``compress_rope_theta``;
+* DeepSeek-V4: a flat ``config.json`` is nested as HF's ``DeepseekV4Config`` does: ``main``
+  plain RoPE at ``rope_theta``, ``compress`` the checkpoint's scaling (YaRN, with
+  ``attention_factor`` 1 unless set) at ``compress_rope_theta``;
 * M-RoPE: pair ``i`` reads the t, h or w row of ``(3, seq)`` positions; interleaved
   (MRoPE-I) for Qwen3-VL and Qwen3.5 even without ``mrope_interleaved``.
 
@@ -181,17 +183,36 @@ def _layer_view(config: Any, layer_type: str | None) -> tuple[Any, str | None]:
         view["head_dim"] = view["global_head_dim"]  # Gemma 4
     nested = view.get("rope_parameters") or {}
     if view.get("model_type") == "deepseek_v4" and "main" not in nested:
-        # a flat config.json: "main" is its rope, "compress" the same with compress_rope_theta
-        if view.get("partial_rotary_factor") is None and view.get("qk_rope_head_dim"):
-            view["partial_rotary_factor"] = view["qk_rope_head_dim"] / view["head_dim"]
+        # a flat config.json, nested as HF's DeepseekV4Config does: "main" plain RoPE at
+        # rope_theta, "compress" the checkpoint's scaling at compress_rope_theta (YaRN with
+        # attention_factor 1 unless set); both over qk_rope_head_dim / head_dim
         if layer_type not in (None, "main", "compress"):
             raise ValueError(
                 "layer_type must be one of ['main', 'compress'] for deepseek_v4, got "
                 f"{layer_type!r}"
             )
-        if layer_type == "compress" and view.get("compress_rope_theta") is not None:
-            view["rope_theta"] = view["compress_rope_theta"]
-        return view, None
+        head_dim = view.get("head_dim") or 512
+        partial = view.pop("partial_rotary_factor", None)
+        if partial is None:
+            partial = (view.get("qk_rope_head_dim") or 64) / head_dim
+        scaling = dict(view.pop("rope_scaling", None) or nested)
+        scaling.pop("rope_theta", None)
+        rope_type = scaling.pop("type", None)
+        main = {
+            "rope_type": "default",
+            "rope_theta": view.pop("rope_theta", None) or 10000.0,
+            "partial_rotary_factor": partial,
+        }
+        compress = {
+            **scaling,
+            "rope_type": scaling.get("rope_type", rope_type or "default"),
+            "rope_theta": view.pop("compress_rope_theta", None) or 160000.0,
+            "partial_rotary_factor": partial,
+        }
+        if compress["rope_type"] == "yarn":
+            compress.setdefault("attention_factor", 1.0)
+        view["rope_parameters"] = {"main": main, "compress": compress}
+        return view, layer_type or "main"
     return view, layer_type
 
 
