@@ -152,7 +152,7 @@ def test_top_level_help_names_every_subcommand(capsys) -> None:
         main(["--help"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
-    for command in ("list", "plot", "check", "demo", "lab", "report", "bench"):
+    for command in ("list", "plot", "check", "demo", "lab", "report", "bench", "verify"):
         assert command in out.split("\n\n")[1], command  # the description names it
     assert "``" not in out and "`posenc" not in out
 
@@ -371,3 +371,76 @@ def test_lab_threads_and_workers_must_be_positive(tmp_path: Path, capsys, option
     said = " ".join(err.replace("│", " ").split())  # tyro's box around the config's message
     assert f"{option[2:]} must be a positive integer (>= 1), got 0" in said
     assert "Traceback" not in err and not out.exists()
+
+
+def _verify_files(tmp_path: Path, bug: str | None) -> tuple[str, str]:
+    import torch
+
+    from posenc.verify import bug_class, reference_arrays, save_arrays
+
+    config = {
+        "model_type": "llama",
+        "head_dim": 64,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+    }
+    config_path = tmp_path / "config.json"
+    config_path.write_text(json.dumps(config))
+    positions = torch.arange(0, 4096, 16)
+    if bug is None:
+        arrays = reference_arrays(config, positions)
+    else:
+        arrays = bug_class(bug).build(config, positions)
+    tables = {"cos": arrays["cos"].float(), "sin": arrays["sin"].float(), "pos": positions}
+    return str(config_path), str(save_arrays(tables, tmp_path / "port.npz"))
+
+
+def test_verify_exits_0_when_equal_and_1_naming_cause_and_sources(tmp_path: Path, capsys) -> None:
+    config, arrays = _verify_files(tmp_path, None)
+    assert main(["verify", config, "--arrays", arrays, "--positions-from", "pos"]) == 0
+    assert "OK: equal" in capsys.readouterr().out
+    config, arrays = _verify_files(tmp_path, "scaling_missing")
+    assert main(["verify", config, "--arrays", arrays, "--positions-from", "pos"]) == 1
+    out = capsys.readouterr().out
+    assert "likely cause: scaling_missing" in out and "jundot/omlx#3347" in out
+    assert main(["verify", config, "--arrays", arrays, "--positions-from", "pos", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is False and data["cause"] == "scaling_missing"
+    assert data["arrays"][0]["first_position"] == [16.0]  # position 0 agrees; 16 does not
+
+
+def test_verify_writes_the_reference_that_then_verifies(tmp_path: Path, capsys) -> None:
+    config, _ = _verify_files(tmp_path, None)
+    out = tmp_path / "ref.npz"
+    assert main(["verify", config, "--positions", "0:512:4", "--write-reference", str(out)]) == 0
+    assert main(["verify", config, "--arrays", str(out)]) == 0  # float64, positions inside
+    capsys.readouterr()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "give --arrays FILE"),
+        (["--arrays", "ARRAYS", "--positions", "5:2"], "--positions must be START:STOP"),
+        (["--arrays", "ARRAYS", "--positions-from", "nope"], "--positions-from 'nope'"),
+        (["--arrays", "ARRAYS", "--positions-from", "pos", "--layer-type", "full"], "layer_type"),
+        (["--arrays", "ARRAYS"], "unknown key(s) ['pos']"),
+        (["--arrays", "missing.npz"], "is not a file"),
+    ],
+)
+def test_verify_bad_input_exits_2_naming_the_argument(
+    tmp_path: Path, capsys, extra: list[str], message: str
+) -> None:
+    config, arrays = _verify_files(tmp_path, None)
+    extra = [arrays if e == "ARRAYS" else e for e in extra]
+    assert main(["verify", config, *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "nope.json"), "--arrays", arrays]) == 2
+    assert "no such file" in capsys.readouterr().err
