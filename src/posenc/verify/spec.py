@@ -12,7 +12,8 @@ in modeling code rather than in ``rope_parameters``:
   (``indexer_rope_interleave``);
 * slice: the rotated channels lead the head (HF's ``q[..., :rotary_dim]``) except in
   DeepSeek-V4, whose heads are ``[nope | rope]``;
-* width: Gemma 4's full-attention layers have ``global_head_dim`` channels (512);
+* width: Gemma 4's full-attention layers have ``global_head_dim`` channels (512), as
+  :func:`~posenc.integrations.hf.rope_parameters.read_rope_parameters` reads them;
 * DeepSeek-V4: a flat ``config.json`` is nested as HF's ``DeepseekV4Config`` does: ``main``
   plain RoPE at ``rope_theta``, ``compress`` the checkpoint's scaling (YaRN, with
   ``attention_factor`` 1 unless set) at ``compress_rope_theta``;
@@ -32,6 +33,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from posenc.integrations.hf.deepseek import INDEXER_INTERLEAVED, deepseek_v4_rope_parameters
 from posenc.integrations.hf.rope_parameters import RopeParameters, read_rope_parameters
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.multi_axis import mrope_axes
@@ -74,8 +76,6 @@ _INTERLEAVED = frozenset(
 )
 # Model types whose M-RoPE is interleaved (MRoPE-I) in HF's code, key or not.
 _INTERLEAVED_MROPE = ("qwen3_vl", "qwen3_5", "qwen3_omni", "qwen4_exp")
-# Indexer layout by model type (DSA): NeoX in DeepSeek-V3.2, interleaved in GLM-MoE-DSA.
-_INDEXER_INTERLEAVED = {"deepseek_v32": False, "glm_moe_dsa": True}
 _TRAILING_SLICE = frozenset({"deepseek_v4"})
 # M-RoPE sections HF's rotary modules fall back to when rope_parameters has none
 # (``config.rope_parameters.get("mrope_section", [...])`` in their modeling files).
@@ -168,8 +168,9 @@ def _text_config(config: Any) -> Any:
 
 
 def _layer_view(config: Any, layer_type: str | None) -> tuple[Any, str | None]:
-    """The config as one layer type sees it, and the per-layer-type entry to read (Gemma 4's
-    ``global_head_dim``; DeepSeek-V4's rotary width and compressed base)."""
+    """The config as one layer type sees it, and the per-layer-type entry to read
+    (transformers' per-layer config objects; DeepSeek-V4's rope types, a flat config.json
+    nested by :func:`~posenc.integrations.hf.deepseek.deepseek_v4_rope_parameters`)."""
     if not isinstance(config, Mapping):
         per_layer = getattr(config, "per_layer_config", None)  # transformers' per-layer view
         if per_layer is not None and layer_type is not None:
@@ -178,42 +179,18 @@ def _layer_view(config: Any, layer_type: str | None) -> tuple[Any, str | None]:
             except (KeyError, IndexError, TypeError, ValueError):
                 pass  # not a layer type it knows: read_rope_parameters names the allowed ones
         return config, layer_type
-    view = dict(config)
-    if layer_type == "full_attention" and view.get("global_head_dim") is not None:
-        view["head_dim"] = view["global_head_dim"]  # Gemma 4
-    nested = view.get("rope_parameters") or {}
-    if view.get("model_type") == "deepseek_v4" and "main" not in nested:
-        # a flat config.json, nested as HF's DeepseekV4Config does: "main" plain RoPE at
-        # rope_theta, "compress" the checkpoint's scaling at compress_rope_theta (YaRN with
-        # attention_factor 1 unless set); both over qk_rope_head_dim / head_dim
+    nested = config.get("rope_parameters") or {}
+    if config.get("model_type") == "deepseek_v4" and "main" not in nested:
         if layer_type not in (None, "main", "compress"):
             raise ValueError(
                 "layer_type must be one of ['main', 'compress'] for deepseek_v4, got "
                 f"{layer_type!r}"
             )
-        head_dim = view.get("head_dim") or 512
-        partial = view.pop("partial_rotary_factor", None)
-        if partial is None:
-            partial = (view.get("qk_rope_head_dim") or 64) / head_dim
-        scaling = dict(view.pop("rope_scaling", None) or nested)
-        scaling.pop("rope_theta", None)
-        rope_type = scaling.pop("type", None)
-        main = {
-            "rope_type": "default",
-            "rope_theta": view.pop("rope_theta", None) or 10000.0,
-            "partial_rotary_factor": partial,
-        }
-        compress = {
-            **scaling,
-            "rope_type": scaling.get("rope_type", rope_type or "default"),
-            "rope_theta": view.pop("compress_rope_theta", None) or 160000.0,
-            "partial_rotary_factor": partial,
-        }
-        if compress["rope_type"] == "yarn":
-            compress.setdefault("attention_factor", 1.0)
-        view["rope_parameters"] = {"main": main, "compress": compress}
-        return view, layer_type or "main"
-    return view, layer_type
+        # a flat config.json, nested by rope type as HF's DeepseekV4Config does
+        flat = ("rope_scaling", "rope_theta", "compress_rope_theta", "partial_rotary_factor")
+        view = {k: v for k, v in config.items() if k not in flat}
+        return {**view, **deepseek_v4_rope_parameters(config)}, layer_type or "main"
+    return config, layer_type
 
 
 def rope_spec(
@@ -256,7 +233,7 @@ def rope_spec(
     if component == "indexer":
         flag = config_value(config, "indexer_rope_interleave")
         if flag is None:
-            flag = _INDEXER_INTERLEAVED.get(str(model_type), False)
+            flag = INDEXER_INTERLEAVED.get(str(model_type), False)
         layout = "interleaved" if flag else "half"
     elif model_type in _INTERLEAVED and config_value(config, "rope_interleave") is not False:
         layout = "interleaved"

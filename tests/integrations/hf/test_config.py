@@ -490,3 +490,54 @@ def test_deepseek_v3_dict_reads_qk_rope_head_dim() -> None:
     inv_freq, attention = frequencies_from_config(config_dict)
     torch.testing.assert_close(inv_freq, hf_inv_freq, rtol=1e-6, atol=0)
     assert attention == hf_attention == 1.0
+
+
+def _gemma4() -> Any:
+    from transformers import AutoConfig
+
+    return AutoConfig.for_model("gemma4_text")
+
+
+def _gemma4_forms() -> dict[str, Any]:
+    """Gemma 4's config three ways: transformers' object (``per_layer_config`` by layer type),
+    its ``to_dict()`` (``per_layer_config`` by layer index) and a Hub-style ``config.json``
+    (``global_head_dim``)."""
+    config = _gemma4()
+    as_dict = config.to_dict()
+    hub = {k: v for k, v in as_dict.items() if k != "per_layer_config"}
+    return {"object": config, "to_dict": as_dict, "config.json": {**hub, "global_head_dim": 512}}
+
+
+@pytest.mark.parametrize("form", ["object", "to_dict", "config.json"])
+@pytest.mark.parametrize("layer_type", ["full_attention", "sliding_attention"])
+def test_gemma4_layer_types_have_their_own_head_dim(form: str, layer_type: str) -> None:
+    """Gemma 4's full-attention layers are 512 wide (proportional RoPE over 512 dims, 128 of
+    them rotating), its sliding layers 256: each layer type's inverse frequencies equal
+    transformers' own rotary's buffer for that type, in every config form (reading
+    ``head_dim`` = 256 for the global layers is neuronx-distributed-inference#106)."""
+    from transformers.models.gemma4.modeling_gemma4 import Gemma4TextRotaryEmbedding
+
+    reference = getattr(Gemma4TextRotaryEmbedding(_gemma4()), f"{layer_type}_inv_freq")
+    config = _gemma4_forms()[form]
+    inv_freq, factor = frequencies_from_config(config, layer_type=layer_type)
+    torch.testing.assert_close(inv_freq, reference, rtol=1e-6, atol=0)
+    assert factor == 1.0
+    rope = rope_from_config(config, layer_type=layer_type)
+    assert rope.head_dim == (512 if layer_type == "full_attention" else 256)
+
+
+def test_per_layer_head_dims_need_a_layer_type() -> None:
+    """A config object with per-layer head dims refuses to give one rotary for all layers."""
+    with pytest.raises(ValueError, match="layer_type must be one of"):
+        rope_from_config(_gemma4())
+
+
+def test_disagreeing_per_layer_head_dims_raise() -> None:
+    """Two full-attention layers of different widths cannot share one rotary: an error, not
+    the first one's width."""
+    config = _gemma4().to_dict()
+    types = config["layer_types"]
+    full = [i for i, kind in enumerate(types) if kind == "full_attention"]
+    config["per_layer_config"] = {f"{full[0]:02d}": {"head_dim": 512}}
+    with pytest.raises(ValueError, match="different head_dim"):
+        rope_from_config(config, layer_type="full_attention")

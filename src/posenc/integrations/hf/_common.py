@@ -106,19 +106,66 @@ def rope_dict(config: Any, layer_type: str | None = None) -> dict[str, Any]:
     return params
 
 
-def config_head_dim(config: Any) -> int:
+def config_head_dim(config: Any, layer_type: str | None = None) -> int:
     """The channels per attention head: ``head_dim``, else ``qk_rope_head_dim`` (MLA), else
-    ``hidden_size // num_attention_heads``."""
+    ``hidden_size // num_attention_heads``; for ``layer_type``, that layer type's own width
+    where the config gives one (:func:`layer_type_head_dim`: Gemma 4's full-attention
+    layers)."""
+    if layer_type is not None:
+        width = layer_type_head_dim(config, layer_type)
+        if width is not None:
+            return width
     # MLA models (DeepSeek-V2/V3, ...) rotate qk_rope_head_dim channels; their HF config
     # objects set head_dim to it, their config.json dicts only carry qk_rope_head_dim.
     for key in ("head_dim", "qk_rope_head_dim"):
-        if config_value(config, key) is not None:
-            return positive_integer(key, config_value(config, key))
+        try:
+            value = config_value(config, key)
+        except RuntimeError as error:  # transformers: a per-layer attribute read globally
+            raise ValueError(
+                f"config has per-layer {key} values (transformers' per_layer_config, e.g. "
+                "Gemma 4): pass layer_type to read one layer type's rotary"
+            ) from error
+        if value is not None:
+            return positive_integer(key, value)
     hidden = config_value(config, "hidden_size")
     heads = config_value(config, "num_attention_heads")
     if hidden is None or heads is None:
         raise ValueError("config needs head_dim, or hidden_size and num_attention_heads")
     return positive_integer("hidden_size", hidden) // positive_integer("num_attention_heads", heads)
+
+
+def layer_type_head_dim(config: Any, layer_type: str) -> int | None:
+    """The head width of the ``layer_type`` layers when it differs from the config's
+    ``head_dim``, else None. Gemma 4's full-attention layers have ``global_head_dim`` (512)
+    channels against ``head_dim`` (256) of its sliding layers: ``global_head_dim`` in
+    ``config.json``; ``per_layer_config`` in transformers' config objects (by layer type)
+    and in their ``to_dict()`` (by layer index, with ``layer_types``). Reading ``head_dim``
+    for such a layer is the public bug of neuronx-distributed-inference#106 (proportional
+    RoPE over 128 dims instead of 512)."""
+    if not isinstance(config, Mapping):
+        per_layer = getattr(config, "per_layer_config", None)
+        if per_layer is None:
+            return None
+        try:
+            value = getattr(per_layer[layer_type], "head_dim", None)
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None
+        return None if value is None else positive_integer("head_dim", value)
+    if layer_type == "full_attention" and config.get("global_head_dim") is not None:
+        return positive_integer("global_head_dim", config["global_head_dim"])
+    per_layer, types = config.get("per_layer_config"), config.get("layer_types")
+    if not isinstance(per_layer, Mapping) or not isinstance(types, (list, tuple)):
+        return None
+    by_index = {int(k): v for k, v in per_layer.items() if str(k).isdigit()}
+    layers = [i for i, kind in enumerate(types) if kind == layer_type]
+    widths = {(by_index.get(i) or {}).get("head_dim") for i in layers}
+    if len(widths) > 1:
+        raise ValueError(
+            f"per_layer_config gives the {layer_type!r} layers different head_dim values "
+            f"{sorted(widths, key=str)}: one rotary per layer type cannot serve them"
+        )
+    width = next(iter(widths), None)
+    return None if width is None else positive_integer("per_layer_config head_dim", width)
 
 
 def max_positions(config: Any, why: str) -> int:

@@ -180,7 +180,7 @@ def read_rope_parameters(config: Any, layer_type: str | None = None) -> RopePara
         raise ValueError(
             f"rope_parameters['partial_rotary_factor'] must be in (0, 1], got {partial}"
         )
-    head_dim = config_head_dim(config)
+    head_dim = config_head_dim(config, layer_type)
     rotary_dim = int(head_dim * partial)  # HF's truncation
     ignores_partial = (
         rope_type == "default" and config_value(config, "model_type") in DEFAULT_IGNORES_PARTIAL
