@@ -172,6 +172,9 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     "pe_video": {"video_config": {"vision_config": _vit_stand_in}},
     "pe_audio_video": {"audio_video_config": {"video_config": {"vision_config": _vit_stand_in}}},
+    # the codec's bottleneck reads the acoustic and semantic features side by side (64 + 64)
+    "neucodec": {"quantization_dim": 128},
+    "xcodec2": {"quantization_dim": 128},
     "emu3": {
         "vocabulary_map": {"<image>": 127, "<|extra_200|>": 126},  # None by default
         # the image VQ-VAE's convolutions (246M parameters at 256 base channels: seconds to
@@ -256,6 +259,18 @@ def _pe_video(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) ->
         _pe_audio(model, inputs, gen)
 
 
+def _transcribe(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
+    """Nemotron 3.5 Transcribe: the text decoder is NoPE, the rotaries are the audio tower's
+    (ASR encoder, diarization encoder). The first half of each sample's tokens are audio
+    placeholders, one per 8 spectrogram frames (the encoder's subsampling)."""
+    config: Any = model.config
+    batch, seq = inputs["input_ids"].shape
+    audio = seq // 2
+    inputs["input_ids"][:, :audio] = config.audio_token_id
+    inputs["input_features"] = torch.randn(batch, 8 * audio, 128, generator=gen)  # 128 mels
+    inputs["input_features_mask"] = torch.ones(batch, 8 * audio, dtype=torch.long)
+
+
 #: Inputs besides the token ids, per family: each function edits the inputs in place.
 EXTRA_INPUTS: dict[str, Callable[[nn.Module, dict[str, Any], torch.Generator], None]] = {
     "dia": _dia,
@@ -266,6 +281,86 @@ EXTRA_INPUTS: dict[str, Callable[[nn.Module, dict[str, Any], torch.Generator], N
     "pe_audio": _pe_audio,
     "pe_video": _pe_video,
     "pe_audio_video": _pe_video,
+    "nemotron3_5_transcribe": _transcribe,
     "moonshine": _audio(4000),  # 1/4 s at 16 kHz
     "moonshine_streaming": _audio(1280),  # 16 frames of 5 ms
+}
+
+
+#: Frames (audio features, codec latents, time-series patches) of every non-text tiny input:
+#: as many as the token ids, so that the rotary runs over a sequence of the same length.
+FRAMES = SEQ_LEN
+
+
+def _features(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """Speech encoders (LASR, Nemotron diarization): a log-mel spectrogram,
+    ``input_features (batch, frames · 4, num_mel_bins)`` (the subsampling keeps ``frames``)."""
+    config: Any = model.config
+    tower = next(
+        (
+            c
+            for c in (
+                config,
+                getattr(config, "encoder_config", None),
+                getattr(config, "audio_config", None),
+            )
+            if getattr(c, "num_mel_bins", None)
+        ),
+    )
+    mels = tower.num_mel_bins
+    return {"input_features": torch.randn(BATCH, 4 * FRAMES, mels, generator=gen)}
+
+
+def _waveform(samples_per_frame: int) -> Callable[[nn.Module, torch.Generator], dict[str, Any]]:
+    """Audio codecs' encoders (Mimi, Pocket TTS): raw mono audio ``input_values (batch, 1,
+    samples)``, ``samples_per_frame`` per latent frame."""
+
+    def build(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+        samples = samples_per_frame * FRAMES
+        return {"input_values": torch.randn(BATCH, 1, samples, generator=gen)}
+
+    return build
+
+
+def _semantic_codec(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """NeuCodec / X-Codec 2: 16 kHz audio (320 samples per frame, the acoustic encoder's
+    stride) and its 160-wide semantic features, one per frame; the rotary is the acoustic
+    decoder's, over the decoded frames."""
+    audio = torch.randn(BATCH, 1, 320 * FRAMES, generator=gen)
+    return {"input_values": audio, "input_features": torch.randn(BATCH, FRAMES, 160, generator=gen)}
+
+
+def _time_series(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """TimesFM 2.5: a univariate history, ``past_values (batch, frames · patch_length)``."""
+    config: Any = model.config
+    return {"past_values": torch.randn(BATCH, FRAMES * config.patch_length, generator=gen)}
+
+
+def _draft_block(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """MUSE Glimmer's DFlash draft model: a block of noise embeddings after the target model's
+    hidden states of a few accepted tokens (one width per target layer read), one mask over
+    both (the rotary runs over context and block)."""
+    config: Any = model.config
+    context, block = FRAMES // 2, config.block_size
+    width = config.hidden_size * len(config.target_layer_ids)
+    return {
+        "noise_embeds": torch.randn(BATCH, block, config.hidden_size, generator=gen),
+        "context_hidden_states": torch.randn(BATCH, context, width, generator=gen),
+        "attention_mask": torch.ones(BATCH, context + block, dtype=torch.long),
+    }
+
+
+#: The main input, per family whose model takes no token ids but whose rotary has HF's
+#: ``(x, position_ids)`` contract: built from the tiny config, in place of the token ids.
+MAIN_INPUTS: dict[str, Callable[[nn.Module, torch.Generator], dict[str, Any]]] = {
+    "lasr": _features,
+    "nemotron3_diarization": _features,
+    # the full codec's decoder does not build shrunk: the encoder model (its transformer holds
+    # the rotary the decoder's shares); 1920 samples per frame (24 kHz at 12.5 Hz)
+    "mimi": _waveform(1920),
+    "pocket_tts_audio_tokenizer": _waveform(1920),
+    "neucodec": _semantic_codec,
+    "xcodec2": _semantic_codec,
+    "timesfm2_5": _time_series,
+    "muse_glimmer_assistant": _draft_block,
 }

@@ -73,10 +73,6 @@ NOT_TEXT_ROPE: dict[str, str] = {
     "seamless_m4t": "rotary only in the speech encoder's conformer "
     "(SeamlessM4TConformerRotaryPositionalEmbedding, forward(hidden_states))",
     "inkling2": "its only rotary is the vision tower's 2D one (Inkling2VisionRotaryEmbedding)",
-    "mimi": "audio codec: the rotary is in the codec's encoder/decoder transformers, no tokens",
-    "pocket_tts_audio_tokenizer": "audio codec (tokenizer of audio), no token inputs",
-    "nemotron3_5_transcribe": "text decoder Nemotron-H is NoPE; rotaries only in the ASR audio "
-    "encoder (input_features) and the word-timestamp head over audio frames",
     "esmfold2": "its rotary (EsmFold2RotaryEmbedding) rotates by atoms' 3-D reference positions "
     "and space ids in the atom encoder, not by token index",
     "eomt_dinov3": "image segmentation (EoMT on DINOv3): its rotary is the ViT's 2-D patch "
@@ -119,7 +115,8 @@ def _quiet() -> Iterator[None]:
 def _output(model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
     with torch.no_grad():
         out = model(**inputs)
-    for key in ("logits", "last_hidden_state", "prediction_logits"):
+    # audio codecs: the decoded audio, else the encoder's continuous latents (never the codes)
+    for key in ("logits", "last_hidden_state", "prediction_logits", "audio_values", "latents"):
         value = getattr(out, key, None)
         if isinstance(value, torch.Tensor):
             return value.double()

@@ -20,6 +20,7 @@ from tools.hf_sweep.families import family_model_types, modeling_source
 from tools.hf_sweep.overrides import (
     BATCH,
     EXTRA_INPUTS,
+    MAIN_INPUTS,
     MODEL_CLASS,
     OVERRIDES,
     SEQ_LEN,
@@ -262,7 +263,7 @@ def _no_tokens(cls: type[nn.Module], family: str) -> str | None:
     """Why ``cls`` takes no token ids (``None`` if it does), read from its ``forward``'s
     signature before a model is built: a large audio or video model is not built for nothing."""
     params = inspect.signature(cls.forward).parameters
-    if "input_ids" in params:
+    if "input_ids" in params or family in MAIN_INPUTS:
         return None
     if "decoder_input_ids" in params and family in EXTRA_INPUTS:  # speech encoder-decoder
         return None
@@ -274,6 +275,11 @@ def _forward_inputs(model: nn.Module, vocab: int, family: str) -> dict[str, Any]
     :func:`_no_tokens`)."""
     params = inspect.signature(model.forward).parameters
     gen = torch.Generator().manual_seed(1)
+    if family in MAIN_INPUTS:  # no tokens: the model's own main input
+        inputs = MAIN_INPUTS[family](model, gen)
+        if "use_cache" in params:
+            inputs["use_cache"] = False
+        return inputs
     ids = torch.randint(1, min(vocab, 128), (BATCH, SEQ_LEN), generator=gen)
     inputs: dict[str, Any] = {"input_ids": ids}
     if "input_ids" not in params:  # a speech encoder-decoder: tokens reach the decoder only
