@@ -8,6 +8,7 @@ and some inputs besides the token ids (3-D audio codes, a tiny image). Each entr
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -172,6 +173,13 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     "pe_video": {"video_config": {"vision_config": _vit_stand_in}},
     "pe_audio_video": {"audio_video_config": {"video_config": {"vision_config": _vit_stand_in}}},
+    # SAM 3's ViT: a 4 × 4 patch image in 2 × 2 windows, one global layer
+    "sam3_vit_model": {
+        "image_size": 56,
+        "pretrain_image_size": 56,
+        "window_size": 2,
+        "global_attn_indexes": [1],
+    },
     # the codec's bottleneck reads the acoustic and semantic features side by side (64 + 64)
     "neucodec": {"quantization_dim": 128},
     "xcodec2": {"quantization_dim": 128},
@@ -181,6 +189,15 @@ OVERRIDES: dict[str, dict[str, Any]] = {
         # initialise); no token input reaches it
         "vq_config": {"base_channels": 32},
     },
+}
+
+#: The model type built per family whose first type has no rotary the sweep can run: the
+#: vision tower holding the family's only rotaries (its text decoder is NoPE, or the composite
+#: does not build shrunk).
+MODEL_TYPE: dict[str, str] = {
+    "inkling2": "inkling2_vision",  # the composite does not build shrunk; its text model is NoPE
+    "glm5_next": "glm5_next_vision",  # NoPE text decoder (see glm5_next above)
+    "sam3": "sam3_vit_model",  # the rotary is the ViT backbone's; the detector reads prompts
 }
 
 #: Model class per family where the first auto mapping's class does not take the family's
@@ -296,18 +313,8 @@ def _features(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
     """Speech encoders (LASR, Nemotron diarization): a log-mel spectrogram,
     ``input_features (batch, frames · 4, num_mel_bins)`` (the subsampling keeps ``frames``)."""
     config: Any = model.config
-    tower = next(
-        (
-            c
-            for c in (
-                config,
-                getattr(config, "encoder_config", None),
-                getattr(config, "audio_config", None),
-            )
-            if getattr(c, "num_mel_bins", None)
-        ),
-    )
-    mels = tower.num_mel_bins
+    towers = [config, *(getattr(config, k, None) for k in ("encoder_config", "audio_config"))]
+    mels = next(n for c in towers if (n := getattr(c, "num_mel_bins", None)))
     return {"input_features": torch.randn(BATCH, 4 * FRAMES, mels, generator=gen)}
 
 
@@ -350,6 +357,35 @@ def _draft_block(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
     }
 
 
+def _image(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """Image encoders taking whole images (Pixtral, MLCD, SAM 3's ViT): ``pixel_values (batch,
+    3, 4 · patch, 3 · patch)``, a 4 × 3 grid of patches (SAM 3: its configured square image)."""
+    config: Any = model.config
+    patch = config.patch_size
+    height, width = 4 * patch, 3 * patch
+    if hasattr(config, "window_size"):  # SAM 3: the precomputed positions fix the image size
+        height = width = config.image_size
+    return {"pixel_values": torch.randn(BATCH, 3, height, width, generator=gen)}
+
+
+def _patches(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """Qwen2-VL-style towers taking flattened patches and a grid: two images of 2 × 3 merged
+    tokens (4 × 6 patches). GLM-5-Next reads ``hidden_states (patches, 3 · T · P · P)`` and
+    ``grid_thw``; Inkling 2 ``pixel_values (tokens, P · merge, P · merge, 3)`` and
+    ``image_grid_thw`` in merged tokens."""
+    config: Any = model.config
+    merge, patch = config.spatial_merge_size, config.patch_size
+    if "image_grid_thw" in inspect.signature(model.forward).parameters:  # Inkling 2
+        grid = torch.tensor([[1, 2, 3]] * BATCH)
+        side = patch * merge
+        pixels = torch.randn(int(grid.prod(-1).sum()), side, side, 3, generator=gen)
+        return {"pixel_values": pixels, "image_grid_thw": grid}
+    grid = torch.tensor([[1, 2 * merge, 3 * merge]] * BATCH)
+    width = 3 * config.temporal_patch_size * patch * patch
+    states = torch.randn(int(grid.prod(-1).sum()), width, generator=gen)
+    return {"hidden_states": states, "grid_thw": grid}
+
+
 #: The main input, per family whose model takes no token ids but whose rotary has HF's
 #: ``(x, position_ids)`` contract: built from the tiny config, in place of the token ids.
 MAIN_INPUTS: dict[str, Callable[[nn.Module, torch.Generator], dict[str, Any]]] = {
@@ -363,4 +399,9 @@ MAIN_INPUTS: dict[str, Callable[[nn.Module, torch.Generator], dict[str, Any]]] =
     "xcodec2": _semantic_codec,
     "timesfm2_5": _time_series,
     "muse_glimmer_assistant": _draft_block,
+    "pixtral": _image,
+    "mlcd": _image,
+    "sam3": _image,
+    "inkling2": _patches,
+    "glm5_next": _patches,
 }

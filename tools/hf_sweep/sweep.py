@@ -47,6 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.integrations.hf.patch import HFRotaryAdapter, is_text_rotary, patch_rotary
+from posenc.integrations.hf.vision import VisionRotaryAdapter, is_vision_rotary
 from tools.hf_sweep.conventions import conventions_source
 from tools.hf_sweep.families import rope_families
 from tools.hf_sweep.parallel import run_parallel
@@ -72,11 +73,11 @@ STATUSES = ("equal", "mismatch", "refused", "not text RoPE", "could not build")
 NOT_TEXT_ROPE: dict[str, str] = {
     "seamless_m4t": "rotary only in the speech encoder's conformer "
     "(SeamlessM4TConformerRotaryPositionalEmbedding, forward(hidden_states))",
-    "inkling2": "its only rotary is the vision tower's 2D one (Inkling2VisionRotaryEmbedding)",
     "esmfold2": "its rotary (EsmFold2RotaryEmbedding) rotates by atoms' 3-D reference positions "
     "and space ids in the atom encoder, not by token index",
     "eomt_dinov3": "image segmentation (EoMT on DINOv3): its rotary is the ViT's 2-D patch "
-    "rotary (EomtDinov3RotaryEmbedding), pixel inputs only",
+    "rotary over patch-centre coordinates in [-1, 1] (EomtDinov3RotaryEmbedding."
+    "forward(pixel_values)), without HF's (x, position_ids) contract",
 }
 #: Families whose rotary acts on text tokens through a module without HF's
 #: ``forward(x, position_ids)`` contract: the sweep asks ``patch_rotary``, which refuses.
@@ -155,10 +156,10 @@ def check_family(
         if not rotaries:
             why = f"the tiny {name} holds no rotary module (its rotary is in parts not built)"
             return FamilyResult(family, "could not build", why, None, name)
-        if not any(is_text_rotary(m) for _, m in rotary_modules(model)):
+        if not any(_replaceable(m) for _, m in rotary_modules(model)):
             if family in OTHER_CONTRACT:
                 try:
-                    patch_rotary(model, keep_non_text=True)
+                    patch_rotary(model, keep_non_text=True, vision=True)
                 except ValueError as err:
                     why = f"{OTHER_CONTRACT[family]}: {_first_line(err)}"
                     return FamilyResult(family, "refused", why, None, name)
@@ -171,10 +172,10 @@ def check_family(
                 family, "could not build", "HF forward: " + _first_line(err), None, name
             )
         if not hf_called:  # an equal would be vacuous: nothing compared
-            why = "no text rotary ran on the tiny inputs"
+            why = "no text or vision rotary ran on the tiny inputs"
             return FamilyResult(family, "could not build", why, None, name)
         try:
-            patch_rotary(model, keep_non_text=True)
+            patch_rotary(model, keep_non_text=True, vision=True)
         except ValueError as err:
             return FamilyResult(family, "refused", _first_line(err), None, name)
         except Exception as err:
@@ -187,8 +188,13 @@ def check_family(
             return FamilyResult(
                 family, "mismatch", "patched forward: " + _first_line(err), None, name
             )
-    left = [key for key, module in rotary_modules(model) if is_text_rotary(module)]
-    kept = [key for key, module in rotary_modules(model) if not is_text_rotary(module)]
+    left = [key for key, module in rotary_modules(model) if _replaceable(module)]
+    kept = [key for key, module in rotary_modules(model) if not _replaceable(module)]
+    idle = sorted(  # vision adapters the (token) inputs never reach: replaced, not compared
+        key
+        for key, module in model.named_modules()
+        if isinstance(module, VisionRotaryAdapter) and key not in called
+    )
     if left:
         return FamilyResult(family, "mismatch", f"silent no-op: {left} left unpatched", None, name)
     if called != hf_called:
@@ -199,20 +205,29 @@ def check_family(
     diff = (got - expected).abs().max().item()
     status = "equal" if diff <= tolerance else "mismatch"
     detail = "" if status == "equal" else f"max diff {diff:.1e}"
+    if idle:
+        detail = f"{detail}; vision rotaries replaced, not run by the inputs: {idle}".lstrip("; ")
     if kept:
         detail = f"{detail}; HF's non-text rotaries kept: {kept}".lstrip("; ")
     return FamilyResult(family, status, detail, diff, name)
 
 
+def _replaceable(module: nn.Module) -> bool:
+    """Whether ``patch_rotary(..., vision=True)`` replaces ``module`` (an HF module left in
+    place of one of these is a silent no-op)."""
+    return is_text_rotary(module) or is_vision_rotary(module)
+
+
 def output_and_rotary_calls(model: nn.Module, inputs: dict[str, Any]) -> tuple[Tensor, set[str]]:
-    """The model's output and the names of the text rotary modules (HF's or adapters) that
-    ran: after patching, the same names must run as before (else a patch is a no-op)."""
+    """The model's output and the names of the text and vision rotary modules (HF's or
+    adapters) that ran: after patching, the same names must run as before (else a patch is a
+    no-op)."""
     called: set[str] = set()
     hooks = [
         module.register_forward_hook(lambda *_, key=key: called.add(key))
         for key, module in model.named_modules()
-        if isinstance(module, HFRotaryAdapter)
-        or (type(module).__name__.endswith("RotaryEmbedding") and is_text_rotary(module))
+        if isinstance(module, (HFRotaryAdapter, VisionRotaryAdapter))
+        or (type(module).__name__.endswith("RotaryEmbedding") and _replaceable(module))
     ]
     try:
         return _output(model, inputs), called

@@ -22,6 +22,7 @@ from tools.hf_sweep.overrides import (
     EXTRA_INPUTS,
     MAIN_INPUTS,
     MODEL_CLASS,
+    MODEL_TYPE,
     OVERRIDES,
     SEQ_LEN,
     mrope_positions,
@@ -276,10 +277,10 @@ def _forward_inputs(model: nn.Module, vocab: int, family: str) -> dict[str, Any]
     params = inspect.signature(model.forward).parameters
     gen = torch.Generator().manual_seed(1)
     if family in MAIN_INPUTS:  # no tokens: the model's own main input
-        inputs = MAIN_INPUTS[family](model, gen)
+        main = MAIN_INPUTS[family](model, gen)
         if "use_cache" in params:
-            inputs["use_cache"] = False
-        return inputs
+            main["use_cache"] = False
+        return main
     ids = torch.randint(1, min(vocab, 128), (BATCH, SEQ_LEN), generator=gen)
     inputs: dict[str, Any] = {"input_ids": ids}
     if "input_ids" not in params:  # a speech encoder-decoder: tokens reach the decoder only
@@ -305,6 +306,8 @@ def build_tiny(
     from transformers import AutoConfig
 
     types = family_model_types(family)
+    if family in MODEL_TYPE:
+        types = [MODEL_TYPE[family]]
     if not types:
         raise ValueError(f"no config class in transformers/models/{family}")
     errors, reasons = [], []
