@@ -173,6 +173,20 @@ OVERRIDES: dict[str, dict[str, Any]] = {
     },
     "pe_video": {"video_config": {"vision_config": _vit_stand_in}},
     "pe_audio_video": {"audio_video_config": {"video_config": {"vision_config": _vit_stand_in}}},
+    # conformers: relative positions by default; "rotary" is the config's RoPE option
+    "wav2vec2-bert": {"position_embeddings_type": "rotary"},
+    "wav2vec2-conformer": {"position_embeddings_type": "rotary"},
+    "seamless_m4t": {
+        "position_embeddings_type": "rotary",
+        "speech_encoder_layers": 2,
+        "speech_encoder_attention_heads": 4,
+        "speech_encoder_intermediate_size": 128,
+    },
+    # 4 × 4 patches of 16; the queries join for the last of the 2 layers
+    "eomt_dinov3": {"image_size": 64, "num_blocks": 1, "num_queries": 8},
+    # CLVP's rotary is max(projection_dim // (2 · heads), 32) = 32 wide: 2 heads of 64 channels
+    # (the first 32 rotate)
+    "clvp_encoder": {"hidden_size": 128, "num_attention_heads": 2},
     # SAM 3's ViT: a 4 × 4 patch image in 2 × 2 windows, one global layer
     "sam3_vit_model": {
         "image_size": 56,
@@ -198,11 +212,17 @@ MODEL_TYPE: dict[str, str] = {
     "inkling2": "inkling2_vision",  # the composite does not build shrunk; its text model is NoPE
     "glm5_next": "glm5_next_vision",  # NoPE text decoder (see glm5_next above)
     "sam3": "sam3_vit_model",  # the rotary is the ViT backbone's; the detector reads prompts
+    # CLVP's text encoder (its rotary rotates text tokens); the composite scores text against
+    # speech ids its decoder generates, beyond the shrunk vocabularies
+    "clvp": "clvp_encoder",
 }
 
 #: Model class per family where the first auto mapping's class does not take the family's
-#: default (composite) config.
+#: default (composite) config, or has no rotary.
 MODEL_CLASS: dict[str, str] = {
+    "seamless_m4t": "SeamlessM4TForSpeechToText",  # the rotary is the speech encoder's
+    "clvp_encoder": "ClvpEncoder",  # no auto mapping
+    "eomt_dinov3": "EomtDinov3ForUniversalSegmentation",  # no auto mapping
     "emu3": "Emu3ForConditionalGeneration",  # Emu3ForCausalLM takes the text config only
 }
 
@@ -288,6 +308,13 @@ def _transcribe(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) 
     inputs["input_features_mask"] = torch.ones(batch, 8 * audio, dtype=torch.long)
 
 
+def _seamless(model: nn.Module, inputs: dict[str, Any], gen: torch.Generator) -> None:
+    """SeamlessM4T speech-to-text: the speech encoder (the conformer with the rotary) reads
+    ``input_features (batch, frames, 160)``; the tokens go to the decoder."""
+    batch = inputs["decoder_input_ids"].shape[0]
+    inputs["input_features"] = torch.randn(batch, 2 * FRAMES, 160, generator=gen)
+
+
 #: Inputs besides the token ids, per family: each function edits the inputs in place.
 EXTRA_INPUTS: dict[str, Callable[[nn.Module, dict[str, Any], torch.Generator], None]] = {
     "dia": _dia,
@@ -299,6 +326,7 @@ EXTRA_INPUTS: dict[str, Callable[[nn.Module, dict[str, Any], torch.Generator], N
     "pe_video": _pe_video,
     "pe_audio_video": _pe_video,
     "nemotron3_5_transcribe": _transcribe,
+    "seamless_m4t": _seamless,
     "moonshine": _audio(4000),  # 1/4 s at 16 kHz
     "moonshine_streaming": _audio(1280),  # 16 frames of 5 ms
 }
@@ -337,6 +365,18 @@ def _semantic_codec(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
     return {"input_values": audio, "input_features": torch.randn(BATCH, FRAMES, 160, generator=gen)}
 
 
+def _speech_features(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """Wav2Vec2-BERT: 160-wide stacked filter-bank features, ``input_features (batch, frames,
+    160)``."""
+    return {"input_features": torch.randn(BATCH, FRAMES, 160, generator=gen)}
+
+
+def _raw_speech(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """Wav2Vec2-Conformer: 16 kHz audio, ``input_values (batch, samples)``: the convolutional
+    feature encoder (stride 320, receptive field 400) gives ``frames`` frames."""
+    return {"input_values": torch.randn(BATCH, 320 * FRAMES + 80, generator=gen)}
+
+
 def _time_series(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
     """TimesFM 2.5: a univariate history, ``past_values (batch, frames · patch_length)``."""
     config: Any = model.config
@@ -358,14 +398,26 @@ def _draft_block(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
 
 
 def _image(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
-    """Image encoders taking whole images (Pixtral, MLCD, SAM 3's ViT): ``pixel_values (batch,
-    3, 4 · patch, 3 · patch)``, a 4 × 3 grid of patches (SAM 3: its configured square image)."""
+    """Image encoders of any image size (Pixtral, MLCD): ``pixel_values (batch, 3, 4 · patch,
+    3 · patch)``, a 4 × 3 grid of patches."""
     config: Any = model.config
     patch = config.patch_size
-    height, width = 4 * patch, 3 * patch
-    if hasattr(config, "window_size"):  # SAM 3: the precomputed positions fix the image size
-        height = width = config.image_size
-    return {"pixel_values": torch.randn(BATCH, 3, height, width, generator=gen)}
+    return {"pixel_values": torch.randn(BATCH, 3, 4 * patch, 3 * patch, generator=gen)}
+
+
+def _square_image(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """Image models whose positions or mask heads fix the image size (SAM 3's ViT, EoMT):
+    ``pixel_values (batch, 3, image_size, image_size)`` (4 × 4 patches, see OVERRIDES)."""
+    config: Any = model.config
+    size = config.image_size
+    return {"pixel_values": torch.randn(BATCH, 3, size, size, generator=gen)}
+
+
+def _image_pair(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """EfficientLoFTR matches two images: ``pixel_values (batch, 2, 3, 128, 96)``; its coarse
+    map (stride 8, 16 × 12) is aggregated by 4 × 4 windows into the 4 × 3 grid of rows and
+    columns the rotary reads."""
+    return {"pixel_values": torch.randn(BATCH, 2, 3, 128, 96, generator=gen)}
 
 
 def _patches(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
@@ -397,11 +449,15 @@ MAIN_INPUTS: dict[str, Callable[[nn.Module, torch.Generator], dict[str, Any]]] =
     "pocket_tts_audio_tokenizer": _waveform(1920),
     "neucodec": _semantic_codec,
     "xcodec2": _semantic_codec,
+    "wav2vec2_bert": _speech_features,
+    "wav2vec2_conformer": _raw_speech,
     "timesfm2_5": _time_series,
     "muse_glimmer_assistant": _draft_block,
     "pixtral": _image,
     "mlcd": _image,
-    "sam3": _image,
+    "sam3": _square_image,
+    "eomt_dinov3": _square_image,
+    "efficientloftr": _image_pair,
     "inkling2": _patches,
     "glm5_next": _patches,
 }

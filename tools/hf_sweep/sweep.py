@@ -47,6 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from posenc.integrations.hf.patch import HFRotaryAdapter, is_text_rotary, patch_rotary
+from posenc.integrations.hf.sequence import SequenceRotaryAdapter, is_sequence_rotary
 from posenc.integrations.hf.vision import VisionRotaryAdapter, is_vision_rotary
 from tools.hf_sweep.conventions import conventions_source
 from tools.hf_sweep.families import rope_families
@@ -71,20 +72,12 @@ TIMEOUT = 300.0
 STATUSES = ("equal", "mismatch", "refused", "not text RoPE", "could not build")
 #: Families whose rotary is not a text RoPE, with the reason (read from their modeling files).
 NOT_TEXT_ROPE: dict[str, str] = {
-    "seamless_m4t": "rotary only in the speech encoder's conformer "
-    "(SeamlessM4TConformerRotaryPositionalEmbedding, forward(hidden_states))",
     "esmfold2": "its rotary (EsmFold2RotaryEmbedding) rotates by atoms' 3-D reference positions "
     "and space ids in the atom encoder, not by token index",
-    "eomt_dinov3": "image segmentation (EoMT on DINOv3): its rotary is the ViT's 2-D patch "
-    "rotary over patch-centre coordinates in [-1, 1] (EomtDinov3RotaryEmbedding."
-    "forward(pixel_values)), without HF's (x, position_ids) contract",
 }
 #: Families whose rotary acts on text tokens through a module without HF's
 #: ``forward(x, position_ids)`` contract: the sweep asks ``patch_rotary``, which refuses.
-OTHER_CONTRACT: dict[str, str] = {
-    "clvp": "its text encoder's rotary (ClvpRotaryPositionalEmbedding.forward(hidden_states), "
-    "phases for 0…seq-1) lacks HF's (x, position_ids) → (cos, sin) contract",
-}
+OTHER_CONTRACT: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -123,6 +116,9 @@ def _output(model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
             return value.double()
     if isinstance(out, tuple) and isinstance(out[0], torch.Tensor):
         return out[0].double()
+    maps = getattr(out, "feature_maps", None)  # a backbone (EfficientLoFTR): every map
+    if isinstance(maps, tuple) and maps and all(isinstance(m, torch.Tensor) for m in maps):
+        return torch.cat([m.double().flatten() for m in maps])
     # contrastive towers (PE Audio): each tower's per-token states, where its rotary acts
     towers = [getattr(out, key, None) for key in out if key.endswith("_outputs")]
     states = [getattr(t, "last_hidden_state", None) for t in towers]
@@ -215,19 +211,22 @@ def check_family(
 def _replaceable(module: nn.Module) -> bool:
     """Whether ``patch_rotary(..., vision=True)`` replaces ``module`` (an HF module left in
     place of one of these is a silent no-op)."""
-    return is_text_rotary(module) or is_vision_rotary(module)
+    return is_text_rotary(module) or is_vision_rotary(module) or is_sequence_rotary(module)
 
 
 def output_and_rotary_calls(model: nn.Module, inputs: dict[str, Any]) -> tuple[Tensor, set[str]]:
-    """The model's output and the names of the text and vision rotary modules (HF's or
-    adapters) that ran: after patching, the same names must run as before (else a patch is a
+    """The model's output and the names of the text, vision and sequence rotary modules (HF's
+    or adapters) that ran: after patching, the same names must run as before (else a patch is a
     no-op)."""
     called: set[str] = set()
     hooks = [
         module.register_forward_hook(lambda *_, key=key: called.add(key))
         for key, module in model.named_modules()
-        if isinstance(module, (HFRotaryAdapter, VisionRotaryAdapter))
-        or (type(module).__name__.endswith("RotaryEmbedding") and _replaceable(module))
+        if isinstance(module, (HFRotaryAdapter, VisionRotaryAdapter, SequenceRotaryAdapter))
+        or (
+            type(module).__name__.endswith(("RotaryEmbedding", "RotaryPositionalEmbedding"))
+            and _replaceable(module)
+        )
     ]
     try:
         return _output(model, inputs), called

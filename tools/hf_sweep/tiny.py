@@ -88,11 +88,11 @@ _SUB = ("text_config", "decoder_config", "encoder_config", "language_config", "l
 
 def rotary_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """HF's rotary modules in ``model``: every submodule whose class name ends with
-    ``RotaryEmbedding`` (posenc's own modules excluded)."""
+    ``RotaryEmbedding`` or ``RotaryPositionalEmbedding`` (posenc's own modules excluded)."""
     return [
         (name, module)
         for name, module in model.named_modules()
-        if type(module).__name__.endswith("RotaryEmbedding")
+        if type(module).__name__.endswith(("RotaryEmbedding", "RotaryPositionalEmbedding"))
         and not type(module).__module__.startswith("posenc")
     ]
 

@@ -26,6 +26,7 @@ release) is refused, never replaced silently. Reference: ``transformers`` 5.23.0
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -53,6 +54,11 @@ PairOrder = Literal["axis_major", "frequency_major"]
 #: Table layout: ``"half"`` ``cat(φ, φ)``; ``"interleaved"`` ``repeat_interleave(φ, 2)``;
 #: ``"half_per_axis"`` (Gemma 4) ``cat(φ_0, φ_0, φ_1, φ_1, …)``, one half-split block per axis.
 VisionTable = Literal["half", "interleaved", "half_per_axis"]
+#: Where the coordinates come from: ``"given"`` (``forward(x, position_ids)``); the grid of
+#: ``forward(image)``'s last two dims: ``"patch_centres"`` (DINOv3: the centres of the
+#: ``patch_size`` patches in ``[-1, 1]``, ``(N, 2)``) or ``"feature_grid"`` (EfficientLoFTR:
+#: rows and columns ``1 … n`` of the aggregated feature map, ``(1, H, W, 2)``).
+Positions = Literal["given", "patch_centres", "feature_grid"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,10 @@ class VisionConvention:
         leading_one: HF returns ``(1, N, width)`` (SAM's ``[None, ...]``).
         cast: HF casts the tables to ``x.dtype`` (else they stay float32).
         batched: HF reads ``(batch, N, axes)`` positions (Gemma 4), else ``(N, axes)``.
+        positions: :data:`Positions`.
+        frequency_scale: a factor on every frequency (DINOv3's ``2π``: coordinates in
+            ``[-1, 1]``).
+        rope_type: the ``rope_type`` HF's class requires of its config.
     """
 
     axis_order: tuple[int, ...] = (0, 1)
@@ -77,6 +87,9 @@ class VisionConvention:
     leading_one: bool = False
     cast: bool = False
     batched: bool = False
+    positions: Positions = "given"
+    frequency_scale: float = 1.0
+    rope_type: str = "axial"
 
     def __post_init__(self) -> None:
         axes = len(self.axis_order)
@@ -105,7 +118,7 @@ class VisionConvention:
             rows = [(a, per_axis[a][k]) for k in range(count) for a in self.axis_order]
         matrix = torch.zeros(len(rows), axes, dtype=torch.float64)
         for pair, (axis, theta) in enumerate(rows):
-            matrix[pair, axis] = theta
+            matrix[pair, axis] = theta * self.frequency_scale
         return matrix
 
 
@@ -166,6 +179,22 @@ VISION_CONVENTIONS: dict[str, VisionConvention] = {
     "PixtralVisionRotaryEmbedding": VisionConvention(split="alternating", cast=True),
     # (batch, N, 2) positions; cat([freq_h, freq_h, freq_w, freq_w]): each axis half-split
     "Gemma4VisionRotaryEmbedding": VisionConvention(table="half_per_axis", cast=True, batched=True),
+    # DINOv3's patch-centre RoPE: angles 2π·c·θ over (row, column) centres in [-1, 1],
+    # flatten(1, 2) then tile(2) (rows then columns, half-split); eval only (HF jitters the
+    # centres in training)
+    "EomtDinov3RotaryEmbedding": VisionConvention(
+        cast=True, positions="patch_centres", frequency_scale=2 * math.pi, rope_type="default"
+    ),
+    # emb[..., 0::2] = row · θ, emb[..., 1::2] = column · θ (rows 1…H, columns 1…W of the
+    # aggregated map), then repeat_interleave(2): per frequency a row pair then a column pair
+    "EfficientLoFTRRotaryEmbedding": VisionConvention(
+        order="frequency_major",
+        table="interleaved",
+        leading_one=True,
+        cast=True,
+        positions="feature_grid",
+        rope_type="default",
+    ),
 }
 
 
@@ -190,9 +219,11 @@ class VisionRotaryAdapter(nn.Module):
         original: the HF module it replaces, kept (unregistered) for ``unpatch_rotary``.
 
     Shape:
-        - x: any tensor; only its dtype and device are read.
-        - position_ids: ``(…, N, axes)``, integer or floating coordinates.
-        - Output: cos and sin ``(…, N, width)`` (``(1, N, width)`` with ``leading_one``).
+        - x: any tensor; only its dtype and device are read (and, for grid positions, its
+          last two dims: the image or feature map).
+        - position_ids: ``(…, N, axes)``, integer or floating coordinates (``None`` for grid
+          positions).
+        - Output: cos and sin ``(…, N, width)`` (``(1, …, width)`` with ``leading_one``).
     """
 
     original: nn.Module | None
@@ -211,10 +242,45 @@ class VisionRotaryAdapter(nn.Module):
         self.rope = rope
         self.convention = convention
         self.__dict__["original"] = original  # out of the module tree, as HFRotaryAdapter's
+        # the grid's geometry, read off HF's config: (patch or kernel, stride) per dim
+        config: Any = getattr(original, "config", None)
+        self.grid: tuple[tuple[int, int], tuple[int, int]] | None = None
+        if convention.positions == "patch_centres":
+            patch = config.patch_size
+            sizes = tuple(patch) if isinstance(patch, (tuple, list)) else (patch, patch)
+            self.grid = ((sizes[0], sizes[0]), (sizes[1], sizes[1]))
+        elif convention.positions == "feature_grid":
+            kernel, stride = config.q_aggregation_kernel_size, config.q_aggregation_stride
+            self.grid = ((kernel, stride), (kernel, stride))
+
+    def grid_positions(self, x: Tensor) -> Tensor:
+        """The coordinates HF's module derives from ``x``'s last two dims (float64):
+        patch centres ``2 (i + ½) / n − 1`` ``(N, 2)``, or feature-map rows and columns
+        ``1 … n`` ``(H, W, 2)``."""
+        if self.grid is None:
+            raise ValueError(f"{self.convention.positions!r} positions are given, not a grid")
+        (k_h, s_h), (k_w, s_w) = self.grid
+        counts = ((x.shape[-2] - k_h) // s_h + 1, (x.shape[-1] - k_w) // s_w + 1)
+        if self.convention.positions == "patch_centres":
+            axes = [(torch.arange(n, dtype=torch.float64) + 0.5) * 2 / n - 1 for n in counts]
+            grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1)
+            return grid.flatten(0, 1).to(x.device)  # (N, 2), rows major
+        axes = [torch.arange(1, n + 1, dtype=torch.float64) for n in counts]
+        return torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=-1).to(x.device)
 
     @torch.no_grad()
-    def forward(self, x: Tensor, position_ids: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, position_ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
         convention = self.convention
+        if convention.positions != "given":
+            if self.training and convention.positions == "patch_centres":
+                raise ValueError(
+                    "DINOv3's rotary jitters its patch centres in training (shift, jitter, "
+                    "rescale), which posenc's adapter does not reproduce: call model.eval(), "
+                    "or unpatch_rotary(model) to train"
+                )
+            position_ids = self.grid_positions(x)
+        elif position_ids is None:
+            raise ValueError("position_ids is required for given positions")
         coords = position_ids.to(x.device).movedim(-1, 0)  # (axes, …, N)
         angles = self.rope.angles(coords)  # (…, N, pairs) float64
         tables = []
@@ -254,8 +320,10 @@ def vision_adapter(module: nn.Module) -> VisionRotaryAdapter:
     convention = VISION_CONVENTIONS[name]
     config: Any = original.__dict__.get("config")
     params = getattr(config, "rope_parameters", None) or {}
-    if params.get("rope_type") != "axial":
-        raise ValueError(f"{name}: rope_type must be 'axial', got {params.get('rope_type')!r}")
+    if params.get("rope_type") != convention.rope_type:
+        raise ValueError(
+            f"{name}: rope_type must be {convention.rope_type!r}, got {params.get('rope_type')!r}"
+        )
     scaling = getattr(original, "attention_scaling", 1.0)
     if scaling != 1.0:
         raise ValueError(f"{name}: attention_scaling must be 1.0, got {scaling}")
@@ -267,6 +335,7 @@ def vision_adapter(module: nn.Module) -> VisionRotaryAdapter:
     frequencies = convention.frequencies(inv_freq)
     rope = MultiAxisRotary(2 * frequencies.shape[0], frequencies)
     adapter = VisionRotaryAdapter(rope, convention, original)
+    adapter.train(original.training)  # the mode the model is in (DINOv3's rotary reads it)
     _check(adapter, original, name)
     return adapter
 
@@ -281,9 +350,14 @@ def _check(adapter: VisionRotaryAdapter, original: nn.Module, name: str) -> None
     positions = torch.stack([steps * (a + 1) + a for a in range(axes)], dim=-1)  # (5, axes)
     if adapter.convention.batched:
         positions = positions[None]  # (1, 5, axes)
-    x = torch.zeros(1, device=device)
-    expected = original(x, positions)
-    got = adapter(x, positions)
+    if adapter.grid is not None:  # a 3 × 2 grid: the image or map it is read from
+        (k_h, s_h), (k_w, s_w) = adapter.grid
+        image = torch.zeros(1, 1, k_h + 2 * s_h, k_w + s_w, device=device)
+        got = adapter(image)  # first: it refuses a training-mode DINOv3 rotary by name
+        expected = original(image)
+    else:
+        x = torch.zeros(1, device=device)
+        expected, got = original(x, positions), adapter(x, positions)
     for hf, ours in zip(expected, got, strict=True):
         if hf.shape != ours.shape or not torch.allclose(
             ours.double(), hf.double(), rtol=1e-5, atol=1e-5
