@@ -75,9 +75,6 @@ NOT_TEXT_ROPE: dict[str, str] = {
     "esmfold2": "its rotary (EsmFold2RotaryEmbedding) rotates by atoms' 3-D reference positions "
     "and space ids in the atom encoder, not by token index",
 }
-#: Families whose rotary acts on text tokens through a module without HF's
-#: ``forward(x, position_ids)`` contract: the sweep asks ``patch_rotary``, which refuses.
-OTHER_CONTRACT: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -153,12 +150,6 @@ def check_family(
             why = f"the tiny {name} holds no rotary module (its rotary is in parts not built)"
             return FamilyResult(family, "could not build", why, None, name)
         if not any(_replaceable(m) for _, m in rotary_modules(model)):
-            if family in OTHER_CONTRACT:
-                try:
-                    patch_rotary(model, keep_non_text=True, vision=True)
-                except ValueError as err:
-                    why = f"{OTHER_CONTRACT[family]}: {_first_line(err)}"
-                    return FamilyResult(family, "refused", why, None, name)
             where = sorted({f"{type(m).__name__}" for _, m in rotaries})
             return FamilyResult(family, "not text RoPE", f"rotaries only in {where}", None, name)
         try:
