@@ -55,7 +55,7 @@ def test_every_convention_is_a_tested_hf_class() -> None:
 def test_tables_equal_hf(name: str, dtype: torch.dtype) -> None:
     hf, config = _hf_module(name)
     adapter = sequence_adapter(hf, config)
-    width = 2 * hf.inv_freq.numel()
+    width = 2 * hf.get_buffer("inv_freq").numel()
     for length in range(1, 41):
         hidden = torch.zeros(2, length, width, dtype=dtype)
         expected, got = hf(hidden), adapter(hidden)
