@@ -7,6 +7,8 @@ results (its runner: test_sweep_parallel.py)."""
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 import torch
 
@@ -89,3 +91,23 @@ def test_family_conformance(family: str) -> None:
     result = check_family(family)
     expected = NOT_EQUAL.get(family, ("equal", ""))[0]
     assert result.status == expected, f"{family}: {result.status} ({result.detail})"
+
+
+def test_table_writers_round_trip() -> None:
+    """--table-module writes NOT_EQUAL for the results given (equal families left out);
+    --docs replaces only the marked block, and refuses a file without one."""
+    results = [
+        sweep.FamilyResult("a", "equal", "", 0.0, "A"),
+        sweep.FamilyResult("b", "refused", 'ValueError: it\'s "odd" | x', None, "B"),
+    ]
+    source = sweep.not_equal_module(results)
+    tree = ast.parse(source)  # the generated module: its NOT_EQUAL literal
+    value = next(n.value for n in tree.body if isinstance(n, ast.AnnAssign))
+    assert ast.literal_eval(value) == {"b": ("refused", 'ValueError: it\'s "odd" | x')}
+    text = f"intro\n{sweep.DOCS_START}\nold\n{sweep.DOCS_END}\nafter\n"
+    new = sweep.docs_with_table(text, results)
+    assert new.startswith(f"intro\n{sweep.DOCS_START}\n1 equal, 0 mismatch, 1 refused")
+    assert '| b | B | refused | ValueError: it\'s "odd" \\| x |' in new
+    assert new.endswith(f"{sweep.DOCS_END}\nafter\n") and "old" not in new
+    with pytest.raises(ValueError, match="the docs have no"):
+        sweep.docs_with_table("no block", results)
