@@ -102,7 +102,7 @@ def test_table_writers_round_trip() -> None:
     ]
     source = sweep.not_equal_module(results)
     tree = ast.parse(source)  # the generated module: its NOT_EQUAL literal
-    value = next(n.value for n in tree.body if isinstance(n, ast.AnnAssign))
+    value = next(n.value for n in tree.body if isinstance(n, ast.AnnAssign) and n.value)
     assert ast.literal_eval(value) == {"b": ("refused", 'ValueError: it\'s "odd" | x')}
     text = f"intro\n{sweep.DOCS_START}\nold\n{sweep.DOCS_END}\nafter\n"
     new = sweep.docs_with_table(text, results)
