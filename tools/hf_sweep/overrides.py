@@ -223,6 +223,9 @@ MODEL_CLASS: dict[str, str] = {
     "seamless_m4t": "SeamlessM4TForSpeechToText",  # the rotary is the speech encoder's
     "clvp_encoder": "ClvpEncoder",  # no auto mapping
     "eomt_dinov3": "EomtDinov3ForUniversalSegmentation",  # no auto mapping
+    # vision towers without an auto mapping (built by the tests of posenc's vision conventions)
+    "step3p5_vision": "Step3p7VisionModel",
+    "minimax_m3_vl_vision": "MiniMaxM3VLVisionModel",
     "emu3": "Emu3ForConditionalGeneration",  # Emu3ForCausalLM takes the text config only
 }
 
@@ -423,11 +426,12 @@ def _image_pair(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
 def _patches(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
     """Qwen2-VL-style towers taking flattened patches and a grid: two images of 2 × 3 merged
     tokens (4 × 6 patches). GLM-5-Next reads ``hidden_states (patches, 3 · T · P · P)`` and
-    ``grid_thw``; Inkling 2 ``pixel_values (tokens, P · merge, P · merge, 3)`` and
-    ``image_grid_thw`` in merged tokens."""
+    ``grid_thw``, MiniMax-M3-VL the same as ``pixel_values``; Inkling 2 ``pixel_values (tokens,
+    P · merge, P · merge, 3)`` and ``image_grid_thw`` in merged tokens."""
     config: Any = model.config
     merge, patch = config.spatial_merge_size, config.patch_size
-    if "image_grid_thw" in inspect.signature(model.forward).parameters:  # Inkling 2
+    params = inspect.signature(model.forward).parameters
+    if "image_grid_thw" in params:  # Inkling 2
         grid = torch.tensor([[1, 2, 3]] * BATCH)
         side = patch * merge
         pixels = torch.randn(int(grid.prod(-1).sum()), side, side, 3, generator=gen)
@@ -435,7 +439,28 @@ def _patches(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
     grid = torch.tensor([[1, 2 * merge, 3 * merge]] * BATCH)
     width = 3 * config.temporal_patch_size * patch * patch
     states = torch.randn(int(grid.prod(-1).sum()), width, generator=gen)
-    return {"hidden_states": states, "grid_thw": grid}
+    name = "hidden_states" if "hidden_states" in params else "pixel_values"
+    return {name: states, "grid_thw": grid}
+
+
+def _kimi_patches(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """Kimi-K2.5's vision tower: one ``(3, P, P)`` patch per row, two images of 4 × 6."""
+    config: Any = model.config
+    patch = config.patch_size
+    grid = torch.tensor([[1, 4, 6]] * BATCH)
+    pixels = torch.randn(int(grid.prod(-1).sum()), 3, patch, patch, generator=gen)
+    return {"pixel_values": pixels, "grid_thw": grid}
+
+
+def _gemma4_patches(model: nn.Module, gen: torch.Generator) -> dict[str, Any]:
+    """Gemma 4's vision tower: flattened patches ``(batch, patches, 3 · P · P)`` of a grid of
+    2 × 3 pooling windows, and their ``(x, y)`` positions ``(batch, patches, 2)``."""
+    config: Any = model.config
+    window = config.pooling_kernel_size
+    rows, cols = torch.meshgrid(torch.arange(2 * window), torch.arange(3 * window), indexing="ij")
+    positions = torch.stack([cols.flatten(), rows.flatten()], dim=-1)
+    pixels = torch.randn(BATCH, positions.shape[0], 3 * config.patch_size**2, generator=gen)
+    return {"pixel_values": pixels, "pixel_position_ids": positions.expand(BATCH, -1, -1)}
 
 
 #: The main input, per family whose model takes no token ids but whose rotary has HF's
@@ -460,4 +485,9 @@ MAIN_INPUTS: dict[str, Callable[[nn.Module, torch.Generator], dict[str, Any]]] =
     "efficientloftr": _image_pair,
     "inkling2": _patches,
     "glm5_next": _patches,
+    # vision towers of VL families, by model type (the tests of posenc's vision conventions)
+    "kimi_k25_vision": _kimi_patches,
+    "step3p5_vision": _image,
+    "minimax_m3_vl_vision": _patches,
+    "gemma4_vision": _gemma4_patches,
 }

@@ -148,6 +148,30 @@ def test_vision_model_output_equals_hf(family: str, convention: str) -> None:
     assert (got - expected).abs().max().item() <= TOLERANCE
 
 
+@pytest.mark.parametrize(
+    ("family", "model_type", "convention"),
+    [
+        ("kimi_k25", "kimi_k25_vision", "per frequency a column then a row pair, half"),
+        ("step3p7", "step3p5_vision", "columns then rows, half"),
+        ("minimax_m3_vl", "minimax_m3_vl_vision", "t, rows, columns; partial, half"),
+        ("gemma4", "gemma4_vision", "(batch, N, 2) positions, half per axis"),
+    ],
+)
+def test_vl_vision_tower_output_equals_hf(family: str, model_type: str, convention: str) -> None:
+    """The conventions no sweep row runs: the VL family's vision tower, built tiny on its own.
+    Compared at float32's own tolerance (assert_close): Gemma 4's pooled features are of
+    order 60, where one float32 rounding is 7.6e-6."""
+    built = build_tiny(family, model_type=model_type)
+    assert not isinstance(built, str), built
+    model, inputs, _ = built
+    expected, hf_called = output_and_rotary_calls(model, inputs)
+    patch_rotary(model, vision=True)
+    adapters = [n for n, m in model.named_modules() if isinstance(m, VisionRotaryAdapter)]
+    got, called = output_and_rotary_calls(model, inputs)
+    assert adapters and called == hf_called == set(adapters), convention
+    torch.testing.assert_close(got.float(), expected.float())  # outputs are float32 models'
+
+
 def _qwen2_vl() -> nn.Module:
     built = build_tiny("qwen2_vl")
     assert not isinstance(built, str)
