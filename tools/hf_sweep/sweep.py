@@ -2,23 +2,28 @@
 
 For each model family of the installed ``transformers`` whose modeling file defines a rotary
 embedding, build a tiny random-weight model (no downloads: 2 layers, hidden 64, 4 heads), run
-it on a fixed batch of token ids, patch it with posenc's RoPE (``rope=None``: the rope comes from
-the config) and compare the outputs (logits, else the last hidden state). Each family gets one
-status:
+it on a fixed batch of its main input (token ids; for models without them, what the tiny config
+says they read: audio features, raw audio, images, patches, a time series, draft-model
+embeddings, :data:`~tools.hf_sweep.overrides.MAIN_INPUTS`), patch it with
+``patch_rotary(model, keep_non_text=True, vision=True)`` (the ropes from the configs: text
+rotaries, sequence rotaries, and the axial vision rotaries that have a convention) and compare
+the outputs (logits, else the last hidden state, a codec's audio or latents, a backbone's
+feature maps). Each family gets one status:
 
-* ``equal``: max |diff| ≤ ``tolerance`` (5e-6) and every rotary module of the model was
-  replaced and called;
+* ``equal``: max |diff| ≤ ``tolerance`` (5e-6), every rotary module ``patch_rotary`` replaces
+  was replaced, and the modules that ran after patching are those HF ran (at least one);
 * ``mismatch``: the patch ran but the outputs differ (the max diff is recorded), or it left a
   rotary module unpatched or never called (a silent no-op);
 * ``refused``: ``patch_rotary`` raised ``ValueError`` (the message is recorded);
-* ``not text RoPE``: the family's rotary is not a text RoPE (no ``input_ids``, or its rotaries
-  live only in vision / audio towers), with the reason;
+* ``not text RoPE``: the family's rotaries are none that ``patch_rotary`` replaces (or need
+  inputs the sweep does not build), with the reason;
 * ``could not build``: no tiny model could be built or run unpatched here (the error), or no
-  text rotary ran on its inputs (an ``equal`` would compare nothing).
+  rotary ran on its inputs (an ``equal`` would compare nothing).
 
 Run from the repository root: ``python -m tools.hf_sweep [family ...] [--jobs N]
 [--timeout SECONDS] [--markdown FILE] [--json FILE] [--dtype float64]``; the table printed is
-the one in ``docs/hf.md``, and ``--conventions`` prints the tables of
+the one in ``docs/hf.md`` (``--docs docs/hf.md --table-module tools/hf_sweep/table.py`` rewrite
+it there and the expected statuses, from a whole sweep), and ``--conventions`` prints the tables of
 :mod:`posenc.integrations.hf.conventions` read from the installed release instead. ``--jobs``
 worker processes (default: the cores this process may use) check the families
 (:mod:`tools.hf_sweep.parallel`; a family whose worker crashes or runs past ``--timeout`` is
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -47,6 +53,8 @@ import torch
 from torch import Tensor, nn
 
 from posenc.integrations.hf.patch import HFRotaryAdapter, is_text_rotary, patch_rotary
+from posenc.integrations.hf.sequence import SequenceRotaryAdapter, is_sequence_rotary
+from posenc.integrations.hf.vision import VisionRotaryAdapter, is_vision_rotary
 from tools.hf_sweep.conventions import conventions_source
 from tools.hf_sweep.families import rope_families
 from tools.hf_sweep.parallel import run_parallel
@@ -58,7 +66,9 @@ __all__ = [
     "FamilyResult",
     "check_family",
     "default_jobs",
+    "docs_with_table",
     "main",
+    "not_equal_module",
     "output_and_rotary_calls",
     "sweep",
     "table_markdown",
@@ -70,23 +80,26 @@ TIMEOUT = 300.0
 STATUSES = ("equal", "mismatch", "refused", "not text RoPE", "could not build")
 #: Families whose rotary is not a text RoPE, with the reason (read from their modeling files).
 NOT_TEXT_ROPE: dict[str, str] = {
-    "seamless_m4t": "rotary only in the speech encoder's conformer "
-    "(SeamlessM4TConformerRotaryPositionalEmbedding, forward(hidden_states))",
-    "inkling2": "its only rotary is the vision tower's 2D one (Inkling2VisionRotaryEmbedding)",
-    "mimi": "audio codec: the rotary is in the codec's encoder/decoder transformers, no tokens",
-    "pocket_tts_audio_tokenizer": "audio codec (tokenizer of audio), no token inputs",
-    "nemotron3_5_transcribe": "text decoder Nemotron-H is NoPE; rotaries only in the ASR audio "
-    "encoder (input_features) and the word-timestamp head over audio frames",
+    "sam2_video": "its vision rotary (Sam2VideoVisionRotaryEmbedding, a convention of "
+    "posenc.integrations.hf.vision, tables tested) runs in the memory attention of video "
+    "tracking, which needs an inference session with prompts the sweep does not build",
+    "sam3_tracker_video": "its vision rotary (Sam3TrackerVideoVisionRotaryEmbedding, a convention "
+    "of posenc.integrations.hf.vision, tables tested) runs in the memory attention of video "
+    "tracking, which needs an inference session with prompts the sweep does not build",
+    "edgetam_video": "its vision rotary (EdgeTamVideoVisionRotaryEmbedding, a convention of "
+    "posenc.integrations.hf.vision, tables tested) runs in the memory attention of video "
+    "tracking, which needs an inference session with prompts the sweep does not build",
+    "vjepa2": "its 3-D rotary is inline in the attention (rotate_queries_or_keys over frame, "
+    "row and column ids): no rotary module to replace",
     "esmfold2": "its rotary (EsmFold2RotaryEmbedding) rotates by atoms' 3-D reference positions "
     "and space ids in the atom encoder, not by token index",
-    "eomt_dinov3": "image segmentation (EoMT on DINOv3): its rotary is the ViT's 2-D patch "
-    "rotary (EomtDinov3RotaryEmbedding), pixel inputs only",
 }
-#: Families whose rotary acts on text tokens through a module without HF's
-#: ``forward(x, position_ids)`` contract: the sweep asks ``patch_rotary``, which refuses.
-OTHER_CONTRACT: dict[str, str] = {
-    "clvp": "its text encoder's rotary (ClvpRotaryPositionalEmbedding.forward(hidden_states), "
-    "phases for 0…seq-1) lacks HF's (x, position_ids) → (cos, sin) contract",
+
+
+#: Why a family's difference exceeds the tolerance, measured (appended to its detail).
+MISMATCH_REASONS: dict[str, str] = {
+    "youtu": "float32 rounding at logits of order 9: HF's own float32 and float64 logits differ "
+    "by 6.3e-6; with --dtype float64 the family is equal (1.7e-6: HF's float32 tables)",
 }
 
 
@@ -119,12 +132,16 @@ def _quiet() -> Iterator[None]:
 def _output(model: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
     with torch.no_grad():
         out = model(**inputs)
-    for key in ("logits", "last_hidden_state", "prediction_logits"):
+    # audio codecs: the decoded audio, else the encoder's continuous latents (never the codes)
+    for key in ("logits", "last_hidden_state", "prediction_logits", "audio_values", "latents"):
         value = getattr(out, key, None)
         if isinstance(value, torch.Tensor):
             return value.double()
     if isinstance(out, tuple) and isinstance(out[0], torch.Tensor):
         return out[0].double()
+    maps = getattr(out, "feature_maps", None)  # a backbone (EfficientLoFTR): every map
+    if isinstance(maps, tuple) and maps and all(isinstance(m, torch.Tensor) for m in maps):
+        return torch.cat([m.double().flatten() for m in maps])
     # contrastive towers (PE Audio): each tower's per-token states, where its rotary acts
     towers = [getattr(out, key, None) for key in out if key.endswith("_outputs")]
     states = [getattr(t, "last_hidden_state", None) for t in towers]
@@ -158,13 +175,7 @@ def check_family(
         if not rotaries:
             why = f"the tiny {name} holds no rotary module (its rotary is in parts not built)"
             return FamilyResult(family, "could not build", why, None, name)
-        if not any(is_text_rotary(m) for _, m in rotary_modules(model)):
-            if family in OTHER_CONTRACT:
-                try:
-                    patch_rotary(model, keep_non_text=True)
-                except ValueError as err:
-                    why = f"{OTHER_CONTRACT[family]}: {_first_line(err)}"
-                    return FamilyResult(family, "refused", why, None, name)
+        if not any(_replaceable(m) for _, m in rotary_modules(model)):
             where = sorted({f"{type(m).__name__}" for _, m in rotaries})
             return FamilyResult(family, "not text RoPE", f"rotaries only in {where}", None, name)
         try:
@@ -174,10 +185,10 @@ def check_family(
                 family, "could not build", "HF forward: " + _first_line(err), None, name
             )
         if not hf_called:  # an equal would be vacuous: nothing compared
-            why = "no text rotary ran on the tiny inputs"
+            why = "no text or vision rotary ran on the tiny inputs"
             return FamilyResult(family, "could not build", why, None, name)
         try:
-            patch_rotary(model, keep_non_text=True)
+            patch_rotary(model, keep_non_text=True, vision=True)
         except ValueError as err:
             return FamilyResult(family, "refused", _first_line(err), None, name)
         except Exception as err:
@@ -190,8 +201,13 @@ def check_family(
             return FamilyResult(
                 family, "mismatch", "patched forward: " + _first_line(err), None, name
             )
-    left = [key for key, module in rotary_modules(model) if is_text_rotary(module)]
-    kept = [key for key, module in rotary_modules(model) if not is_text_rotary(module)]
+    left = [key for key, module in rotary_modules(model) if _replaceable(module)]
+    kept = [key for key, module in rotary_modules(model) if not _replaceable(module)]
+    idle = sorted(  # vision adapters the (token) inputs never reach: replaced, not compared
+        key
+        for key, module in model.named_modules()
+        if isinstance(module, VisionRotaryAdapter) and key not in called
+    )
     if left:
         return FamilyResult(family, "mismatch", f"silent no-op: {left} left unpatched", None, name)
     if called != hf_called:
@@ -202,20 +218,34 @@ def check_family(
     diff = (got - expected).abs().max().item()
     status = "equal" if diff <= tolerance else "mismatch"
     detail = "" if status == "equal" else f"max diff {diff:.1e}"
+    if status == "mismatch" and family in MISMATCH_REASONS:
+        detail = f"{detail} ({MISMATCH_REASONS[family]})"
+    if idle:
+        detail = f"{detail}; vision rotaries replaced, not run by the inputs: {idle}".lstrip("; ")
     if kept:
         detail = f"{detail}; HF's non-text rotaries kept: {kept}".lstrip("; ")
     return FamilyResult(family, status, detail, diff, name)
 
 
+def _replaceable(module: nn.Module) -> bool:
+    """Whether ``patch_rotary(..., vision=True)`` replaces ``module`` (an HF module left in
+    place of one of these is a silent no-op)."""
+    return is_text_rotary(module) or is_vision_rotary(module) or is_sequence_rotary(module)
+
+
 def output_and_rotary_calls(model: nn.Module, inputs: dict[str, Any]) -> tuple[Tensor, set[str]]:
-    """The model's output and the names of the text rotary modules (HF's or adapters) that
-    ran: after patching, the same names must run as before (else a patch is a no-op)."""
+    """The model's output and the names of the text, vision and sequence rotary modules (HF's
+    or adapters) that ran: after patching, the same names must run as before (else a patch is a
+    no-op)."""
     called: set[str] = set()
     hooks = [
         module.register_forward_hook(lambda *_, key=key: called.add(key))
         for key, module in model.named_modules()
-        if isinstance(module, HFRotaryAdapter)
-        or (type(module).__name__.endswith("RotaryEmbedding") and is_text_rotary(module))
+        if isinstance(module, (HFRotaryAdapter, VisionRotaryAdapter, SequenceRotaryAdapter))
+        or (
+            type(module).__name__.endswith(("RotaryEmbedding", "RotaryPositionalEmbedding"))
+            and _replaceable(module)
+        )
     ]
     try:
         return _output(model, inputs), called
@@ -308,12 +338,53 @@ def table_markdown(results: Sequence[FamilyResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+DOCS_START, DOCS_END = "<!-- conformance table: start -->", "<!-- conformance table: end -->"
+
+
+def docs_with_table(text: str, results: Sequence[FamilyResult]) -> str:
+    """``text`` (``docs/hf.md``) with the block between :data:`DOCS_START` and
+    :data:`DOCS_END` replaced by :func:`table_markdown` of ``results``."""
+    start, end = text.find(DOCS_START), text.find(DOCS_END)
+    if start < 0 or end < start:
+        raise ValueError(f"the docs have no {DOCS_START} … {DOCS_END} block")
+    table = table_markdown(results)
+    return f"{text[: start + len(DOCS_START)]}\n{table}{text[end:]}"
+
+
+def not_equal_module(results: Sequence[FamilyResult]) -> str:
+    """The source of :mod:`tools.hf_sweep.table`: ``NOT_EQUAL`` from ``results``."""
+    lines = [
+        "# ruff: noqa: E501",
+        '"""The conformance sweep\'s table (transformers 5.23.0): every RoPE family whose status',
+        "is not ``equal``, with the status and the reason. ``tests/integrations/hf/test_sweep.py``",
+        "asserts each family's status against it and ``docs/hf.md`` shows it. Generated by",
+        "``python -m tools.hf_sweep --table-module tools/hf_sweep/table.py``; a family not listed",
+        'must be ``equal``.\n"""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "NOT_EQUAL: dict[str, tuple[str, str]] = {",
+    ]
+    quote = functools.partial(json.dumps, ensure_ascii=False)  # ruff's double quotes
+    for r in results:
+        if r.status != "equal":  # exploded, trailing commas: as ruff format leaves it
+            lines += [f"    {quote(r.family)}: (", f"        {quote(r.status)},"]
+            lines += [f"        {quote(r.detail)},", "    ),"]
+    return "\n".join([*lines, "}", ""])
+
+
 def main(argv: Sequence[str] | None = None) -> list[FamilyResult]:
     """Command line: run the sweep, print each family, write markdown / JSON if asked."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("families", nargs="*", help="families (default: all RoPE families)")
     parser.add_argument("--markdown", type=Path, help="write the table here")
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--docs", type=Path, help="replace the conformance table block of this file (docs/hf.md)"
+    )
+    parser.add_argument(
+        "--table-module", type=Path, help="write NOT_EQUAL here (tools/hf_sweep/table.py)"
+    )
     parser.add_argument(
         "--dtype", choices=("float32", "float64"), default="float32", help="models and inputs"
     )
@@ -356,6 +427,13 @@ def main(argv: Sequence[str] | None = None) -> list[FamilyResult]:
         args.markdown.write_text(table)
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1))
+    if args.docs or args.table_module:
+        if args.families:
+            parser.error("--docs and --table-module need the whole sweep (no families named)")
+        if args.docs:
+            args.docs.write_text(docs_with_table(args.docs.read_text(), results))
+        if args.table_module:
+            args.table_module.write_text(not_equal_module(results))
     return results
 
 

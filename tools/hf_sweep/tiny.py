@@ -20,7 +20,9 @@ from tools.hf_sweep.families import family_model_types, modeling_source
 from tools.hf_sweep.overrides import (
     BATCH,
     EXTRA_INPUTS,
+    MAIN_INPUTS,
     MODEL_CLASS,
+    MODEL_TYPE,
     OVERRIDES,
     SEQ_LEN,
     mrope_positions,
@@ -86,11 +88,11 @@ _SUB = ("text_config", "decoder_config", "encoder_config", "language_config", "l
 
 def rotary_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     """HF's rotary modules in ``model``: every submodule whose class name ends with
-    ``RotaryEmbedding`` (posenc's own modules excluded)."""
+    ``RotaryEmbedding`` or ``RotaryPositionalEmbedding`` (posenc's own modules excluded)."""
     return [
         (name, module)
         for name, module in model.named_modules()
-        if type(module).__name__.endswith("RotaryEmbedding")
+        if type(module).__name__.endswith(("RotaryEmbedding", "RotaryPositionalEmbedding"))
         and not type(module).__module__.startswith("posenc")
     ]
 
@@ -258,22 +260,37 @@ def _model_class(model_type: str) -> type[nn.Module] | None:
     return None
 
 
-def _no_tokens(cls: type[nn.Module], family: str) -> str | None:
-    """Why ``cls`` takes no token ids (``None`` if it does), read from its ``forward``'s
-    signature before a model is built: a large audio or video model is not built for nothing."""
+def _main_input(family: str, model_type: str) -> Any:
+    """The builder of the main input of ``model_type`` (else of ``family``) in
+    :data:`~tools.hf_sweep.overrides.MAIN_INPUTS`, or ``None``: token ids."""
+    return MAIN_INPUTS.get(model_type, MAIN_INPUTS.get(family))
+
+
+def _no_tokens(cls: type[nn.Module], family: str, model_type: str = "") -> str | None:
+    """Why ``cls`` takes no token ids (``None`` if it does, or if it has a main input), read
+    from its ``forward``'s signature before a model is built: a large audio or video model is
+    not built for nothing."""
     params = inspect.signature(cls.forward).parameters
-    if "input_ids" in params:
+    if "input_ids" in params or _main_input(family, model_type) is not None:
         return None
     if "decoder_input_ids" in params and family in EXTRA_INPUTS:  # speech encoder-decoder
         return None
     return f"{cls.__name__}.forward takes no input_ids"
 
 
-def _forward_inputs(model: nn.Module, vocab: int, family: str) -> dict[str, Any]:
-    """The token ids (and whatever else ``family`` reads) for a model that takes tokens (see
-    :func:`_no_tokens`)."""
+def _forward_inputs(
+    model: nn.Module, vocab: int, family: str, model_type: str = ""
+) -> dict[str, Any]:
+    """The token ids (and whatever else ``family`` reads) for a model that takes tokens, else
+    its main input (see :func:`_no_tokens`)."""
     params = inspect.signature(model.forward).parameters
     gen = torch.Generator().manual_seed(1)
+    build_main = _main_input(family, model_type)
+    if build_main is not None:  # no tokens: the model's own main input
+        main: dict[str, Any] = build_main(model, gen)
+        if "use_cache" in params:
+            main["use_cache"] = False
+        return main
     ids = torch.randint(1, min(vocab, 128), (BATCH, SEQ_LEN), generator=gen)
     inputs: dict[str, Any] = {"input_ids": ids}
     if "input_ids" not in params:  # a speech encoder-decoder: tokens reach the decoder only
@@ -291,14 +308,21 @@ def _forward_inputs(model: nn.Module, vocab: int, family: str) -> dict[str, Any]
 
 
 def build_tiny(
-    family: str, dtype: torch.dtype = torch.float32
+    family: str, dtype: torch.dtype = torch.float32, *, model_type: str | None = None
 ) -> tuple[nn.Module, dict[str, Any], str] | str:
     """``(model, inputs, class name)`` of a tiny random ``family`` model in ``dtype`` (its
-    floating inputs too), or the reason (a string) why the family has no text model with
-    token inputs. Raises whatever HF raises when the tiny config is invalid."""
+    floating inputs too), or the reason (a string) why the family has no model with token
+    inputs or a main input. ``model_type``: build that type of the family (e.g. a VL family's
+    vision tower) instead of the first that builds. Raises whatever HF raises when the tiny
+    config is invalid."""
     from transformers import AutoConfig
 
     types = family_model_types(family)
+    if model_type is not None or family in MODEL_TYPE:
+        wanted = model_type or MODEL_TYPE[family]
+        if wanted not in types:
+            raise ValueError(f"model_type {wanted!r} is not one of {family}'s: {types}")
+        types = [wanted]
     if not types:
         raise ValueError(f"no config class in transformers/models/{family}")
     errors, reasons = [], []
@@ -306,7 +330,7 @@ def build_tiny(
         cls = _model_class(model_type)
         if cls is None:
             continue
-        no_tokens = _no_tokens(cls, family)
+        no_tokens = _no_tokens(cls, family, model_type)
         if no_tokens:
             reasons.append(no_tokens)
             continue
@@ -328,7 +352,7 @@ def build_tiny(
             errors.append(f"{model_type}: {type(err).__name__}: {' '.join(str(err).split())}")
             continue
         vocab = int(getattr(config.get_text_config(), "vocab_size", 128) or 128)
-        inputs = _forward_inputs(model, vocab, family)
+        inputs = _forward_inputs(model, vocab, family, model_type)
         for key, value in inputs.items():
             if isinstance(value, torch.Tensor) and value.is_floating_point():
                 inputs[key] = value.to(dtype)

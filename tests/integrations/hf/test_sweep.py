@@ -7,11 +7,13 @@ results (its runner: test_sweep_parallel.py)."""
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
-from tools.hf_sweep import sweep  # noqa: E402
+from tools.hf_sweep import overrides, sweep  # noqa: E402
 from tools.hf_sweep.families import rope_families  # noqa: E402
 from tools.hf_sweep.sweep import NOT_EQUAL, STATUSES, check_family  # noqa: E402
 
@@ -26,22 +28,25 @@ def test_every_stated_family_is_installed_and_has_a_reason() -> None:
 
 
 def test_a_family_whose_rotaries_never_run_is_not_equal(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nemotron 3.5 Transcribe builds and runs on token ids, but its text decoder is NoPE and
-    its rotaries are the audio encoder's: no rotary runs, so 'equal' would be vacuous."""
-    monkeypatch.delitem(sweep.NOT_TEXT_ROPE, "nemotron3_5_transcribe")
+    """Nemotron 3.5 Transcribe builds and runs on token ids alone, but its text decoder is NoPE
+    and its rotaries are the audio encoder's: without its audio input no rotary runs, so
+    'equal' would be vacuous."""
+    monkeypatch.delitem(overrides.EXTRA_INPUTS, "nemotron3_5_transcribe")
     result = check_family("nemotron3_5_transcribe")
     assert (result.status, result.detail) == (
         "could not build",
-        "no text rotary ran on the tiny inputs",
+        "no text or vision rotary ran on the tiny inputs",
     )
 
 
-def test_a_text_rotary_without_hf_contract_is_refused_not_skipped() -> None:
-    """CLVP's text encoder rotates text tokens through a module patch_rotary cannot replace:
-    the sweep reports posenc's refusal, not 'not text RoPE'."""
-    result = check_family("clvp")
-    assert result.status == "refused"
-    assert "ClvpRotaryPositionalEmbedding" in result.detail and "ValueError" in result.detail
+def test_vision_rotaries_the_inputs_never_reach_are_named() -> None:
+    """Qwen2-VL on token ids: its vision rotary is replaced (vision=True) but never runs, and
+    the row says so rather than counting it compared."""
+    result = check_family("qwen2_vl")
+    assert result.status == "equal"
+    assert result.detail == (
+        "vision rotaries replaced, not run by the inputs: ['model.visual.rotary_pos_emb']"
+    )
 
 
 def test_float64_comparison_leaves_only_hf_float32_tables() -> None:
@@ -51,13 +56,13 @@ def test_float64_comparison_leaves_only_hf_float32_tables() -> None:
     assert result.status == "equal" and result.max_diff is not None and result.max_diff < 1e-6
 
 
-@pytest.mark.slow  # four tiny models built twice: about 6 s
+@pytest.mark.slow  # three tiny models built twice (esmfold2's status is stated): about 6 s
 def test_parallel_sweep_gives_the_serial_results_in_order(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Equal, mismatch (its max diff bit for bit), refused, not text RoPE: two workers give
     what one process gives, and print the families' lines in the order asked."""
-    families = ["pixtral", "youtu", "llama", "clvp"]
+    families = ["esmfold2", "youtu", "llama", "hunyuan_vl"]
     serial = sweep.sweep(families, jobs=1)
     assert [r.status for r in serial] == ["not text RoPE", "mismatch", "equal", "refused"]
     capsys.readouterr()
@@ -86,3 +91,23 @@ def test_family_conformance(family: str) -> None:
     result = check_family(family)
     expected = NOT_EQUAL.get(family, ("equal", ""))[0]
     assert result.status == expected, f"{family}: {result.status} ({result.detail})"
+
+
+def test_table_writers_round_trip() -> None:
+    """--table-module writes NOT_EQUAL for the results given (equal families left out);
+    --docs replaces only the marked block, and refuses a file without one."""
+    results = [
+        sweep.FamilyResult("a", "equal", "", 0.0, "A"),
+        sweep.FamilyResult("b", "refused", 'ValueError: it\'s "odd" | x', None, "B"),
+    ]
+    source = sweep.not_equal_module(results)
+    tree = ast.parse(source)  # the generated module: its NOT_EQUAL literal
+    value = next(n.value for n in tree.body if isinstance(n, ast.AnnAssign) and n.value)
+    assert ast.literal_eval(value) == {"b": ("refused", 'ValueError: it\'s "odd" | x')}
+    text = f"intro\n{sweep.DOCS_START}\nold\n{sweep.DOCS_END}\nafter\n"
+    new = sweep.docs_with_table(text, results)
+    assert new.startswith(f"intro\n{sweep.DOCS_START}\n1 equal, 0 mismatch, 1 refused")
+    assert '| b | B | refused | ValueError: it\'s "odd" \\| x |' in new
+    assert new.endswith(f"{sweep.DOCS_END}\nafter\n") and "old" not in new
+    with pytest.raises(ValueError, match="the docs have no"):
+        sweep.docs_with_table("no block", results)

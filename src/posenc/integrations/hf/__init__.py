@@ -12,8 +12,11 @@
   :func:`deepseek_v4_rotary_from_config` (:mod:`posenc.integrations.hf.deepseek`): MLA's
   decoupled RoPE, the DSA indexer's, DeepSeek-V4's (with its value rotation).
 * :func:`patch_rotary` / :func:`unpatch_rotary` (:mod:`posenc.integrations.hf.patch`): run
-  posenc's RoPE in every text rotary module of an HF model (``docs/hf.md`` lists the RoPE
-  families of transformers 5.23.0 that give equal logits, and why the others do not).
+  posenc's RoPE in every text rotary module of an HF model, its sequence rotaries
+  (:mod:`~posenc.integrations.hf.sequence`: conformers, CLVP) and, with ``vision=True``, its
+  axial vision rotaries (:mod:`~posenc.integrations.hf.vision`: one convention per HF class)
+  (``docs/hf.md`` lists the RoPE families of transformers 5.23.0 that give equal outputs, and
+  why the others do not).
 
 Nested per-layer-type ``rope_parameters`` are read with ``layer_type=``; which model types'
 default RoPE ignores ``partial_rotary_factor`` comes from HF's code
@@ -29,7 +32,8 @@ values raise :class:`ValueError` naming the key. Reference: ``transformers`` 5.2
 
 The package, one concept per module: ``rope_parameters`` reads and validates a config's RoPE
 once; ``config`` converts it (the functions above); ``layers`` reads the per-layer attention;
-``patch`` patches the rotary modules; ``segments`` runs segment methods in HF decoders
+``patch`` patches the rotary modules (``vision`` and ``sequence`` hold the conventions of the
+non-text ones); ``segments`` runs segment methods in HF decoders
 (:func:`~posenc.integrations.hf.segments.patch_segments`); ``conventions`` holds HF's
 conventions as data. The conformance sweep over every RoPE family of
 ``transformers`` is tooling, outside the package: ``python -m tools.hf_sweep`` (``docs/hf.md``).
@@ -62,10 +66,15 @@ from posenc.integrations.hf.patch import (
     rotary_modules,
     unpatch_rotary,
 )
+from posenc.integrations.hf.sequence import SequenceRotaryAdapter
+from posenc.integrations.hf.vision import VisionConvention, VisionRotaryAdapter
 
 __all__ = [
     "DEFAULT_IGNORES_PARTIAL",
     "HFRotaryAdapter",
+    "SequenceRotaryAdapter",
+    "VisionConvention",
+    "VisionRotaryAdapter",
     "attention_scale_from_config",
     "deepseek_v4_rope_parameters",
     "deepseek_v4_rope_type",

@@ -5,8 +5,15 @@ Every text rotary module of the model (any submodule whose class is an HF
 and under any attribute name: one per decoder, per stack, per layer, per theta) is replaced by
 an :class:`HFRotaryAdapter` that returns posenc's tables in the format HF's module returned
 (read off HF's module once: half-split or interleaved cos/sin, half-width cos/sin, or complex
-``freqs_cis``). Rotary modules without that contract (vision and audio towers' 2D rotaries)
-are refused unless ``keep_non_text=True`` says to leave them to HF: nothing is skipped silently.
+``freqs_cis``). The sequence rotaries of
+:data:`~posenc.integrations.hf.sequence.SEQUENCE_CONVENTIONS` (conformers' and CLVP's
+``forward(hidden_states)``, positions 0…seq−1) are replaced by
+:class:`~posenc.integrations.hf.sequence.SequenceRotaryAdapter`. With ``vision=True`` the
+axial vision rotaries of
+:data:`~posenc.integrations.hf.vision.VISION_CONVENTIONS` (2-D / 3-D patch coordinates) are
+replaced too, by :class:`~posenc.integrations.hf.vision.VisionRotaryAdapter`. Other rotary
+modules without the text contract (and vision ones without ``vision=True``) are refused unless
+``keep_non_text=True`` says to leave them to HF: nothing is skipped silently.
 Reference: ``transformers`` 5.23.0 (``LlamaRotaryEmbedding``, ``Gemma3RotaryEmbedding``,
 ``CohereRotaryEmbedding``, ``GptOssRotaryEmbedding``, ``Llama4TextRotaryEmbedding``).
 """
@@ -24,6 +31,12 @@ from posenc.integrations.hf._common import RotaryStandIn, config_head_dim, rope_
 from posenc.integrations.hf.config import mrope_from_config
 from posenc.integrations.hf.conventions import UNDECLARED_MROPE_AXES
 from posenc.integrations.hf.rope_parameters import RopeParameters, read_rope_parameters
+from posenc.integrations.hf.sequence import (
+    SequenceRotaryAdapter,
+    is_sequence_rotary,
+    sequence_adapter,
+)
+from posenc.integrations.hf.vision import VisionRotaryAdapter, is_vision_rotary, vision_adapter
 from posenc.rotary.multi_axis import MultiAxisRotary
 from posenc.rotary.rope import RotaryEmbedding
 
@@ -146,6 +159,8 @@ def is_text_rotary(module: nn.Module) -> bool:
     vision tower's ``axial`` rope type (Qwen2-VL's vision rotary shares the signature)."""
     if isinstance(module, HFRotaryAdapter):
         return True
+    if isinstance(module, (VisionRotaryAdapter, SequenceRotaryAdapter)):
+        return False
     params_of = getattr(module.__dict__.get("config"), "rope_parameters", None)
     if isinstance(params_of, Mapping) and params_of.get("rope_type") == "axial":
         return False
@@ -154,18 +169,23 @@ def is_text_rotary(module: nn.Module) -> bool:
 
 
 def rotary_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
-    """Every rotary module of ``model`` (name, module): :class:`HFRotaryAdapter`\\ s and every
-    submodule whose class name ends with ``RotaryEmbedding`` (HF's naming), posenc's own
-    modules (an adapter's rope) excluded."""
+    """Every rotary module of ``model`` (name, module): posenc's adapters
+    (:class:`HFRotaryAdapter`, :class:`~posenc.integrations.hf.vision.VisionRotaryAdapter`,
+    :class:`~posenc.integrations.hf.sequence.SequenceRotaryAdapter`) and every submodule whose
+    class name ends with ``RotaryEmbedding`` or ``RotaryPositionalEmbedding`` (HF's naming),
+    posenc's own modules (an adapter's rope) excluded."""
     return [
         (name, module)
         for name, module in model.named_modules()
-        if isinstance(module, HFRotaryAdapter)
+        if isinstance(module, _ADAPTERS)
         or (
-            type(module).__name__.endswith("RotaryEmbedding")
+            type(module).__name__.endswith(("RotaryEmbedding", "RotaryPositionalEmbedding"))
             and not type(module).__module__.startswith("posenc")
         )
     ]
+
+
+_ADAPTERS = (HFRotaryAdapter, VisionRotaryAdapter, SequenceRotaryAdapter)
 
 
 def _table_format(
@@ -333,7 +353,11 @@ def _adapter(module: nn.Module, model: nn.Module, rope: RotaryEmbedding | None) 
 
 
 def patch_rotary(
-    model: nn.Module, rope: RotaryEmbedding | None = None, *, keep_non_text: bool = False
+    model: nn.Module,
+    rope: RotaryEmbedding | None = None,
+    *,
+    keep_non_text: bool = False,
+    vision: bool = False,
 ) -> nn.Module:
     """Make an HF model use posenc's RoPE in every layer (in place).
 
@@ -352,6 +376,10 @@ def patch_rotary(
             convert the checkpoint with :func:`posenc.rotary.permute_rotary_weight`.
         keep_non_text: leave rotary modules without the text contract (vision / audio towers)
             to HF instead of refusing the model.
+        vision: also replace the axial vision rotaries that have a convention in
+            :data:`~posenc.integrations.hf.vision.VISION_CONVENTIONS` (each checked against
+            one call of HF's module first; ``rope`` does not apply to them). Off by default:
+            the vision towers then keep HF's tables.
 
     Returns:
         ``model``, patched. Every module is validated before any is replaced.
@@ -378,16 +406,24 @@ def patch_rotary(
             "model has no rotary module (a submodule whose class name ends with "
             "'RotaryEmbedding', HF's naming): nothing to patch"
         )
-    other = [name for name, module in found if not is_text_rotary(module)]
+    if not isinstance(vision, bool):
+        raise ValueError(f"vision must be True or False, got {vision!r}")
+    axial = [(n, m) for n, m in found if vision and is_vision_rotary(m)]
+    sequence = [(n, m) for n, m in found if is_sequence_rotary(m)]
+    other = [n for n, m in found if not is_text_rotary(m) and (n, m) not in axial + sequence]
     if other and not keep_non_text:
+        hint = "" if vision else "; vision=True replaces the axial vision rotaries posenc knows"
         raise ValueError(
             f"rotary modules {other} do not take (x, position_ids) (vision / audio 2D rotaries, "
-            "not a text RoPE); pass keep_non_text=True to leave them to HF"
+            f"not a text RoPE); pass keep_non_text=True to leave them to HF{hint}"
         )
     text = [(name, module) for name, module in found if is_text_rotary(module)]
-    if not text:
+    if not text and not axial and not sequence:
         raise ValueError(f"model has no text rotary module (found only {other})")
-    adapters = {id(module): _adapter(module, model, rope) for _, module in text}
+    adapters: dict[int, nn.Module] = {id(m): _adapter(m, model, rope) for _, m in text}
+    adapters.update({id(m): vision_adapter(m) for _, m in axial})
+    config = getattr(model, "config", None)
+    adapters.update({id(m): sequence_adapter(m, config) for _, m in sequence})
     # a module registered under several names (named_modules lists it once) is replaced under
     # every one of them, by one adapter, so the name the model calls it by is patched too
     _replace(model, adapters)
@@ -420,7 +456,7 @@ def unpatch_rotary(model: nn.Module) -> nn.Module:
             "model is not patched by patch_rotary; it is patched by patch_segments "
             "(unpatch_segments(model) undoes that)"
         )
-    patched = [m for _, m in model.named_modules() if isinstance(m, HFRotaryAdapter)]
+    patched = [m for _, m in model.named_modules() if isinstance(m, _ADAPTERS)]
     if not patched or any(m.original is None for m in patched):
         raise ValueError(
             "model is not patched by patch_rotary (its rotary modules are HF's own): nothing to "
