@@ -541,3 +541,38 @@ def test_disagreeing_per_layer_head_dims_raise() -> None:
     config["per_layer_config"] = {f"{full[0]:02d}": {"head_dim": 512}}
     with pytest.raises(ValueError, match="different head_dim"):
         rope_from_config(config, layer_type="full_attention")
+
+
+@pytest.mark.parametrize("form", ["config.json", "object"])
+def test_legacy_mrope_type_reads_as_default_rope(form: str) -> None:
+    """Qwen2-VL's Hub config says ``rope_scaling = {"type": "mrope", "mrope_section": ...}``;
+    transformers reads it as the default RoPE on (t, h, w) (and its config object then holds
+    both ``type: mrope`` and ``rope_type: default``): posenc reads either form as the current
+    ``rope_parameters`` form, with transformers' inverse frequencies."""
+    from transformers import Qwen2VLTextConfig
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
+
+    from posenc.integrations.hf import mrope_from_config
+
+    dims = {"hidden_size": 3584, "num_attention_heads": 28, "max_position_embeddings": 32768}
+    legacy = {"type": "mrope", "mrope_section": [16, 24, 24]}
+    hf = Qwen2VLTextConfig(**dims, rope_theta=1e6, rope_scaling=dict(legacy))
+    hub = {"model_type": "qwen2_vl", **dims, "rope_theta": 1e6, "rope_scaling": dict(legacy)}
+    current = {
+        "model_type": "qwen2_vl",
+        **dims,
+        "rope_parameters": {
+            "rope_type": "default",
+            "rope_theta": 1e6,
+            "mrope_section": [16, 24, 24],
+        },
+    }
+    config = hub if form == "config.json" else hf
+    inv_freq, factor = frequencies_from_config(config)
+    torch.testing.assert_close(inv_freq, Qwen2VLRotaryEmbedding(hf).inv_freq, rtol=1e-6, atol=0)
+    assert factor == 1.0
+    positions = torch.randint(0, 4000, (3, 2, 17))
+    got = mrope_from_config(config).rotary_tables(positions, torch.float64)
+    want = mrope_from_config(current).rotary_tables(positions, torch.float64)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)

@@ -85,7 +85,8 @@ def rope_layer_types(config: Any) -> list[str]:
 def rope_dict(config: Any, layer_type: str | None = None) -> dict[str, Any]:
     """The flat rope dict (legacy ``rope_scaling`` or current ``rope_parameters``, the
     ``layer_type`` entry of a nested one), with its ``rope_type`` (``"type"`` read as HF's
-    legacy name, ``"default"`` when neither is set)."""
+    legacy name, ``"default"`` when neither is set; the legacy ``"mrope"`` of Qwen2/2.5-VL
+    checkpoints is ``"default"``, as their transformers configs read it)."""
     types = rope_layer_types(config)
     params = _raw_rope_dict(config)
     if types or layer_type is not None:
@@ -96,6 +97,9 @@ def rope_dict(config: Any, layer_type: str | None = None) -> dict[str, Any]:
                 f"{layer_type!r}"
             )
         params = dict(params[layer_type])
+    for key in ("type", "rope_type"):
+        if params.get(key) == "mrope":  # Qwen2/2.5-VL's legacy name: plain RoPE on (t, h, w)
+            params[key] = "default"
     if "type" in params and "rope_type" in params and params["type"] != params["rope_type"]:
         raise ValueError(
             f"rope_parameters['type'] ({params['type']!r}) and ['rope_type'] "
