@@ -99,6 +99,11 @@ def rope_dict(config: Any, layer_type: str | None = None) -> dict[str, Any]:
         params = dict(params[layer_type])
     for key in ("type", "rope_type"):
         if params.get(key) == "mrope":  # Qwen2/2.5-VL's legacy name: plain RoPE on (t, h, w)
+            if params.get("mrope_section") is None:
+                raise ValueError(
+                    f"rope_parameters[{key!r}] 'mrope' (Qwen2/2.5-VL's legacy name for the "
+                    "default RoPE on (t, h, w) positions) needs ['mrope_section']"
+                )
             params[key] = "default"
     if "type" in params and "rope_type" in params and params["type"] != params["rope_type"]:
         raise ValueError(
