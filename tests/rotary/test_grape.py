@@ -118,7 +118,7 @@ def test_logits_depend_on_the_offset_alone(planes: str) -> None:
 def test_kv_cache_decoding_equals_the_full_forward(planes: str, backend: str) -> None:
     torch.manual_seed(0)
     rot = randomized(GrapeRotation(4, num_heads=4, planes=planes))  # type: ignore[arg-type]
-    attn = Attention(16, 4, pos=rot, causal=True, backend=Backend(backend, block_size=4)).double()
+    attn = Attention(16, 4, pos=rot, causal=True, backend=Backend(backend, block_size=4)).double()  # type: ignore[arg-type]
     x = torch.randn(2, 8, 16, dtype=F64)
     with torch.no_grad():
         full = attn(x)

@@ -90,8 +90,8 @@ def rank2_exp(u: Tensor, v: Tensor, angle: Tensor | float) -> Tensor:
     first = torch.where(s > 0, torch.sin(theta) / safe, torch.zeros_like(s))
     second = torch.where(s > 0, (1 - torch.cos(theta)) / safe**2, torch.zeros_like(s))
     eye = torch.eye(u.shape[-1], dtype=generator.dtype, device=generator.device)
-    return eye + first[..., None, None] * generator + second[..., None, None] * (
-        generator @ generator
+    return (
+        eye + first[..., None, None] * generator + second[..., None, None] * (generator @ generator)
     )
 
 
