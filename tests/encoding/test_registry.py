@@ -125,7 +125,8 @@ def test_the_causal_only_encodings() -> None:
     segments = ["self_extend", "dual_chunk", "rerope", "lm_infinite", "sinks"]
     # FoX sums forget gates up to the query; stick-breaking breaks the stick from it backwards;
     # additive GRAPE's bias is linear in j − i (it would reward keys after the query)
-    expected = ["xpos", "grape_additive", "cope", "fox", "stick_breaking", *segments]
+    expected = ["xpos", "grape_additive", "grape_gated", "cope", "fox", "stick_breaking"]
+    expected += segments
     assert [s.name for s in list_encodings() if s.causal_only] == expected
 
 

@@ -26,7 +26,9 @@ known methods exactly:
 :func:`grape_additive_logits` evaluates the lifted form with explicit matrices in float64
 (the reference the tests compare ALiBi, FoX and :class:`GrapeAdditiveBias` with);
 :class:`GrapeAdditiveBias` is the positional case with learned slopes, served by attention
-as a pointwise bias ``m_h (k_pos − q_pos)``.
+as a pointwise bias ``m_h (k_pos − q_pos)``; :class:`posenc.contextual.GrapeGatedBias` is the
+paper's trained variant, whose rate is gated by the query and/or the key (a lift in
+``GL(d + 4)``), served as a contextual logit term.
 """
 
 from __future__ import annotations

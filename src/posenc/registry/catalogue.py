@@ -156,6 +156,17 @@ BUILTIN_SPECS: tuple[EncodingSpec, ...] = (
         causal_only=True,
     ),
     EncodingSpec(
+        "grape_gated",
+        "contextual",
+        "Zhang et al. 2026 (GRAPE, ICLR), https://arxiv.org/abs/2512.07805",
+        "additive GRAPE with its rate gated by query and key: logits += (j - i) ω_h "
+        "(softplus(v·q_i) + softplus(u·k_j)) (gate='query' or 'key' for one; for causal "
+        "attention)",
+        lambda: contextual_package().GrapeGatedBias,
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim},
+        causal_only=True,
+    ),
+    EncodingSpec(
         "t5",
         "bias",
         "Raffel et al. 2020, https://arxiv.org/abs/1910.10683",

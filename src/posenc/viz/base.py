@@ -95,6 +95,7 @@ ENCODING_COLORS: dict[str, str] = {
     "msrope": "#de9ed6",
     "grape": "#6b6ecf",
     "grape_additive": "#e7cb94",
+    "grape_gated": "#cedb9c",
     # context extension (posenc.lab.experiments.extend / longctx), beside "rope" and the
     # segment methods: colours no sequence encoding has, so that a colour means one thing on
     # every figure of a page that draws both (the demo's)
