@@ -123,8 +123,10 @@ def test_the_causal_only_encodings() -> None:
     # xPos's decay grows for keys after the query; CoPE counts gated keys up to the query
     # and every segment method positions pairs of causal attention
     segments = ["self_extend", "dual_chunk", "rerope", "lm_infinite", "sinks"]
-    # FoX sums forget gates up to the query; stick-breaking breaks the stick from it backwards
-    expected = ["xpos", "cope", "fox", "stick_breaking", *segments]
+    # FoX sums forget gates up to the query; stick-breaking breaks the stick from it backwards;
+    # additive GRAPE's bias is linear in j − i (it would reward keys after the query)
+    expected = ["xpos", "grape_additive", "grape_gated", "cope", "fox", "stick_breaking"]
+    expected += segments
     assert [s.name for s in list_encodings() if s.causal_only] == expected
 
 

@@ -2,7 +2,7 @@
 
 * Biases (:class:`~posenc.encoding.protocols.BiasEncoding`, ``bias(q_pos, k_pos)``):
   :class:`AlibiBias`, :class:`T5RelativeBias`, :class:`KerpleBias`, :class:`SandwichBias`,
-  :class:`FireBias`, :class:`DynamicPositionBias`.
+  :class:`FireBias`, :class:`DynamicPositionBias`, :class:`GrapeAdditiveBias`.
 * Contextual terms (:class:`~posenc.encoding.protocols.ContextualEncoding`, read q or k as well):
   :class:`ShawRelative`, :class:`TransformerXLRelative`, :class:`DebertaRelative`.
 * Scores readers (``transform_scores``: complete rows of all heads' scores): :class:`CoPE`,
@@ -21,6 +21,7 @@ from posenc._moved import moved_name
 from posenc.bias.alibi import AlibiBias, AlibiMode, alibi_bias, alibi_slopes, relative_distances
 from posenc.bias.dynamic import DynamicMode, DynamicPositionBias, dynamic_distance_feature
 from posenc.bias.fire import FireBias, fire_log, fire_normalized_distance
+from posenc.bias.grape_additive import GrapeAdditiveBias, grape_additive_logits
 from posenc.bias.kerple import KerpleBias, KerpleKernel, kerple_bias
 from posenc.bias.sandwich import (
     SandwichBias,
@@ -36,6 +37,7 @@ __all__ = [
     "DynamicMode",
     "DynamicPositionBias",
     "FireBias",
+    "GrapeAdditiveBias",
     "KerpleBias",
     "KerpleKernel",
     "SandwichBias",
@@ -46,6 +48,7 @@ __all__ = [
     "dynamic_distance_feature",
     "fire_log",
     "fire_normalized_distance",
+    "grape_additive_logits",
     "kerple_bias",
     "relative_distances",
     "sandwich_bias",

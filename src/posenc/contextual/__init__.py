@@ -1,5 +1,5 @@
 """Contextual terms: logit terms that read q or k as well as positions (Shaw,
-Transformer-XL, DeBERTa).
+Transformer-XL, DeBERTa, gated additive GRAPE).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from posenc.contextual.deberta import (
     deberta_log_bucket,
     disentangled_logits,
 )
+from posenc.contextual.grape_gated import GrapeGate, GrapeGatedBias, grape_gated_logits
 from posenc.contextual.shaw import (
     ShawRelative,
     check_head_tensor,
@@ -25,6 +26,8 @@ from posenc.contextual.xl import TransformerXLRelative, relative_shift, xl_sinus
 __all__ = [
     "DebertaRelative",
     "DebertaRelativeEmbedding",
+    "GrapeGate",
+    "GrapeGatedBias",
     "PositionTerm",
     "ShawRelative",
     "TransformerXLRelative",
@@ -33,6 +36,7 @@ __all__ = [
     "deberta_index",
     "deberta_log_bucket",
     "disentangled_logits",
+    "grape_gated_logits",
     "relative_shift",
     "shaw_index",
     "shaw_logits",

@@ -146,6 +146,27 @@ BUILTIN_SPECS: tuple[EncodingSpec, ...] = (
         lambda d: {"num_heads": d.num_heads, "mode": "causal" if d.causal else "symmetric"},
     ),
     EncodingSpec(
+        "grape_additive",
+        "bias",
+        "Zhang et al. 2026 (GRAPE, ICLR), https://arxiv.org/abs/2512.07805",
+        "additive GRAPE: a unipotent action on lifted q and k adds m_h (j - i), learned "
+        "slopes from ALiBi's (ALiBi and FoX are its special cases; for causal attention)",
+        lambda: bias_package().GrapeAdditiveBias,
+        lambda d: {"num_heads": d.num_heads},
+        causal_only=True,
+    ),
+    EncodingSpec(
+        "grape_gated",
+        "contextual",
+        "Zhang et al. 2026 (GRAPE, ICLR), https://arxiv.org/abs/2512.07805",
+        "additive GRAPE with its rate gated by query and key: logits += (j - i) ω_h "
+        "(softplus(v·q_i) + softplus(u·k_j)) (gate='query' or 'key' for one; for causal "
+        "attention)",
+        lambda: contextual_package().GrapeGatedBias,
+        lambda d: {"num_heads": d.num_heads, "head_dim": d.resolved_head_dim},
+        causal_only=True,
+    ),
+    EncodingSpec(
         "t5",
         "bias",
         "Raffel et al. 2020, https://arxiv.org/abs/1910.10683",
@@ -504,5 +525,15 @@ BUILTIN_SPECS: tuple[EncodingSpec, ...] = (
         lambda: rotary_package().LearnedRotation.comrope_ld,
         learned_rotation_kwargs,
         needs_grid=True,
+    ),
+    EncodingSpec(
+        "grape",
+        "rotary",
+        "Zhang et al. 2026 (GRAPE, ICLR), https://arxiv.org/abs/2512.07805",
+        "multiplicative GRAPE: rotations exp(n Σ ω_i L_i) of rank-2 skew generators with a "
+        "learned spectrum from RoPE's (RoPE exactly at initialization; planes='learned' "
+        "learns commuting planes too)",
+        lambda: rotary_package().GrapeRotation,
+        lambda d: {"head_dim": d.resolved_head_dim},
     ),
 )

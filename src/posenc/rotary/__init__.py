@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from posenc.rotary.axial import AxialRotary2D, axial_cos_sin
+from posenc.rotary.carope import ContextAwareRoPE, carope_phases, carope_rates
 from posenc.rotary.deepseek import (
     DecoupledRotary,
     DeepSeekV4Rotary,
@@ -26,6 +27,7 @@ from posenc.rotary.diffusion import (
 from posenc.rotary.fope import FourierRotaryEmbedding, fope_inv_freq, fope_rotate, fope_tables
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.functional import apply_rotary, rope_angles, rope_cos_sin
+from posenc.rotary.grape import GrapeRotation, grape_matrix, rank2_exp, rank2_generator
 from posenc.rotary.layouts import Layout, permute_rotary_weight, rotary_channel_permutation
 from posenc.rotary.learned_rotation import LearnedRotation
 from posenc.rotary.multi_axis import (
@@ -83,6 +85,7 @@ __all__ = [
     "QWEN2_7B",
     "AxialRotary2D",
     "BasePower",
+    "ContextAwareRoPE",
     "DecoupledRotary",
     "DeepSeekV4Rotary",
     "DyPE",
@@ -90,6 +93,7 @@ __all__ = [
     "FixedNTK",
     "FourierRotaryEmbedding",
     "GeometricYaRN",
+    "GrapeRotation",
     "Layout",
     "LearnedRotation",
     "Linear",
@@ -108,6 +112,8 @@ __all__ = [
     "apply_rotary",
     "axial_cos_sin",
     "base_for_context",
+    "carope_phases",
+    "carope_rates",
     "cogvideox_positions",
     "cogvideox_rotary",
     "compressed_positions",
@@ -123,6 +129,7 @@ __all__ = [
     "fope_rotate",
     "fope_tables",
     "full_period_base",
+    "grape_matrix",
     "hunyuan_video_rotary",
     "join_decoupled",
     "mhrope_head_axes",
@@ -132,6 +139,8 @@ __all__ = [
     "polar_frequencies",
     "polar_map",
     "qwen_image_rotary",
+    "rank2_exp",
+    "rank2_generator",
     "rerotate",
     "rescaled_grid_positions",
     "rope_angles",

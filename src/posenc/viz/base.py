@@ -93,6 +93,9 @@ ENCODING_COLORS: dict[str, str] = {
     "circlerope": "#756bb1",
     "tm_rope": "#636363",
     "msrope": "#de9ed6",
+    "grape": "#6b6ecf",
+    "grape_additive": "#e7cb94",
+    "grape_gated": "#cedb9c",
     # context extension (posenc.lab.experiments.extend / longctx), beside "rope" and the
     # segment methods: colours no sequence encoding has, so that a colour means one thing on
     # every figure of a page that draws both (the demo's)
