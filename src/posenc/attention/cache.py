@@ -252,6 +252,23 @@ class KVCache:
         self.index_positions = context.index_positions and self.evicted == 0
         return keys, values
 
+    def replace_keys(self, keys: Tensor) -> None:
+        """Overwrite every cached key with ``keys`` of the same shape (a token-transform
+        encoding, PaTH, carries its cached keys through each new token's transform): in
+        place in the buffer, or a new tensor while gradients flow."""
+        rows = self._k
+        old = rows.value
+        if old is None or keys.shape != old.shape:
+            raise ValueError(
+                f"cache: keys to replace must have the cached keys' shape "
+                f"{None if old is None else tuple(old.shape)}, got {tuple(keys.shape)}"
+            )
+        assert rows.buffer is not None
+        if (torch.is_grad_enabled() and keys.requires_grad) or rows.buffer.requires_grad:
+            rows.buffer = keys
+        else:
+            old.copy_(keys)
+
     def rotated_keys(
         self, key: Hashable, rotate: Callable[[int], Tensor], *, memoise: bool = True
     ) -> Tensor:

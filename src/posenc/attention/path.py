@@ -1,0 +1,107 @@
+"""Serving a token-transform encoding (PaTH): its blockwise attention and its KV cache.
+
+The logits are not ``q·k`` plus a term: each key passes through the transforms of every token
+between it and the query (:mod:`posenc.token_state.path`). So attention hands q, k, v and the
+layer's input to :func:`path_self_attention`, which runs
+:func:`~posenc.token_state.path.path_attention` under the context's mask, and keeps in the
+KV cache every key carried to the newest token: a new token ``t`` applies ``H_t`` to each
+cached key (fla's ``rank_one_update`` when decoding), so the next queries meet them with one
+product. Backends ``sdpa`` and ``chunked`` serve it; ``flex`` and ``linear`` refuse it at
+construction.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from posenc.attention.cache import KVCache
+from posenc.attention.context import AttentionContext
+from posenc.encoding.protocols import TokenTransformEncoding
+from posenc.token_state.path import path_attention, path_carried_keys, path_carry_keys
+
+__all__ = ["check_transform_fits", "path_self_attention"]
+
+
+def path_self_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    x: Tensor,
+    *,
+    encoding: TokenTransformEncoding,
+    context: AttentionContext,
+    cache: KVCache | None,
+    scale: float,
+    dropout_p: float,
+) -> Tensor:
+    """Causal attention of the new tokens under ``encoding``'s transforms (and the cache).
+
+    Args:
+        q: ``(batch, heads, seq, d)``; k, v ``(batch, kv_heads, seq, ·)`` of the new tokens.
+        x: the layer's input ``(batch, seq, dim)``.
+        cache: takes the new keys (carried) and values; its cached keys are carried through
+            the new tokens' transforms.
+
+    Returns:
+        ``(batch, heads, seq, v_dim)``.
+    """
+    seq = x.shape[1]
+    mask = context.mask
+    padding = mask.key_padding
+    real = None if padding is None else padding[:, padding.shape[1] - seq :]
+    w, beta = encoding.token_transforms(x, real)
+    cdt = w.dtype
+    previous_states = None
+    prefix = None
+    if cache is not None and cache.length:
+        prefix = cache.k
+        if encoding.has_gates:  # PaTH-FoX: the gates continue the last cached key's
+            previous_states = cache.token_states[..., -1:]
+    q_states = encoding.gate_states(x, previous_states, real)
+    k_states = q_states
+    if cache is not None and q_states is not None:
+        k_states = cache.store_states(q_states)
+    heads = q.shape[1]
+
+    def visible(q_start: int, q_end: int, k_start: int, k_end: int) -> Tensor | None:
+        return mask.block(q_start, q_end, k_start, k_end, heads=heads)
+
+    block = encoding.block_size
+    values = v.to(cdt)
+    if cache is not None:
+        old_values = cache.v
+        if old_values is not None:
+            values = torch.cat([old_values.to(cdt), values], dim=-2)
+    out = path_attention(
+        q.to(cdt),
+        k.to(cdt),
+        values,
+        w,
+        beta,
+        scale=scale,
+        prefix_keys=None if prefix is None else prefix.to(cdt),
+        visible=None if mask.key_padding is None and not mask.has_pairwise else visible,
+        q_states=q_states,
+        k_states=k_states,
+        dropout_p=dropout_p,
+        block_size=block,
+    )
+    if cache is not None:
+        carried = path_carried_keys(k.to(cdt), w, beta, block_size=block).to(k.dtype)
+        if prefix is not None:
+            cache.replace_keys(path_carry_keys(prefix.to(cdt), w, beta, block_size=block))
+        cache.store(carried, v, context)
+    return out.to(q.dtype)
+
+
+def check_transform_fits(
+    encoding: TokenTransformEncoding, *, dim: int, num_heads: int, num_kv_heads: int
+) -> None:
+    """Raise ``ValueError`` naming ``pos`` unless ``encoding`` reads inputs of width ``dim``
+    and has this attention's query and key heads."""
+    name = type(encoding).__name__
+    for field, want in (("dim", dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+        got = getattr(encoding, field)
+        if got != want:
+            raise ValueError(f"pos: {name} has {field}={got} but this attention has {want}")
