@@ -25,7 +25,7 @@ def test_every_spec_builds_an_encoding_of_its_family(spec) -> None:
         "contextual": hooks.contextual,
         "scores": hooks.scores,
         "segments": hooks.segments,  # rotary hooks too, rotated per segment
-        "token_state": hooks.token_state,  # FoX: from the layer's hidden states
+        "token_state": hooks.token_state or hooks.token_transform,  # FoX, PaTH: hidden states
         "softmax": hooks.weights,  # stick-breaking: weights in place of the softmax
     }
     if spec.family == "softmax" and not hooks.weights:  # a wrapper: its own place, besides

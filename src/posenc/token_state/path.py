@@ -54,8 +54,8 @@ __all__ = [
     "PathTransform",
     "path_attention",
     "path_attention_reference",
-    "path_carry_keys",
     "path_carried_keys",
+    "path_carry_keys",
     "path_logits_reference",
 ]
 
@@ -171,10 +171,9 @@ def path_carried_keys(k: Tensor, w: Tensor, beta: Tensor, *, block_size: int = 6
     return carried
 
 
-def _repeat_heads(x: Tensor | None, groups: int) -> Tensor | None:
-    if x is None or groups == 1:
-        return x
-    return x.repeat_interleave(groups, dim=1)
+def _repeat_heads(x: Tensor, groups: int) -> Tensor:
+    """Each key head's tensor for the ``groups`` query heads that share it."""
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
 def path_attention(
@@ -214,12 +213,11 @@ def path_attention(
     Returns:
         ``(batch, heads, n, v_dim)``; queries that see no key get zeros.
     """
-    batch, heads, seq, dim = q.shape
-    groups = heads // k.shape[1]
+    seq = q.shape[-2]
+    groups = q.shape[1] // k.shape[1]
     k, v, w = _repeat_heads(k, groups), _repeat_heads(v, groups), _repeat_heads(w, groups)
     beta = _repeat_heads(beta, groups)
-    prefix = _repeat_heads(prefix_keys, groups)
-    assert k is not None and v is not None and w is not None and beta is not None
+    prefix = None if prefix_keys is None else _repeat_heads(prefix_keys, groups)
     p = 0 if prefix is None else prefix.shape[-2]
     size = block_size
     pad = -seq % size
@@ -242,9 +240,9 @@ def path_attention(
         carried_q = qi - qw @ f[..., i, :, :]  # H_a ⋯ H_i q_i
         for j in range(i - 1, -1, -1):
             parts.append(carried_q @ carried[..., j, :, :].transpose(-1, -2))
-            carried_q = carried_q - (carried_q @ wb[..., j, :, :].transpose(-1, -2)) @ f[
-                ..., j, :, :
-            ]
+            carried_q = (
+                carried_q - (carried_q @ wb[..., j, :, :].transpose(-1, -2)) @ f[..., j, :, :]
+            )
         if prefix is not None:
             parts.append(carried_q @ prefix.transpose(-1, -2))
         q_start, q_end = i * size, min((i + 1) * size, seq)
@@ -263,7 +261,6 @@ def path_attention(
         if dropout_p > 0.0:
             probs = F.dropout(probs, dropout_p)
         outputs.append(probs.to(v.dtype) @ v[..., : p + q_end, :])
-    del batch, dim
     return torch.cat(outputs, dim=-2)
 
 
@@ -348,24 +345,28 @@ class PathTransform(TokenTransformEncoding):
         self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, kv_heads
         self.head_dim, self.forget_gate, self.has_gates = head_dim, forget_gate, forget_gate
         factory = {"device": device, "dtype": dtype}
-        self.w_proj = nn.Linear(dim, kv_heads * head_dim, bias=False, **factory)  # type: ignore[arg-type]
-        self.beta_proj = nn.Linear(dim, kv_heads, bias=True, **factory)  # type: ignore[arg-type]
-        self.gate_proj = (
-            nn.Linear(dim, num_heads, bias=True, **factory)  # type: ignore[arg-type]
-            if forget_gate
-            else None
-        )
+        self.w_weight = nn.Parameter(torch.empty(kv_heads * head_dim, dim, **factory))  # type: ignore[arg-type]
+        self.beta_weight = nn.Parameter(torch.empty(kv_heads, dim, **factory))  # type: ignore[arg-type]
+        self.beta_bias = nn.Parameter(torch.empty(kv_heads, **factory))  # type: ignore[arg-type]
+        self.gate_weight: nn.Parameter | None = None
+        self.gate_bias: nn.Parameter | None = None
+        if forget_gate:
+            self.gate_weight = nn.Parameter(torch.empty(num_heads, dim, **factory))  # type: ignore[arg-type]
+            self.gate_bias = nn.Parameter(torch.empty(num_heads, **factory))  # type: ignore[arg-type]
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """``nn.Linear``'s initialization; the forget gates' bias at 5 (``σ(5) ≈ 0.993``)."""
-        if self.w_proj.weight.device.type == "meta":
+        """``nn.Linear``'s initialization of the projections (``w``, then ``β``, then the
+        gates), the forget gates' bias at 5 (``σ(5) ≈ 0.993``, x-transformers' FoX)."""
+        if self.w_weight.device.type == "meta":
             return
-        for proj in (self.w_proj, self.beta_proj, self.gate_proj):
-            if proj is not None:
-                proj.reset_parameters()
-        if self.gate_proj is not None:
-            nn.init.constant_(self.gate_proj.bias, 5.0)
+        bound = self.dim**-0.5
+        for weight in (self.w_weight, self.beta_weight):
+            nn.init.kaiming_uniform_(weight, a=5**0.5)
+        nn.init.uniform_(self.beta_bias, -bound, bound)
+        if self.gate_weight is not None and self.gate_bias is not None:
+            nn.init.kaiming_uniform_(self.gate_weight, a=5**0.5)
+            nn.init.constant_(self.gate_bias, 5.0)
 
     def token_transforms(self, x: Tensor, real: Tensor | None) -> tuple[Tensor, Tensor]:
         """The token-transform hook: ``(w, beta)`` of the new tokens.
@@ -377,11 +378,9 @@ class PathTransform(TokenTransformEncoding):
         cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
         batch, seq, _ = x.shape
         xc = x.to(cdt)
-        w = F.linear(xc, self.w_proj.weight.to(cdt))
+        w = F.linear(xc, self.w_weight.to(cdt))
         w = F.normalize(w.view(batch, seq, self.num_kv_heads, self.head_dim), dim=-1)
-        beta = 2.0 * torch.sigmoid(
-            F.linear(xc, self.beta_proj.weight.to(cdt), self.beta_proj.bias.to(cdt))
-        )
+        beta = 2.0 * torch.sigmoid(F.linear(xc, self.beta_weight.to(cdt), self.beta_bias.to(cdt)))
         if real is not None:
             beta = beta.masked_fill(~real[..., None], 0.0)
         return w.transpose(1, 2), beta.transpose(1, 2)
@@ -389,10 +388,10 @@ class PathTransform(TokenTransformEncoding):
     def gate_states(self, x: Tensor, previous: Tensor | None, real: Tensor | None) -> Tensor | None:
         """PaTH-FoX's cumulative log gates ``(batch, heads, seq)`` continuing ``previous``
         (the last cached key's), 0 for padding; None without forget gates."""
-        if self.gate_proj is None:
+        if self.gate_weight is None or self.gate_bias is None:
             return None
         cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-        logits = F.linear(x.to(cdt), self.gate_proj.weight.to(cdt), self.gate_proj.bias.to(cdt))
+        logits = F.linear(x.to(cdt), self.gate_weight.to(cdt), self.gate_bias.to(cdt))
         log_gates = F.logsigmoid(logits).transpose(1, 2)
         if real is not None:
             log_gates = log_gates.masked_fill(~real.unsqueeze(1), 0.0)
@@ -413,9 +412,9 @@ class PathTransform(TokenTransformEncoding):
             raise ValueError(
                 f"x has last dim {x.shape[-1]} but this PathTransform has dim {self.dim}"
             )
-        if x.device != self.w_proj.weight.device:
+        if x.device != self.w_weight.device:
             raise ValueError(
-                f"x must be on {self.w_proj.weight.device} (the projections'), got {x.device}"
+                f"x must be on {self.w_weight.device} (the projections'), got {x.device}"
             )
         return self.token_transforms(x, None)
 
