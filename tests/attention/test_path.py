@@ -32,7 +32,7 @@ def by_reference(attn: Attention, x: Tensor, real: Tensor | None = None) -> Tens
     batch, seq, _ = x.shape
     q = attn.q_proj(x).view(batch, seq, HEADS, -1).transpose(1, 2)
     k, v = (p(x).view(batch, seq, KV, -1).transpose(1, 2) for p in (attn.k_proj, attn.v_proj))
-    w, beta = path.token_transforms(x, real)
+    w, beta = path.transforms_of(x, real)
     log_gates = None
     if path.gate_weight is not None and path.gate_bias is not None:
         log_gates = F.logsigmoid(x @ path.gate_weight.T + path.gate_bias).transpose(1, 2)

@@ -123,8 +123,9 @@ def test_the_causal_only_encodings() -> None:
     # xPos's decay grows for keys after the query; CoPE counts gated keys up to the query
     # and every segment method positions pairs of causal attention
     segments = ["self_extend", "dual_chunk", "rerope", "lm_infinite", "sinks"]
-    # FoX sums forget gates up to the query; stick-breaking breaks the stick from it backwards
-    expected = ["xpos", "cope", "fox", "stick_breaking", *segments]
+    # FoX sums forget gates up to the query, PaTH multiplies transforms up to it;
+    # stick-breaking breaks the stick from it backwards
+    expected = ["xpos", "cope", "fox", "path", "stick_breaking", *segments]
     assert [s.name for s in list_encodings() if s.causal_only] == expected
 
 

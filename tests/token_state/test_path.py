@@ -188,9 +188,9 @@ def test_path_transform_reads_unit_w_and_beta_in_0_2_and_zero_beta_on_padding() 
     path = PathTransform(dim=16, num_heads=4, num_kv_heads=2, dtype=F64)
     x = torch.randn(2, 5, 16, dtype=F64)
     real = torch.tensor([[False, True, True, True, True], [True] * 5])
-    w, beta = path.token_transforms(x, real)
+    w, beta = path.transforms_of(x, real)
     assert w.shape == (2, 2, 5, 4) and beta.shape == (2, 2, 5)
-    assert_close(w.norm(dim=-1), torch.ones(2, 2, 5, dtype=F64))
+    assert_close(w.norm(dim=-1)[real[:, None].expand(2, 2, 5)], torch.ones(18, dtype=F64))
     want = 2 * torch.sigmoid(x @ path.beta_weight.T + path.beta_bias).transpose(1, 2)
     assert_close(beta[1], want[1])
     assert bool((beta[0, :, 0] == 0).all()) and bool((beta[0, :, 1:] > 0).all())
@@ -202,6 +202,23 @@ def test_path_transform_reads_unit_w_and_beta_in_0_2_and_zero_beta_on_padding() 
     assert_close(c, want_c)
 
 
+@pytest.mark.parametrize("conv_size", [1, 2, 4])
+def test_w_is_a_causal_depthwise_convolution_then_silu_normalized(conv_size: int) -> None:
+    """fla's short convolution: ``nn.Conv1d`` of one filter per channel, causal (padded on
+    the left), SiLU, then unit length; ``conv_size=1`` reads each token's projection alone."""
+    path = PathTransform(dim=16, num_heads=4, num_kv_heads=2, conv_size=conv_size, dtype=F64)
+    x = torch.randn(2, 7, 16, dtype=F64)
+    w, _ = path.transforms_of(x)
+    u = x @ path.w_weight.T  # (2, 7, 8)
+    if path.conv_weight is not None:
+        conv = F.conv1d(
+            u.transpose(1, 2), path.conv_weight[:, None], padding=conv_size - 1, groups=8
+        )
+        u = F.silu(conv[..., :7].transpose(1, 2))
+    want = F.normalize(u.view(2, 7, 2, 4), dim=-1).transpose(1, 2)
+    assert_close(w, want)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -210,6 +227,8 @@ def test_path_transform_reads_unit_w_and_beta_in_0_2_and_zero_beta_on_padding() 
         ({"dim": 16, "num_heads": 4, "num_kv_heads": 3}, "num_kv_heads"),
         ({"dim": 16, "num_heads": 4, "forget_gate": 1}, "forget_gate"),
         ({"dim": 16, "num_heads": 4, "block_size": 0}, "block_size"),
+        ({"dim": 16, "num_heads": 4, "conv_size": 0}, "conv_size"),
+        ({"dim": 16, "num_heads": 4, "conv_size": True}, "conv_size"),
         ({"dim": 16, "num_heads": 4, "dtype": torch.int64}, "dtype"),
     ],
 )

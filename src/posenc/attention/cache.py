@@ -152,6 +152,7 @@ class KVCache:
         self._v = _Rows()
         self._memo: dict[Hashable, _Rows] = {}
         self._states = _Rows()  # (batch, heads, length, 1): a token-state encoding's (FoX)
+        self._inputs = _Rows()  # (batch, 1, length, channels): a token transform's (PaTH)
         self.positions: Tensor | None = None
         self.key_padding_mask: Tensor | None = None
         self.document_ids: Tensor | None = None
@@ -199,6 +200,23 @@ class KVCache:
                 "cache: this KVCache holds keys without token states; start a new cache"
             )
         return self._states.append(states.unsqueeze(-1))[..., 0]
+
+    def transform_inputs(self, count: int) -> Tensor | None:
+        """The last ``count`` cached keys' inputs of a token-transform encoding ``(batch,
+        ≤ count, channels)`` (PaTH's short convolution), None when none are cached."""
+        inputs = self._inputs.value
+        if inputs is None or self._inputs.length != self.length:
+            return None
+        return inputs[:, 0, max(0, self.length - count) :]
+
+    def store_inputs(self, inputs: Tensor) -> None:
+        """Append the new keys' token-transform inputs ``(batch, seq, channels)`` (before
+        :meth:`store` of their keys)."""
+        if self._inputs.length != self.length:
+            raise ValueError(
+                "cache: this KVCache holds keys without token-transform inputs; start a new cache"
+            )
+        self._inputs.append(inputs.unsqueeze(1))
 
     @property
     def capacity(self) -> int:
@@ -300,7 +318,7 @@ class KVCache:
         if dropped == 0 or dropped < self.length - dropped:
             return
         index = keep.nonzero().flatten()
-        for rows in (self._k, self._v, self._states, *self._memo.values()):
+        for rows in (self._k, self._v, self._states, self._inputs, *self._memo.values()):
             rows.keep(index)
         self._map_key_metadata(lambda value: value.index_select(-1, index.to(value.device)))
         self.evicted += dropped
@@ -338,7 +356,7 @@ class KVCache:
                 "queries at the earlier positions would see; start a new cache (KVCache()) to "
                 "go back further, or keep every key with KVCache(evict=False)"
             )
-        for rows in (self._k, self._v, self._states, *self._memo.values()):
+        for rows in (self._k, self._v, self._states, self._inputs, *self._memo.values()):
             rows.length = min(rows.length, length)
         self._map_key_metadata(lambda value: value[..., :length])
 

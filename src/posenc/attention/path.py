@@ -13,6 +13,7 @@ construction.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from posenc.attention.cache import KVCache
@@ -50,7 +51,12 @@ def path_self_attention(
     mask = context.mask
     padding = mask.key_padding
     real = None if padding is None else padding[:, padding.shape[1] - seq :]
-    w, beta = encoding.token_transforms(x, real)
+    inputs = encoding.transform_inputs(x, real)
+    history = encoding.history
+    window = _window(inputs, history, cache)
+    w, beta = encoding.token_transforms(window, real, _same_document(context, seq, history))
+    if cache is not None:
+        cache.store_inputs(inputs)
     cdt = w.dtype
     previous_states = None
     prefix = None
@@ -105,3 +111,28 @@ def check_transform_fits(
         got = getattr(encoding, field)
         if got != want:
             raise ValueError(f"pos: {name} has {field}={got} but this attention has {want}")
+
+
+def _window(inputs: Tensor, history: int, cache: KVCache | None) -> Tensor:
+    """The new tokens' inputs after the ``history`` tokens before them: the cache's last
+    ones, zeros before the sequence."""
+    if history == 0:
+        return inputs
+    before = None if cache is None or not cache.length else cache.transform_inputs(history)
+    window = inputs if before is None else torch.cat([before.to(inputs.dtype), inputs], dim=1)
+    return F.pad(window, (0, 0, history + inputs.shape[1] - window.shape[1], 0))
+
+
+def _same_document(context: AttentionContext, seq: int, history: int) -> Tensor | None:
+    """``(batch | 1, seq, history + 1)``: which tokens of each new token's window share its
+    document (None without documents or history)."""
+    docs = context.mask.k_documents
+    if docs is None or history == 0:
+        return None
+    docs = docs if docs.dim() == 2 else docs[None]
+    start = docs.shape[-1] - seq - history
+    if start < 0:  # before the sequence: no document (the inputs there are zeros)
+        docs = F.pad(docs, (-start, 0), value=-1)
+        start = 0
+    windows = docs[:, start:].unfold(-1, history + 1, 1)  # (batch, seq, history + 1)
+    return windows == windows[..., -1:]

@@ -29,7 +29,8 @@ token state            :class:`TokenStateEncoding`: ``token_state(x, previous, r
                        ``state_bias(q_state, k_state)``
 positions              :class:`PositionTransform`: ``transform_positions(positions, *,
                        batch, continuing, real)``
-token transform        :class:`TokenTransformEncoding`: ``token_transforms(x, real)``,
+token transform        :class:`TokenTransformEncoding`: ``transform_inputs(x, real)``,
+                       ``token_transforms(inputs, real, same_document)``,
                        ``gate_states(x, previous, real)``
 =====================  =================================================================
 
@@ -530,10 +531,24 @@ class TokenTransformEncoding(PositionalEncoding):
     block_size: int
     #: True when :meth:`gate_states` gives forget gates (the KV cache then keeps them).
     has_gates: bool = False
+    #: Earlier tokens each token's transform reads besides its own (a short convolution's
+    #: ``K − 1``; 0 when each reads its own input alone).
+    history: int = 0
 
-    def token_transforms(self, x: Tensor, real: Tensor | None) -> tuple[Tensor, Tensor]:
-        """``(w, beta)`` of the new tokens ``x`` ``(batch, seq, dim)``: ``(batch, kv_heads,
-        seq, head_dim)`` and ``(batch, kv_heads, seq)``; ``β = 0`` where ``real`` is False."""
+    def transform_inputs(self, x: Tensor, real: Tensor | None) -> Tensor:
+        """What the transforms read of each new token, ``(batch, seq, channels)`` from the
+        layer's input ``x`` ``(batch, seq, dim)``; zeros where ``real`` is False. A KV cache
+        keeps them for the next tokens' :attr:`history`."""
+        raise required(self, "transform_inputs")
+
+    def token_transforms(
+        self, inputs: Tensor, real: Tensor | None, same_document: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """``(w, beta)`` of the last ``seq`` tokens of ``inputs`` ``(batch, history + seq,
+        channels)`` (the :attr:`history` tokens before them first, zeros before the
+        sequence): ``(batch, kv_heads, seq, head_dim)`` and ``(batch, kv_heads, seq)``.
+        ``real`` ``(batch, seq)``: ``β = 0`` where False; ``same_document`` ``(batch, seq,
+        history + 1)``: which window tokens share each new token's document (None: all)."""
         raise required(self, "token_transforms")
 
     def gate_states(self, x: Tensor, previous: Tensor | None, real: Tensor | None) -> Tensor | None:

@@ -270,22 +270,24 @@ class PathTransform(TokenTransformEncoding):
 
     .. math::
         \\ell_{ij} = \\text{scale}\\; q_i^\\top H_i \\cdots H_{j+1} k_j, \\quad
-        H_s = I - \\beta_s w_s w_s^\\top, \\quad w_s = \\frac{W_w x_s}{\\lVert W_w x_s\\rVert},
+        H_s = I - \\beta_s w_s w_s^\\top, \\quad w_s = \\frac{u_s}{\\lVert u_s\\rVert},
+        \\quad u_s = \\mathrm{SiLU}\\big(\\textstyle\\sum_{m=0}^{K-1} c_m \\odot
+        W_w x_{s-K+1+m}\\big),
         \\quad \\beta_s = 2\\sigma(w_\\beta^\\top x_s + b_\\beta)
 
     and with ``forget_gate=True`` (PaTH-FoX) ``+ Σ_{j<t≤i} log σ(w_f^\\top x_t + b_f)``.
 
     Paper: https://arxiv.org/abs/2505.16381; reference code fla-org/flash-linear-attention's
     ``PaTHAttention`` (``w`` per key head, ``β = 2σ(·)`` so that ``H`` may have a negative
-    eigenvalue); tested against :func:`path_attention_reference`, a float64 per-pair
-    evaluation of the formula. fla passes ``w`` through a short convolution first; this
-    encoding reads ``x_s`` alone (no convolution).
+    eigenvalue, a short convolution over time before ``w`` is normalized); tested against
+    :func:`path_attention_reference`, a float64 per-pair evaluation of the formula.
 
     The transforms read the hidden states: the encoding implements the **token transform**
     hook (:class:`~posenc.encoding.protocols.TokenTransformEncoding`). Attention hands it the
-    layer's input; padding tokens get ``β = 0`` (``H = I``), so they change nothing between
-    real tokens. Backends ``sdpa`` and ``chunked`` (both run :func:`path_attention`); the KV
-    cache holds the keys carried to its newest token. Causal only.
+    layer's input; padding tokens get ``β = 0`` (``H = I``) and the convolution reads no
+    padding and no other document, so they change nothing between real tokens. Backends
+    ``sdpa`` and ``chunked`` (both run :func:`path_attention`); the KV cache holds the keys
+    carried to its newest token and the last ``K − 1`` tokens' inputs. Causal only.
 
     Args:
         dim: the model width (the transforms read ``x`` of that width).
@@ -293,6 +295,8 @@ class PathTransform(TokenTransformEncoding):
         num_kv_heads: key heads (one ``w``, ``β`` per key head); default ``num_heads``.
         head_dim: per-head width of q and k; default ``dim // num_heads``.
         forget_gate: add FoX's forget gates (PaTH-FoX).
+        conv_size: ``K``, the width of the short causal convolution over time before ``w``
+            is normalized (fla's default 3, with SiLU); 1 for none (``w_s ∝ W_w x_s``).
         block_size: tokens per UT block.
 
     Shape:
@@ -317,6 +321,7 @@ class PathTransform(TokenTransformEncoding):
         num_kv_heads: int | None = None,
         head_dim: int | None = None,
         forget_gate: bool = False,
+        conv_size: int = 3,
         block_size: int = 64,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -340,6 +345,11 @@ class PathTransform(TokenTransformEncoding):
         head_dim = check_positive_int("head_dim", head_dim)
         if not isinstance(forget_gate, bool):
             raise ValueError(f"forget_gate must be a bool, got {forget_gate!r}")
+        if isinstance(conv_size, bool) or not isinstance(conv_size, int) or conv_size < 1:
+            raise ValueError(
+                f"conv_size must be an int >= 1 (1: no convolution), got {conv_size!r}"
+            )
+        self.conv_size, self.history = conv_size, conv_size - 1
         self.block_size = check_positive_int("block_size", block_size)
         check_floating_dtype("dtype", dtype)
         self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, kv_heads
@@ -348,6 +358,11 @@ class PathTransform(TokenTransformEncoding):
         self.w_weight = nn.Parameter(torch.empty(kv_heads * head_dim, dim, **factory))  # type: ignore[arg-type]
         self.beta_weight = nn.Parameter(torch.empty(kv_heads, dim, **factory))  # type: ignore[arg-type]
         self.beta_bias = nn.Parameter(torch.empty(kv_heads, **factory))  # type: ignore[arg-type]
+        self.conv_weight: nn.Parameter | None = None
+        if conv_size > 1:  # depthwise over time, one filter per channel of w
+            self.conv_weight = nn.Parameter(
+                torch.empty(kv_heads * head_dim, conv_size, **factory)  # type: ignore[arg-type]
+            )
         self.gate_weight: nn.Parameter | None = None
         self.gate_bias: nn.Parameter | None = None
         if forget_gate:
@@ -364,26 +379,60 @@ class PathTransform(TokenTransformEncoding):
         for weight in (self.w_weight, self.beta_weight):
             nn.init.kaiming_uniform_(weight, a=5**0.5)
         nn.init.uniform_(self.beta_bias, -bound, bound)
+        if self.conv_weight is not None:  # nn.Conv1d's, fan-in = conv_size (depthwise)
+            nn.init.kaiming_uniform_(self.conv_weight, a=5**0.5)
         if self.gate_weight is not None and self.gate_bias is not None:
             nn.init.kaiming_uniform_(self.gate_weight, a=5**0.5)
             nn.init.constant_(self.gate_bias, 5.0)
 
-    def token_transforms(self, x: Tensor, real: Tensor | None) -> tuple[Tensor, Tensor]:
-        """The token-transform hook: ``(w, beta)`` of the new tokens.
-
-        ``w`` ``(batch, kv_heads, seq, head_dim)`` unit vectors and ``β`` ``(batch, kv_heads,
-        seq)`` in ``(0, 2)``, computed in float32 (float64 for float64 ``x``); ``β = 0`` where
-        ``real`` ``(batch, seq)`` is False.
-        """
+    def transform_inputs(self, x: Tensor, real: Tensor | None) -> Tensor:
+        """``[W_w x, w_βᵀ x + b_β]`` of each token, ``(batch, seq, kv_heads · (head_dim +
+        1))``, in float32 (float64 for float64 ``x``); zeros where ``real`` is False (the
+        convolution reads no padding)."""
         cdt = torch.float64 if x.dtype == torch.float64 else torch.float32
-        batch, seq, _ = x.shape
-        xc = x.to(cdt)
-        w = F.linear(xc, self.w_weight.to(cdt))
+        weight = torch.cat([self.w_weight, self.beta_weight]).to(cdt)
+        bias = F.pad(self.beta_bias.to(cdt), (self.w_weight.shape[0], 0))
+        inputs = F.linear(x.to(cdt), weight, bias)
+        return inputs if real is None else inputs.masked_fill(~real[..., None], 0.0)
+
+    def token_transforms(
+        self, inputs: Tensor, real: Tensor | None, same_document: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """The token-transform hook: ``(w, beta)`` of the last ``seq`` tokens of ``inputs``.
+
+        ``w = normalize(SiLU(Σ_m c_m ⊙ u_{t−K+1+m}))`` over the window of ``K = conv_size``
+        tokens of the same document (fla's short convolution; ``K = 1``: ``normalize(u_t)``,
+        no activation), ``β = 2σ(·)``, 0 where ``real`` is False.
+
+        Shape:
+            inputs ``(batch, history + seq, channels)`` → w ``(batch, kv_heads, seq,
+            head_dim)``, beta ``(batch, kv_heads, seq)``.
+        """
+        batch, window, _ = inputs.shape
+        seq = window - self.history
+        width = self.w_weight.shape[0]
+        u, beta_logits = inputs[..., :width], inputs[..., self.history :, width:]
+        if self.conv_weight is None:
+            w = u
+        else:
+            taps = self.conv_weight.to(u.dtype)
+            w = u.new_zeros(batch, seq, width)
+            for m in range(self.conv_size):
+                term = u[:, m : m + seq] * taps[:, m]
+                if same_document is not None:
+                    term = term * same_document[..., m, None]
+                w = w + term
+            w = F.silu(w)
         w = F.normalize(w.view(batch, seq, self.num_kv_heads, self.head_dim), dim=-1)
-        beta = 2.0 * torch.sigmoid(F.linear(xc, self.beta_weight.to(cdt), self.beta_bias.to(cdt)))
+        beta = 2.0 * torch.sigmoid(beta_logits)
         if real is not None:
             beta = beta.masked_fill(~real[..., None], 0.0)
         return w.transpose(1, 2), beta.transpose(1, 2)
+
+    def transforms_of(self, x: Tensor, real: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(w, beta)`` of one whole sequence ``x`` (no tokens before it, one document)."""
+        inputs = self.transform_inputs(x, real)
+        return self.token_transforms(F.pad(inputs, (0, 0, self.history, 0)), real, None)
 
     def gate_states(self, x: Tensor, previous: Tensor | None, real: Tensor | None) -> Tensor | None:
         """PaTH-FoX's cumulative log gates ``(batch, heads, seq)`` continuing ``previous``
@@ -416,10 +465,11 @@ class PathTransform(TokenTransformEncoding):
             raise ValueError(
                 f"x must be on {self.w_weight.device} (the projections'), got {x.device}"
             )
-        return self.token_transforms(x, None)
+        return self.transforms_of(x)
 
     def extra_repr(self) -> str:
         return (
             f"dim={self.dim}, num_heads={self.num_heads}, num_kv_heads={self.num_kv_heads}, "
-            f"head_dim={self.head_dim}, forget_gate={self.forget_gate}"
+            f"head_dim={self.head_dim}, forget_gate={self.forget_gate}, "
+            f"conv_size={self.conv_size}"
         )
