@@ -150,3 +150,13 @@ def test_replace_keys_checks_the_shape() -> None:
     cache = KVCache()
     with pytest.raises(ValueError, match="cached keys' shape"):
         cache.replace_keys(torch.zeros(1, 2, 3, 4))
+
+
+def test_a_cache_of_carried_keys_refuses_to_roll_back() -> None:
+    """Truncating would keep keys carried through the dropped tokens' transforms."""
+    attn = layer()
+    cache = KVCache()
+    attn(torch.randn(1, 5, DIM, dtype=F64), cache=cache)
+    cache.truncate(5)  # no change: allowed
+    with pytest.raises(ValueError, match="length must be 5.*carried"):
+        cache.truncate(3)

@@ -153,6 +153,7 @@ class KVCache:
         self._memo: dict[Hashable, _Rows] = {}
         self._states = _Rows()  # (batch, heads, length, 1): a token-state encoding's (FoX)
         self._inputs = _Rows()  # (batch, 1, length, channels): a token transform's (PaTH)
+        self._carried = False  # keys carried through later tokens' transforms (PaTH)
         self.positions: Tensor | None = None
         self.key_padding_mask: Tensor | None = None
         self.document_ids: Tensor | None = None
@@ -217,6 +218,7 @@ class KVCache:
                 "cache: this KVCache holds keys without token-transform inputs; start a new cache"
             )
         self._inputs.append(inputs.unsqueeze(1))
+        self._carried = True
 
     @property
     def capacity(self) -> int:
@@ -349,6 +351,12 @@ class KVCache:
         check_non_negative_int("length", length)
         if length > self.length:
             raise ValueError(f"length must be <= the cache length {self.length}, got {length}")
+        if self._carried and length < self.length:
+            raise ValueError(
+                f"length must be {self.length} (the cache length): this KVCache holds keys "
+                "carried through every later token's transform (PaTH), which cannot be undone; "
+                "start a new cache and run the kept tokens again"
+            )
         if length < self.rollback_floor:
             raise ValueError(
                 f"length must be >= {self.rollback_floor} (the earliest length this rolling "
