@@ -160,3 +160,17 @@ def test_a_cache_of_carried_keys_refuses_to_roll_back() -> None:
     cache.truncate(5)  # no change: allowed
     with pytest.raises(ValueError, match="length must be 5.*carried"):
         cache.truncate(3)
+
+
+def test_other_logit_places_are_refused_beside_it() -> None:
+    """Soft-capping around PaTH would be silently skipped by its blockwise attention."""
+    from posenc.registry import ModelDims, build_encoding
+
+    capped = build_encoding("softcap", ModelDims(dim=DIM, num_heads=HEADS), {"inner": "path"})
+    with pytest.raises(ValueError, match="no other logit terms; it also has a score map"):
+        Attention(DIM, HEADS, pos=capped)
+
+
+def test_an_empty_chunk_gives_an_empty_output() -> None:
+    attn = layer()
+    assert attn(torch.randn(2, 0, DIM, dtype=F64)).shape == (2, 0, DIM)

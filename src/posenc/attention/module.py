@@ -126,7 +126,7 @@ class Attention(nn.Module):
             check_token_bias_fits(self.hooks.token_state, dim=dim, num_heads=num_heads)
         if self.hooks.token_transform is not None:
             check_transform_fits(
-                self.hooks.token_transform, dim=dim, num_heads=num_heads, num_kv_heads=num_kv_heads
+                self.hooks, dim=dim, num_heads=num_heads, num_kv_heads=num_kv_heads
             )
         self.backend = resolve_backend(backend)
         self.backend.check(self.hooks, dropout=float(dropout))

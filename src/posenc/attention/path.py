@@ -19,6 +19,7 @@ from torch import Tensor
 from posenc.attention.cache import KVCache
 from posenc.attention.context import AttentionContext
 from posenc.encoding.protocols import TokenTransformEncoding
+from posenc.encoding.resolve import Hooks
 from posenc.token_state.path import path_attention, path_carried_keys, path_carry_keys
 
 __all__ = ["check_transform_fits", "path_self_attention"]
@@ -101,16 +102,34 @@ def path_self_attention(
     return out.to(q.dtype)
 
 
-def check_transform_fits(
-    encoding: TokenTransformEncoding, *, dim: int, num_heads: int, num_kv_heads: int
-) -> None:
-    """Raise ``ValueError`` naming ``pos`` unless ``encoding`` reads inputs of width ``dim``
-    and has this attention's query and key heads."""
-    name = type(encoding).__name__
+def check_transform_fits(hooks: Hooks, *, dim: int, num_heads: int, num_kv_heads: int) -> None:
+    """Raise ``ValueError`` naming ``pos`` unless its token transform reads inputs of width
+    ``dim``, has this attention's query and key heads, and comes without another place
+    acting on the logits (its blockwise attention takes none: a rotary, a bias, a score map,
+    sinks ...)."""
+    encoding = hooks.token_transform
+    assert encoding is not None
+    name = type(hooks.encoding).__name__
     for field, want in (("dim", dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
         got = getattr(encoding, field)
         if got != want:
             raise ValueError(f"pos: {name} has {field}={got} but this attention has {want}")
+    others = {
+        "a rotary": hooks.rotary,
+        "a bias": hooks.bias,
+        "a contextual term": hooks.contextual,
+        "a scores reader": hooks.scores,
+        "a score map": hooks.score_map,
+        "sink logits": hooks.sinks,
+        "a token-state bias": hooks.token_state,
+        "weights in place of the softmax": hooks.weights,
+    }
+    present = [what for what, part in others.items() if part is not None]
+    if present:
+        raise ValueError(
+            f"pos: {name} transforms keys between key and query (PaTH's blockwise attention), "
+            f"which takes no other logit terms; it also has {', '.join(present)}"
+        )
 
 
 def _window(inputs: Tensor, history: int, cache: KVCache | None) -> Tensor:

@@ -214,6 +214,8 @@ def path_attention(
         ``(batch, heads, n, v_dim)``; queries that see no key get zeros.
     """
     seq = q.shape[-2]
+    if seq == 0:
+        return q.new_zeros(*q.shape[:-1], v.shape[-1])
     groups = q.shape[1] // k.shape[1]
     k, v, w = _repeat_heads(k, groups), _repeat_heads(v, groups), _repeat_heads(w, groups)
     beta = _repeat_heads(beta, groups)
