@@ -48,16 +48,13 @@ def test_the_reference_is_the_product_of_the_transforms_between_key_and_query() 
     q, k, _, w, beta = inputs(batch=1, heads=2, seq=6)
     got = path_logits_reference(q, k, w, beta)
     h = householder(w, beta)  # (1, 2, seq, d, d)
+    want = torch.zeros(1, 2, 6, 6, dtype=F64)
     for i in range(6):
-        for j in range(6):
-            if j > i:
-                assert bool((got[..., i, j] == 0).all())
-                continue
-            product = torch.eye(4, dtype=F64).expand(1, 2, 4, 4)
-            for s in range(i, j, -1):  # H_i H_{i-1} ⋯ H_{j+1}
-                product = product @ h[:, :, s]
-            want = (q[:, :, i, None, :] @ product @ k[:, :, j, :, None])[..., 0, 0]
-            assert_close(got[..., i, j], want)
+        product = torch.eye(4, dtype=F64).expand(1, 2, 4, 4)  # H_i ⋯ H_{j+1}, j from i down
+        for j in range(i, -1, -1):
+            want[..., i, j] = (q[:, :, i, None, :] @ product @ k[:, :, j, :, None])[..., 0, 0]
+            product = product @ h[:, :, j]
+    assert_close(got, want)
 
 
 @pytest.mark.parametrize("block_size", [1, 3, 4, 11, 64])
@@ -245,3 +242,24 @@ def test_forward_checks_x() -> None:
         path(torch.randn(1, 3, 8))
     with pytest.raises(ValueError, match="x must be on"):
         path(torch.randn(1, 3, 16, device="meta"))
+
+
+def test_blockwise_equals_the_reference_over_several_default_blocks() -> None:
+    """130 tokens: two whole blocks of 64 and a partial one, grouped heads, head width 16."""
+    q, k, v, w, beta = inputs(batch=1, heads=4, seq=130, dim=16, kv_heads=2)
+    want = path_attention_reference(
+        q, *(x.repeat_interleave(2, dim=1) for x in (k, v, w, beta)), scale=0.25
+    )
+    assert_close(path_attention(q, k, v, w, beta, scale=0.25), want)
+
+
+@pytest.mark.parametrize("near_two", [False, True])
+def test_float32_blocks_stay_within_float32_rounding_of_float64(near_two: bool) -> None:
+    """1024 tokens, head width 64, blocks of 64: the triangular solves stay stable in
+    float32, also with every β near 2 (reflections)."""
+    q, k, v, w, beta = inputs(batch=1, heads=2, seq=1024, dim=64)
+    if near_two:
+        beta = 2 - 1e-3 * beta / 2
+    want = path_attention(q, k, v, w, beta, scale=0.125)
+    got = path_attention(*(x.float() for x in (q, k, v, w, beta)), scale=0.125)
+    assert_close(got, want.float())
