@@ -97,7 +97,7 @@ def encoding_calls(encoding: nn.Module) -> list[tuple[str, str, Callable[[], Any
             ("batch", "q_pos", lambda: call(batched(pos, 2), batched(pos, 3))),
             ("range", "q_pos", lambda: call(huge, pos)),
         ]
-    if hooks.token_state:  # FoX: forward(x) of the layer's hidden states
+    if hooks.token_state or hooks.token_transform:  # FoX, PaTH: forward(x) of hidden states
         x = torch.randn(2, SEQ, encoding.dim)
         return [
             ("device", "x", lambda: call(x.to(META))),

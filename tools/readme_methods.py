@@ -30,7 +30,7 @@ WHERE: dict[str, str] = {
     "contextual": "logit term that reads q or k",
     "scores": "reads whole rows of all heads' scores",
     "softmax": "changes attention's softmax around any encoding",
-    "token_state": "a bias from per-token states of the layer's input",
+    "token_state": "a bias or transforms from per-token states of the layer's input",
     "segments": "positions per (query, key) pair, around any RoPE: long context without retraining",
     "graph": "positions from structure, where there is no order (`posenc.graph`, built from a "
     "graph rather than by name)",

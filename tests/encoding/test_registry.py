@@ -25,7 +25,7 @@ def test_every_spec_builds_an_encoding_of_its_family(spec) -> None:
         "contextual": hooks.contextual,
         "scores": hooks.scores,
         "segments": hooks.segments,  # rotary hooks too, rotated per segment
-        "token_state": hooks.token_state,  # FoX: from the layer's hidden states
+        "token_state": hooks.token_state or hooks.token_transform,  # FoX, PaTH: hidden states
         "softmax": hooks.weights,  # stick-breaking: weights in place of the softmax
     }
     if spec.family == "softmax" and not hooks.weights:  # a wrapper: its own place, besides
@@ -123,9 +123,10 @@ def test_the_causal_only_encodings() -> None:
     # xPos's decay grows for keys after the query; CoPE counts gated keys up to the query
     # and every segment method positions pairs of causal attention
     segments = ["self_extend", "dual_chunk", "rerope", "lm_infinite", "sinks"]
-    # FoX sums forget gates up to the query; stick-breaking breaks the stick from it backwards;
-    # additive GRAPE's bias is linear in j − i (it would reward keys after the query)
-    expected = ["xpos", "grape_additive", "grape_gated", "cope", "fox", "stick_breaking"]
+    # FoX sums forget gates up to the query, PaTH multiplies transforms up to it;
+    # stick-breaking breaks the stick from it backwards; additive GRAPE's bias is linear in
+    # j − i (it would reward keys after the query)
+    expected = ["xpos", "grape_additive", "grape_gated", "cope", "fox", "path", "stick_breaking"]
     expected += segments
     assert [s.name for s in list_encodings() if s.causal_only] == expected
 

@@ -11,6 +11,8 @@ flex       no logit terms, pointwise biases (``bias_at`` as ``score_mod``), scor
            no attention dropout.
 chunked    everything, in O(block · keys) memory, with autograd (activation
            checkpointing); the CPU flash-parts plans for ALiBi and T5-like biases.
+           Token transforms (PaTH): ``sdpa`` and ``chunked`` run its blockwise attention
+           (:mod:`posenc.attention.path`); ``flex`` and ``linear`` refuse it.
 linear     linear attention (:mod:`posenc.attention.linear`): rotary encodings on the
            feature-mapped q and k (RoFormer §3.4.3), additive encodings, NoPE; causal order
            and key padding; no logit terms. Never chosen by ``auto``: it is another model.
@@ -104,6 +106,12 @@ class Backend:
 
     def check(self, hooks: Hooks, *, dropout: float) -> None:
         """Raise ``ValueError`` at construction if this backend cannot serve ``hooks``."""
+        if hooks.token_transform is not None and self.name in ("flex", "linear"):
+            raise ValueError(
+                f"backend {self.name!r} cannot serve {type(hooks.encoding).__name__}: its "
+                "transforms act on the keys between each key and query (blockwise, "
+                "posenc.token_state.path); use 'sdpa', 'chunked' or 'auto'"
+            )
         if self.name == "linear":
             check_linear_serves(hooks, dropout=dropout)
             return

@@ -152,6 +152,8 @@ class KVCache:
         self._v = _Rows()
         self._memo: dict[Hashable, _Rows] = {}
         self._states = _Rows()  # (batch, heads, length, 1): a token-state encoding's (FoX)
+        self._inputs = _Rows()  # (batch, 1, length, channels): a token transform's (PaTH)
+        self._carried = False  # keys carried through later tokens' transforms (PaTH)
         self.positions: Tensor | None = None
         self.key_padding_mask: Tensor | None = None
         self.document_ids: Tensor | None = None
@@ -199,6 +201,24 @@ class KVCache:
                 "cache: this KVCache holds keys without token states; start a new cache"
             )
         return self._states.append(states.unsqueeze(-1))[..., 0]
+
+    def transform_inputs(self, count: int) -> Tensor | None:
+        """The last ``count`` cached keys' inputs of a token-transform encoding ``(batch,
+        ≤ count, channels)`` (PaTH's short convolution), None when none are cached."""
+        inputs = self._inputs.value
+        if inputs is None or self._inputs.length != self.length:
+            return None
+        return inputs[:, 0, max(0, self.length - count) :]
+
+    def store_inputs(self, inputs: Tensor) -> None:
+        """Append the new keys' token-transform inputs ``(batch, seq, channels)`` (before
+        :meth:`store` of their keys)."""
+        if self._inputs.length != self.length:
+            raise ValueError(
+                "cache: this KVCache holds keys without token-transform inputs; start a new cache"
+            )
+        self._inputs.append(inputs.unsqueeze(1))
+        self._carried = True
 
     @property
     def capacity(self) -> int:
@@ -252,6 +272,23 @@ class KVCache:
         self.index_positions = context.index_positions and self.evicted == 0
         return keys, values
 
+    def replace_keys(self, keys: Tensor) -> None:
+        """Overwrite every cached key with ``keys`` of the same shape (a token-transform
+        encoding, PaTH, carries its cached keys through each new token's transform): in
+        place in the buffer, or a new tensor while gradients flow."""
+        rows = self._k
+        old = rows.value
+        if old is None or keys.shape != old.shape:
+            raise ValueError(
+                f"cache: keys to replace must have the cached keys' shape "
+                f"{None if old is None else tuple(old.shape)}, got {tuple(keys.shape)}"
+            )
+        assert rows.buffer is not None
+        if (torch.is_grad_enabled() and keys.requires_grad) or rows.buffer.requires_grad:
+            rows.buffer = keys
+        else:
+            old.copy_(keys)
+
     def rotated_keys(
         self, key: Hashable, rotate: Callable[[int], Tensor], *, memoise: bool = True
     ) -> Tensor:
@@ -283,7 +320,7 @@ class KVCache:
         if dropped == 0 or dropped < self.length - dropped:
             return
         index = keep.nonzero().flatten()
-        for rows in (self._k, self._v, self._states, *self._memo.values()):
+        for rows in (self._k, self._v, self._states, self._inputs, *self._memo.values()):
             rows.keep(index)
         self._map_key_metadata(lambda value: value.index_select(-1, index.to(value.device)))
         self.evicted += dropped
@@ -314,6 +351,12 @@ class KVCache:
         check_non_negative_int("length", length)
         if length > self.length:
             raise ValueError(f"length must be <= the cache length {self.length}, got {length}")
+        if self._carried and length < self.length:
+            raise ValueError(
+                f"length must be {self.length} (the cache length): this KVCache holds keys "
+                "carried through every later token's transform (PaTH), which cannot be undone; "
+                "start a new cache and run the kept tokens again"
+            )
         if length < self.rollback_floor:
             raise ValueError(
                 f"length must be >= {self.rollback_floor} (the earliest length this rolling "
@@ -321,7 +364,7 @@ class KVCache:
                 "queries at the earlier positions would see; start a new cache (KVCache()) to "
                 "go back further, or keep every key with KVCache(evict=False)"
             )
-        for rows in (self._k, self._v, self._states, *self._memo.values()):
+        for rows in (self._k, self._v, self._states, self._inputs, *self._memo.values()):
             rows.length = min(rows.length, length)
         self._map_key_metadata(lambda value: value[..., :length])
 

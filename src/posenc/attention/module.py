@@ -18,6 +18,7 @@ from posenc.attention.context import (
 from posenc.attention.functional import check_encoding_fits
 from posenc.attention.linear import linear_self_attention
 from posenc.attention.mask import MaskMod
+from posenc.attention.path import check_transform_fits, path_self_attention
 from posenc.attention.segmented import rotate_keys_on_read, segmented_attention
 from posenc.encoding.resolve import hooks_of
 from posenc.softmax.query_scale import QueryScale, check_chunk_and_scale
@@ -123,6 +124,10 @@ class Attention(nn.Module):
         check_encoding_fits(self.hooks, num_heads=num_heads, head_dim=head_dim, causal=causal)
         if self.hooks.token_state is not None:
             check_token_bias_fits(self.hooks.token_state, dim=dim, num_heads=num_heads)
+        if self.hooks.token_transform is not None:
+            check_transform_fits(
+                self.hooks, dim=dim, num_heads=num_heads, num_kv_heads=num_kv_heads
+            )
         self.backend = resolve_backend(backend)
         self.backend.check(self.hooks, dropout=float(dropout))
         self.chunk_size, self.query_scale = check_chunk_and_scale(
@@ -221,6 +226,21 @@ class Attention(nn.Module):
                 owner=self,
                 kind=self.backend.feature_map,
                 block_size=self.backend.block_size,
+            )
+            return self._project_out(out)
+        if hooks.token_transform is not None:  # PaTH: keys carried through each token's H
+            if cache is not None:
+                self._bind(cache)
+            out = path_self_attention(
+                q,
+                k,
+                v,
+                x,
+                encoding=hooks.token_transform,
+                context=context,
+                cache=cache,
+                scale=self.scale,
+                dropout_p=self.dropout if self.training else 0.0,
             )
             return self._project_out(out)
         rotated_cache = cache is None or self._bind(cache)

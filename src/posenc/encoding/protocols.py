@@ -29,6 +29,9 @@ token state            :class:`TokenStateEncoding`: ``token_state(x, previous, r
                        ``state_bias(q_state, k_state)``
 positions              :class:`PositionTransform`: ``transform_positions(positions, *,
                        batch, continuing, real)``
+token transform        :class:`TokenTransformEncoding`: ``transform_inputs(x, real)``,
+                       ``token_transforms(inputs, real, same_document)``,
+                       ``gate_states(x, previous, real)``
 =====================  =================================================================
 
 The methods attention calls on the hot path do no value checks; each class's ``forward`` is
@@ -59,6 +62,7 @@ __all__ = [
     "SinkLogits",
     "TokenEmbedding",
     "TokenStateEncoding",
+    "TokenTransformEncoding",
     "ValueRotation",
     "check_rotary_input",
     "materialize_bias",
@@ -505,3 +509,49 @@ def check_rotary_input(
         raise ValueError(
             f"{pos_name} has batch {positions.shape[-2]} but {name} has batch {x.shape[0]}"
         )
+
+
+# -- token transforms ------------------------------------------------------------------------
+
+
+class TokenTransformEncoding(PositionalEncoding):
+    """Per-token transforms of the layer's input, accumulated between key and query (PaTH).
+
+    The logit of query ``i`` and key ``j ≤ i`` is ``q_iᵀ H_i ⋯ H_{j+1} k_j`` with
+    ``H_s = I − β_s w_s w_sᵀ``: not a term added to ``q·k`` but a transform of the key by
+    every token between, so attention runs its own blockwise algorithm
+    (:func:`posenc.token_state.path.path_attention`) and the KV cache keeps each key carried
+    to its newest token. Served by the ``sdpa`` and ``chunked`` backends.
+    """
+
+    dim: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    #: True when :meth:`gate_states` gives forget gates (the KV cache then keeps them).
+    has_gates: bool = False
+    #: Earlier tokens each token's transform reads besides its own (a short convolution's
+    #: ``K − 1``; 0 when each reads its own input alone).
+    history: int = 0
+
+    def transform_inputs(self, x: Tensor, real: Tensor | None) -> Tensor:
+        """What the transforms read of each new token, ``(batch, seq, channels)`` from the
+        layer's input ``x`` ``(batch, seq, dim)``; zeros where ``real`` is False. A KV cache
+        keeps them for the next tokens' :attr:`history`."""
+        raise required(self, "transform_inputs")
+
+    def token_transforms(
+        self, inputs: Tensor, real: Tensor | None, same_document: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
+        """``(w, beta)`` of the last ``seq`` tokens of ``inputs`` ``(batch, history + seq,
+        channels)`` (the :attr:`history` tokens before them first, zeros before the
+        sequence): ``(batch, kv_heads, seq, head_dim)`` and ``(batch, kv_heads, seq)``.
+        ``real`` ``(batch, seq)``: ``β = 0`` where False; ``same_document`` ``(batch, seq,
+        history + 1)``: which window tokens share each new token's document (None: all)."""
+        raise required(self, "token_transforms")
+
+    def gate_states(self, x: Tensor, previous: Tensor | None, real: Tensor | None) -> Tensor | None:
+        """Cumulative log forget gates ``(batch, heads, seq)`` continuing ``previous`` (the
+        last cached key's), or None when the method has none."""
+        return None

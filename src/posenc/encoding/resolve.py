@@ -32,6 +32,7 @@ from posenc.encoding.protocols import (
     SinkLogits,
     TokenEmbedding,
     TokenStateEncoding,
+    TokenTransformEncoding,
     ValueRotation,
     materialize_bias,
 )
@@ -63,6 +64,7 @@ class Hooks:
     token_state: TokenStateEncoding | None = None
     weights: AttentionWeights | None = None
     position_transform: PositionTransform | None = None
+    token_transform: TokenTransformEncoding | None = None
     num_axes: int = 1
 
     @property
@@ -99,6 +101,7 @@ class Hooks:
                 self.sinks,
                 self.token_state,
                 self.weights,
+                self.token_transform,
             )
         )
 
@@ -122,6 +125,7 @@ class Hooks:
             self.weights,
             self.sinks,
             self.rotary,
+            self.token_transform,
         )
         for part in parts:
             if part is not None and part.num_heads is not None:
@@ -137,6 +141,8 @@ class Hooks:
             width = self.rotary.head_dim
         elif self.contextual is not None:
             width = self.contextual.head_dim
+        elif self.token_transform is not None:
+            width = self.token_transform.head_dim
         else:
             width = None if self.scores is None else self.scores.head_dim
         if width is None and self.weights is not None:
@@ -198,6 +204,7 @@ _PLACES: dict[str, str] = {
     "token_state": "TokenStateEncoding",
     "attention_weights": "AttentionWeights",
     "transform_positions": "PositionTransform",
+    "token_transforms": "TokenTransformEncoding",
 }
 
 
@@ -223,6 +230,7 @@ def _own_places(encoding: PositionalEncoding) -> dict[str, object]:
         ("token_state", TokenStateEncoding),
         ("weights", AttentionWeights),
         ("position_transform", PositionTransform),
+        ("token_transform", TokenTransformEncoding),
     ):
         if isinstance(encoding, protocol):
             places[name] = encoding

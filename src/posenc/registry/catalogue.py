@@ -287,6 +287,22 @@ BUILTIN_SPECS: tuple[EncodingSpec, ...] = (
         causal_only=True,
     ),
     EncodingSpec(
+        "path",
+        "token_state",
+        "Yang et al. 2025 (PaTH Attention, NeurIPS), https://arxiv.org/abs/2505.16381",
+        "data-dependent Householder-like transforms H = I − β w wᵀ from each token's hidden "
+        "state; a key passes through those of every token up to the query (with "
+        "forget_gate=True PaTH-FoX; for causal attention)",
+        lambda: token_state_package().PathTransform,
+        lambda d: {
+            "dim": d.dim,
+            "num_heads": d.num_heads,
+            "num_kv_heads": d.resolved_num_kv_heads,
+            "head_dim": d.resolved_head_dim,
+        },
+        causal_only=True,
+    ),
+    EncodingSpec(
         "stick_breaking",
         "softmax",
         "Tan et al. 2024 (stick-breaking attention), https://arxiv.org/abs/2410.17980",

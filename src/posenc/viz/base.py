@@ -68,6 +68,7 @@ ENCODING_COLORS: dict[str, str] = {
     "hope": "#e7969c",
     "cape": "#6baed6",
     "fox": "#a55194",
+    "path": "#9e9ac8",
     "pope": "#8ca252",
     "fope": "#637939",
     "stick_breaking": "#bd9e39",

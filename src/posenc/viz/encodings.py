@@ -25,8 +25,10 @@ from posenc.encoding.protocols import (
     BiasEncoding,
     ContextualEncoding,
     RotaryEncoding,
+    TokenTransformEncoding,
 )
 from posenc.registry import ModelDims, build_encoding, encoding_spec
+from posenc.token_state.path import path_logits_reference
 from posenc.viz.base import encoding_color, new_figure
 from posenc.viz.graph import (
     graph_method_figure,
@@ -199,6 +201,26 @@ def _plot_token_bias(name: str, encoding: Any, dims: ModelDims, length: int = 48
     return _pair_heatmap(bias, f"{name}: c_i − c_j, random states", "bias")
 
 
+def _plot_token_transforms(
+    name: str, encoding: TokenTransformEncoding, dims: ModelDims, length: int = 32
+) -> Figure:
+    """PaTH's logits ``q_iᵀ H_i ⋯ H_{j+1} k_j`` of one content (``q = k`` everywhere, so only
+    the transforms differ) for seeded random hidden states, head 0; keys after the query
+    are blank (causal)."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, length, dims.dim, generator=generator)
+    content = torch.randn(dims.resolved_head_dim, generator=generator)
+    with torch.no_grad():
+        inputs = encoding.transform_inputs(x, None)
+        window = torch.nn.functional.pad(inputs, (0, 0, encoding.history, 0))
+        w, beta = encoding.token_transforms(window, None, None)
+        qk = content.expand(length, -1)
+        logits = path_logits_reference(qk, qk, w[0, 0], beta[0, 0])
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    logits = logits.masked_fill(~causal, float("nan")) * dims.resolved_head_dim**-0.5
+    return _pair_heatmap(logits, f"{name}: q·H_i⋯H_(j+1)·k", "logit")
+
+
 def _random_qk(dims: ModelDims, length: int = 48) -> tuple[Tensor, Tensor, Tensor]:
     """Seeded random q, k ``(1, heads, length, head_dim)`` and positions ``arange(length)``:
     the inputs of the figures of terms that read q or k."""
@@ -267,6 +289,8 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         return _plot_scores_reader(name, encoding, dims)
     if callable(getattr(encoding, "token_state", None)):  # FoX: gates from hidden states
         return _plot_token_bias(name, encoding, dims)
+    if isinstance(encoding, TokenTransformEncoding):  # PaTH: transforms from hidden states
+        return _plot_token_transforms(name, encoding, dims)
     if callable(getattr(encoding, "attention_weights", None)):  # stick-breaking
         q, k, positions = _random_qk(dims)
         length = positions.shape[0]
