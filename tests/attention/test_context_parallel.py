@@ -1,0 +1,248 @@
+"""Context parallelism on two gloo ranks equals the one-rank attention, for every family.
+
+Each rank computes the one-rank (whole-sequence) attention itself and compares its shard:
+outputs and the gradients of q, k, v (its shard) and of the encoding's parameters (summed
+over the ranks). float32; the tolerance is ``assert_close``'s float32 default, since a chunk's
+keys are cut at its end (another reduction length) where the one-rank run masks them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.testing import assert_close
+
+from posenc.attention import ContextParallel, attend, hooks_of
+from posenc.lab.distributed import spawn
+from posenc.positions import packed_positions
+from posenc.registry import encoding_spec
+from tests.cases import ALL_CASES, build_case, case_positions, registered_cases
+
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed gloo missing"
+)
+
+#: Encodings context parallelism refuses, and why: they read the layer's hidden states
+#: (attend refuses them too; they need posenc.attention.Attention).
+REFUSED = {"fox": "token_state: reads the layer's hidden states"}
+
+#: Encodings with no attention-side part: their tables are checked on local positions.
+EMBEDDING_ONLY = {"complex_order"}
+
+#: The non-slow sweep: one family of each place an encoding acts (rotary incl. M-RoPE, a
+#: value rotation, biases, contextual terms, scores readers, segments, softmax transforms,
+#: stick-breaking weights, additive, a bidirectional grid encoding).
+FAST = [
+    ("rope", {}),
+    ("mrope", {}),
+    ("alibi", {}),
+    ("t5", {}),
+    ("kerple", {}),
+    ("fire", {}),
+    ("dynamic", {}),
+    ("shaw", {"max_distance": 3}),
+    ("xl", {}),
+    ("deberta", {}),
+    ("cope", {}),
+    ("dape", {}),
+    ("self_extend", {"window": 4, "group": 2}),
+    ("softcap", {"inner": "alibi", "cap": 2.0}),
+    ("learned_sinks", {"inner": "t5", "init_std": 1.0}),
+    ("stick_breaking", {}),
+    ("sinusoidal", {}),
+    ("fox", {}),
+    ("rope_axial", {}),
+]
+
+SEQ = 16  # 4 chunks of 4 on 2 ranks; the grid encodings' 3 × 4 grid: 4 chunks of 3
+BATCH, HEADS, HEAD_DIM = 2, 4, 8
+DOCUMENTS = torch.tensor([0] * 5 + [1] * 7 + [2] * 4)  # boundaries inside the zigzag chunks
+
+
+def _whole_rotation(encoding: Any, q: Any, k: Any, v: Any, positions: Any) -> Any:
+    """What posenc.attention.Attention does to the whole sequence before attending."""
+    hooks = hooks_of(encoding)
+    if hooks.rotary is None or hooks.segments is not None:
+        return q, k, v
+    tables = hooks.rotary.rotary_tables(positions, q.dtype)
+    q, k = hooks.rotary.rotate_qk(q, k, tables, tables)
+    if hooks.value_rotation is not None:
+        v = hooks.value_rotation.rotate_values(v, tables)
+    return q, k, v
+
+
+def _inputs(seq: int, generator: torch.Generator) -> list[Any]:
+    shape = (BATCH, HEADS, seq, HEAD_DIM)
+    return [torch.randn(shape, generator=generator, requires_grad=True) for _ in range(3)]
+
+
+def _masks(encoding: Any, seq: int, packed: bool) -> dict[str, Any]:
+    """Positions, documents and padding of one variant: plain, or packed documents (positions
+    restarting per document) with the last two tokens of row 1 padded."""
+    positions = case_positions(encoding, seq)
+    if not packed:
+        return {"positions": positions, "document_ids": None, "key_padding_mask": None}
+    if encoding.num_axes == 1:
+        positions = packed_positions(DOCUMENTS)
+    padding = torch.ones(BATCH, seq, dtype=torch.bool)
+    padding[1, -2:] = False
+    return {"positions": positions, "document_ids": DOCUMENTS, "key_padding_mask": padding}
+
+
+def check_case(cp: ContextParallel, name: str, kwargs: dict[str, Any], packed: bool) -> None:
+    """Raise AssertionError unless the rank's context-parallel attention of encoding ``name``
+    (forward and gradients) equals its shard of the one-rank attention."""
+    torch.manual_seed(0)
+    encoding = build_case(name, kwargs).eval()
+    grid = encoding_spec(name).needs_grid
+    seq, causal = (12, False) if grid else (SEQ, True)
+    if packed and grid:
+        return
+    hooks = hooks_of(encoding)
+    if hooks.encoding is not None:  # as Attention binds its projections (DeBERTa's shared keys)
+        width = HEADS * HEAD_DIM
+        hooks.encoding.bind_projections(nn.Linear(width, width), nn.Linear(width, width))
+    masks = _masks(encoding, seq, packed)
+    positions = masks["positions"]
+    if hooks.additive is not None:
+        table = hooks.additive.position_embedding(positions)
+        local = hooks.additive.position_embedding(cp.shard(positions, -1))
+        assert_close(local, cp.shard(table, -2), rtol=0, atol=0)
+    if name in EMBEDDING_ONLY:
+        return
+    generator = torch.Generator().manual_seed(1)
+    q, k, v = _inputs(seq, generator)
+    weight = torch.randn(BATCH, HEADS, seq, HEAD_DIM, generator=generator)
+    if name in REFUSED:
+        q_l, k_l, v_l = (cp.shard(t, -2) for t in (q, k, v))
+        with pytest.raises(ValueError, match="token_state"):
+            cp.attend(q_l, k_l, v_l, pos=encoding, positions=cp.shard(positions, -1), causal=causal)
+        return
+    params = [p for p in encoding.parameters() if p.requires_grad]
+
+    # the one-rank run, on the whole sequence
+    whole = _whole_rotation(encoding, q, k, v, positions)
+    out = attend(
+        *whole,
+        pos=encoding,
+        q_pos=positions,
+        k_pos=positions,
+        causal=causal,
+        document_ids=masks["document_ids"],
+        key_padding_mask=masks["key_padding_mask"],
+    )
+    expected = torch.autograd.grad((out * weight).sum(), [q, k, v, *params], allow_unused=True)
+
+    # this rank's shard
+    local = {key: None if t is None else cp.shard(t, -1) for key, t in masks.items()}
+    q_l, k_l, v_l = (cp.shard(t.detach(), -2).requires_grad_() for t in (q, k, v))
+    rotated = cp.rotate(encoding, q_l, k_l, v_l, local["positions"])
+    out_l = cp.attend(*rotated, pos=encoding, causal=causal, **local)
+    assert_close(out_l, cp.shard(out.detach(), -2), msg=lambda m: f"{name} output: {m}")
+    assert_close(cp.unshard(out_l.detach(), -2), out.detach())
+    grads = torch.autograd.grad(
+        (out_l * cp.shard(weight, -2)).sum(), [q_l, k_l, v_l, *params], allow_unused=True
+    )
+    for which, got, want in zip("qkv", grads[:3], expected[:3], strict=True):
+        assert_close(got, cp.shard(want, -2), msg=lambda m, w=which: f"{name} d{w}: {m}")
+    for param, got, want in zip(params, grads[3:], expected[3:], strict=True):
+        total = torch.zeros_like(param) if got is None else got.clone()
+        dist.all_reduce(total)  # each rank holds the gradient of its queries' terms
+        assert_close(
+            total,
+            torch.zeros_like(param) if want is None else want,
+            msg=lambda m: f"{name} parameter gradient: {m}",
+        )
+
+
+def check_packed_unpacked(cp: ContextParallel, name: str) -> list[float]:
+    """Packed documents under context parallelism equal each document attended alone on one
+    rank (its own positions from 0); returns max|Δ| per document."""
+    torch.manual_seed(0)
+    encoding = build_case(name, {}).eval()
+    generator = torch.Generator().manual_seed(2)
+    q, k, v = (t.detach() for t in _inputs(SEQ, generator))
+    positions = packed_positions(DOCUMENTS)
+    local_pos = cp.shard(positions, -1)
+    q_l, k_l, v_l = (cp.shard(t, -2) for t in (q, k, v))
+    rotated = cp.rotate(encoding, q_l, k_l, v_l, local_pos)
+    out_l = cp.attend(
+        *rotated,
+        pos=encoding,
+        positions=local_pos,
+        causal=True,
+        document_ids=cp.shard(DOCUMENTS, -1),
+    )
+    packed = cp.unshard(out_l, -2)
+    deltas = []
+    for doc in DOCUMENTS.unique():
+        at = (DOCUMENTS == doc).nonzero().flatten()
+        span = slice(int(at[0]), int(at[-1]) + 1)
+        alone = torch.arange(span.stop - span.start)
+        whole = _whole_rotation(encoding, q[..., span, :], k[..., span, :], v[..., span, :], alone)
+        out = attend(*whole, pos=encoding, q_pos=alone, k_pos=alone, causal=True)
+        assert_close(packed[..., span, :], out, msg=lambda m: f"{name} document: {m}")
+        deltas.append(float((packed[..., span, :] - out).abs().max()))
+    return deltas
+
+
+def sweep_rank(rank: int, world_size: int, cases: list[tuple[str, dict[str, Any]]]) -> None:
+    torch.set_num_threads(1)
+    cp = ContextParallel.from_group()
+    assert (cp.rank, cp.world_size) == (rank, world_size)
+    for name, kwargs in cases:
+        for packed in (False, True):
+            check_case(cp, name, kwargs, packed)
+    for name in ("rope", "alibi", "t5"):
+        check_packed_unpacked(cp, name)
+
+
+def test_two_ranks_equal_one_rank() -> None:
+    """One spawn over one family of each kind, plain and packed, forward and backward."""
+    spawn(sweep_rank, 2, FAST)
+
+
+@pytest.mark.slow
+def test_two_ranks_equal_one_rank_every_registered_encoding() -> None:
+    cases = [tuple(p.values) for p in registered_cases()]
+    spawn(sweep_rank, 2, cases)
+
+
+def test_fast_sweep_covers_every_kind() -> None:
+    """The non-slow sweep is a subset of the registered cases (names the registry knows)."""
+    known = {name for name, _ in ALL_CASES} | {p.values[0] for p in registered_cases()}
+    assert {name for name, _ in FAST} <= known
+
+
+def test_refuses_odd_local_length() -> None:
+    cp = ContextParallel(rank=0, world_size=1)
+    q = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="even"):
+        cp.attend(q, q, q, positions=torch.arange(3), causal=True)
+
+
+def test_refuses_positions_of_another_length() -> None:
+    cp = ContextParallel(rank=0, world_size=1)
+    q = torch.randn(1, 2, 4, 4)
+    with pytest.raises(ValueError, match="positions must be this rank's shard"):
+        cp.attend(q, q, q, positions=torch.arange(8), causal=True)
+
+
+@pytest.mark.parametrize(("rank", "world_size"), [(2, 2), (-1, 2), (0, 0)])
+def test_refuses_bad_rank(rank: int, world_size: int) -> None:
+    with pytest.raises(ValueError, match="rank|world_size"):
+        ContextParallel(rank=rank, world_size=world_size)
+
+
+def test_one_rank_is_attend() -> None:
+    """world_size 1: both chunks on one rank, no communication, equal to attend."""
+    cp = ContextParallel(rank=0, world_size=1)
+    encoding = build_case("alibi", {})
+    q, k, v = (t.detach() for t in _inputs(SEQ, torch.Generator().manual_seed(3)))
+    positions = torch.arange(SEQ)
+    out = cp.attend(q, k, v, pos=encoding, positions=positions, causal=True)
+    assert_close(out, attend(q, k, v, pos=encoding, causal=True))
