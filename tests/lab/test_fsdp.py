@@ -1,0 +1,76 @@
+"""FSDP2 (fully_shard) on two gloo ranks: loss and gradients equal the one-rank run.
+
+Each rank holds half of the batch; FSDP averages the gradients of the sharded parameters
+and fully_shard_model's hook those of the shared encoding, so the global gradient is that
+of the mean loss over the whole batch. float32: the two halves are summed in another order
+than one pass over the batch, so ``assert_close``'s float32 tolerance.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.testing import assert_close
+
+from posenc.lab.distributed import fully_shard_model, spawn
+from posenc.models import DecoderLM, ModelConfig
+
+pytestmark = pytest.mark.skipif(
+    not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed gloo missing"
+)
+
+#: An encoding without parameters, one whose table every layer shares, and one per layer.
+ENCODINGS = ("rope", "t5", "shaw")
+BATCH, SEQ, VOCAB = 4, 16, 50
+
+
+def make_model(pos: str) -> DecoderLM:
+    torch.manual_seed(0)
+    return DecoderLM(ModelConfig(vocab_size=VOCAB, dim=32, depth=2, num_heads=4, pos=pos))
+
+
+def lm_loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    logits = model(tokens[:, :-1])
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
+
+
+def fsdp_rank(rank: int, world_size: int) -> None:
+    torch.set_num_threads(1)
+    tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
+    rows = slice(rank * BATCH // world_size, (rank + 1) * BATCH // world_size)
+    for pos in ENCODINGS:
+        reference = make_model(pos)
+        sharded = make_model(pos)
+        replicated = fully_shard_model(sharded)
+        assert (len(replicated) > 0) == (pos == "t5")  # T5's table is every layer's
+        for step in range(2):  # the second step runs on the parameters SGD updated
+            expected = lm_loss(reference, tokens)
+            expected.backward()
+            loss = lm_loss(sharded, tokens[rows])
+            loss.backward()
+            total = loss.detach().clone()
+            dist.all_reduce(total)
+            assert_close(total / world_size, expected.detach(), msg=lambda m: f"{pos} loss: {m}")
+            named = dict(sharded.named_parameters())
+            for name, param in reference.named_parameters():
+                grad = named[name].grad
+                assert grad is not None and param.grad is not None
+                whole = grad.full_tensor() if isinstance(grad, DTensor) else grad
+                assert_close(whole, param.grad, msg=lambda m, n=name: f"{pos} {n}: {m}")
+            for model in (reference, sharded):
+                with torch.no_grad():
+                    for param in model.parameters():
+                        assert param.grad is not None
+                        param -= 0.5 * param.grad
+                        param.grad = None
+
+
+def test_fsdp2_two_ranks_equal_one_rank() -> None:
+    spawn(fsdp_rank, 2)
+
+
+def test_fully_shard_model_needs_a_process_group() -> None:
+    with pytest.raises(ValueError, match="not initialized"):
+        fully_shard_model(make_model("rope"))
