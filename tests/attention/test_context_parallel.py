@@ -20,43 +20,19 @@ from posenc.attention import ContextParallel, attend, hooks_of
 from posenc.lab.distributed import spawn
 from posenc.positions import packed_positions
 from posenc.registry import encoding_spec
-from tests.cases import ALL_CASES, build_case, case_positions, registered_cases
+from tests.cases import build_case, case_positions, registered_cases
 
 pytestmark = pytest.mark.skipif(
     not (dist.is_available() and dist.is_gloo_available()), reason="torch.distributed gloo missing"
 )
 
-#: Encodings context parallelism refuses, and why: they read the layer's hidden states
-#: (attend refuses them too; they need posenc.attention.Attention).
-REFUSED = {"fox": "token_state: reads the layer's hidden states"}
+#: Encodings context parallelism refuses, with the error's words: FoX reads the layer's
+#: hidden states (token_state); PoPE's rotation widens q and k to 2 · head_dim, which
+#: attend's head_dim check refuses (on one rank as well: the Attention module skips it).
+REFUSED = {"fox": "token_state", "pope": "head_dim"}
 
 #: Encodings with no attention-side part: their tables are checked on local positions.
 EMBEDDING_ONLY = {"complex_order"}
-
-#: The non-slow sweep: one family of each place an encoding acts (rotary incl. M-RoPE, a
-#: value rotation, biases, contextual terms, scores readers, segments, softmax transforms,
-#: stick-breaking weights, additive, a bidirectional grid encoding).
-FAST = [
-    ("rope", {}),
-    ("mrope", {}),
-    ("alibi", {}),
-    ("t5", {}),
-    ("kerple", {}),
-    ("fire", {}),
-    ("dynamic", {}),
-    ("shaw", {"max_distance": 3}),
-    ("xl", {}),
-    ("deberta", {}),
-    ("cope", {}),
-    ("dape", {}),
-    ("self_extend", {"window": 4, "group": 2}),
-    ("softcap", {"inner": "alibi", "cap": 2.0}),
-    ("learned_sinks", {"inner": "t5", "init_std": 1.0}),
-    ("stick_breaking", {}),
-    ("sinusoidal", {}),
-    ("fox", {}),
-    ("rope_axial", {}),
-]
 
 SEQ = 16  # 4 chunks of 4 on 2 ranks; the grid encodings' 3 × 4 grid: 4 chunks of 3
 BATCH, HEADS, HEAD_DIM = 2, 4, 8
@@ -93,7 +69,9 @@ def _masks(encoding: Any, seq: int, packed: bool) -> dict[str, Any]:
     return {"positions": positions, "document_ids": DOCUMENTS, "key_padding_mask": padding}
 
 
-def check_case(cp: ContextParallel, name: str, kwargs: dict[str, Any], packed: bool) -> None:
+def check_case(
+    cp: ContextParallel, name: str, kwargs: dict[str, Any], packed: bool, backend: str = "sdpa"
+) -> None:
     """Raise AssertionError unless the rank's context-parallel attention of encoding ``name``
     (forward and gradients) equals its shard of the one-rank attention."""
     torch.manual_seed(0)
@@ -118,9 +96,10 @@ def check_case(cp: ContextParallel, name: str, kwargs: dict[str, Any], packed: b
     q, k, v = _inputs(seq, generator)
     weight = torch.randn(BATCH, HEADS, seq, HEAD_DIM, generator=generator)
     if name in REFUSED:
-        q_l, k_l, v_l = (cp.shard(t, -2) for t in (q, k, v))
-        with pytest.raises(ValueError, match="token_state"):
-            cp.attend(q_l, k_l, v_l, pos=encoding, positions=cp.shard(positions, -1), causal=causal)
+        local_pos = cp.shard(positions, -1)
+        rotated = cp.rotate(encoding, *(cp.shard(t, -2) for t in (q, k, v)), local_pos)
+        with pytest.raises(ValueError, match=REFUSED[name]):
+            cp.attend(*rotated, pos=encoding, positions=local_pos, causal=causal)
         return
     params = [p for p in encoding.parameters() if p.requires_grad]
 
@@ -134,6 +113,7 @@ def check_case(cp: ContextParallel, name: str, kwargs: dict[str, Any], packed: b
         causal=causal,
         document_ids=masks["document_ids"],
         key_padding_mask=masks["key_padding_mask"],
+        backend=backend,
     )
     expected = torch.autograd.grad((out * weight).sum(), [q, k, v, *params], allow_unused=True)
 
@@ -141,7 +121,7 @@ def check_case(cp: ContextParallel, name: str, kwargs: dict[str, Any], packed: b
     local = {key: None if t is None else cp.shard(t, -1) for key, t in masks.items()}
     q_l, k_l, v_l = (cp.shard(t.detach(), -2).requires_grad_() for t in (q, k, v))
     rotated = cp.rotate(encoding, q_l, k_l, v_l, local["positions"])
-    out_l = cp.attend(*rotated, pos=encoding, causal=causal, **local)
+    out_l = cp.attend(*rotated, pos=encoding, causal=causal, backend=backend, **local)
     assert_close(out_l, cp.shard(out.detach(), -2), msg=lambda m: f"{name} output: {m}")
     assert_close(cp.unshard(out_l.detach(), -2), out.detach())
     grads = torch.autograd.grad(
@@ -161,7 +141,12 @@ def check_case(cp: ContextParallel, name: str, kwargs: dict[str, Any], packed: b
 
 def check_packed_unpacked(cp: ContextParallel, name: str) -> list[float]:
     """Packed documents under context parallelism equal each document attended alone on one
-    rank (its own positions from 0); returns max|Δ| per document."""
+    rank (its own positions from 0); returns max|Δ| per document.
+
+    Not bitwise: a packed row also sums the exact zeros of other documents' keys, in another
+    blocking of the reduction than the document alone, so the last bit or two differ (max|Δ|
+    2.4e-7 at |out| < 1 for rope, ALiBi, T5, KERPLE, FIRE, XL, CoPE; docs/distributed.md);
+    compared at assert_close's float32 tolerance."""
     torch.manual_seed(0)
     encoding = build_case(name, {}).eval()
     generator = torch.Generator().manual_seed(2)
@@ -186,7 +171,7 @@ def check_packed_unpacked(cp: ContextParallel, name: str) -> list[float]:
         whole = _whole_rotation(encoding, q[..., span, :], k[..., span, :], v[..., span, :], alone)
         out = attend(*whole, pos=encoding, q_pos=alone, k_pos=alone, causal=True)
         assert_close(packed[..., span, :], out, msg=lambda m: f"{name} document: {m}")
-        deltas.append(float((packed[..., span, :] - out).abs().max()))
+        deltas.append(float((packed[..., span, :] - out).abs().max().detach()))
     return deltas
 
 
@@ -197,25 +182,16 @@ def sweep_rank(rank: int, world_size: int, cases: list[tuple[str, dict[str, Any]
     for name, kwargs in cases:
         for packed in (False, True):
             check_case(cp, name, kwargs, packed)
-    for name in ("rope", "alibi", "t5"):
+    for name, kwargs in (("alibi", {}), ("t5", {}), ("rope", {}), ("cope", {})):
+        check_case(cp, name, kwargs, packed=True, backend="chunked")  # its block plans
+    for name in ("rope", "alibi", "t5", "kerple", "fire", "xl", "cope"):
         check_packed_unpacked(cp, name)
 
 
-def test_two_ranks_equal_one_rank() -> None:
-    """One spawn over one family of each kind, plain and packed, forward and backward."""
-    spawn(sweep_rank, 2, FAST)
-
-
-@pytest.mark.slow
 def test_two_ranks_equal_one_rank_every_registered_encoding() -> None:
-    cases = [tuple(p.values) for p in registered_cases()]
-    spawn(sweep_rank, 2, cases)
-
-
-def test_fast_sweep_covers_every_kind() -> None:
-    """The non-slow sweep is a subset of the registered cases (names the registry knows)."""
-    known = {name for name, _ in ALL_CASES} | {p.values[0] for p in registered_cases()}
-    assert {name for name, _ in FAST} <= known
+    """One spawn over every registered encoding (and the variants whose code paths differ),
+    plain and packed, forward and backward; then packed against unpacked documents."""
+    spawn(sweep_rank, 2, [tuple(p.values) for p in registered_cases()])
 
 
 def test_refuses_odd_local_length() -> None:
