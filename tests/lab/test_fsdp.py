@@ -1,5 +1,8 @@
 """FSDP2 (fully_shard) on two gloo ranks: loss and gradients equal the one-rank run.
 
+T5 (a table every layer shares, kept replicated) takes the large-model flow: built on the
+meta device, sharded, then allocated; Shaw (per-layer tables, sharded) is built in place.
+
 Each rank holds half of the batch; FSDP averages the gradients of the sharded parameters
 and fully_shard_model's hook those of the shared encoding, so the global gradient is that
 of the mean loss over the whole batch. float32: the two halves are summed in another order
@@ -11,7 +14,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-from torch.distributed.tensor import DTensor
+from torch.distributed.tensor import DTensor, distribute_tensor
 from torch.testing import assert_close
 
 from posenc.lab.distributed import fully_shard_model, spawn
@@ -36,15 +39,32 @@ def lm_loss(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
 
 
+def shard_on_meta(reference: DecoderLM) -> DecoderLM:
+    """The large-model flow: build on the meta device, shard, allocate the shards
+    (``to_empty``), then fill them (here with the reference's values)."""
+    with torch.device("meta"):
+        model = DecoderLM(reference.config)
+    assert fully_shard_model(model) == ["trunk.blocks.0.attn.pos.weight"]  # T5's shared table
+    model.to_empty(device="cpu")
+    values = dict(reference.named_parameters())
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            whole = values[name].detach()
+            if isinstance(param, DTensor):
+                whole = distribute_tensor(whole, param.device_mesh, param.placements)
+            param.copy_(whole)
+    return model
+
+
 def fsdp_rank(rank: int, world_size: int) -> None:
     torch.set_num_threads(1)
     tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
     rows = slice(rank * BATCH // world_size, (rank + 1) * BATCH // world_size)
     for pos in ENCODINGS:
         reference = make_model(pos)
-        sharded = make_model(pos)
-        replicated = fully_shard_model(sharded)
-        assert (len(replicated) > 0) == (pos == "t5")  # T5's table is every layer's
+        sharded = shard_on_meta(reference) if pos == "t5" else make_model(pos)
+        if pos == "shaw":
+            assert fully_shard_model(sharded) == []  # every layer's tables are its own
         for step in range(2):  # the second step runs on the parameters SGD updated
             expected = lm_loss(reference, tokens)
             expected.backward()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
@@ -121,16 +122,17 @@ def fully_shard_model(
     blocks: Sequence[nn.Module] | None = None,
     mesh: Any = None,
     reshard_after_forward: bool = True,
-) -> list[nn.Parameter]:
-    """Shard ``model``'s parameters over the ranks with FSDP2, in place; return the
-    parameters kept replicated.
+) -> list[str]:
+    """Shard ``model``'s parameters over the ranks with FSDP2, in place; return the names
+    of the parameters kept replicated.
 
     ``fully_shard`` is applied to each block (its parameters gathered just before it runs
     and freed after), then to the model (embeddings, final norm, head). Parameters that
     several blocks share (an encoding built once for all layers: T5's bucket table, FIRE's
     MLP, KERPLE's kernel) cannot belong to one block's group, so they stay whole on every
     rank and a hook averages their gradient over the group as soon as it is accumulated,
-    as FSDP averages the sharded ones. Each rank then holds ``1 / world_size`` of every other
+    as FSDP averages the sharded ones (the hook is attached at each forward, so it follows
+    ``to_empty`` after a build on the ``meta`` device). Each rank then holds ``1 / world_size`` of every other
     parameter and gradient (``DTensor`` objects; ``full_tensor()`` gathers one).
 
     Args:
@@ -164,23 +166,38 @@ def fully_shard_model(
         for param in block.parameters():
             owners[id(param)] = owners.get(id(param), 0) + 1
     shared = {p for block in blocks for p in block.parameters() if owners[id(p)] > 1}
+    names = [name for name, p in model.named_parameters() if p in shared]  # the model's order
     options: dict[str, Any] = {"reshard_after_forward": reshard_after_forward}
     if mesh is not None:
         options["mesh"] = mesh
     for block in blocks:
         fully_shard(block, ignored_params=shared, **options)
     fully_shard(model, ignored_params=shared, **options)
-    world_size = dist.get_world_size()
-    replicated = [p for p in model.parameters() if p in shared]  # in the model's order
-    for param in replicated:
-        param.register_post_accumulate_grad_hook(_average_gradient(world_size))
-    return replicated
+    if names:
+        group = None if mesh is None else mesh.get_group()
+        model.register_forward_pre_hook(_AverageGradients(names, group))
+    return names
 
 
-def _average_gradient(world_size: int) -> Callable[[torch.Tensor], None]:
-    def hook(param: torch.Tensor) -> None:
+class _AverageGradients:
+    """A forward pre-hook that makes sure each named parameter averages its gradient over
+    ``group`` once it is accumulated. Registered on every forward for the parameter objects
+    the model holds then: ``to_empty`` (after building on the meta device) replaces them."""
+
+    def __init__(self, names: list[str], group: Any) -> None:
+        self.names, self.group = names, group
+        # id -> weak reference: a tensor compares by value, so no set of tensors
+        self.hooked: dict[int, weakref.ref[nn.Parameter]] = {}
+
+    def __call__(self, model: nn.Module, args: Any) -> None:
+        for name in self.names:
+            param = model.get_parameter(name)
+            known = self.hooked.get(id(param))
+            if known is None or known() is not param:
+                param.register_post_accumulate_grad_hook(self.average)
+                self.hooked[id(param)] = weakref.ref(param)
+
+    def average(self, param: torch.Tensor) -> None:
         if param.grad is not None:
-            dist.all_reduce(param.grad)  # SUM: gloo has no AVG
-            param.grad.div_(world_size)
-
-    return hook
+            dist.all_reduce(param.grad, group=self.group)  # SUM: gloo has no AVG
+            param.grad.div_(dist.get_world_size(self.group))
