@@ -65,20 +65,21 @@ def fsdp_rank(rank: int, world_size: int) -> None:
         sharded = shard_on_meta(reference) if pos == "t5" else make_model(pos)
         if pos == "shaw":
             assert fully_shard_model(sharded) == []  # every layer's tables are its own
-        for step in range(2):  # the second step runs on the parameters SGD updated
+        for _ in range(2):  # the second step runs on the parameters SGD updated
             expected = lm_loss(reference, tokens)
             expected.backward()
             loss = lm_loss(sharded, tokens[rows])
             loss.backward()
             total = loss.detach().clone()
             dist.all_reduce(total)
-            assert_close(total / world_size, expected.detach(), msg=lambda m: f"{pos} loss: {m}")
+            mean = total / world_size
+            assert_close(mean, expected.detach(), msg=lambda m, p=pos: f"{p} loss: {m}")
             named = dict(sharded.named_parameters())
             for name, param in reference.named_parameters():
                 grad = named[name].grad
                 assert grad is not None and param.grad is not None
                 whole = grad.full_tensor() if isinstance(grad, DTensor) else grad
-                assert_close(whole, param.grad, msg=lambda m, n=name: f"{pos} {n}: {m}")
+                assert_close(whole, param.grad, msg=lambda m, n=name, p=pos: f"{p} {n}: {m}")
             for model in (reference, sharded):
                 with torch.no_grad():
                     for param in model.parameters():

@@ -132,8 +132,9 @@ def fully_shard_model(
     MLP, KERPLE's kernel) cannot belong to one block's group, so they stay whole on every
     rank and a hook averages their gradient over the group as soon as it is accumulated,
     as FSDP averages the sharded ones (the hook is attached at each forward, so it follows
-    ``to_empty`` after a build on the ``meta`` device). Each rank then holds ``1 / world_size`` of every other
-    parameter and gradient (``DTensor`` objects; ``full_tensor()`` gathers one).
+    ``to_empty`` after a build on the ``meta`` device). Each rank then holds
+    ``1 / world_size`` of every other parameter and gradient (``DTensor`` objects;
+    ``full_tensor()`` gathers one).
 
     Args:
         model: a :class:`~posenc.models.DecoderLM` or :class:`~posenc.models.EncoderClassifier`
