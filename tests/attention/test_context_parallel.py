@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.testing import assert_close
 
-from posenc.attention import ContextParallel, attend, hooks_of
+from posenc.attention import Attention, ContextParallel, attend, hooks_of
 from posenc.lab.distributed import spawn
 from posenc.positions import packed_positions
 from posenc.registry import encoding_spec
@@ -33,6 +33,13 @@ REFUSED = {"fox": "token_state", "pope": "head_dim"}
 
 #: Encodings with no attention-side part: their tables are checked on local positions.
 EMBEDDING_ONLY = {"complex_order"}
+
+#: The whole-layer check (projections, query scale, rotation): one family of each place an
+#: encoding acts, to keep the spawn short; check_case covers every registered encoding.
+LAYER_CASES = {
+    "rope", "mrope", "xpos", "alibi", "t5", "fire", "shaw", "deberta", "cope", "dape",
+    "self_extend", "dual_chunk", "stick_breaking", "learned_sinks", "hope", "rope_axial",
+}  # fmt: skip
 
 SEQ = 16  # 4 chunks of 4 on 2 ranks; the grid encodings' 3 × 4 grid: 4 chunks of 3
 BATCH, HEADS, HEAD_DIM = 2, 4, 8
@@ -139,6 +146,39 @@ def check_case(
         )
 
 
+def check_layer(cp: ContextParallel, name: str, kwargs: dict[str, Any]) -> None:
+    """A whole Attention layer (projections, rotation, attention, output projection) on the
+    rank's tokens equals its shard of the layer on the whole sequence, with gradients."""
+    torch.manual_seed(0)
+    encoding = build_case(name, kwargs).eval()
+    grid = encoding_spec(name).needs_grid
+    seq, causal = (12, False) if grid else (SEQ, True)
+    layer = Attention(HEADS * HEAD_DIM, HEADS, pos=encoding, causal=causal).eval()
+    masks = _masks(encoding, seq, packed=not grid)
+    generator = torch.Generator().manual_seed(4)
+    x = torch.randn(BATCH, seq, HEADS * HEAD_DIM, generator=generator, requires_grad=True)
+    weight = torch.randn(BATCH, seq, HEADS * HEAD_DIM, generator=generator)
+    params = [p for p in layer.parameters() if p.requires_grad]
+    out = layer(x, masks.pop("positions"), **masks)
+    expected = torch.autograd.grad((out * weight).sum(), [x, *params], allow_unused=True)
+    whole = _masks(encoding, seq, packed=not grid)
+    local = {key: None if t is None else cp.shard(t, -1) for key, t in whole.items()}
+    x_l = cp.shard(x.detach(), -2).requires_grad_()
+    out_l = cp.attention(layer, x_l, local.pop("positions"), **local)
+    assert_close(out_l, cp.shard(out.detach(), -2), msg=lambda m: f"{name} layer: {m}")
+    grads = torch.autograd.grad(
+        (out_l * cp.shard(weight, -2)).sum(), [x_l, *params], allow_unused=True
+    )
+    assert_close(grads[0], cp.shard(expected[0], -2), msg=lambda m: f"{name} layer dx: {m}")
+    for got, want in zip(grads[1:], expected[1:], strict=True):
+        if want is None:  # an additive encoding's table: the layer does not read it
+            assert got is None
+            continue
+        total = torch.zeros_like(want) if got is None else got.clone()
+        dist.all_reduce(total)
+        assert_close(total, want, msg=lambda m: f"{name} layer parameter gradient: {m}")
+
+
 def check_packed_unpacked(cp: ContextParallel, name: str) -> list[float]:
     """Packed documents under context parallelism equal each document attended alone on one
     rank (its own positions from 0); returns max|Δ| per document.
@@ -182,6 +222,9 @@ def sweep_rank(rank: int, world_size: int, cases: list[tuple[str, dict[str, Any]
     for name, kwargs in cases:
         for packed in (False, True):
             check_case(cp, name, kwargs, packed)
+    for name, kwargs in cases:
+        if name in LAYER_CASES:
+            check_layer(cp, name, kwargs)
     for name, kwargs in (("alibi", {}), ("t5", {}), ("rope", {}), ("cope", {})):
         check_case(cp, name, kwargs, packed=True, backend="chunked")  # its block plans
     for name in ("rope", "alibi", "t5", "kerple", "fire", "xl", "cope"):
@@ -192,6 +235,44 @@ def test_two_ranks_equal_one_rank_every_registered_encoding() -> None:
     """One spawn over every registered encoding (and the variants whose code paths differ),
     plain and packed, forward and backward; then packed against unpacked documents."""
     spawn(sweep_rank, 2, [tuple(p.values) for p in registered_cases()])
+
+
+def flex_rank(rank: int, world_size: int) -> None:
+    """FlexAttention (CPU: forward only) reads global positions in its score_mod too."""
+    torch.set_num_threads(1)
+    cp = ContextParallel.from_group()
+    positions = packed_positions(DOCUMENTS)
+    for name in ("t5",):  # its score_mod reads buckets of global distances
+        torch.manual_seed(0)
+        encoding = build_case(name, {}).eval()
+        q, k, v = (t.detach() for t in _inputs(SEQ, torch.Generator().manual_seed(1)))
+        with torch.no_grad():
+            expected = attend(
+                q,
+                k,
+                v,
+                pos=encoding,
+                q_pos=positions,
+                k_pos=positions,
+                causal=True,
+                document_ids=DOCUMENTS,
+                backend="flex",
+            )
+            out = cp.attend(
+                *(cp.shard(t, -2) for t in (q, k, v)),
+                pos=encoding,
+                positions=cp.shard(positions, -1),
+                causal=True,
+                document_ids=cp.shard(DOCUMENTS, -1),
+                backend="flex",
+            )
+        assert_close(out, cp.shard(expected, -2), msg=lambda m, n=name: f"{n} flex: {m}")
+
+
+@pytest.mark.slow
+def test_two_ranks_equal_one_rank_flex() -> None:
+    """About a minute on the CPU (FlexAttention compiles each shape)."""
+    spawn(flex_rank, 2)
 
 
 def test_refuses_odd_local_length() -> None:

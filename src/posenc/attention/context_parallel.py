@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from posenc._validate import check_int, check_positive_int
 from posenc.attention.backends import Backend
 from posenc.attention.functional import attend
+from posenc.attention.module import Attention
 from posenc.encoding.resolve import hooks_of
 from posenc.positions.zigzag import zigzag_chunks, zigzag_shard, zigzag_unshard
 
@@ -234,6 +235,67 @@ class ContextParallel:
                 )
             )
         return torch.cat(outs, dim=-2)
+
+    def attention(
+        self,
+        layer: Attention,
+        x: Tensor,
+        positions: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        document_ids: Tensor | None = None,
+    ) -> Tensor:
+        """One :class:`~posenc.attention.Attention` layer on this rank's tokens: its
+        projections, query scale and rotation on the local ``x``, then :meth:`attend`.
+
+        Equal to the shard of ``layer(x_whole, positions_whole, ...)``, without dropout
+        (a rank cannot draw the one-rank run's mask), KV cache, ``chunk_size``, the linear
+        backend or a randomized position transform (CAPE in training).
+
+        Args:
+            layer: the attention layer (its parameters as on one rank).
+            x: ``(batch, L / R, dim)``, this rank's shard of the layer's input.
+            positions, key_padding_mask, document_ids: local shards, as :meth:`attend`.
+
+        Returns:
+            ``(batch, L / R, dim)``.
+        """
+        hooks = layer.hooks
+        if layer.backend.name == "linear" or layer.chunk_size is not None:
+            raise ValueError(
+                "layer: context parallelism supports softmax attention without chunk_size; "
+                f"got backend={layer.backend.name!r}, chunk_size={layer.chunk_size}"
+            )
+        if hooks.position_transform is not None and layer.training:
+            raise ValueError(
+                f"layer: {hooks.name} draws random positions in training, which every rank "
+                "would draw differently; randomize the positions before sharding them"
+            )
+        if layer.training and layer.dropout > 0:
+            raise ValueError(f"layer: dropout={layer.dropout} in training; use dropout=0")
+        batch, seq, _ = x.shape
+        heads, kv_heads, width = layer.num_heads, layer.num_kv_heads, layer.head_dim
+        q = layer.q_proj(x).view(batch, seq, heads, width).transpose(1, 2)
+        if layer.query_scale is not None:
+            q = layer.query_scale.apply(q, positions)
+        k = layer.k_proj(x).view(batch, seq, kv_heads, width).transpose(1, 2)
+        v = layer.v_proj(x).view(batch, seq, kv_heads, width).transpose(1, 2)
+        q, k, v = self.rotate(layer.pos, q, k, v, positions)
+        out = self.attend(
+            q,
+            k,
+            v,
+            pos=layer.pos,
+            positions=positions,
+            causal=layer.causal,
+            key_padding_mask=key_padding_mask,
+            document_ids=document_ids,
+            scale=layer.scale,
+            backend=layer.backend,
+        )
+        out = out.transpose(1, 2).reshape(batch, seq, heads * width)
+        projected: Tensor = layer.out_proj(out)
+        return projected
 
 
 def _same_document(q_docs: Tensor, k_docs: Tensor | None) -> Any:
