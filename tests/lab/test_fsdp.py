@@ -56,8 +56,25 @@ def shard_on_meta(reference: DecoderLM) -> DecoderLM:
     return model
 
 
+def check_replicated_start_equal(rank: int) -> None:
+    """After to_empty, each rank's reset_parameters draws its own T5 table (the ranks' random
+    streams differ); the first forward gives every rank the first rank's."""
+    torch.manual_seed(rank)
+    with torch.device("meta"):
+        model = DecoderLM(ModelConfig(vocab_size=VOCAB, dim=32, depth=2, num_heads=4, pos="t5"))
+    (name,) = fully_shard_model(model)
+    model.to_empty(device="cpu")
+    model.reset_parameters()
+    model(torch.zeros(1, 4, dtype=torch.long))
+    table = model.get_parameter(name).detach()
+    first = table.clone()
+    dist.broadcast(first, src=0)
+    assert_close(table, first, rtol=0, atol=0)
+
+
 def fsdp_rank(rank: int, world_size: int) -> None:
     torch.set_num_threads(1)
+    check_replicated_start_equal(rank)
     tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(1))
     rows = slice(rank * BATCH // world_size, (rank + 1) * BATCH // world_size)
     for pos in ENCODINGS:

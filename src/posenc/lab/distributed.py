@@ -131,8 +131,9 @@ def fully_shard_model(
     several blocks share (an encoding built once for all layers: T5's bucket table, FIRE's
     MLP, KERPLE's kernel) cannot belong to one block's group, so they stay whole on every
     rank and a hook averages their gradient over the group as soon as it is accumulated,
-    as FSDP averages the sharded ones (the hook is attached at each forward, so it follows
-    ``to_empty`` after a build on the ``meta`` device). Each rank then holds
+    as FSDP averages the sharded ones; the first forward broadcasts their values from the
+    first rank (each rank's ``reset_parameters`` after ``to_empty`` draws its own; the check
+    runs at every forward, so it follows ``to_empty``). Each rank then holds
     ``1 / world_size`` of every other parameter and gradient (``DTensor`` objects;
     ``full_tensor()`` gathers one).
 
@@ -181,12 +182,15 @@ def fully_shard_model(
 
 
 class _AverageGradients:
-    """A forward pre-hook that makes sure each named parameter averages its gradient over
-    ``group`` once it is accumulated. Registered on every forward for the parameter objects
-    the model holds then: ``to_empty`` (after building on the meta device) replaces them."""
+    """A forward pre-hook that keeps each named (replicated) parameter the same on every rank
+    of ``group``: the first forward that sees a parameter object broadcasts the first rank's
+    values, and its gradient is averaged over the group once accumulated. Checked on every
+    forward, for the parameter objects the model holds then: ``to_empty`` (after building on
+    the meta device) replaces them, and each rank's ``reset_parameters`` draws its own."""
 
     def __init__(self, names: list[str], group: Any) -> None:
         self.names, self.group = names, group
+        self.source = 0 if group is None else dist.get_global_rank(group, 0)
         # id -> weak reference: a tensor compares by value, so no set of tensors
         self.hooked: dict[int, weakref.ref[nn.Parameter]] = {}
 
@@ -195,6 +199,10 @@ class _AverageGradients:
             param = model.get_parameter(name)
             known = self.hooked.get(id(param))
             if known is None or known() is not param:
+                # a new parameter object (first forward, or after to_empty): every rank
+                # initialized its own copy, so take the first rank's values
+                with torch.no_grad():
+                    dist.broadcast(param, src=self.source, group=self.group)
                 param.register_post_accumulate_grad_hook(self.average)
                 self.hooked[id(param)] = weakref.ref(param)
 
