@@ -20,11 +20,13 @@ of a rank's queries is then exact for every encoding because:
   by a mask predicate on global ids.
 
 The gather is differentiable: its backward reduce-scatters the keys' and values' gradients
-back to the ranks that hold them. An encoding's parameters get a partial gradient on every
-rank; sum them over the group (DDP or FSDP does). Gathering every key costs ``O(L)`` memory
-per rank for K and V (a ring would pass them in ``R`` steps); it is the simple, exact path.
-Refused: encodings that read the layer's hidden states (FoX's ``token_state``, use
-:class:`~posenc.attention.Attention`), as :func:`~posenc.attention.attend` refuses them.
+back to the ranks that hold them. Every parameter (an encoding's, a layer's projections)
+gets a partial gradient on each rank, whose sum over the group is the one-rank gradient: DDP
+and FSDP *average* over their group, so under them scale each rank's loss by the group's size.
+Gathering every key costs ``O(L)`` memory per rank for K and V (a ring would pass them in
+``R`` steps); it is the simple, exact path. Refused, as :func:`~posenc.attention.attend`
+refuses them: encodings that read the layer's hidden states (FoX's ``token_state``) and
+PoPE, whose rotation widens q and k beyond ``head_dim``.
 
 Example (two processes, ``posenc.lab.distributed.spawn``)::
 
