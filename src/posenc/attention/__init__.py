@@ -10,6 +10,8 @@
 * :class:`AttentionContext`: what every layer of one forward shares, validated once.
 * :class:`KVCache`: keys, values and key metadata of one layer.
 * :class:`QueryScale`: a query temperature by position (Llama-4, Qwen-1's log-n).
+* :class:`ContextParallel`: one sequence over ranks (zigzag shards), attention on global
+  positions with keys and values all-gathered.
 
 Example::
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 from posenc.attention.backends import Backend, BackendName, choose_backend
 from posenc.attention.cache import KVCache
 from posenc.attention.context import AttentionContext, build_context
+from posenc.attention.context_parallel import ContextParallel
 from posenc.attention.functional import attend
 from posenc.attention.mask import AttentionMask, MaskMod, causal_mask
 from posenc.attention.module import Attention
@@ -36,6 +39,7 @@ __all__ = [
     "AttentionMask",
     "Backend",
     "BackendName",
+    "ContextParallel",
     "Hooks",
     "KVCache",
     "MaskMod",

@@ -9,6 +9,10 @@ It imports nothing from the lab (the trainer and the experiments import it).
 * :func:`init_distributed` joins the group that ``torchrun`` describes in the environment
   (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``): NCCL when CUDA
   is available, else gloo.
+* :func:`fully_shard_model` shards a model too large for one device with FSDP2
+  (``torch.distributed.fsdp.fully_shard``): each block, then the rest; an encoding shared by
+  every layer (T5's table, FIRE's MLP) stays replicated, its gradient averaged over the
+  ranks. docs/distributed.md has the commands.
 """
 
 from __future__ import annotations
@@ -16,15 +20,24 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch import nn
 
-__all__ = ["free_port", "init_distributed", "rank_and_world", "rank_device", "spawn"]
+__all__ = [
+    "free_port",
+    "fully_shard_model",
+    "init_distributed",
+    "rank_and_world",
+    "rank_device",
+    "spawn",
+]
 
 
 def rank_and_world() -> tuple[int, int]:
@@ -101,3 +114,99 @@ def init_distributed() -> tuple[int, int]:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend)
     return rank_and_world()
+
+
+def fully_shard_model(
+    model: nn.Module,
+    *,
+    blocks: Sequence[nn.Module] | None = None,
+    mesh: Any = None,
+    reshard_after_forward: bool = True,
+) -> list[str]:
+    """Shard ``model``'s parameters over the ranks with FSDP2, in place; return the names
+    of the parameters kept replicated.
+
+    ``fully_shard`` is applied to each block (its parameters gathered just before it runs
+    and freed after), then to the model (embeddings, final norm, head). Parameters that
+    several blocks share (an encoding built once for all layers: T5's bucket table, FIRE's
+    MLP, KERPLE's kernel) cannot belong to one block's group, so they stay whole on every
+    rank and a hook averages their gradient over the group as soon as it is accumulated,
+    as FSDP averages the sharded ones; the first forward broadcasts their values from the
+    first rank (each rank's ``reset_parameters`` after ``to_empty`` draws its own; the check
+    runs at every forward, so it follows ``to_empty``). Each rank then holds
+    ``1 / world_size`` of every other parameter and gradient (``DTensor`` objects;
+    ``full_tensor()`` gathers one).
+
+    Args:
+        model: a :class:`~posenc.models.DecoderLM` or :class:`~posenc.models.EncoderClassifier`
+            (their ``trunk.blocks``), or any module when ``blocks`` is given.
+        blocks: the modules to shard one by one (default ``model.trunk.blocks``).
+        mesh: a 1-D ``DeviceMesh`` (default: every rank of the default group, on the
+            model's device type).
+        reshard_after_forward: free each block's gathered parameters after its forward
+            (FSDP2's default; False keeps them until backward, ZeRO-2-like).
+
+    Example (under ``torchrun --nproc-per-node 2``)::
+
+        >>> init_distributed()
+        >>> model = DecoderLM(ModelConfig(vocab_size=256, dim=1024, depth=24, num_heads=16))
+        >>> replicated = fully_shard_model(model)
+        >>> optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)  # on the shards
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    if not (dist.is_available() and dist.is_initialized()):
+        raise ValueError("model: torch.distributed is not initialized (init_distributed)")
+    if blocks is None:
+        blocks = getattr(getattr(model, "trunk", None), "blocks", None)
+        if blocks is None:
+            raise ValueError(
+                f"blocks: {type(model).__name__} has no trunk.blocks; pass the modules to shard"
+            )
+    owners: dict[int, int] = {}
+    for block in blocks:
+        for param in block.parameters():
+            owners[id(param)] = owners.get(id(param), 0) + 1
+    shared = {p for block in blocks for p in block.parameters() if owners[id(p)] > 1}
+    names = [name for name, p in model.named_parameters() if p in shared]  # the model's order
+    options: dict[str, Any] = {"reshard_after_forward": reshard_after_forward}
+    if mesh is not None:
+        options["mesh"] = mesh
+    for block in blocks:
+        fully_shard(block, ignored_params=shared, **options)
+    fully_shard(model, ignored_params=shared, **options)
+    if names:
+        group = None if mesh is None else mesh.get_group()
+        model.register_forward_pre_hook(_AverageGradients(names, group))
+    return names
+
+
+class _AverageGradients:
+    """A forward pre-hook that keeps each named (replicated) parameter the same on every rank
+    of ``group``: the first forward that sees a parameter object broadcasts the first rank's
+    values, and its gradient is averaged over the group once accumulated. Checked on every
+    forward, for the parameter objects the model holds then: ``to_empty`` (after building on
+    the meta device) replaces them, and each rank's ``reset_parameters`` draws its own."""
+
+    def __init__(self, names: list[str], group: Any) -> None:
+        self.names, self.group = names, group
+        self.source = 0 if group is None else dist.get_global_rank(group, 0)
+        # id -> weak reference: a tensor compares by value, so no set of tensors
+        self.hooked: dict[int, weakref.ref[nn.Parameter]] = {}
+
+    def __call__(self, model: nn.Module, args: Any) -> None:
+        for name in self.names:
+            param = model.get_parameter(name)
+            known = self.hooked.get(id(param))
+            if known is None or known() is not param:
+                # a new parameter object (first forward, or after to_empty): every rank
+                # initialized its own copy, so take the first rank's values
+                with torch.no_grad():
+                    dist.broadcast(param, src=self.source, group=self.group)
+                param.register_post_accumulate_grad_hook(self.average)
+                self.hooked[id(param)] = weakref.ref(param)
+
+    def average(self, param: torch.Tensor) -> None:
+        if param.grad is not None:
+            dist.all_reduce(param.grad, group=self.group)  # SUM: gloo has no AVG
+            param.grad.div_(dist.get_world_size(self.group))

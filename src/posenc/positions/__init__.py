@@ -1,5 +1,6 @@
 """Where positions come from: lengths and offsets (KV cache), padding, packed documents,
-grids, randomized positions and multimodal (t, h, w) ids.
+grids, randomized positions and multimodal (t, h, w) ids; the zigzag split of a sequence
+over context-parallel ranks.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from posenc.positions.sequence import (
     positions_from_padding_mask,
     randomized_positions,
 )
+from posenc.positions.zigzag import zigzag_chunks, zigzag_indices, zigzag_shard, zigzag_unshard
 
 __all__ = [
     "POSITION_LIMIT",
@@ -38,4 +40,8 @@ __all__ = [
     "positions_from_length",
     "positions_from_padding_mask",
     "randomized_positions",
+    "zigzag_chunks",
+    "zigzag_indices",
+    "zigzag_shard",
+    "zigzag_unshard",
 ]
