@@ -10,6 +10,10 @@
 * :class:`AttentionContext`: what every layer of one forward shares, validated once.
 * :class:`KVCache`: keys, values and key metadata of one layer.
 * :class:`QueryScale`: a query temperature by position (Llama-4, Qwen-1's log-n).
+* Sliding-window attention (``Attention(window=)``, :func:`with_window`) and gated
+  attention's output gate (``Attention(output_gate=True)``, :class:`OutputGate`).
+* :class:`GatedDeltaNet`: a gated delta-rule token mixer (no positions) for linear : softmax
+  hybrids, with :class:`DeltaState` for decoding.
 
 Example::
 
@@ -24,9 +28,17 @@ from __future__ import annotations
 from posenc.attention.backends import Backend, BackendName, choose_backend
 from posenc.attention.cache import KVCache
 from posenc.attention.context import AttentionContext, build_context
+from posenc.attention.delta_rule import (
+    DeltaState,
+    GatedDeltaNet,
+    gated_delta_rule,
+    gated_delta_rule_recurrent,
+)
 from posenc.attention.functional import attend
+from posenc.attention.gate import OutputGate, output_gate
 from posenc.attention.mask import AttentionMask, MaskMod, causal_mask
 from posenc.attention.module import Attention
+from posenc.attention.window import with_window
 from posenc.encoding.resolve import Hooks, hooks_of
 from posenc.softmax.query_scale import QueryScale
 
@@ -36,13 +48,20 @@ __all__ = [
     "AttentionMask",
     "Backend",
     "BackendName",
+    "DeltaState",
+    "GatedDeltaNet",
     "Hooks",
     "KVCache",
     "MaskMod",
+    "OutputGate",
     "QueryScale",
     "attend",
     "build_context",
     "causal_mask",
     "choose_backend",
+    "gated_delta_rule",
+    "gated_delta_rule_recurrent",
     "hooks_of",
+    "output_gate",
+    "with_window",
 ]

@@ -40,7 +40,7 @@ from posenc.attention import (
     QueryScale,
     build_context,
 )
-from posenc.attention.delta_rule import DeltaState, GatedDeltaNet
+from posenc.attention import DeltaState, GatedDeltaNet
 from posenc.encoding.base import PositionalEncoding
 from posenc.encoding.protocols import TokenEmbedding
 from posenc.encoding.resolve import Hooks
