@@ -175,7 +175,7 @@ def test_bad_schedule_arguments_raise() -> None:
     with pytest.raises(ValueError, match="train_len"):
         swan(4, window=4, train_len=1)
     with pytest.raises(ValueError, match="mixer"):
-        hybrid_mixers(4, mixer="softmax")  # type: ignore[arg-type]
+        hybrid_mixers(4, mixer="softmax")
 
 
 def test_an_encoder_refuses_delta_layers_and_the_cache_must_match() -> None:
@@ -193,9 +193,9 @@ def first_token_mass_by_hand(model: DecoderLM, tokens: torch.Tensor) -> torch.Te
     """The probabilities written out: each layer's input captured, q and k rotated, softmax
     over the causal scores, mean of p(key 0) over queries ≥ 1."""
     inputs: list[torch.Tensor] = []
+    attns: list[Any] = [block.attn for block in model.trunk.blocks]
     handles = [
-        block.attn.register_forward_pre_hook(lambda _m, args: inputs.append(args[0]))
-        for block in model.trunk.blocks
+        attn.register_forward_pre_hook(lambda _m, args: inputs.append(args[0])) for attn in attns
     ]
     with torch.no_grad():
         model(tokens)

@@ -42,6 +42,7 @@ Example::
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -239,7 +240,7 @@ class GatedDeltaNet(nn.Module):
             raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
         self.chunk_size = check_positive_int("chunk_size", chunk_size)
         self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
-        factory = {"device": device, "dtype": dtype}
+        factory: dict[str, Any] = {"device": device, "dtype": dtype}
         self.q_proj = nn.Linear(dim, dim, bias=False, **factory)
         self.k_proj = nn.Linear(dim, dim, bias=False, **factory)
         self.v_proj = nn.Linear(dim, dim, bias=False, **factory)

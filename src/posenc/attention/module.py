@@ -149,7 +149,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(dim, num_kv_heads * head_dim, bias=False, **factory)
         self.v_proj = nn.Linear(dim, num_kv_heads * head_dim, bias=False, **factory)
         self.out_proj = nn.Linear(num_heads * head_dim, dim, bias=False, **factory)
-        self.gate = OutputGate(dim, num_heads, head_dim, **factory) if output_gate else None
+        self.gate: OutputGate | None = None
+        if output_gate:  # drawn last: an ungated layer's draws are unchanged
+            self.gate = OutputGate(dim, num_heads, head_dim, device=device, dtype=dtype)
         if self.hooks.encoding is not None:
             # An encoding that applies this layer's content projections to its own table
             # (DeBERTa's share_att_key) keeps references to them, never registers them.

@@ -35,12 +35,13 @@ from posenc._validate import check_finite, check_positive_int
 from posenc.attention import (
     Attention,
     AttentionContext,
+    DeltaState,
+    GatedDeltaNet,
     KVCache,
     MaskMod,
     QueryScale,
     build_context,
 )
-from posenc.attention import DeltaState, GatedDeltaNet
 from posenc.encoding.base import PositionalEncoding
 from posenc.encoding.protocols import TokenEmbedding
 from posenc.encoding.resolve import Hooks

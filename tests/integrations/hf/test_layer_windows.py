@@ -24,9 +24,10 @@ def test_cohere2_dict_defaults_are_hfs() -> None:
     layers = layer_schedule_from_config({"model_type": "cohere2", "num_hidden_layers": 8})
     assert layers == (windowed,) * 3 + (NOPE,) + (windowed,) * 3 + (NOPE,)
     hub = {"model_type": "cohere2", "num_hidden_layers": 6, "sliding_window_pattern": 3}
-    assert layer_schedule_from_config({**hub, "sliding_window": 64}) == (
-        (LayerAttention(window=64),) * 2 + (NOPE,)
-    ) * 2
+    assert (
+        layer_schedule_from_config({**hub, "sliding_window": 64})
+        == ((LayerAttention(window=64),) * 2 + (NOPE,)) * 2
+    )
     options = model_options_from_config({"model_type": "cohere2", "num_hidden_layers": 8})
     assert ModelConfig(depth=8, **options) == ModelConfig(depth=8, **rnope_swa(8, window=4096))
 
@@ -157,7 +158,7 @@ def test_attention_equals_hf_cohere2_attention(layer_index: int, padded: bool) -
     if padded:
         mask[1, :3] = 0
     make = create_sliding_window_causal_mask if ours.window else create_causal_mask
-    kwargs = {"inputs_embeds": x, "attention_mask": mask, "past_key_values": None}
+    kwargs: dict[str, Any] = {"inputs_embeds": x, "attention_mask": mask, "past_key_values": None}
     hf_mask = make(config=config, position_ids=positions, **kwargs)
     freqs = modeling_cohere2.Cohere2RotaryEmbedding(config)(x, positions)
     with torch.no_grad():
@@ -185,7 +186,11 @@ def test_decoding_equals_hf_decoding_with_its_cache(layer_index: int) -> None:
     hf_cache, cache, want, got = DynamicCache(config=config), KVCache(), [], []
     for start, stop in [(0, 5)] + [(t, t + 1) for t in range(5, 11)]:
         part, positions = x[:, start:stop], torch.arange(start, stop)[None]
-        kwargs = {"inputs_embeds": part, "attention_mask": None, "past_key_values": hf_cache}
+        kwargs: dict[str, Any] = {
+            "inputs_embeds": part,
+            "attention_mask": None,
+            "past_key_values": hf_cache,
+        }
         mask = make(config=config, position_ids=positions, **kwargs)
         with torch.no_grad():
             want.append(hf(part, rotary(part, positions), mask, past_key_values=hf_cache)[0])

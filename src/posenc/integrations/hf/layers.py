@@ -272,7 +272,7 @@ def layer_schedule_from_config(config: Any) -> tuple[LayerAttention, ...]:
         chunk = positive_integer("attention_chunk_size", chunk)
     elif any(chunked):  # HF's create_chunked_causal_mask raises too
         raise ValueError("attention_chunk_size must be set for chunked_attention layers")
-    windows = [None] * depth
+    windows: list[int | None] = [None] * depth
     if config_value(config, "model_type") == "smollm3":
         windows = _smollm3_windows(config, depth)
     return tuple(
