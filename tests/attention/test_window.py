@@ -4,12 +4,14 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc.attention import Attention, KVCache, output_gate
+from posenc.attention import Attention, KVCache, module, output_gate
+from posenc.attention import window as window_module
 from posenc.rotary import RotaryEmbedding
 
 
@@ -125,3 +127,40 @@ def test_the_gate_draws_after_the_projections_and_resets_as_built() -> None:
 def test_bad_options_raise(kwargs: dict[str, object], name: str) -> None:
     with pytest.raises(ValueError, match=name):
         Attention(16, 2, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("window", [5, 70])
+def test_the_banded_path_over_several_blocks_equals_the_dense_reference(
+    window: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """150 tokens: blocks of max(window, 64) queries, each over the keys its windows reach;
+    with grouped-query heads, and decoding (queries after cached keys) in steps of 40."""
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> torch.Tensor:
+        calls.append(1)
+        return window_module.banded_attention(*args, **kwargs)
+
+    monkeypatch.setattr(module, "banded_attention", counted)
+    torch.manual_seed(4)
+    attn = Attention(16, 4, num_kv_heads=2, pos=RotaryEmbedding(4), window=window).double()
+    x = torch.randn(1, 150, 16, dtype=torch.float64)
+    batch, seq = 1, 150
+
+    def split(t: torch.Tensor, heads: int) -> torch.Tensor:
+        return t.view(batch, seq, heads, 4).transpose(1, 2)
+
+    q, k, v = split(attn.q_proj(x), 4), split(attn.k_proj(x), 2), split(attn.v_proj(x), 2)
+    rope: Any = attn.pos
+    tables = rope.rotary_tables(torch.arange(seq), q.dtype)
+    q, k = rope.rotate_qk(q, k, tables, tables)
+    k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    scores = (q @ k.transpose(-1, -2) / 2.0).masked_fill(~window_mask(seq, window, True), -math.inf)
+    out = (scores.softmax(-1) @ v).transpose(1, 2).reshape(batch, seq, 16)
+    want = attn.out_proj(out)
+    assert_close(attn(x), want, atol=1e-12, rtol=0)
+    cache = KVCache()
+    with torch.no_grad():
+        steps = [attn(x[:, t : t + 40], cache=cache) for t in range(0, seq, 40)]
+    assert_close(torch.cat(steps, dim=1), want.detach(), atol=1e-12, rtol=0)
+    assert len(calls) == 1 + 4  # the full forward and each step took the band

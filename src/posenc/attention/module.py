@@ -20,7 +20,7 @@ from posenc.attention.gate import OutputGate
 from posenc.attention.linear import linear_self_attention
 from posenc.attention.mask import MaskMod
 from posenc.attention.segmented import rotate_keys_on_read, segmented_attention
-from posenc.attention.window import with_window
+from posenc.attention.window import banded_attention, banded_serves, with_window
 from posenc.encoding.resolve import hooks_of
 from posenc.softmax.query_scale import QueryScale, check_chunk_and_scale
 from posenc.token_state.token_bias import check_token_bias_fits
@@ -219,6 +219,7 @@ class Attention(nn.Module):
         elif self.chunk_size is not None:  # this layer's chunks on the model's context
             check_chunk_cache(self.chunk_size, cache)
             context = with_chunks(context, self.chunk_size)
+        banded = self.window is not None and banded_serves(context.mask)
         if self.window is not None:
             context = with_window(context, self.window, cache)
         q = self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
@@ -265,16 +266,23 @@ class Attention(nn.Module):
             layer = with_token_bias(context, hooks.token_state, x, cache)
         if cache is not None:
             k, v = cache.store(k, v, layer)
-        out = run_backend(
-            self.backend,
-            q,
-            k,
-            v,
-            hooks=self.hooks,
-            context=layer,
-            scale=self.scale,
-            dropout_p=self.dropout if self.training else 0.0,
-        )
+        dropout_p = self.dropout if self.training else 0.0
+        if banded and not hooks.logit_terms and self.backend.name in ("auto", "sdpa", "chunked"):
+            assert self.window is not None  # a band of keys per block of queries: O(L · W)
+            out = banded_attention(
+                q, k, v, window=self.window, scale=self.scale, dropout_p=dropout_p
+            )
+        else:
+            out = run_backend(
+                self.backend,
+                q,
+                k,
+                v,
+                hooks=self.hooks,
+                context=layer,
+                scale=self.scale,
+                dropout_p=dropout_p,
+            )
         if hooks.value_rotation is not None:  # R(-i) o_i: each value as a function of j - i
             out = hooks.value_rotation.derotate_output(out, tables)
         return self._project_out(out, x)
