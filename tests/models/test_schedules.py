@@ -236,3 +236,13 @@ def test_first_token_mass_skips_recurrent_layers_and_checks_its_input() -> None:
         first_token_attention_mass(model, torch.randint(0, VOCAB, (2, 1)))
     with pytest.raises(ValueError, match="softmax attention layer"):
         first_token_attention_mass(DecoderLM(config(mixers=("delta",) * 4)), torch.zeros(1, 4))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["delta_rnope_gated", "swan"])
+def test_a_schedule_compiles_fullgraph(schedule: str) -> None:
+    torch.manual_seed(7)
+    model = DecoderLM(config(**SCHEDULES[schedule]))
+    tokens = torch.randint(0, VOCAB, (2, 40))
+    compiled = torch.compile(model, fullgraph=True)
+    assert_close(compiled(tokens), model(tokens))
