@@ -25,6 +25,7 @@ BIAS_CASES = [
     ("fire", {}),
     ("dynamic", {}),
     ("dynamic", {"log_distance": True, "norm": True, "mode": "symmetric"}),
+    ("grape_additive", {}),
 ]
 
 

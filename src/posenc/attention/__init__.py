@@ -12,6 +12,10 @@
 * :class:`QueryScale`: a query temperature by position (Llama-4, Qwen-1's log-n).
 * :class:`ContextParallel`: one sequence over ranks (zigzag shards), attention on global
   positions with keys and values all-gathered.
+* Sliding-window attention (``Attention(window=)``, :func:`with_window`) and gated
+  attention's output gate (``Attention(output_gate=True)``, :class:`OutputGate`).
+* :class:`GatedDeltaNet`: a gated delta-rule token mixer (no positions) for linear : softmax
+  hybrids, with :class:`DeltaState` for decoding.
 
 Example::
 
@@ -27,9 +31,17 @@ from posenc.attention.backends import Backend, BackendName, choose_backend
 from posenc.attention.cache import KVCache
 from posenc.attention.context import AttentionContext, build_context
 from posenc.attention.context_parallel import ContextParallel
+from posenc.attention.delta_rule import (
+    DeltaState,
+    GatedDeltaNet,
+    gated_delta_rule,
+    gated_delta_rule_recurrent,
+)
 from posenc.attention.functional import attend
+from posenc.attention.gate import OutputGate, output_gate
 from posenc.attention.mask import AttentionMask, MaskMod, causal_mask
 from posenc.attention.module import Attention
+from posenc.attention.window import with_window
 from posenc.encoding.resolve import Hooks, hooks_of
 from posenc.softmax.query_scale import QueryScale
 
@@ -40,13 +52,20 @@ __all__ = [
     "Backend",
     "BackendName",
     "ContextParallel",
+    "DeltaState",
+    "GatedDeltaNet",
     "Hooks",
     "KVCache",
     "MaskMod",
+    "OutputGate",
     "QueryScale",
     "attend",
     "build_context",
     "causal_mask",
     "choose_backend",
+    "gated_delta_rule",
+    "gated_delta_rule_recurrent",
     "hooks_of",
+    "output_gate",
+    "with_window",
 ]

@@ -16,10 +16,12 @@ from posenc.attention.context import (
     with_token_bias,
 )
 from posenc.attention.functional import check_encoding_fits
+from posenc.attention.gate import OutputGate
 from posenc.attention.linear import linear_self_attention
 from posenc.attention.mask import MaskMod
 from posenc.attention.path import check_transform_fits, path_self_attention
 from posenc.attention.segmented import rotate_keys_on_read, segmented_attention
+from posenc.attention.window import banded_attention, banded_serves, with_window
 from posenc.encoding.resolve import hooks_of
 from posenc.softmax.query_scale import QueryScale, check_chunk_and_scale
 from posenc.token_state.token_bias import check_token_bias_fits
@@ -62,6 +64,11 @@ class Attention(nn.Module):
         query_scale: a :class:`~posenc.attention.QueryScale` multiplying each query by a
             factor of its position (Llama-4's temperature, Qwen-1's log-n), or None.
             Applied to q before any encoding, so a KV cache stays exact.
+        window: sliding-window attention of ``window`` keys (Mistral, Gemma, Cohere's
+            RNoPE-SWA: :mod:`posenc.attention.window`), ≥ 1, or None; not with
+            ``chunk_size`` nor the ``linear`` backend.
+        output_gate: a sigmoid gate on each head's output from the layer input, ``o ⊙
+            σ(x W_g)`` (gated attention, Qwen3-Next: :mod:`posenc.attention.gate`).
 
     Shape:
         x ``(batch, seq, dim)`` → ``(batch, seq, dim)``. Positions ``(seq,)`` or ``(batch,
@@ -89,6 +96,8 @@ class Attention(nn.Module):
         backend: str | Backend = "auto",
         chunk_size: int | None = None,
         query_scale: QueryScale | None = None,
+        window: int | None = None,
+        output_gate: bool = False,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -133,6 +142,9 @@ class Attention(nn.Module):
         self.chunk_size, self.query_scale = check_chunk_and_scale(
             chunk_size, query_scale, self.hooks.num_axes, self.backend.name
         )
+        self.window = _check_window(window, self.chunk_size, self.backend.name)
+        if not isinstance(output_gate, bool):
+            raise ValueError(f"output_gate must be True or False, got {output_gate!r}")
         self.dim, self.num_heads, self.num_kv_heads = dim, num_heads, num_kv_heads
         self.head_dim, self.causal, self.dropout = head_dim, bool(causal), float(dropout)
         self.pos = pos
@@ -142,6 +154,9 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(dim, num_kv_heads * head_dim, bias=False, **factory)
         self.v_proj = nn.Linear(dim, num_kv_heads * head_dim, bias=False, **factory)
         self.out_proj = nn.Linear(num_heads * head_dim, dim, bias=False, **factory)
+        self.gate: OutputGate | None = None
+        if output_gate:  # drawn last: an ungated layer's draws are unchanged
+            self.gate = OutputGate(dim, num_heads, head_dim, device=device, dtype=dtype)
         if self.hooks.encoding is not None:
             # An encoding that applies this layer's content projections to its own table
             # (DeBERTa's share_att_key) keeps references to them, never registers them.
@@ -209,6 +224,9 @@ class Attention(nn.Module):
         elif self.chunk_size is not None:  # this layer's chunks on the model's context
             check_chunk_cache(self.chunk_size, cache)
             context = with_chunks(context, self.chunk_size)
+        banded = self.window is not None and banded_serves(context.mask)
+        if self.window is not None:
+            context = with_window(context, self.window, cache)
         q = self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
         if self.query_scale is not None:  # by query position: cached keys never change
             q = self.query_scale.apply(q, context.q_pos)
@@ -227,7 +245,7 @@ class Attention(nn.Module):
                 kind=self.backend.feature_map,
                 block_size=self.backend.block_size,
             )
-            return self._project_out(out)
+            return self._project_out(out, x)
         if hooks.token_transform is not None:  # PaTH: keys carried through each token's H
             if cache is not None:
                 self._bind(cache)
@@ -242,7 +260,7 @@ class Attention(nn.Module):
                 scale=self.scale,
                 dropout_p=self.dropout if self.training else 0.0,
             )
-            return self._project_out(out)
+            return self._project_out(out, x)
         rotated_cache = cache is None or self._bind(cache)
         if hooks.value_rotation is not None and not rotated_cache:
             raise ValueError(
@@ -250,7 +268,7 @@ class Attention(nn.Module):
                 "so its KVCache must keep keys rotated: use KVCache(keys='rotated') or KVCache()"
             )
         if hooks.rotary and (hooks.segments or hooks.per_query_lengths or not rotated_cache):
-            return self._rotate_on_read(q, k, v, context, cache)
+            return self._rotate_on_read(q, k, v, context, cache, x)
         tables = None
         if hooks.rotary is not None:
             pos = hooks.rotary
@@ -268,19 +286,26 @@ class Attention(nn.Module):
             layer = with_token_bias(context, hooks.token_state, x, cache)
         if cache is not None:
             k, v = cache.store(k, v, layer)
-        out = run_backend(
-            self.backend,
-            q,
-            k,
-            v,
-            hooks=self.hooks,
-            context=layer,
-            scale=self.scale,
-            dropout_p=self.dropout if self.training else 0.0,
-        )
+        dropout_p = self.dropout if self.training else 0.0
+        if banded and not hooks.logit_terms and self.backend.name in ("auto", "sdpa", "chunked"):
+            assert self.window is not None  # a band of keys per block of queries: O(L · W)
+            out = banded_attention(
+                q, k, v, window=self.window, scale=self.scale, dropout_p=dropout_p
+            )
+        else:
+            out = run_backend(
+                self.backend,
+                q,
+                k,
+                v,
+                hooks=self.hooks,
+                context=layer,
+                scale=self.scale,
+                dropout_p=dropout_p,
+            )
         if hooks.value_rotation is not None:  # R(-i) o_i: each value as a function of j - i
             out = hooks.value_rotation.derotate_output(out, tables)
-        return self._project_out(out)
+        return self._project_out(out, x)
 
     def reset_parameters(self) -> None:
         """Re-draw the projections as the constructor does (``nn.Linear``'s initialization,
@@ -288,6 +313,8 @@ class Attention(nn.Module):
         encoding is its owner's to initialize (a model resets the encodings it built)."""
         for proj in (self.q_proj, self.k_proj, self.v_proj, self.out_proj):
             proj.reset_parameters()
+        if self.gate is not None:
+            self.gate.reset_parameters()
 
     def _check_x(self, x: object) -> None:
         """``x`` must be ``(batch, seq, dim)`` in the projections' dtype (any floating dtype
@@ -329,7 +356,9 @@ class Attention(nn.Module):
                 f"{weight.dtype} on {weight.device}; start a new cache"
             )
 
-    def _project_out(self, out: Tensor) -> Tensor:
+    def _project_out(self, out: Tensor, x: Tensor) -> Tensor:
+        if self.gate is not None:
+            out = self.gate(out, x)
         batch, _, seq, _ = out.shape
         return self.out_proj(
             out.transpose(1, 2).reshape(batch, seq, self.num_heads * self.head_dim)
@@ -352,6 +381,7 @@ class Attention(nn.Module):
         v: Tensor,
         context: AttentionContext,
         cache: KVCache | None,
+        x: Tensor,
     ) -> Tensor:
         """Keys enter the cache unrotated; q and every key are rotated here, with this step's
         positions and frequencies (per segment for a segment method)."""
@@ -394,7 +424,7 @@ class Attention(nn.Module):
                 scale=self.scale,
                 dropout_p=dropout_p,
             )
-        return self._project_out(out)
+        return self._project_out(out, x)
 
     def extra_repr(self) -> str:
         return (
@@ -402,7 +432,23 @@ class Attention(nn.Module):
             f"head_dim={self.head_dim}, causal={self.causal}, backend={self.backend.name!r}"
             + ("" if self.chunk_size is None else f", chunk_size={self.chunk_size}")
             + ("" if self.query_scale is None else f", query_scale={self.query_scale}")
+            + ("" if self.window is None else f", window={self.window}")
+            + ("" if self.gate is None else ", output_gate=True")
         )
+
+
+def _check_window(window: object, chunk_size: int | None, backend: str) -> int | None:
+    """``window`` as an int ≥ 1 or None, on a layer without chunks, softmax backend."""
+    if window is None:
+        return None
+    window = check_positive_int("window", window)
+    if chunk_size is not None:
+        raise ValueError(
+            f"window ({window}) and chunk_size ({chunk_size}) are two local masks; give one"
+        )
+    if backend == "linear":
+        raise ValueError("window needs softmax attention; backend 'linear' has no pairs to mask")
+    return window
 
 
 def _check_continues(cache: KVCache, q_pos: Tensor) -> None:

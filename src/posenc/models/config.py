@@ -1,23 +1,32 @@
 """The configuration of posenc's small transformers (:mod:`posenc.models`).
 
 :class:`ModelConfig` holds the shape, the encoding by name, the input (token ids, or images
-cut into patches on a ``grid``) and the per-layer attention options (Llama-4's iRoPE layout:
-NoPE layers, chunked local attention, a query temperature);
-:meth:`ModelConfig.layer_attention` says what one layer gets (:class:`LayerAttention`).
+cut into patches on a ``grid``) and the per-layer options the frontier's schedules are made of
+(Llama-4's iRoPE and SmolLM3: NoPE layers, chunked local attention, a query temperature;
+Cohere's RNoPE-SWA and SWAN-GPT: a sliding window on the encoded layers; Qwen3-Next and Kimi
+Linear: linear-attention layers beside softmax ones; gated attention's output gate);
+:meth:`ModelConfig.layer_attention` is the one place that says what one layer gets
+(:class:`LayerAttention`). :mod:`posenc.models.schedules` builds the published schedules.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from posenc._validate import check_int, check_positive_int
 from posenc.attention import QueryScale
 from posenc.attention.backends import NAMES as BACKENDS
 from posenc.registry import ModelDims, list_encodings
 
-__all__ = ["LayerAttention", "ModelConfig"]
+__all__ = ["LayerAttention", "Mixer", "ModelConfig"]
+
+#: A layer's token mixer: softmax attention (with the encoding), linear attention (the
+#: ``linear`` backend, :mod:`posenc.attention.linear`) or a gated delta rule
+#: (:class:`~posenc.attention.delta_rule.GatedDeltaNet`); the last two take no encoding.
+Mixer = Literal["softmax", "linear", "delta"]
+MIXERS: tuple[str, ...] = get_args(Mixer)
 
 
 @dataclass(frozen=True)
@@ -44,7 +53,19 @@ class ModelConfig:
         query_scale: a :class:`~posenc.attention.QueryScale` (``QueryScale.llama4()``,
             ``QueryScale.logn(train_len)``) on the ``nope_layers`` when there are any
             (Llama-4's temperature tuning), else on every layer (Qwen-1's log-n); needs
-            one-axis positions.
+            one-axis positions. Only softmax layers take it.
+        window: sliding-window attention of ``window`` keys (``Attention(window=)``) on
+            every encoded softmax layer (not in ``nope_layers``), ≥ 1 or None: with
+            ``nope_layers`` Cohere Command A's RNoPE-SWA and SWAN-GPT (global NoPE layers,
+            windowed RoPE ones; :mod:`posenc.models.schedules`). Not with ``chunk_size``.
+        mixers: per layer ``"softmax"``, ``"linear"`` or ``"delta"`` (:data:`Mixer`), one per
+            layer, or ``()`` for softmax everywhere: linear : softmax hybrids (3:1 in
+            Qwen3-Next, Kimi Linear: :func:`~posenc.models.schedules.hybrid_mixers`). A
+            linear or delta layer takes no positional encoding (order is its recurrence's),
+            no window, chunk or query scale; ``"delta"`` is causal (``DecoderLM`` only).
+            Not with ``backend="linear"`` (every layer linear already).
+        output_gate: gated attention's sigmoid output gate on every softmax layer
+            (``Attention(output_gate=True)``: ``o ⊙ σ(x W_g)``, Qwen3-Next).
         grid: the token grid of an image (``(height, width)`` in patches) or a video
             (``(frames, height, width)``), row-major: token ``t`` of an ``H × W`` grid sits at
             row ``t // W``, column ``t % W``. Grid encodings (``rope_axial``, ``rope_mixed``,
@@ -75,6 +96,9 @@ class ModelConfig:
     nope_layers: tuple[int, ...] = ()
     chunk_size: int | None = None
     query_scale: QueryScale | None = None
+    window: int | None = None
+    mixers: tuple[Mixer, ...] = ()
+    output_gate: bool = False
     grid: tuple[int, ...] | None = None
     patch_size: int | None = None
     in_channels: int = 3
@@ -128,6 +152,18 @@ class ModelConfig:
                 "query_scale must be a posenc QueryScale (QueryScale.llama4(), "
                 f"QueryScale.logn(train_len)) or None; got {type(self.query_scale).__name__}"
             )
+        if self.window is not None:
+            object.__setattr__(self, "window", check_positive_int("window", self.window))
+            if self.chunk_size is not None:
+                raise ValueError(
+                    f"window ({self.window}) and chunk_size ({self.chunk_size}) are two local "
+                    "masks for the encoded layers; give one"
+                )
+            if self.backend == "linear":
+                raise ValueError("window needs softmax attention; backend 'linear' has none")
+        object.__setattr__(self, "mixers", self._checked_mixers())
+        if not isinstance(self.output_gate, bool):
+            raise ValueError(f"output_gate must be True or False, got {self.output_gate!r}")
         object.__setattr__(self, "grid", _check_grid(self.grid, self.max_seq_len))
         check_positive_int("in_channels", self.in_channels)
         if self.patch_size is not None:
@@ -154,18 +190,55 @@ class ModelConfig:
         """Tokens of the grid, ``prod(grid)`` (None without a grid)."""
         return None if self.grid is None else math.prod(self.grid)
 
+    def mixer(self, index: int) -> Mixer:
+        """Layer ``index``'s token mixer (``mixers``, default softmax)."""
+        return self.mixers[index] if self.mixers else "softmax"
+
     def layer_attention(self, index: int) -> LayerAttention:
-        """What layer ``index``'s attention gets: the encoding or none (``nope_layers``),
-        ``chunk_size`` on the encoded layers, ``query_scale`` on the NoPE layers when there
-        are any, else on every layer (Llama-4: chunked RoPE layers, global NoPE layers with
-        the temperature)."""
+        """What layer ``index`` gets: its mixer; on a softmax layer the encoding or none
+        (``nope_layers``), ``chunk_size`` or ``window`` on the encoded ones, ``query_scale``
+        on the NoPE layers when there are any, else on every softmax layer (Llama-4: chunked
+        RoPE layers, global NoPE layers with the temperature; RNoPE-SWA: windowed RoPE
+        layers, global NoPE ones). A linear or delta layer gets none of them."""
+        mixer = self.mixer(index)
+        if mixer != "softmax":
+            return LayerAttention(encoded=False, mixer=mixer)
         nope = index in self.nope_layers
         scaled = nope or not self.nope_layers
         return LayerAttention(
             encoded=not nope,
             chunk_size=None if nope else self.chunk_size,
             query_scale=self.query_scale if scaled else None,
+            window=None if nope else self.window,
         )
+
+    def _checked_mixers(self) -> tuple[Mixer, ...]:
+        """``mixers`` as a tuple of one :data:`Mixer` per layer (or empty)."""
+        mixers = self.mixers
+        if isinstance(mixers, (str, bytes)) or not isinstance(mixers, (tuple, list)):
+            raise ValueError(
+                f"mixers must be a tuple of {', '.join(map(repr, MIXERS))}, one per layer, or "
+                f"(); got {type(mixers).__name__}"
+            )
+        if mixers and len(mixers) != self.depth:
+            raise ValueError(
+                f"mixers must name one mixer per layer (depth = {self.depth}); got {len(mixers)}"
+            )
+        unknown = sorted({str(m) for m in mixers if m not in MIXERS})
+        if unknown:
+            raise ValueError(f"mixers must be {', '.join(map(repr, MIXERS))}; got {unknown}")
+        if mixers and self.backend == "linear":
+            raise ValueError(
+                "mixers: backend 'linear' makes every layer linear; give backend 'auto' (or "
+                "another softmax backend) with mixers"
+            )
+        clash = [i for i in self.nope_layers if mixers and mixers[i] != "softmax"]
+        if clash:
+            raise ValueError(
+                f"nope_layers {clash} are {mixers[clash[0]]!r} layers, which take no encoding "
+                "anyway; list softmax layers only in nope_layers"
+            )
+        return tuple(mixers)
 
     def dims(self, *, causal: bool) -> ModelDims:
         return ModelDims(
@@ -225,11 +298,16 @@ class LayerAttention:
     """One layer's attention options (:meth:`ModelConfig.layer_attention`).
 
     Attributes:
-        encoded: the layer's attention takes the model's encoding (False: NoPE layer).
+        encoded: the layer's attention takes the model's encoding (False: NoPE layer, or a
+            linear or delta layer).
         chunk_size: chunked local attention, or None (global).
         query_scale: the query temperature, or None.
+        window: sliding-window attention of that many keys, or None (global).
+        mixer: the token mixer (:data:`Mixer`).
     """
 
     encoded: bool = True
     chunk_size: int | None = None
     query_scale: QueryScale | None = None
+    window: int | None = None
+    mixer: Mixer = "softmax"

@@ -68,6 +68,7 @@ def layer_encodings(
     depth: int,
     *,
     nope_layers: tuple[int, ...] = (),
+    recurrent_layers: tuple[int, ...] = (),
 ) -> LayerEncodings:
     """Lay the encoding ``build()`` makes over ``depth`` layers: an additive one goes to the
     embeddings, one reading token ids (``embed_tokens``) replaces the token embedding; one
@@ -75,7 +76,9 @@ def layer_encodings(
     shared instance (RoPE, T5: its tables are built once per forward) or one built per layer
     (Shaw, XL; one with ``new_layer()`` makes the later layers' itself, sharing what the
     method shares: DeBERTa's relative embeddings), the first one built going to the first
-    encoded layer; ``build`` may give None (no encoding)."""
+    encoded layer; ``build`` may give None (no encoding). The ``recurrent_layers`` (linear
+    or delta-rule mixers) take no encoding whatever it is: an additive one still enters
+    through the embeddings."""
     first = build()
     hooks = hooks_of(first)
     acts_in_attention = hooks.rotary or hooks.logit_terms
@@ -88,7 +91,7 @@ def layer_encodings(
     layers: list[PositionalEncoding | None] = []
     placed = False  # the first encoded layer takes `first`
     for index in range(depth):
-        if first is None or not acts_in_attention or index in nope_layers:
+        if first is None or not acts_in_attention or index in (*nope_layers, *recurrent_layers):
             layers.append(None)
         elif not placed or first.shared_across_layers:
             placed = True

@@ -35,6 +35,8 @@ from posenc._validate import check_finite, check_positive_int
 from posenc.attention import (
     Attention,
     AttentionContext,
+    DeltaState,
+    GatedDeltaNet,
     KVCache,
     MaskMod,
     QueryScale,
@@ -43,7 +45,7 @@ from posenc.attention import (
 from posenc.encoding.base import PositionalEncoding
 from posenc.encoding.protocols import TokenEmbedding
 from posenc.encoding.resolve import Hooks
-from posenc.models.config import LayerAttention, ModelConfig
+from posenc.models.config import LayerAttention, Mixer, ModelConfig
 from posenc.models.layout import LayerEncodings, check_tokens, layer_encodings
 from posenc.models.patches import check_images, patchify
 from posenc.positions import grid_positions
@@ -63,7 +65,10 @@ __all__ = [
 class Block(nn.Module):
     """Pre-norm transformer block: ``x + attn(norm(x))`` then ``x + mlp(norm(x))``.
 
-    ``chunk_size`` and ``query_scale`` go to the block's :class:`~posenc.attention.Attention`.
+    ``chunk_size``, ``query_scale``, ``window`` and ``config.output_gate`` go to the block's
+    :class:`~posenc.attention.Attention`; ``mixer`` ``"linear"`` makes it linear attention
+    (the ``linear`` backend) and ``"delta"`` a
+    :class:`~posenc.attention.delta_rule.GatedDeltaNet` (``attn`` either way).
     """
 
     def __init__(
@@ -74,21 +79,34 @@ class Block(nn.Module):
         causal: bool,
         chunk_size: int | None = None,
         query_scale: QueryScale | None = None,
+        window: int | None = None,
+        mixer: Mixer = "softmax",
     ) -> None:
         super().__init__()
         hidden = int(config.mlp_ratio * config.dim)
         self.attn_norm = nn.LayerNorm(config.dim)
-        self.attn = Attention(
-            config.dim,
-            config.num_heads,
-            num_kv_heads=config.num_kv_heads,
-            pos=pos,
-            causal=causal,
-            dropout=config.dropout,
-            backend=config.backend,
-            chunk_size=chunk_size,
-            query_scale=query_scale,
-        )
+        self.attn: Attention | GatedDeltaNet
+        if mixer == "delta":
+            if not causal:
+                raise ValueError(
+                    "mixers: a 'delta' layer is causal (a recurrence); an encoder takes "
+                    "'softmax' or 'linear' layers"
+                )
+            self.attn = GatedDeltaNet(config.dim, config.num_heads)
+        else:
+            self.attn = Attention(
+                config.dim,
+                config.num_heads,
+                num_kv_heads=config.num_kv_heads,
+                pos=pos,
+                causal=causal,
+                dropout=config.dropout,
+                backend="linear" if mixer == "linear" else config.backend,
+                chunk_size=chunk_size,
+                query_scale=query_scale,
+                window=window,
+                output_gate=config.output_gate and mixer == "softmax",
+            )
         self.mlp_norm = nn.LayerNorm(config.dim)
         self.mlp = nn.Sequential(
             nn.Linear(config.dim, hidden), nn.GELU(), nn.Linear(hidden, config.dim)
@@ -112,17 +130,37 @@ class Block(nn.Module):
         *,
         key_padding_mask: Tensor | None = None,
         attn_mask: Tensor | MaskMod | None = None,
-        cache: KVCache | None = None,
+        cache: KVCache | DeltaState | None = None,
         context: AttentionContext | None = None,
     ) -> Tensor:
-        attended = self.attn(
-            self.attn_norm(x),
-            positions,
-            key_padding_mask=key_padding_mask,
-            attn_mask=attn_mask,
-            cache=cache,
-            context=context,
-        )
+        if isinstance(self.attn, GatedDeltaNet):
+            if attn_mask is not None:
+                raise ValueError("attn_mask: a 'delta' layer has no pairs to mask")
+            if cache is not None and not isinstance(cache, DeltaState):
+                raise ValueError(
+                    f"cache: a 'delta' layer keeps a DeltaState (model.new_cache()), got "
+                    f"{type(cache).__name__}"
+                )
+            attended = self.attn(
+                self.attn_norm(x),
+                key_padding_mask=key_padding_mask,
+                cache=cache,
+                context=context,
+            )
+        else:
+            if cache is not None and not isinstance(cache, KVCache):
+                raise ValueError(
+                    f"cache: an attention layer keeps a KVCache (model.new_cache()), got "
+                    f"{type(cache).__name__}"
+                )
+            attended = self.attn(
+                self.attn_norm(x),
+                positions,
+                key_padding_mask=key_padding_mask,
+                attn_mask=attn_mask,
+                cache=cache,
+                context=context,
+            )
         x = x + self.drop(attended)
         return x + self.drop(self.mlp(self.mlp_norm(x)))
 
@@ -196,10 +234,12 @@ class _Trunk(nn.Module):
             self.embed = embed
         self.embed_scale = math.sqrt(config.dim)
         dims = config.dims(causal=causal)
+        plans = [config.layer_attention(index) for index in range(config.depth)]
         laid = layer_encodings(
             lambda: build_encoding(config.pos, dims, config.pos_kwargs),
             config.depth,
             nope_layers=config.nope_layers,
+            recurrent_layers=tuple(i for i, a in enumerate(plans) if a.mixer != "softmax"),
         )
         self.additive = laid.additive
         self.token_embedding = laid.token_embedding
@@ -210,15 +250,27 @@ class _Trunk(nn.Module):
             # The encoding is the token embedding: no table of our own. (It is still drawn
             # above, first, so that every other encoding's initialization is unchanged.)
             self.embed = None
-        plans = [config.layer_attention(index) for index in range(config.depth)]
         self.blocks = nn.ModuleList(
-            Block(config, p, causal=causal, chunk_size=a.chunk_size, query_scale=a.query_scale)
+            Block(
+                config,
+                p,
+                causal=causal,
+                chunk_size=a.chunk_size,
+                query_scale=a.query_scale,
+                window=a.window,
+                mixer=a.mixer,
+            )
             for p, a in zip(laid.layers, plans, strict=True)
         )
         self.norm = nn.LayerNorm(config.dim)
         self.position_hooks: Hooks = laid.hooks
-        # every layer NoPE: the encoding was built (drawn) for its position hooks, no layer took it
-        self.unplaced = len(config.nope_layers) == config.depth
+        # every layer NoPE (or recurrent): the encoding was built (drawn) for its position
+        # hooks, and neither a layer nor the embeddings took it
+        self.unplaced = (
+            not any(a.encoded for a in plans)
+            and laid.additive is None
+            and laid.token_embedding is None
+        )
         if config.query_scale is not None and laid.hooks.num_axes != 1:
             raise ValueError(
                 f"query_scale reads one position per query; pos {config.pos!r} reads "
@@ -238,6 +290,7 @@ class _Trunk(nn.Module):
         """The encoding modules, each once, in the order the constructor built them (the
         token embedding or additive one, else the first layer's, then later layers' own)."""
         layers: list[Any] = [block.attn.pos for block in self.blocks]  # type: ignore[union-attr]
+        # (a GatedDeltaNet's pos is None: it takes no encoding)
         candidates = [self.token_embedding, self.additive, *layers]
         found: dict[int, PositionalEncoding] = {}
         for module in candidates:
@@ -286,7 +339,7 @@ class _Trunk(nn.Module):
         key_padding_mask: Tensor | None,
         document_ids: Tensor | None,
         attn_mask: Tensor | MaskMod | None,
-        cache: list[KVCache] | None,
+        cache: list[KVCache | DeltaState] | None,
     ) -> Tensor:
         device = self.norm.weight.device
         config = self.config
@@ -324,6 +377,11 @@ class _Trunk(nn.Module):
             not isinstance(cache, (list, tuple)) or len(cache) != len(self.blocks)
         ):
             raise ValueError(f"cache must hold one KVCache per layer ({len(self.blocks)})")
+        kv_caches = [c for c in cache or () if not isinstance(c, DeltaState)]
+        kv_cache = kv_caches[0] if kv_caches else None  # positions continue from its keys
+        if cache is not None and kv_cache is None and positions is None:
+            seen = next(c.length for c in cache if isinstance(c, DeltaState))  # no KV cache
+            positions = torch.arange(seen, seen + seq, device=tokens.device)
         context = build_context(
             batch=batch,
             seq=seq,
@@ -334,7 +392,7 @@ class _Trunk(nn.Module):
             key_padding_mask=key_padding_mask,
             document_ids=document_ids,
             attn_mask=attn_mask,
-            cache=None if cache is None else cache[0],
+            cache=kv_cache,
         )
         hooks = self.position_hooks
         if self.patch_embed is not None:
@@ -389,9 +447,13 @@ class DecoderLM(nn.Module):
         self.trunk.reset_parameters()
         self.head.reset_parameters()
 
-    def new_cache(self) -> list[KVCache]:
-        """An empty KV cache, one entry per layer."""
-        return [KVCache() for _ in range(self.config.depth)]
+    def new_cache(self) -> list[KVCache | DeltaState]:
+        """An empty cache, one entry per layer: a :class:`~posenc.attention.KVCache` for an
+        attention layer, a :class:`~posenc.attention.delta_rule.DeltaState` for a delta one."""
+        config = self.config
+        return [
+            DeltaState() if config.mixer(i) == "delta" else KVCache() for i in range(config.depth)
+        ]
 
     def forward(
         self,
@@ -401,7 +463,7 @@ class DecoderLM(nn.Module):
         key_padding_mask: Tensor | None = None,
         document_ids: Tensor | None = None,
         attn_mask: Tensor | MaskMod | None = None,
-        cache: list[KVCache] | None = None,
+        cache: list[KVCache | DeltaState] | None = None,
     ) -> Tensor:
         """Logits ``(batch, seq, vocab_size)``; see :class:`~posenc.attention.Attention` for
         the masks (``key_padding_mask`` and ``document_ids`` of the new tokens)."""

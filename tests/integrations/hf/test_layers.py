@@ -27,7 +27,12 @@ def test_llama4_dict_defaults_are_hfs() -> None:
     nope = LayerAttention(encoded=False, query_scale=QueryScale.llama4(8192, 0.1))
     assert list(layers) == [rope] * 3 + [nope] + [rope] * 3 + [nope]
     options = model_options_from_config(LLAMA4)
-    assert options == {"nope_layers": (3, 7), "chunk_size": 8192, "query_scale": nope.query_scale}
+    assert options == {
+        "nope_layers": (3, 7),
+        "chunk_size": 8192,
+        "window": None,
+        "query_scale": nope.query_scale,
+    }
     # a multimodal dict whose text_config omits its model_type is Llama-4's text part too
     outer = {"model_type": "llama4", "text_config": {"num_hidden_layers": 8}}
     assert layer_schedule_from_config(outer) == layers

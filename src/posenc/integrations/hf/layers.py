@@ -1,10 +1,11 @@
-"""HF configs' per-layer attention read into posenc: NoPE layers, chunked local attention and
-query temperatures (Llama-4's iRoPE, Qwen-1's log-n, Ministral 3's β).
+"""HF configs' per-layer attention read into posenc: NoPE layers, chunked local attention,
+sliding windows and query temperatures (Llama-4's iRoPE, SmolLM3, Cohere 2's RNoPE-SWA,
+Qwen-1's log-n, Ministral 3's β).
 
 * :func:`layer_schedule_from_config`: one :class:`~posenc.models.LayerAttention` per layer,
   as ``transformers`` runs the model.
 * :func:`model_options_from_config`: the same as :class:`~posenc.models.ModelConfig`'s
-  ``nope_layers``, ``chunk_size`` and ``query_scale``.
+  ``nope_layers``, ``chunk_size``, ``window`` and ``query_scale``.
 
 Keys read (a ``PretrainedConfig`` or a ``config.json`` dict; Llama-4's text part):
 
@@ -16,6 +17,14 @@ Keys read (a ``PretrainedConfig`` or a ``config.json`` dict; Llama-4's text part
   NoPE layers), ``floor_scale`` (8192), ``attn_scale`` (0.1). Defaults are HF's, used for a
   dict that omits a key; chunks and the temperature are on by default only for ``model_type``
   ``llama4_text`` / ``llama4`` (SmolLM3 shares ``no_rope_layers`` and has neither).
+* SmolLM3 (``SmolLM3Config`` / ``SmolLM3Attention``): ``no_rope_layers`` as Llama-4's; a
+  ``"sliding_attention"`` layer of ``layer_types`` gets ``sliding_window`` keys when
+  ``use_sliding_window`` (HF's default ``layer_types`` puts them on the NoPE layers).
+* Cohere 2 (``Cohere2Config`` / ``Cohere2Attention``: Command R7B, Command A's RNoPE-SWA):
+  ``layer_types`` (default: ``"full_attention"`` every ``sliding_window_pattern`` = 4th
+  layer, ``"sliding_attention"`` elsewhere) and ``sliding_window`` (4096): a sliding layer
+  takes RoPE and the window, a full layer is global NoPE (HF rotates only ``if
+  self.sliding_window is not None``).
 * Qwen-1 (``QWenConfig``, remote code): ``use_logn_attn`` with ``seq_length``:
   ``QueryScale.logn(seq_length)`` on every layer (Qwen applies it in eval mode only).
 * Ministral 3 / Mistral 4: ``rope_parameters['llama_4_scaling_beta']``:
@@ -23,7 +32,8 @@ Keys read (a ``PretrainedConfig`` or a ``config.json`` dict; Llama-4's text part
   factor as :func:`~posenc.integrations.hf.attention_scale_from_config`).
 
 Not read: Llama-4's ``use_qk_norm`` (an L2 norm of q and k on the RoPE layers, no part of
-positions) and other ``layer_types`` (``sliding_attention``: a window, no chunk).
+positions), and the windows of other models' ``sliding_attention`` layers (Gemma, Mistral:
+every layer reads as global RoPE there).
 """
 
 from __future__ import annotations
@@ -53,6 +63,8 @@ LLAMA4_DEFAULTS: dict[str, Any] = {
     "attn_scale": 0.1,
 }
 _LAYER_TYPES = ("chunked_attention", "full_attention")
+#: HF ``Cohere2Config``'s defaults for a dict that omits them.
+COHERE2_DEFAULTS: dict[str, Any] = {"sliding_window": 4096, "sliding_window_pattern": 4}
 
 
 def _text_config(config: Any) -> Any:
@@ -115,26 +127,76 @@ def _rope_flags(config: Any, depth: int) -> list[bool]:
     return [f == 1 for f in flags]
 
 
-def _chunk_flags(config: Any, rope: list[bool]) -> list[bool]:
-    """Per layer, True when its attention is chunked (``layer_types``, default the RoPE
-    layers as HF's ``Llama4TextConfig`` when there is a chunk size, else none)."""
+def _layer_types(config: Any, depth: int, known: tuple[str, ...]) -> list[str] | None:
+    """``layer_types`` checked: one of ``known`` per layer, or None when absent."""
     types = config_value(config, "layer_types")
     if types is None:
-        chunks = _llama4(config, "attention_chunk_size") is not None or _is_llama4_type(config)
-        return list(rope) if chunks else [False] * len(rope)
-    if (
-        isinstance(types, (str, bytes))
-        or not isinstance(types, Sequence)
-        or len(types) != len(rope)
-    ):
-        raise ValueError(f"layer_types must list one type per layer ({len(rope)}); got {types!r}")
-    unknown = sorted({t for t in types if t not in _LAYER_TYPES})
+        return None
+    if isinstance(types, (str, bytes)) or not isinstance(types, Sequence) or len(types) != depth:
+        raise ValueError(f"layer_types must list one type per layer ({depth}); got {types!r}")
+    unknown = sorted({str(t) for t in types if t not in known})
     if unknown:
         raise ValueError(
             f"layer_types {unknown} are not read here; layer_schedule_from_config reads "
-            f"{', '.join(map(repr, _LAYER_TYPES))}"
+            f"{', '.join(map(repr, known))} for model_type "
+            f"{config_value(config, 'model_type')!r}"
         )
+    return list(types)
+
+
+def _chunk_flags(config: Any, rope: list[bool]) -> list[bool]:
+    """Per layer, True when its attention is chunked (``layer_types``, default the RoPE
+    layers as HF's ``Llama4TextConfig`` when there is a chunk size, else none)."""
+    smollm3 = config_value(config, "model_type") == "smollm3"
+    known = ("full_attention", "sliding_attention") if smollm3 else _LAYER_TYPES
+    types = _layer_types(config, len(rope), known)
+    if types is None:
+        chunks = _llama4(config, "attention_chunk_size") is not None or _is_llama4_type(config)
+        return list(rope) if chunks else [False] * len(rope)
     return [t == "chunked_attention" for t in types]
+
+
+def _sliding_window(config: Any, defaults: Mapping[str, Any]) -> int | None:
+    """``sliding_window`` (HF's default for a dict that omits it), an int ≥ 1 or None."""
+    if isinstance(config, Mapping) and "sliding_window" not in config:
+        window = defaults.get("sliding_window")
+    else:
+        window = config_value(config, "sliding_window")
+    return None if window is None else positive_integer("sliding_window", window)
+
+
+def _smollm3_windows(config: Any, depth: int) -> list[int | None]:
+    """SmolLM3's window per layer: ``sliding_window`` on ``"sliding_attention"`` layers when
+    ``use_sliding_window`` (HF ``SmolLM3Attention``), else none."""
+    types = _layer_types(config, depth, ("full_attention", "sliding_attention"))
+    window = _sliding_window(config, {})
+    if not config_value(config, "use_sliding_window") or window is None or types is None:
+        return [None] * depth
+    return [window if t == "sliding_attention" else None for t in types]
+
+
+def _cohere2_schedule(config: Any, depth: int) -> tuple[LayerAttention, ...]:
+    """Cohere 2's layers: RoPE and the window on the sliding layers, global NoPE elsewhere."""
+    types = _layer_types(config, depth, ("full_attention", "sliding_attention"))
+    if types is None:  # HF's `sliding_window_pattern` (4 by default), still in Hub configs
+        pattern = config_value(config, "sliding_window_pattern")
+        pattern = positive_integer(
+            "sliding_window_pattern",
+            COHERE2_DEFAULTS["sliding_window_pattern"] if pattern is None else pattern,
+        )
+        types = [
+            "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(depth)
+        ]
+    window = _sliding_window(config, COHERE2_DEFAULTS)
+    if window is None and "sliding_attention" in types:
+        raise ValueError(
+            "sliding_window must be set for cohere2's sliding_attention layers (HF rotates "
+            "and windows only those with a window)"
+        )
+    return tuple(
+        LayerAttention(window=window) if t == "sliding_attention" else LayerAttention(encoded=False)
+        for t in types
+    )
 
 
 def _scales(config: Any) -> tuple[QueryScale | None, bool]:
@@ -197,6 +259,10 @@ def layer_schedule_from_config(config: Any) -> tuple[LayerAttention, ...]:
     config = _text_config(config)
     depth = positive_integer("num_hidden_layers", config_value(config, "num_hidden_layers"))
     scale, nope_only = _scales(config)
+    if config_value(config, "model_type") == "cohere2":
+        if scale is not None:
+            raise ValueError("config: cohere2 has no query temperature; got one")
+        return _cohere2_schedule(config, depth)
     if not _is_llama4(config):
         return tuple(LayerAttention(query_scale=scale) for _ in range(depth))
     rope = _rope_flags(config, depth)
@@ -206,23 +272,28 @@ def layer_schedule_from_config(config: Any) -> tuple[LayerAttention, ...]:
         chunk = positive_integer("attention_chunk_size", chunk)
     elif any(chunked):  # HF's create_chunked_causal_mask raises too
         raise ValueError("attention_chunk_size must be set for chunked_attention layers")
+    windows: list[int | None] = [None] * depth
+    if config_value(config, "model_type") == "smollm3":
+        windows = _smollm3_windows(config, depth)
     return tuple(
         LayerAttention(
             encoded=uses_rope,
             chunk_size=chunk if is_chunked else None,
             query_scale=scale if not (nope_only and uses_rope) else None,
+            window=window,
         )
-        for uses_rope, is_chunked in zip(rope, chunked, strict=True)
+        for uses_rope, is_chunked, window in zip(rope, chunked, windows, strict=True)
     )
 
 
 def model_options_from_config(config: Any) -> dict[str, Any]:
     """:func:`layer_schedule_from_config` as :class:`~posenc.models.ModelConfig` keyword
-    arguments ``nope_layers``, ``chunk_size``, ``query_scale``.
+    arguments ``nope_layers``, ``chunk_size``, ``window``, ``query_scale``.
 
     Raises ``ValueError`` when the schedule is not one a ``ModelConfig`` expresses (chunks
-    on a NoPE layer, a global RoPE layer beside chunked ones, a temperature on RoPE layers
-    beside NoPE ones); checked by rebuilding it with :meth:`ModelConfig.layer_attention`.
+    or a window on a NoPE layer, a global RoPE layer beside chunked or windowed ones, a
+    temperature on RoPE layers beside NoPE ones); checked by rebuilding it with
+    :meth:`ModelConfig.layer_attention`.
 
     Example::
 
@@ -233,16 +304,21 @@ def model_options_from_config(config: Any) -> dict[str, Any]:
     """
     layers = layer_schedule_from_config(config)
     chunks = {a.chunk_size for a in layers if a.chunk_size is not None}
+    windows = {a.window for a in layers if a.window is not None}
     scales = {a.query_scale for a in layers if a.query_scale is not None}
     options: dict[str, Any] = {
         "nope_layers": tuple(i for i, a in enumerate(layers) if not a.encoded),
         "chunk_size": chunks.pop() if len(chunks) == 1 else None,
+        "window": windows.pop() if len(windows) == 1 else None,
         "query_scale": scales.pop() if len(scales) == 1 else None,
     }
+    unexpressed = ValueError(
+        f"config: its layers {layers} are not one ModelConfig's schedule (nope_layers, "
+        "chunk_size or window on the other layers, query_scale on the NoPE layers or on all)"
+    )
+    if options["chunk_size"] is not None and options["window"] is not None:
+        raise unexpressed
     rebuilt = ModelConfig(depth=len(layers), **options)
     if [rebuilt.layer_attention(i) for i in range(len(layers))] != list(layers):
-        raise ValueError(
-            f"config: its layers {layers} are not one ModelConfig's schedule (nope_layers, "
-            "chunk_size on the other layers, query_scale on the NoPE layers or on all)"
-        )
+        raise unexpressed
     return options
