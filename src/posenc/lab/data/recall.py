@@ -15,9 +15,9 @@ length. Two layouts:
   queries close to the pairs; ``1`` is uniform); the token after a query key is its value, the
   answer scored there. Other slots hold random keys and values (``random_non_queries``,
   zoology's default; here the keys are drawn among those *without* a pair, so a filler never
-  rebinds a queried key, which zoology's uniform filler tokens can) or ``"_"`` filler. Zoology leaves the value out of the input
-  (its label is shifted); here the value follows its key in the sequence, which a causal
-  model cannot see when predicting it.
+  rebinds a queried key, which zoology's uniform filler tokens can) or ``"_"`` filler.
+  Zoology leaves the value out of the input (its label is shifted); here the value follows
+  its key in the sequence, which a causal model cannot see when predicting it.
 
 Example::
 
