@@ -99,7 +99,9 @@ def _check_params(spec: TaskSpec, params: dict[str, object]) -> None:
             if not isinstance(value, bool):
                 raise ValueError(f"{key} must be True or False, got {value!r}")
         else:
-            allowed = spec.ranges.get(key) or _INT_RANGES.get(key) or _FLOAT_RANGES[key]
+            allowed: ParamRange | None = spec.ranges.get(key)
+            if allowed is None:
+                allowed = _INT_RANGES.get(key) or _FLOAT_RANGES[key]
             params[key] = _check_value(key, value, allowed)
     if "p_set" in params and float_param(params, "p_set") + float_param(params, "p_increment") > 1:
         raise ValueError("p_set + p_increment must be <= 1")
