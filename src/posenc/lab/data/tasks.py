@@ -99,10 +99,10 @@ def _check_params(spec: TaskSpec, params: dict[str, object]) -> None:
             if not isinstance(value, bool):
                 raise ValueError(f"{key} must be True or False, got {value!r}")
         else:
-            allowed: ParamRange | None = spec.ranges.get(key)
-            if allowed is None:
-                allowed = _INT_RANGES.get(key) or _FLOAT_RANGES[key]
-            params[key] = _check_value(key, value, allowed)
+            valid: ParamRange | None = spec.ranges.get(key)
+            if valid is None:
+                valid = _INT_RANGES.get(key) or _FLOAT_RANGES[key]
+            params[key] = _check_value(key, value, valid)
     if "p_set" in params and float_param(params, "p_set") + float_param(params, "p_increment") > 1:
         raise ValueError("p_set + p_increment must be <= 1")
 
