@@ -109,3 +109,39 @@ def test_registered_and_families_name_tasks() -> None:
 def test_bad_config_raises_naming_the_field(changes: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(TINY, **changes)
+
+
+def test_zero_shot_methods_score_ropes_weights_at_the_test_sizes(tmp_path: Path) -> None:
+    config = dataclasses.replace(
+        TINY,
+        tasks=("niah_single",),
+        encodings=("rope",),
+        train_length={"niah_single": 24},
+        task_params={},
+        zero_shot=("yarn", "self_extend"),
+    )
+    rows = run_suite(config, tmp_path / "zero_shot", echo=None)
+    methods = [(r["method"], r["length"]) for r in rows]
+    assert methods == [("rope", 24), ("rope", 48), ("yarn", 48), ("self_extend", 48)]
+    yarn = next(r for r in rows if r["method"] == "yarn")
+    assert '"type": "yarn"' in yarn["pos_kwargs"]
+    assert 0 <= yarn["seq_acc"] <= yarn["token_acc"] <= 1
+    assert "rope→yarn" in format_suite_table(rows)
+    # the methods only read rope's weights: rope's own rows are those of a run without them
+    plain = run_suite(dataclasses.replace(config, zero_shot=()), tmp_path / "plain", echo=None)
+    assert [(r["length"], r["token_acc"], r["seq_acc"]) for r in plain] == [
+        (r["length"], r["token_acc"], r["seq_acc"]) for r in rows if r["method"] == "rope"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"zero_shot": ("yarn",), "encodings": ("nope",)}, "zero_shot"),
+        ({"zero_shot": ("rope",)}, "zero_shot"),
+        ({"zero_shot": ("warp",)}, "method"),
+    ],
+)
+def test_bad_zero_shot_raises_naming_it(changes: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(TINY, **changes)

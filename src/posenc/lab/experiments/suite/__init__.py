@@ -28,7 +28,9 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -36,11 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from posenc._validate import check_positive_int
-from posenc.lab.config import ModelArgs, RunnerArgs, TrainArgs
+from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.data.ruler import NEEDLE_TASKS, RULER_TASKS
 from posenc.lab.data.tasks import TASKS
-from posenc.lab.experiments import generalize
+from posenc.lab.experiments import extend, generalize, longctx
 from posenc.lab.figures import (
     encoding_color,
     finite,
@@ -50,7 +54,8 @@ from posenc.lab.figures import (
     times,
 )
 from posenc.lab.runner import Experiment, Run, Section, run_experiment
-from posenc.lab.tables import Table, complete_rows, pivot, seed_note, text_table, with_variant
+from posenc.lab.tables import Table, complete_rows, pivot, seed_note, text_table
+from posenc.models import DecoderLM
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -96,6 +101,14 @@ class SuiteConfig:
             (``True``, Ruoss et al. 2023), as in ``generalize``.
         eval_examples: examples scored per task and length.
         pos_kwargs: per encoding, keyword arguments of its constructor.
+        zero_shot: long-context methods of ``longctx`` (its segment methods ``self_extend``,
+            ``dual_chunk``, ``rerope``, ``leaky_rerope``, ``lm_infinite``, ``sinks``, and
+            ``extend``'s scalings ``pi``, ``ntk``, ``dynamic_ntk``, ``yarn``, ...) applied
+            **without retraining** to every ``rope`` run at each test size: the RoPE weights
+            loaded unchanged into the method's model, its settings ``longctx``'s rules for
+            ``T`` = the tokens of the longest training row and ``s = tokens / T``. Needs
+            ``"rope"`` in ``encodings``; rows carry ``method`` (``"rope"`` for the trained
+            model itself).
         device: torch device.
         model, train, runner: the decoder's shape, the seeds and schedule, the execution.
     """
@@ -109,6 +122,7 @@ class SuiteConfig:
     randomized: tuple[bool, ...] = (False,)
     eval_examples: int = 100
     pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    zero_shot: tuple[str, ...] = ()
     device: str = "cpu"
     model: ModelArgs = field(default_factory=functools.partial(ModelArgs, dim=64, depth=2))
     train: TrainArgs = field(
@@ -132,6 +146,14 @@ class SuiteConfig:
         for task, length in self.train_length.items():
             check_positive_int(f"train_length[{task!r}]", length)
         self.tasks_config()  # generalize's checks: tasks, lengths, encodings, pos_kwargs
+        object.__setattr__(self, "zero_shot", tuple(self.zero_shot))
+        if self.zero_shot:
+            if "rope" not in self.encodings:
+                raise ValueError("zero_shot needs 'rope' in encodings (its runs are extended)")
+            if "rope" in self.zero_shot:
+                raise ValueError("zero_shot must not name 'rope' (its rows are the rope runs)")
+            for task in self.task_names:
+                self.longctx_config(task)  # longctx judges the methods and their settings
 
     @property
     def task_names(self) -> tuple[str, ...]:
@@ -148,6 +170,23 @@ class SuiteConfig:
         low = TASKS[task].train_lengths[0]
         tests = sorted({round(m * length) for m in self.multipliers if round(m * length) > length})
         return (low if low <= length else length, length), tuple(tests)
+
+    def longctx_config(self, task: str) -> longctx.LongCtxConfig:
+        """``longctx``'s config holding the zero-shot methods' rules for ``task``, with ``T``
+        the tokens of its longest training row."""
+        source = self.tasks_config().source(task)
+        train_len = source.max_seq_len(self.length(task))
+        longest = max(source.max_seq_len(n) for n in source.test_lengths or (train_len,))
+        multiples = tuple(source.max_seq_len(n) / train_len for n in source.test_lengths)
+        return longctx.LongCtxConfig(
+            methods=self.zero_shot,
+            multipliers=multiples or (1.0,),
+            passkey_lengths=(),
+            passkey_steps=0,
+            eval_tokens=max(longest, train_len),
+            model=self.model,
+            data=DataArgs(train_len=train_len),
+        )
 
     def tasks_config(self) -> generalize.TasksConfig:
         """The ``generalize`` config that trains and scores these runs."""
@@ -195,6 +234,9 @@ def _execute(config: SuiteConfig, run: Run, folder: Path) -> list[Row]:
     """Train and score one (task, encoding, variant, seed) with ``generalize``; add the multiple
     of ``L``, the family and whether the task is needle retrieval."""
     rows = generalize.EXPERIMENT.execute(config.tasks_config(), run, folder)
+    if config.zero_shot and run.params["encoding"] == "rope" and not run.params["randomized"]:
+        rows = [{**row, "method": "rope"} for row in rows]
+        rows += _zero_shot_rows(config, run, folder, rows)
     family: dict[str, str] = {}
     for name, tasks in FAMILIES.items():  # a task's first family (niah_single: ruler)
         for task in tasks:
@@ -215,6 +257,39 @@ def _execute(config: SuiteConfig, run: Run, folder: Path) -> list[Row]:
     return out
 
 
+def _zero_shot_rows(config: SuiteConfig, run: Run, folder: Path, rows: list[Row]) -> list[Row]:
+    """Each zero-shot method on the rope run's weights at every test size (``longctx``'s
+    protocol: the weights unchanged, the method's settings its rule at that length)."""
+    task, seed = run.params["task"], run.params["seed"]
+    source = config.tasks_config().source(task, seed)
+    rules = config.longctx_config(task)
+    state = extend.final_state(folder)
+    out = []
+    for method in config.zero_shot:
+        for row in rows:
+            if row["split"] != "test":
+                continue
+            model_config = rules.model_config(method, source.max_seq_len(row["length"]))
+            with torch.random.fork_rng(devices=[]):
+                model = DecoderLM(
+                    dataclasses.replace(model_config, vocab_size=source.vocab_size)
+                ).to(config.device)
+            model.load_state_dict(state)  # RoPE's weights, unchanged: the methods hold none
+            token_acc, seq_acc = generalize.evaluate_task(
+                model, source, row["length"], examples=config.eval_examples, seed=seed
+            )
+            out.append(
+                {
+                    **row,
+                    "method": method,
+                    "token_acc": token_acc,
+                    "seq_acc": seq_acc,
+                    "pos_kwargs": json.dumps(model_config.pos_kwargs, sort_keys=True),
+                }
+            )
+    return out
+
+
 def run_suite(
     config: SuiteConfig, out: str | Path, *, echo: Callable[[str], None] | None = print
 ) -> list[Row]:
@@ -223,8 +298,16 @@ def run_suite(
     return run_experiment(EXPERIMENT, config, out, echo=echo)
 
 
+def _variant(row: Row) -> str:
+    """The table's line: the encoding, ``+rand`` when randomized, ``rope→<method>`` for a
+    zero-shot method on rope's weights."""
+    if row.get("method") not in (None, "", "rope"):
+        return f"rope→{row['method']}"
+    return f"{row['encoding']}{'+rand' if row.get('randomized') else ''}"
+
+
 def _suite_rows(rows: Sequence[Row]) -> list[Row]:
-    return with_variant([r for r in rows if r.get("experiment") == "suite"])
+    return [{**r, "variant": _variant(r)} for r in rows if r.get("experiment") == "suite"]
 
 
 def format_suite_table(rows: Sequence[Row], metric: str = "seq_acc") -> str:
@@ -274,13 +357,13 @@ def _tables(rows: Sequence[Row]) -> list[Table]:
 
 def score_vs_multiple(rows: Sequence[Row]) -> Figure:
     """Exact-match accuracy against the multiple of ``L``, one panel per task (mean over
-    seeds); dashed lines are randomized positions."""
+    seeds); dashed lines are randomized positions, dotted ones zero-shot methods on rope."""
     tasks: dict[str, dict[tuple[str, bool], list[tuple[float, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
     for row in _suite_rows(rows):
         if finite(row.get("seq_acc")):
-            key = (row["encoding"], bool(row["randomized"]))
+            key = (row["variant"], bool(row["randomized"]))
             tasks[row["task"]][key].append((row["multiple"], row["seq_acc"]))
     count = max(len(tasks), 1)
     columns = min(count, 4)
@@ -289,14 +372,15 @@ def score_vs_multiple(rows: Sequence[Row]) -> Figure:
     )
     for index, (task, series) in enumerate(sorted(tasks.items())):
         ax = fig.add_subplot(math.ceil(count / columns), columns, index + 1)
-        for (encoding, randomized), points in sorted(series.items()):
+        for (variant, randomized), points in sorted(series.items()):
+            zero_shot = variant.startswith("rope→")
             mean_line(
                 ax,
                 points,
                 marker=".",
-                ls="--" if randomized else "-",
-                color=encoding_color(encoding),
-                label=f"{encoding}{' (rand)' if randomized else ''}",
+                ls="--" if randomized else (":" if zero_shot else "-"),
+                color=encoding_color(variant.split("→")[-1].removesuffix("+rand")),
+                label=variant,
             )
         set_length_multiple_axis(ax, sorted({m for pts in series.values() for m, _ in pts}))
         title = f"{task} (needle only)" if task in NEEDLE_TASKS else task
