@@ -145,3 +145,41 @@ def test_zero_shot_methods_score_ropes_weights_at_the_test_sizes(tmp_path: Path)
 def test_bad_zero_shot_raises_naming_it(changes: dict[str, Any], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(TINY, **changes)
+
+
+def test_test_params_score_the_trained_model_on_other_distributions(tmp_path: Path) -> None:
+    config = dataclasses.replace(
+        TINY,
+        tasks=("flip_flop",),
+        encodings=("rope",),
+        train_length={"flip_flop": 6},
+        task_params={},
+        test_params={"flip_flop": {"same": {"p": 0.8}, "sparse": {"p": 0.98}}},
+    )
+    assert config.test_source("flip_flop", "sparse").params["p"] == 0.98
+    rows = run_suite(config, tmp_path, echo=None)
+    by_set = {
+        name: [(r["length"], r["token_acc"], r["seq_acc"]) for r in rows if r["test_set"] == name]
+        for name in ("train", "same", "sparse")
+    }
+    assert [length for length, _, _ in by_set["sparse"]] == [6, 12]
+    assert by_set["same"] == by_set["train"]  # the training distribution, scored again
+    assert "rope @sparse" in format_suite_table(rows)
+    assert SuiteConfig(family="flip_flop").test_params["flip_flop"] == {
+        "sparse": {"p": 0.98},
+        "dense": {"p": 0.1},
+    }
+
+
+@pytest.mark.parametrize(
+    ("test_params", "match"),
+    [
+        ({"nope": {}}, "test_params"),
+        ({"niah_single": {"train": {}}}, "test_params"),
+        ({"niah_single": {"big": {"key_vocab": 64}}}, "vocabulary"),
+        ({"niah_single": {"bad": {"haystack": "sand"}}}, "haystack"),
+    ],
+)
+def test_bad_test_params_raise_naming_them(test_params: dict[str, Any], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(TINY, test_params=test_params)

@@ -43,7 +43,7 @@ import torch
 from posenc._validate import check_positive_int
 from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.data.ruler import NEEDLE_TASKS, RULER_TASKS
-from posenc.lab.data.tasks import TASKS
+from posenc.lab.data.tasks import TASKS, TaskSource, make_task
 from posenc.lab.experiments import extend, generalize, longctx
 from posenc.lab.figures import (
     encoding_color,
@@ -101,6 +101,11 @@ class SuiteConfig:
             (``True``, Ruoss et al. 2023), as in ``generalize``.
         eval_examples: examples scored per task and length.
         pos_kwargs: per encoding, keyword arguments of its constructor.
+        test_params: per task, named test distributions: parameter overrides the trained
+            model is also scored on at every size (rows with ``test_set`` = the name; the
+            training distribution's rows have ``test_set = "train"``). The default scores
+            flip-flop as Liu et al. 2023 do: trained on FFL(0.8), tested also on sparse
+            FFL(0.98) and dense FFL(0.1). Tasks that do not run are ignored.
         zero_shot: long-context methods of ``longctx`` (its segment methods ``self_extend``,
             ``dual_chunk``, ``rerope``, ``leaky_rerope``, ``lm_infinite``, ``sinks``, and
             ``extend``'s scalings ``pi``, ``ntk``, ``dynamic_ntk``, ``yarn``, ...) applied
@@ -122,6 +127,9 @@ class SuiteConfig:
     randomized: tuple[bool, ...] = (False,)
     eval_examples: int = 100
     pos_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    test_params: dict[str, dict[str, dict[str, Any]]] = field(
+        default_factory=lambda: {"flip_flop": {"sparse": {"p": 0.98}, "dense": {"p": 0.1}}}
+    )
     zero_shot: tuple[str, ...] = ()
     device: str = "cpu"
     model: ModelArgs = field(default_factory=functools.partial(ModelArgs, dim=64, depth=2))
@@ -146,6 +154,27 @@ class SuiteConfig:
         for task, length in self.train_length.items():
             check_positive_int(f"train_length[{task!r}]", length)
         self.tasks_config()  # generalize's checks: tasks, lengths, encodings, pos_kwargs
+        for task, sets in self.test_params.items():
+            if task not in TASKS:
+                raise ValueError(f"test_params names {task!r}, not a task of {', '.join(TASKS)}")
+            if task not in self.task_names:
+                continue
+            vocab = self.tasks_config().source(task).vocab
+            for name, overrides in sets.items():
+                if name == "train" or not isinstance(overrides, dict):
+                    raise ValueError(
+                        f"test_params[{task!r}] must map names other than 'train' to dicts of "
+                        f"task parameters, got {name!r}: {overrides!r}"
+                    )
+                try:
+                    source = self.test_source(task, name)
+                except ValueError as error:
+                    raise ValueError(f"test_params[{task!r}][{name!r}]: {error}") from None
+                if source.vocab != vocab:
+                    raise ValueError(
+                        f"test_params[{task!r}][{name!r}] changes the task's vocabulary, which "
+                        "the trained model cannot read"
+                    )
         object.__setattr__(self, "zero_shot", tuple(self.zero_shot))
         if self.zero_shot:
             if "rope" not in self.encodings:
@@ -187,6 +216,12 @@ class SuiteConfig:
             model=self.model,
             data=DataArgs(train_len=train_len),
         )
+
+    def test_source(self, task: str, name: str, seed: int = 0) -> TaskSource:
+        """``task``'s test distribution ``name`` of ``test_params`` (its sizes unchanged)."""
+        train, test = self.lengths(task)
+        params = {**self.task_params.get(task, {}), **self.test_params[task][name]}
+        return make_task(task, seed=seed, train_lengths=train, test_lengths=test, **params)
 
     def tasks_config(self) -> generalize.TasksConfig:
         """The ``generalize`` config that trains and scores these runs."""
@@ -234,6 +269,8 @@ def _execute(config: SuiteConfig, run: Run, folder: Path) -> list[Row]:
     """Train and score one (task, encoding, variant, seed) with ``generalize``; add the multiple
     of ``L``, the family and whether the task is needle retrieval."""
     rows = generalize.EXPERIMENT.execute(config.tasks_config(), run, folder)
+    rows = [{**row, "test_set": "train"} for row in rows]
+    rows += _test_set_rows(config, run, folder, rows)
     if config.zero_shot and run.params["encoding"] == "rope" and not run.params["randomized"]:
         rows = [{**row, "method": "rope"} for row in rows]
         rows += _zero_shot_rows(config, run, folder, rows)
@@ -257,6 +294,36 @@ def _execute(config: SuiteConfig, run: Run, folder: Path) -> list[Row]:
     return out
 
 
+def _test_set_rows(config: SuiteConfig, run: Run, folder: Path, rows: list[Row]) -> list[Row]:
+    """The trained model scored on each of its task's ``test_params`` at every size."""
+    task, encoding, randomized, seed = (
+        run.params[k] for k in ("task", "encoding", "randomized", "seed")
+    )
+    sets = config.test_params.get(task, {})
+    if not sets:
+        return []
+    tasks_config = config.tasks_config()
+    with torch.random.fork_rng(devices=[]):
+        model = DecoderLM(tasks_config.model_config(task, encoding, randomized))
+    model.load_state_dict(extend.final_state(folder))
+    model.to(config.device)
+    max_position = tasks_config.max_position(task) if randomized else None
+    out = []
+    for name in sets:
+        source = config.test_source(task, name, seed)
+        for row in rows:
+            token_acc, seq_acc = generalize.evaluate_task(
+                model,
+                source,
+                row["length"],
+                examples=config.eval_examples,
+                max_position=max_position,
+                seed=seed,
+            )
+            out.append({**row, "test_set": name, "token_acc": token_acc, "seq_acc": seq_acc})
+    return out
+
+
 def _zero_shot_rows(config: SuiteConfig, run: Run, folder: Path, rows: list[Row]) -> list[Row]:
     """Each zero-shot method on the rope run's weights at every test size (``longctx``'s
     protocol: the weights unchanged, the method's settings its rule at that length)."""
@@ -267,7 +334,7 @@ def _zero_shot_rows(config: SuiteConfig, run: Run, folder: Path, rows: list[Row]
     out = []
     for method in config.zero_shot:
         for row in rows:
-            if row["split"] != "test":
+            if row["split"] != "test" or row["test_set"] != "train":
                 continue
             model_config = rules.model_config(method, source.max_seq_len(row["length"]))
             with torch.random.fork_rng(devices=[]):
@@ -300,10 +367,14 @@ def run_suite(
 
 def _variant(row: Row) -> str:
     """The table's line: the encoding, ``+rand`` when randomized, ``rope→<method>`` for a
-    zero-shot method on rope's weights."""
+    zero-shot method on rope's weights, `` @<name>`` on a test distribution of
+    ``test_params``."""
     if row.get("method") not in (None, "", "rope"):
-        return f"rope→{row['method']}"
-    return f"{row['encoding']}{'+rand' if row.get('randomized') else ''}"
+        name = f"rope→{row['method']}"
+    else:
+        name = f"{row['encoding']}{'+rand' if row.get('randomized') else ''}"
+    test_set = row.get("test_set") or "train"
+    return name if test_set == "train" else f"{name} @{test_set}"
 
 
 def _suite_rows(rows: Sequence[Row]) -> list[Row]:
@@ -357,7 +428,8 @@ def _tables(rows: Sequence[Row]) -> list[Table]:
 
 def score_vs_multiple(rows: Sequence[Row]) -> Figure:
     """Exact-match accuracy against the multiple of ``L``, one panel per task (mean over
-    seeds); dashed lines are randomized positions, dotted ones zero-shot methods on rope."""
+    seeds); dashed lines are randomized positions, dotted ones zero-shot methods on rope,
+    dash-dotted ones other test distributions."""
     tasks: dict[str, dict[tuple[str, bool], list[tuple[float, float]]]] = defaultdict(
         lambda: defaultdict(list)
     )
@@ -373,13 +445,14 @@ def score_vs_multiple(rows: Sequence[Row]) -> Figure:
     for index, (task, series) in enumerate(sorted(tasks.items())):
         ax = fig.add_subplot(math.ceil(count / columns), columns, index + 1)
         for (variant, randomized), points in sorted(series.items()):
-            zero_shot = variant.startswith("rope→")
+            name, _, test_set = variant.partition(" @")
+            style = "-." if test_set else (":" if name.startswith("rope→") else "-")
             mean_line(
                 ax,
                 points,
                 marker=".",
-                ls="--" if randomized else (":" if zero_shot else "-"),
-                color=encoding_color(variant.split("→")[-1].removesuffix("+rand")),
+                ls="--" if randomized else style,
+                color=encoding_color(name.split("→")[-1].removesuffix("+rand")),
                 label=variant,
             )
         set_length_multiple_axis(ax, sorted({m for pts in series.values() for m, _ in pts}))
