@@ -100,6 +100,14 @@ def test_cwe_counts() -> None:
         (lambda: make_task("niah_single", haystack="needle", key_vocab=1), "key_vocab"),
         (lambda: make_task("niah_multivalue").examples(1, 20), "length"),
         (lambda: make_task("vt", chains=6, hops=4), "chains"),
+        (lambda: make_task("vt", chains=11, hops=1, value_digits=1), "value_digits"),
+        (lambda: make_task("niah_multivalue", needle_values=11, value_digits=1), "value_digits"),
+        (
+            lambda: make_task(
+                "niah_multivalue", haystack="needle", needle_values=10, value_digits=1
+            ),
+            "value_digits",
+        ),
         (lambda: make_task("vt").examples(1, 10), "length"),
         (lambda: make_task("cwe", common_repeats=1), "common_repeats"),
         (lambda: make_task("cwe", uncommon_repeats=2).examples(1, 33), "length"),

@@ -16,7 +16,8 @@ the queried ones), and the answer is recoverable from the prompt alone.
   key, ``num_needle_v``), ``needle_queries`` (keys asked, ``num_needle_q``) and ``haystack``:
   ``"noise"`` (``x y z x y z ...``, RULER's repeated sentence), ``"essay"`` (a fixed text of
   filler words generated once on the machine and repeated, standing in for Paul Graham's essays)
-  or ``"needle"`` (distractor needles with other keys and values). Presets: ``niah_single``
+  or ``"needle"`` (distractor needles with other keys and values, the remainder of a needle's
+  width as noise tokens at the start). Presets: ``niah_single``
   (RULER's niah_single_1: noise, 1 key), ``niah_multikey`` (multikey_1: essay, 4 keys, 1 asked),
   ``niah_multivalue`` (essay, 4 values of one key), ``niah_multiquery`` (essay, 4 keys, all
   asked); RULER's other variants are parameter values (``haystack="needle"`` is multikey_2,
@@ -98,10 +99,22 @@ def _insert(rng: random.Random, haystack: list[str], pieces: list[list[str]]) ->
     return out + haystack[last:]
 
 
+def _value_range(digits: int) -> range:
+    """The ``digits``-digit numbers (no leading zero; 0-9 for one digit)."""
+    return range(10 ** (digits - 1) if digits > 1 else 0, 10**digits)
+
+
 def _values(rng: random.Random, count: int, digits: int) -> list[str]:
-    """``count`` distinct ``digits``-digit numbers (no leading zero) as strings."""
-    low = 10 ** (digits - 1) if digits > 1 else 0
-    return [str(v) for v in rng.sample(range(low, 10**digits), count)]
+    """``count`` distinct ``digits``-digit numbers as strings."""
+    return [str(v) for v in rng.sample(_value_range(digits), count)]
+
+
+def _check_values(count: int, digits: int, what: str) -> None:
+    if count > len(_value_range(digits)):
+        raise ValueError(
+            f"value_digits ({digits}) has {len(_value_range(digits))} values, fewer than the "
+            f"{count} distinct values {what} needs"
+        )
 
 
 # ---- needle in a haystack ---------------------------------------------------------------
@@ -153,6 +166,10 @@ def _niah_check(length: int, params: Params) -> None:
     if queries > keys:
         raise ValueError(f"needle_queries ({queries}) must be <= needle_keys ({keys})")
     extra = params["haystack"] == "needle"
+    needles = keys * int_param(params, "needle_values")
+    _check_values(
+        needles + extra, int_param(params, "value_digits"), "the needles (and a distractor)"
+    )
     if keys + extra > int_param(params, "key_vocab"):
         raise ValueError(
             f"key_vocab must be >= needle_keys{' + 1 (distractor keys)' if extra else ''}"
@@ -272,6 +289,7 @@ def _vt_check(length: int, params: Params) -> None:
     variables = int_param(params, "chains") * (int_param(params, "hops") + 1)
     if variables > len(_VARIABLES):
         raise ValueError(f"chains * (hops + 1) must be <= 26 (one letter each), got {variables}")
+    _check_values(int_param(params, "chains"), int_param(params, "value_digits"), "the chains")
     if length < _vt_overhead(params):
         raise ValueError(f"length must be >= {_vt_overhead(params)} for these params, got {length}")
 
