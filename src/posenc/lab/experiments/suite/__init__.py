@@ -17,9 +17,9 @@ and the report. HELMET (Yen et al. 2025, https://arxiv.org/abs/2410.02694) found
 retrieval does not predict downstream long-context results: the report says so beside any
 finding resting on the ``niah_*`` tasks alone.
 
-Budget: :data:`FAMILIES` ``"ruler"`` with the defaults (7 tasks × 3 encodings × 1 seed = 21
-models) is the ~30-minute sweep of docs/lab.md; ``TINY`` is the seconds-long config the tests
-use.
+Budget: ``--family ruler`` at the defaults (7 tasks × 3 encodings × 1 seed = 21 models) is the
+family sweep of docs/lab.md (measured there: about 110 s per model on a loaded 2-core
+machine); :data:`TINY` is the seconds-long config the tests use.
 
 Example::
 
