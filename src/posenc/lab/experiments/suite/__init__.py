@@ -18,8 +18,9 @@ retrieval does not predict downstream long-context results: the report says so b
 finding resting on the ``niah_*`` tasks alone.
 
 Budget: ``--family ruler`` at the defaults (7 tasks × 3 encodings × 1 seed = 21 models) is the
-family sweep of docs/lab.md (measured there: about 110 s per model on a loaded 2-core
-machine); :data:`TINY` is the seconds-long config the tests use.
+family sweep of docs/lab.md (measured there: about 290 s per model with two workers on a
+2-core machine loaded ~9.5 by other jobs); :data:`TINY` is the seconds-long config the tests
+use.
 
 Example::
 
@@ -134,7 +135,7 @@ class SuiteConfig:
     device: str = "cpu"
     model: ModelArgs = field(default_factory=functools.partial(ModelArgs, dim=64, depth=2))
     train: TrainArgs = field(
-        default_factory=functools.partial(TrainArgs, steps=600, lr=1e-3, warmup_steps=50)
+        default_factory=functools.partial(TrainArgs, steps=1500, lr=2e-3, warmup_steps=100)
     )
     runner: RunnerArgs = field(default_factory=RunnerArgs)
 
