@@ -90,6 +90,13 @@ def test_cwe_counts() -> None:
     seen = Counter(ex.prompt)
     assert sorted(seen[w] for w in ex.answer) == [4, 4, 4]
     assert sum(seen.values()) == 100 and len(seen) == 3 + 88
+    task = make_task("cwe", common_repeats=6, uncommon_repeats=2, word_vocab=256)
+    for length in (33, 34):  # 15 or 16 tokens of uncommon words: 7 pairs and a single, 8 pairs
+        seen = Counter(task.examples(1, length, seed=0)[0].prompt)
+        assert sum(seen.values()) == length
+        assert (
+            sorted(seen.values()) == [1] * (length % 2) + [2] * 7 + [2] * (1 - length % 2) + [6] * 3
+        )
 
 
 @pytest.mark.parametrize(
@@ -110,10 +117,12 @@ def test_cwe_counts() -> None:
         ),
         (lambda: make_task("vt").examples(1, 10), "length"),
         (lambda: make_task("cwe", common_repeats=1), "common_repeats"),
-        (lambda: make_task("cwe", uncommon_repeats=2).examples(1, 33), "length"),
+        (lambda: make_task("cwe").examples(1, 11), "length"),
         (lambda: make_task("cwe", word_vocab=64).examples(1, 512), "word_vocab"),
         (lambda: make_task("fwe").examples(1, 20), "length"),
         (lambda: make_task("fwe", alpha=1.0), "alpha"),
+        # valid at both ends of the training range, not in between (α = 3: up to 153 tokens)
+        (lambda: make_task("fwe", alpha=3.0, train_lengths=(96, 200)), "length"),
         (lambda: make_task("fwe", top=64), "top"),
     ],
 )

@@ -115,6 +115,7 @@ VARIANTS = [
     ("niah_multikey", {"haystack": "needle"}),
     ("vt", {"haystack": "essay", "chains": 1, "hops": 4}),
     ("fwe", {"alpha": 1.5}),
+    ("cwe", {"common_repeats": 6, "uncommon_repeats": 2, "word_vocab": 256}),
     ("state_tracking", {"group": "s3"}),
     ("state_tracking", {"group": "a5", "per_step": False}),
     ("state_tracking", {"group": "parity"}),

@@ -28,7 +28,8 @@ the queried ones), and the answer is recoverable from the prompt alone.
   order. RULER's defaults are 1 chain of 4 hops.
 * **Common words extraction** (``cwe``): a shuffled list of ``common`` words repeated
   ``common_repeats`` times and other words ``uncommon_repeats`` times each (RULER: 10 words, 30
-  and 3 times, or 6 and 1 below 4k tokens); answer: the common words in order of first appearance.
+  and 3 times, or 6 and 1 below 4k tokens; here one more uncommon word, fewer times, fills the
+  length exactly); answer: the common words in order of first appearance.
 * **Frequent words extraction** (``fwe``): ``length`` words where the word of rank ``k`` appears
   ``⌊length · k^(−alpha) / ζ(alpha)⌋`` times (RULER's Zipf law, ``alpha = 2``), rank 1 being the
   noise word ``"."`` (RULER's ``'...'``, which also takes the rounding remainder); answer: the
@@ -301,16 +302,20 @@ def _words(params: Params) -> list[str]:
     return [f"w{i}" for i in range(int_param(params, "word_vocab"))]
 
 
-def _cwe_uncommon(length: int, params: Params) -> int:
+def _cwe_uncommon(length: int, params: Params) -> tuple[int, int]:
+    """``(words, remainder)``: uncommon words repeated ``uncommon_repeats`` times, and the
+    repeats of one more uncommon word that fills the length exactly (0 when none)."""
     rest = length - int_param(params, "common") * int_param(params, "common_repeats")
-    return rest // int_param(params, "uncommon_repeats")
+    return divmod(rest, int_param(params, "uncommon_repeats"))
 
 
 def _cwe(rng: random.Random, n: int, params: Params) -> Example:
     common = int_param(params, "common")
-    chosen = rng.sample(_words(params), common + _cwe_uncommon(n, params))
+    words, remainder = _cwe_uncommon(n, params)
+    chosen = rng.sample(_words(params), common + words + (remainder > 0))
     listing = chosen[:common] * int_param(params, "common_repeats")
-    listing += chosen[common:] * int_param(params, "uncommon_repeats")
+    listing += chosen[common : common + words] * int_param(params, "uncommon_repeats")
+    listing += chosen[common + words :] * remainder
     rng.shuffle(listing)
     answer = [w for w in dict.fromkeys(listing) if w in chosen[:common]]
     return qa_example(listing, answer)
@@ -318,19 +323,18 @@ def _cwe(rng: random.Random, n: int, params: Params) -> Example:
 
 def _cwe_check(length: int, params: Params) -> None:
     common, repeats = int_param(params, "common"), int_param(params, "common_repeats")
-    uncommon = int_param(params, "uncommon_repeats")
-    if repeats <= uncommon:
+    if repeats <= int_param(params, "uncommon_repeats"):
         raise ValueError("common_repeats must be > uncommon_repeats (the answer must be unique)")
-    rest = length - common * repeats
-    if rest < 0 or rest % uncommon:
+    if length < common * repeats:
         raise ValueError(
-            f"length must be common * common_repeats ({common * repeats}) plus a multiple of "
-            f"uncommon_repeats ({uncommon}), got {length}"
+            f"length must be >= common * common_repeats ({common * repeats}), got {length}"
         )
-    if common + rest // uncommon > int_param(params, "word_vocab"):
+    words, remainder = _cwe_uncommon(length, params)
+    distinct = common + words + (remainder > 0)
+    if distinct > int_param(params, "word_vocab"):
         raise ValueError(
             f"word_vocab ({int_param(params, 'word_vocab')}) must be >= the distinct words of "
-            f"length {length} ({common + rest // uncommon})"
+            f"length {length} ({distinct})"
         )
 
 

@@ -142,7 +142,8 @@ class TaskSource:
             check_positive_int("train_lengths", train_lengths[1]),
         )
         self.test_lengths = tuple(check_positive_int("test_lengths", n) for n in test_lengths)
-        for n in (*self.train_lengths, *self.test_lengths):
+        low, high = self.train_lengths
+        for n in (*range(low, high + 1), *self.test_lengths):  # every length a row can draw
             spec.check(n, self.params)
         self.vocab = spec.vocab(self.params)
         self.vocab_size = len(self.vocab)
