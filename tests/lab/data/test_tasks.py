@@ -9,6 +9,7 @@ from torch.testing import assert_close
 
 from posenc.lab.batch import Batch
 from posenc.lab.data.tasks import PAD, SEP, TASKS, Example, TaskSource, accuracy, make_task
+from tests.lab.data.task_solvers import SOLVERS as NEW_SOLVERS
 
 Symbols = tuple[str, ...]
 
@@ -49,17 +50,6 @@ def _passkey(prompt: Symbols, params: dict) -> tuple[int, Symbols]:
         assert set(text.replace(key, "", 1)) <= set("xyzKQ")
     assert len(key) == params["digits"]
     return len(prompt), tuple(key)
-
-
-def _mqar(prompt: Symbols, params: dict) -> tuple[int, Symbols]:
-    pairs = [p for p in prompt if p.startswith("k")]
-    # the pairs are 'k v' alternating; the queries are the trailing run of keys
-    n = sum(1 for s in prompt if s.startswith("v"))
-    table = dict(zip(prompt[0 : 2 * n : 2], prompt[1 : 2 * n : 2], strict=True))
-    assert len(table) == n  # distinct keys
-    queries = prompt[2 * n :]
-    assert len(pairs) == n + len(queries)
-    return n, tuple(table[q] for q in queries)
 
 
 def _flip_flop(prompt: Symbols, params: dict) -> tuple[int, Symbols]:
@@ -104,10 +94,10 @@ SOLVERS: dict[str, Callable[[Symbols, dict], tuple[int, Symbols]]] = {
     "sort": _sort,
     "binary_addition": _binary_addition,
     "passkey": _passkey,
-    "mqar": _mqar,
     "flip_flop": _flip_flop,
     "selective_copy": _selective_copy,
     "counting": _counting,
+    **NEW_SOLVERS,
 }
 
 # Task variants under test: (name, params).
@@ -116,7 +106,19 @@ VARIANTS = [
     ("binary_addition", {"lsb_first": False}),
     ("passkey", {"byte_level": True, "depth": 0.5}),
     ("mqar", {"queries": 3}),
+    ("mqar", {"layout": "zoology"}),
+    ("mqar", {"layout": "zoology", "random_non_queries": False, "power_a": 1.0}),
     ("flip_flop", {"p": 0.0}),
+    ("flip_flop", {"p": 0.5, "p_write": 0.1}),
+    ("niah_single", {"haystack": "essay"}),
+    ("niah_single", {"haystack": "needle", "value_digits": 8}),
+    ("niah_multikey", {"haystack": "needle"}),
+    ("vt", {"haystack": "essay", "chains": 1, "hops": 4}),
+    ("fwe", {"alpha": 1.5}),
+    ("cwe", {"common_repeats": 6, "uncommon_repeats": 2, "word_vocab": 256}),
+    ("state_tracking", {"group": "s3"}),
+    ("state_tracking", {"group": "a5", "per_step": False}),
+    ("state_tracking", {"group": "parity"}),
 ]
 IDS = [f"{n}-{'-'.join(f'{k}={v}' for k, v in p.items())}" for n, p in VARIANTS]
 
@@ -130,20 +132,38 @@ def _check_example(task: TaskSource, ex: Example, length: int | None = None) -> 
     """Answer correct by construction, formats consistent, size as requested."""
     size, want = SOLVERS[task.name](ex.prompt, dict(task.params))
     assert ex.answer == want
-    masked = tuple(s for s, m in zip(ex.sequence, ex.answer_mask, strict=True) if m)
+    scored = ex.answer_mask if ex.tags is None else ex.tags
+    masked = tuple(
+        s
+        for s, m in zip(ex.sequence if ex.tags is None else ex.tags, ex.answer_mask, strict=True)
+        if m
+    )
+    assert len(scored) == len(ex.sequence)
     assert masked == ex.answer and len(ex.answer) >= 1
+    if _tagging(task):
+        assert ex.sequence == ex.prompt and ex.tags == ex.answer and all(ex.answer_mask)
+    elif _inline(task):
+        assert ex.sequence == ex.prompt and ex.tags is None
     if task.name == "flip_flop":
-        assert ex.sequence == ex.prompt
         assert all(
             m == (i % 2 == 1 and ex.sequence[i - 1] == "r") for i, m in enumerate(ex.answer_mask)
         )
-    else:
+    if not _inline(task) and not _tagging(task):
         sep = " " if task.params.get("byte_level") else SEP
         assert ex.sequence == (*ex.prompt, sep, *ex.answer)
         assert ex.answer_mask == (False,) * (len(ex.prompt) + 1) + (True,) * len(ex.answer)
     if length is not None:
         assert size == length
-    assert len(ex.sequence) - 1 <= task.max_seq_len(size)
+    assert len(ex.sequence) - (ex.tags is None) <= task.max_seq_len(size)
+
+
+def _inline(task: TaskSource) -> bool:
+    """Answers scored inside the prompt (no separator)."""
+    return task.name == "flip_flop" or task.params.get("layout") == "zoology"
+
+
+def _tagging(task: TaskSource) -> bool:
+    return task.name == "state_tracking" and bool(task.params["per_step"])
 
 
 def _rows(task: TaskSource, batch: Batch) -> list[Example]:
@@ -157,13 +177,22 @@ def _rows(task: TaskSource, batch: Batch) -> list[Example]:
             assert bool(real[:count].all()) and not bool(real[count:].any())  # padded at the end
             assert not bool(batch.loss_mask[row, count:].any())
             assert not bool(batch.tokens[row, count:].any())  # pad token 0
+        if _tagging(task):
+            sequence, tags = (
+                task.decode(batch.tokens[row][real]),
+                task.decode(batch.targets[row][real]),
+            )
+            mask = tuple(batch.loss_mask[row][real].tolist())
+            answer = tuple(s for s, m in zip(tags, mask, strict=True) if m)
+            out.append(Example(sequence, answer, sequence, mask, tags))
+            continue
         ids = [*batch.tokens[row][real].tolist(), int(batch.targets[row][real][-1])]
         assert_close(batch.targets[row][real][:-1], batch.tokens[row][real][1:])
         sequence = task.decode(ids)
         mask = (False, *batch.loss_mask[row][real].tolist())
         first = mask.index(True)
         answer = tuple(s for s, m in zip(sequence, mask, strict=True) if m)
-        prompt = sequence if task.name == "flip_flop" else sequence[: first - 1]
+        prompt = sequence if _inline(task) else sequence[: first - 1]
         out.append(Example(prompt, answer, sequence, mask))
     return out
 
@@ -205,7 +234,8 @@ def test_test_batches_have_the_forced_length(name: str, params: dict) -> None:
 def test_declared_lengths_are_train_short_test_long() -> None:
     assert set(TASKS) == {
         "copy", "reverse", "sort", "binary_addition", "passkey", "mqar", "flip_flop",
-        "selective_copy", "counting",
+        "selective_copy", "counting", "niah_single", "niah_multikey", "niah_multivalue",
+        "niah_multiquery", "vt", "cwe", "fwe", "state_tracking",
     }  # fmt: skip
     for spec in TASKS.values():
         low, high = spec.train_lengths

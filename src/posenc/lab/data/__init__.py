@@ -5,8 +5,12 @@ experiments (:mod:`posenc.lab.experiments`).
   sources by default, or any text files), its train / validation / test split by file, and
   :class:`~posenc.lab.data.corpus.LMSource` batches for language modelling;
 * :mod:`~posenc.lab.data.task_generators` and :mod:`~posenc.lab.data.tasks`: the seeded
-  synthetic tasks (copy, reverse, sort, binary addition, passkey, MQAR, flip-flop, selective
-  copy, counting) and the batches and exact-match accuracy made from them;
+  synthetic tasks (copy, reverse, sort, binary addition, passkey, flip-flop, selective
+  copy, counting) and the batches and exact-match accuracy made from every task;
+* :mod:`~posenc.lab.data.recall`: multi-query associative recall (MQAR, zoology's protocol);
+* :mod:`~posenc.lab.data.ruler`: RULER's synthetic families (needles, variable tracking,
+  common and frequent words) at the lab's scale;
+* :mod:`~posenc.lab.data.state_tracking`: permutation word problems (S5, A5, S3, parity);
 * :mod:`~posenc.lab.data.passkey`: passkey retrieval on the byte-level corpus, its scoring
   and the passkey mix a base trains on;
 * :mod:`~posenc.lab.data.digits`: sklearn's 8×8 handwritten digits for the ViT experiments;

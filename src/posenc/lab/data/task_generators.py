@@ -1,4 +1,5 @@
-"""The nine synthetic tasks' generators and their table (:data:`TASKS`).
+"""The algorithmic synthetic tasks' generators and their table (:data:`TASKS`), and the
+building blocks of every task module (:class:`Example`, :class:`TaskSpec`, :func:`qa_example`).
 
 Each generator maps ``(rng, length, params)`` to an :class:`Example` whose answer is correct
 by construction; :mod:`posenc.lab.data.tasks` turns examples into batches. Papers per task are
@@ -9,10 +10,22 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
-__all__ = ["PAD", "SEP", "TASKS", "Example", "Params", "TaskSpec", "float_param"]
+__all__ = [
+    "PAD",
+    "SEP",
+    "TASKS",
+    "Example",
+    "ParamRange",
+    "Params",
+    "TaskSpec",
+    "float_param",
+    "int_param",
+    "min_length",
+    "qa_example",
+]
 
 PAD = "<pad>"
 SEP = "<sep>"
@@ -29,24 +42,34 @@ class Example:
         answer: the scored symbols, in order.
         sequence: the full sequence ``(*prompt, sep, *answer)`` (flip-flop: the instructions).
         answer_mask: True at the positions of ``sequence`` that hold answer symbols.
+        tags: None for next-token tasks (``targets = sequence[1:]``); for a tagging task
+            (state tracking), the target symbol of every position of ``sequence``, which is
+            then the model's whole input (``tokens = sequence``, ``targets = tags``, scored
+            where ``answer_mask`` is True): the answers never enter the input.
     """
 
     prompt: tuple[str, ...]
     answer: tuple[str, ...]
     sequence: tuple[str, ...]
     answer_mask: tuple[bool, ...]
+    tags: tuple[str, ...] | None = None
 
 
-def _qa(prompt: list[str], answer: list[str], sep: str = SEP) -> Example:
+def qa_example(prompt: list[str], answer: list[str], sep: str = SEP) -> Example:
+    """The example ``(*prompt, sep, *answer)`` scored on ``answer``."""
     sequence = (*prompt, sep, *answer)
     mask = (False,) * (len(prompt) + 1) + (True,) * len(answer)
     return Example(tuple(prompt), tuple(answer), sequence, mask)
 
 
 Params = Mapping[str, object]
+#: A parameter's allowed values: an inclusive ``(low, high)`` of ints or floats, or the
+#: allowed strings.
+ParamRange = tuple[int, int] | tuple[float, float] | tuple[str, ...]
 
 
-def _int(params: Params, key: str) -> int:
+def int_param(params: Params, key: str) -> int:
+    """The integer ``params[key]`` (task parameters are checked before generation)."""
     value = params[key]
     assert isinstance(value, int), key
     return value
@@ -77,6 +100,8 @@ class TaskSpec:
         generate: ``(rng, length, params) -> Example``.
         max_symbols: ``(length, params) ->`` the longest ``Example.sequence`` at that length.
         check: ``(length, params) -> None``; raises ``ValueError`` for invalid combinations.
+        ranges: the allowed values of this task's own parameters (:data:`ParamRange`);
+            parameters not named here use the shared table of :mod:`posenc.lab.data.tasks`.
     """
 
     name: str
@@ -88,12 +113,16 @@ class TaskSpec:
     generate: Callable[[random.Random, int, Params], Example]
     max_symbols: Callable[[int, Params], int]
     check: Callable[[int, Params], None] = _any_length
+    ranges: Mapping[str, ParamRange] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "defaults", MappingProxyType(dict(self.defaults)))
+        object.__setattr__(self, "ranges", MappingProxyType(dict(self.ranges)))
 
 
-def _min_length(minimum: Callable[[Params], int]) -> Callable[[int, Params], None]:
+def min_length(minimum: Callable[[Params], int]) -> Callable[[int, Params], None]:
+    """A ``check`` refusing lengths below ``minimum(params)``, naming ``length``."""
+
     def check(length: int, params: Params) -> None:
         if length < minimum(params):
             raise ValueError(f"length must be >= {minimum(params)} for these params, got {length}")
@@ -102,22 +131,22 @@ def _min_length(minimum: Callable[[Params], int]) -> Callable[[int, Params], Non
 
 
 def _letters(params: Params) -> list[str]:
-    return list(_LETTERS[: _int(params, "alphabet_size")])
+    return list(_LETTERS[: int_param(params, "alphabet_size")])
 
 
 def _copy(rng: random.Random, n: int, params: Params) -> Example:
     symbols = rng.choices(_letters(params), k=n)
-    return _qa(symbols, symbols)
+    return qa_example(symbols, symbols)
 
 
 def _reverse(rng: random.Random, n: int, params: Params) -> Example:
     symbols = rng.choices(_letters(params), k=n)
-    return _qa(symbols, symbols[::-1])
+    return qa_example(symbols, symbols[::-1])
 
 
 def _sort(rng: random.Random, n: int, params: Params) -> Example:
-    digits = rng.choices(_DIGITS[: _int(params, "num_digits")], k=n)
-    return _qa(digits, sorted(digits))
+    digits = rng.choices(_DIGITS[: int_param(params, "num_digits")], k=n)
+    return qa_example(digits, sorted(digits))
 
 
 def _bits(value: int, width: int, lsb_first: bool) -> list[str]:
@@ -129,7 +158,7 @@ def _binary_addition(rng: random.Random, n: int, params: Params) -> Example:
     a, b = rng.getrandbits(n), rng.getrandbits(n)
     lsb = bool(params["lsb_first"])
     prompt = [*_bits(a, n, lsb), "+", *_bits(b, n, lsb)]
-    return _qa(prompt, _bits(a + b, n + 1, lsb))
+    return qa_example(prompt, _bits(a + b, n + 1, lsb))
 
 
 _FILLER_TEXT = "The grass is green. The sky is blue. The sun is yellow. Here we go. "
@@ -142,14 +171,14 @@ def _key_text(key: str) -> str:
 
 
 def _passkey_overhead(params: Params) -> int:
-    digits = _int(params, "digits")
+    digits = int_param(params, "digits")
     if params["byte_level"]:
         return len(_key_text("0" * digits)) + len(_QUESTION_TEXT)
     return digits + 2  # marker K, the digits, question Q
 
 
 def _passkey(rng: random.Random, n: int, params: Params) -> Example:
-    digits = _int(params, "digits")
+    digits = int_param(params, "digits")
     key = str(rng.randint(10 ** (digits - 1), 10**digits - 1))
     depth_param = params["depth"]
     depth = rng.random() if depth_param is None else float(depth_param)  # type: ignore[arg-type]
@@ -159,9 +188,9 @@ def _passkey(rng: random.Random, n: int, params: Params) -> Example:
         reps = filler_total // len(_FILLER_TEXT) + 1
         text_filler = (_FILLER_TEXT * reps)[:filler_total]
         text = text_filler[:before] + _key_text(key) + text_filler[before:] + _QUESTION_TEXT
-        return _qa(list(text), list(key), sep=" ")
+        return qa_example(list(text), list(key), sep=" ")
     filler = ["xyz"[i % 3] for i in range(filler_total)]
-    return _qa([*filler[:before], "K", *key, *filler[before:], "Q"], list(key))
+    return qa_example([*filler[:before], "K", *key, *filler[before:], "Q"], list(key))
 
 
 def _passkey_vocab(params: Params) -> tuple[str, ...]:
@@ -170,31 +199,23 @@ def _passkey_vocab(params: Params) -> tuple[str, ...]:
     return (PAD, SEP, *_DIGITS, "K", "Q", "x", "y", "z")
 
 
-def _mqar_queries(n: int, params: Params) -> int:
-    return n if params["queries"] is None else _int(params, "queries")
+def _flip_flop_write(params: Params) -> float:
+    """The probability of a write in the middle of the string: ``p_write``, or ``(1 - p) / 2``
+    (the paper's FFL(p): writes and reads equally likely) when it is None."""
+    if params["p_write"] is None:
+        return (1 - float_param(params, "p")) / 2
+    return float_param(params, "p_write")
 
 
-def _mqar(rng: random.Random, n: int, params: Params) -> Example:
-    keys = rng.sample(range(_int(params, "num_keys")), n)
-    values = rng.choices(range(_int(params, "num_values")), k=n)
-    table = dict(zip(keys, values, strict=True))
-    if params["queries"] is None:
-        asked = rng.sample(keys, n)
-    else:
-        asked = rng.choices(keys, k=_mqar_queries(n, params))
-    prompt = [s for k, v in zip(keys, values, strict=True) for s in (f"k{k}", f"v{v}")]
-    prompt += [f"k{k}" for k in asked]
-    return _qa(prompt, [f"v{table[k]}" for k in asked])
-
-
-def _mqar_check(length: int, params: Params) -> None:
-    num_keys = _int(params, "num_keys")
-    if not 1 <= length <= num_keys:
-        raise ValueError(f"length must be in [1, num_keys={num_keys}] for mqar, got {length}")
+def _flip_flop_check(length: int, params: Params) -> None:
+    if length < 2:
+        raise ValueError(f"length must be >= 2 for flip_flop (a write and a read), got {length}")
+    if float_param(params, "p") + _flip_flop_write(params) > 1:
+        raise ValueError("p + p_write must be <= 1 for flip_flop (p_read = 1 - p - p_write)")
 
 
 def _flip_flop(rng: random.Random, n: int, params: Params) -> Example:
-    p_ignore = float_param(params, "p")
+    p_ignore, p_write = float_param(params, "p"), _flip_flop_write(params)
     sequence: list[str] = []
     mask: list[bool] = []
     memory = "0"
@@ -205,7 +226,7 @@ def _flip_flop(rng: random.Random, n: int, params: Params) -> Example:
             op = "r"
         else:
             draw = rng.random()
-            op = "i" if draw < p_ignore else ("w" if draw < p_ignore + (1 - p_ignore) / 2 else "r")
+            op = "i" if draw < p_ignore else ("w" if draw < p_ignore + p_write else "r")
         bit = memory if op == "r" else rng.choice("01")
         memory = bit if op == "w" else memory
         sequence += [op, bit]
@@ -215,17 +236,17 @@ def _flip_flop(rng: random.Random, n: int, params: Params) -> Example:
 
 
 def _selective_copy(rng: random.Random, n: int, params: Params) -> Example:
-    count = _int(params, "num_tokens")
+    count = int_param(params, "num_tokens")
     where = sorted(rng.sample(range(n), count))
     data = rng.choices(_letters(params), k=count)
     prompt = ["."] * n
     for index, symbol in zip(where, data, strict=True):
         prompt[index] = symbol
-    return _qa(prompt, data)
+    return qa_example(prompt, data)
 
 
 def _counting(rng: random.Random, n: int, params: Params) -> Example:
-    names = list(_LETTERS[: _int(params, "num_variables")])
+    names = list(_LETTERS[: int_param(params, "num_variables")])
     p_set, p_inc = float_param(params, "p_set"), float_param(params, "p_increment")
     values = dict.fromkeys(names, 0)
     prompt: list[str] = []
@@ -240,7 +261,7 @@ def _counting(rng: random.Random, n: int, params: Params) -> Example:
         else:
             prompt.append("D")
     query = rng.choice(names)
-    return _qa([*prompt, "?", query], [str(values[query])])
+    return qa_example([*prompt, "?", query], [str(values[query])])
 
 
 def _letters_vocab(params: Params) -> tuple[str, ...]:
@@ -274,7 +295,7 @@ TASKS: dict[str, TaskSpec] = {
         train_lengths=(1, 12),
         test_lengths=(16, 24, 32, 48),
         defaults={"num_digits": 10},
-        vocab=lambda p: (PAD, SEP, *_DIGITS[: _int(p, "num_digits")]),
+        vocab=lambda p: (PAD, SEP, *_DIGITS[: int_param(p, "num_digits")]),
         generate=_sort,
         max_symbols=lambda n, p: 2 * n + 1,
     ),
@@ -302,41 +323,25 @@ TASKS: dict[str, TaskSpec] = {
         defaults={"depth": None, "digits": 5, "byte_level": False},
         vocab=_passkey_vocab,
         generate=_passkey,
-        max_symbols=lambda n, p: n + 1 + _int(p, "digits"),
-        check=_min_length(_passkey_overhead),
-    ),
-    "mqar": TaskSpec(
-        name="mqar",
-        description="length = n key-value pairs 'k v k v ...' with distinct keys (of num_keys) and "
-        "values (of num_values), then the query keys; answer: their values in order. "
-        "queries=None asks every key once in random order; an int asks that many keys drawn "
-        "with replacement.",
-        train_lengths=(2, 8),
-        test_lengths=(12, 16, 24, 32),
-        defaults={"num_keys": 32, "num_values": 16, "queries": None},
-        vocab=lambda p: (
-            PAD,
-            SEP,
-            *(f"k{i}" for i in range(_int(p, "num_keys"))),
-            *(f"v{i}" for i in range(_int(p, "num_values"))),
-        ),
-        generate=_mqar,
-        max_symbols=lambda n, p: 2 * n + 2 * _mqar_queries(n, p) + 1,
-        check=_mqar_check,
+        max_symbols=lambda n, p: n + 1 + int_param(p, "digits"),
+        check=min_length(_passkey_overhead),
     ),
     "flip_flop": TaskSpec(
         name="flip_flop",
         description="FFL(p), Liu et al. 2023: length = n instructions, each an op and a bit: "
         "'w b' writes b, 'i b' is ignored, 'r b' reads (b = the last written bit). The first "
-        "op is w, the last r; in between i with probability p, else w or r equally. Answers "
-        "are inline: every read's bit (no separator).",
+        "op is w, the last r; in between i with probability p, w with probability p_write "
+        "(None = (1 - p) / 2, the paper's FFL(p)) and r otherwise. The paper trains on "
+        "FFL(0.8) and tests on sparse FFL(0.98) and dense FFL(0.1). Answers are inline: every "
+        "read's bit (no separator).",
         train_lengths=(8, 32),
         test_lengths=(48, 64, 96, 128),
-        defaults={"p": 0.8},
+        defaults={"p": 0.8, "p_write": None},
         vocab=lambda p: (PAD, SEP, "w", "r", "i", "0", "1"),
         generate=_flip_flop,
         max_symbols=lambda n, p: 2 * n,
-        check=_min_length(lambda p: 2),
+        check=_flip_flop_check,
+        ranges={"p_write": (0.0, 1.0)},
     ),
     "selective_copy": TaskSpec(
         name="selective_copy",
@@ -347,8 +352,8 @@ TASKS: dict[str, TaskSpec] = {
         defaults={"num_tokens": 4, "alphabet_size": 8},
         vocab=lambda p: (*_letters_vocab(p), "."),
         generate=_selective_copy,
-        max_symbols=lambda n, p: n + 1 + _int(p, "num_tokens"),
-        check=_min_length(lambda p: _int(p, "num_tokens")),
+        max_symbols=lambda n, p: n + 1 + int_param(p, "num_tokens"),
+        check=min_length(lambda p: int_param(p, "num_tokens")),
     ),
     "counting": TaskSpec(
         name="counting",
@@ -365,13 +370,15 @@ TASKS: dict[str, TaskSpec] = {
             "I",
             "D",
             "?",
-            *_LETTERS[: _int(p, "num_variables")],
+            *_LETTERS[: int_param(p, "num_variables")],
             *_DIGITS,
         ),
         generate=_counting,
         max_symbols=lambda n, p: 3 * n + 4,
     ),
 }
-"""The nine tasks by name; see each :attr:`TaskSpec.description`."""
+"""The algorithmic tasks by name; see each :attr:`TaskSpec.description`. The other task
+modules (:mod:`~posenc.lab.data.recall`, :mod:`~posenc.lab.data.ruler`,
+:mod:`~posenc.lab.data.state_tracking`) add theirs in :data:`posenc.lab.data.tasks.TASKS`."""
 
 # Allowed ranges (inclusive) of the task parameters; None is allowed where the default is None.

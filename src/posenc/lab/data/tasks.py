@@ -1,7 +1,8 @@
 """Seeded synthetic tasks for length generalization: train short, test long.
 
 Every task makes decoder-style sequences ``prompt, <sep>, answer`` over a small vocabulary
-(flip-flop is the one exception: its answers are inline, after each read). The model reads
+(flip-flop and zoology-layout MQAR score answers inline, after each read or query; state
+tracking tags every input position with its state, see :attr:`Example.tags`). The model reads
 ``tokens = sequence[:-1]`` and predicts ``targets = sequence[1:]``; ``loss_mask`` is True
 exactly where the target is an answer symbol. Rows of one batch may differ in length: they are
 padded **at the end** with token 0 (``vocab[0]`` is always padding), ``loss_mask`` False and
@@ -17,7 +18,10 @@ https://arxiv.org/abs/2305.16843 for copy, reverse, sort, binary addition; Mohta
 2023 https://arxiv.org/abs/2305.16300 for passkey; Arora et al. 2023
 https://arxiv.org/abs/2312.04927 for MQAR; Liu et al. 2023 https://arxiv.org/abs/2306.00946
 for flip-flop; Gu & Dao 2023 https://arxiv.org/abs/2312.00752 for selective copy; Golovneva
-et al. 2024 https://arxiv.org/abs/2405.18719 for counting).
+et al. 2024 https://arxiv.org/abs/2405.18719 for counting; Hsieh et al. 2024 (RULER)
+https://arxiv.org/abs/2404.06654 for the needle, variable-tracking and word-extraction tasks of
+:mod:`~posenc.lab.data.ruler`; Merrill et al. 2024 https://arxiv.org/abs/2404.08819 for the
+permutation word problems of :mod:`~posenc.lab.data.state_tracking`).
 
 Example::
 
@@ -40,7 +44,11 @@ from torch import Tensor
 
 from posenc._validate import check_int, check_non_negative_int, check_positive_int
 from posenc.lab.batch import Batch, derive_seed, shard_slice
-from posenc.lab.data.task_generators import PAD, SEP, TASKS, Example, TaskSpec, float_param
+from posenc.lab.data.recall import RECALL_TASKS
+from posenc.lab.data.ruler import RULER_TASKS
+from posenc.lab.data.state_tracking import STATE_TASKS
+from posenc.lab.data.task_generators import PAD, SEP, Example, ParamRange, TaskSpec, float_param
+from posenc.lab.data.task_generators import TASKS as ALGORITHMIC_TASKS
 
 __all__ = ["PAD", "SEP", "TASKS", "Example", "TaskSource", "TaskSpec", "accuracy", "make_task"]
 
@@ -57,6 +65,25 @@ _INT_RANGES = {
 _FLOAT_RANGES = {"depth": (0.0, 1.0), "p": (0.0, 0.999), "p_set": (0.0, 1.0)}
 _FLOAT_RANGES |= {"p_increment": (0.0, 1.0)}
 
+TASKS: dict[str, TaskSpec] = {**ALGORITHMIC_TASKS, **RECALL_TASKS, **RULER_TASKS, **STATE_TASKS}
+"""Every task by name: the algorithmic ones of :mod:`~posenc.lab.data.task_generators`, MQAR
+(:mod:`~posenc.lab.data.recall`), RULER's synthetic families (:mod:`~posenc.lab.data.ruler`)
+and state tracking (:mod:`~posenc.lab.data.state_tracking`)."""
+
+
+def _check_value(key: str, value: object, allowed: ParamRange) -> object:
+    if all(isinstance(a, str) for a in allowed):
+        if value not in allowed:
+            raise ValueError(f"{key} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+        return value
+    low, high = allowed
+    if isinstance(low, int) and isinstance(high, int):
+        return check_int(key, value, low=low, high=high)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not low <= value <= high:  # type: ignore[operator]
+        raise ValueError(f"{key} must be a number in [{low}, {high}], got {value!r}")
+    return value
+
 
 def _check_params(spec: TaskSpec, params: dict[str, object]) -> None:
     unknown = sorted(set(params) - set(spec.defaults))
@@ -71,14 +98,11 @@ def _check_params(spec: TaskSpec, params: dict[str, object]) -> None:
         if isinstance(spec.defaults[key], bool):
             if not isinstance(value, bool):
                 raise ValueError(f"{key} must be True or False, got {value!r}")
-        elif key in _INT_RANGES:
-            low, high = _INT_RANGES[key]
-            params[key] = check_int(key, value, low=low, high=high)
         else:
-            low_f, high_f = _FLOAT_RANGES[key]
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if not ok or not low_f <= value <= high_f:  # type: ignore[operator]
-                raise ValueError(f"{key} must be a number in [{low_f}, {high_f}], got {value!r}")
+            valid: ParamRange | None = spec.ranges.get(key)
+            if valid is None:
+                valid = _INT_RANGES.get(key) or _FLOAT_RANGES[key]
+            params[key] = _check_value(key, value, valid)
     if "p_set" in params and float_param(params, "p_set") + float_param(params, "p_increment") > 1:
         raise ValueError("p_set + p_increment must be <= 1")
 
@@ -118,7 +142,8 @@ class TaskSource:
             check_positive_int("train_lengths", train_lengths[1]),
         )
         self.test_lengths = tuple(check_positive_int("test_lengths", n) for n in test_lengths)
-        for n in (*self.train_lengths, *self.test_lengths):
+        low, high = self.train_lengths
+        for n in (*range(low, high + 1), *self.test_lengths):  # every length a row can draw
             spec.check(n, self.params)
         self.vocab = spec.vocab(self.params)
         self.vocab_size = len(self.vocab)
@@ -159,16 +184,22 @@ class TaskSource:
         """Stack examples into a :class:`Batch`, padding short rows at the end with token 0."""
         if not examples:
             raise ValueError("examples must not be empty")
-        width = max(len(ex.sequence) for ex in examples) - 1
+        width = max(len(ex.sequence) - (ex.tags is None) for ex in examples)
         tokens = torch.zeros(len(examples), width, dtype=torch.long)
         targets = torch.zeros_like(tokens)
         loss_mask = torch.zeros_like(tokens, dtype=torch.bool)
         real = torch.zeros_like(loss_mask)
         for row, ex in enumerate(examples):
             ids = torch.tensor(self.encode(ex.sequence))
-            size = ids.numel() - 1
-            tokens[row, :size], targets[row, :size] = ids[:-1], ids[1:]
-            loss_mask[row, :size] = torch.tensor(ex.answer_mask[1:])
+            if ex.tags is None:  # next-token: the answers follow the prompt in the input
+                size = ids.numel() - 1
+                tokens[row, :size], targets[row, :size] = ids[:-1], ids[1:]
+                loss_mask[row, :size] = torch.tensor(ex.answer_mask[1:])
+            else:  # tagging: a target per input position
+                size = ids.numel()
+                tokens[row, :size] = ids
+                targets[row, :size] = torch.tensor(self.encode(ex.tags))
+                loss_mask[row, :size] = torch.tensor(ex.answer_mask)
             real[row, :size] = True
         return Batch(tokens, targets, loss_mask, key_padding_mask=None if real.all() else real)
 

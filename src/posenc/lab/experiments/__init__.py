@@ -24,6 +24,7 @@ from posenc.lab.experiments import (
     lm,
     longctx,
     resolution,
+    suite,
     temporal_links,
     triangles,
     video,
@@ -77,5 +78,6 @@ for _module in (
     audio,
     video,
     vla,
+    suite,
 ):
     register_experiment(_module.EXPERIMENT)
