@@ -106,6 +106,22 @@ def check_floating_tensor(name: str, x: object, axes: tuple[str, ...]) -> Tensor
     return x
 
 
+def check_layer_input(x: object, dim: int, owner: str, device: torch.device) -> Tensor:
+    """Return ``x`` if it is a layer's input as an encoding that reads it needs (FoX's gates,
+    PaTH's transforms, CARoPE's rates): a floating ``(batch, seq, dim)`` tensor on the
+    encoding's ``device``, finite (checked outside compilation); else raise ``ValueError``
+    naming ``x`` and ``owner`` (the encoding's class)."""
+    if not isinstance(x, Tensor) or x.dim() != 3 or not x.is_floating_point():
+        got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"x must be a floating tensor (batch, seq, {dim}); got {got}")
+    if x.shape[-1] != dim:
+        raise ValueError(f"x has last dim {x.shape[-1]} but this {owner} has dim {dim}")
+    if x.device != device:
+        raise ValueError(f"x must be on {device} (the {owner}'s parameters'), got {x.device}")
+    check_finite("x", x)
+    return x
+
+
 def check_bool_mask(name: str, mask: object, like_name: str, like: Tensor) -> Tensor | None:
     """Return ``mask`` if it is None or a bool tensor that broadcasts to ``like``'s shape, else
     raise ``ValueError`` naming ``name`` (and ``like_name``, what it must broadcast to)."""

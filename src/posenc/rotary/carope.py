@@ -34,8 +34,8 @@ from torch import Tensor, nn
 from posenc._validate import (
     check_floating_dtype,
     check_in_choices,
+    check_layer_input,
     check_positive_int,
-    validating_values,
 )
 from posenc.encoding.base import PositionalEncoding
 from posenc.rotary.grape import grape_rotate
@@ -174,16 +174,7 @@ class ContextAwareRoPE(PositionalEncoding):
                 another device than the parameters), ``q`` or ``k`` (not floating ``(batch,
                 num_heads, seq, head_dim)`` of ``x``'s batch and length).
         """
-        owner = type(self).__name__
-        if not isinstance(x, Tensor) or x.dim() != 3 or not x.is_floating_point():
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must be a floating tensor (batch, seq, {self.dim}); got {got}")
-        if x.shape[-1] != self.dim:
-            raise ValueError(f"x has last dim {x.shape[-1]} but this {owner} has dim {self.dim}")
-        if x.device != self.weight.device:
-            raise ValueError(f"x must be on {self.weight.device} (the weights'), got {x.device}")
-        if validating_values() and not bool(torch.isfinite(x).all()):
-            raise ValueError("x must be finite; it contains NaN or inf")
+        check_layer_input(x, self.dim, type(self).__name__, self.weight.device)
         want = (x.shape[0], self.num_heads, x.shape[1], self.head_dim)
         for name, t in (("q", q), ("k", k)):
             if not isinstance(t, Tensor) or not t.is_floating_point() or tuple(t.shape) != want:

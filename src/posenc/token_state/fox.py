@@ -20,7 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc._validate import check_floating_dtype, check_positive_int, validating_values
+from posenc._validate import (
+    check_floating_dtype,
+    check_layer_input,
+    check_positive_int,
+)
 from posenc.encoding.protocols import TokenStateEncoding
 
 __all__ = ["ForgettingGate", "fox_bias", "fox_log_gates"]
@@ -152,17 +156,7 @@ class ForgettingGate(TokenStateEncoding):
             ValueError: naming ``x`` unless it is a floating ``(batch, seq, dim)`` tensor on
                 the gates' device.
         """
-        if not isinstance(x, Tensor) or x.dim() != 3 or not x.is_floating_point():
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must be a floating tensor (batch, seq, {self.dim}); got {got}")
-        if x.shape[-1] != self.dim:
-            raise ValueError(
-                f"x has last dim {x.shape[-1]} but this ForgettingGate has dim {self.dim}"
-            )
-        if x.device != self.weight.device:
-            raise ValueError(f"x must be on {self.weight.device} (the gates'), got {x.device}")
-        if validating_values() and not bool(torch.isfinite(x).all()):
-            raise ValueError("x must be finite; it contains NaN or inf")
+        check_layer_input(x, self.dim, type(self).__name__, self.weight.device)
         c = self.token_state(x, None, None)
         return fox_bias(c, c)
 

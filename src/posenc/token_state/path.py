@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc._validate import check_floating_dtype, check_positive_int
+from posenc._validate import check_floating_dtype, check_layer_input, check_positive_int
 from posenc.encoding.protocols import TokenTransformEncoding
 
 __all__ = [
@@ -456,17 +456,7 @@ class PathTransform(TokenTransformEncoding):
             ValueError: naming ``x`` unless it is a floating ``(batch, seq, dim)`` tensor on
                 the projections' device.
         """
-        if not isinstance(x, Tensor) or x.dim() != 3 or not x.is_floating_point():
-            got = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must be a floating tensor (batch, seq, {self.dim}); got {got}")
-        if x.shape[-1] != self.dim:
-            raise ValueError(
-                f"x has last dim {x.shape[-1]} but this PathTransform has dim {self.dim}"
-            )
-        if x.device != self.w_weight.device:
-            raise ValueError(
-                f"x must be on {self.w_weight.device} (the projections'), got {x.device}"
-            )
+        check_layer_input(x, self.dim, type(self).__name__, self.w_weight.device)
         return self.transforms_of(x)
 
     def extra_repr(self) -> str:
