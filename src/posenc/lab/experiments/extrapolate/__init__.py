@@ -158,9 +158,7 @@ class ExtrapolateConfig:
     def model_config(self, encoding: str) -> ModelConfig:
         return ModelConfig(
             vocab_size=256,
-            dim=self.model.dim,
-            depth=self.model.depth,
-            num_heads=self.model.num_heads,
+            **self.model.config_kwargs(train_len=self.data.train_len),
             max_seq_len=self.data.train_len,
             pos=encoding,
             pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
