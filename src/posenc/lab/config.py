@@ -43,7 +43,6 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
-
 from posenc.models.config import Mixer
 
 if TYPE_CHECKING:
@@ -51,13 +50,13 @@ if TYPE_CHECKING:
     from posenc.lab.train import TrainConfig
 
 __all__ = [
+    "LAYER_OPTIONS",
     "DataArgs",
     "EpochArgs",
-    "LAYER_OPTIONS",
     "ModelArgs",
     "QueryScaleName",
-    "Schedule",
     "RunnerArgs",
+    "Schedule",
     "TrainArgs",
     "check_seeds",
     "expand_flat_options",
@@ -190,8 +189,7 @@ class ModelArgs:
             )
         if self.schedule in _MIXER_SCHEDULES and self.mixers:
             raise ValueError(
-                f"mixers: schedule {self.schedule!r} sets each layer's mixer; give one or the "
-                "other"
+                f"mixers: schedule {self.schedule!r} sets each layer's mixer; give one or the other"
             )
         if self.schedule in ("rnope_swa", "swan") and self.window is None:
             raise ValueError(

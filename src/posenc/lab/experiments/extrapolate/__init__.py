@@ -52,6 +52,7 @@ from posenc.lab.figures import (
     set_log_ticks,
 )
 from posenc.lab.findings import extrapolation_findings
+from posenc.lab.probes import FIRST_TOKEN_COLUMNS, first_token_mass_fields
 from posenc.lab.results import Row
 from posenc.lab.runner import (
     Experiment,
@@ -242,6 +243,10 @@ def evaluate_lm(
     ).loss
 
 
+#: Windows of each evaluation length the first-token attention mass is read on.
+PROBE_WINDOWS = 2
+
+
 def _plan(config: ExtrapolateConfig) -> list[Run]:
     return [
         Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
@@ -282,6 +287,7 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
                 bits_per_byte=None,
                 defined=False,
                 note=f"undefined: learned table has {config.data.train_len} positions",
+                **dict.fromkeys(FIRST_TOKEN_COLUMNS),
             )
         else:
             scored = evaluate_lm_windows(
@@ -299,7 +305,10 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
                 defined=True,
                 note="",
             )
-        targets = eval_windows(corpus.test[: config.eval_tokens + 1], eval_len)[:, 1:]
+        windows = eval_windows(corpus.test[: config.eval_tokens + 1], eval_len)
+        if row["defined"]:  # the attention sink at this length (posenc.lab.probes)
+            row.update(first_token_mass_fields(model, windows[:PROBE_WINDOWS, :-1]))
+        targets = windows[:, 1:]
         row.update(
             # a unigram of the train bytes on the same targets: the loss of a model that ignores
             # context, which a model must beat to have learned its data (posenc.lab.claims)
