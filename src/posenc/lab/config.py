@@ -251,7 +251,7 @@ class ModelArgs:
         elif self.schedule == "swan":
             options.update(schedules.swan(depth, self.window or 0, max(2, train_len), k))
         elif self.schedule in _MIXER_SCHEDULES:
-            mixer = "delta" if self.schedule == "hybrid_delta" else "linear"
+            mixer: Mixer = "delta" if self.schedule == "hybrid_delta" else "linear"
             options["mixers"] = schedules.hybrid_mixers(depth, k, mixer)
         if not causal and "delta" in options["mixers"]:
             raise ValueError(
