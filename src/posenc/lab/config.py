@@ -43,7 +43,9 @@ from dataclasses import dataclass, fields, is_dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from posenc._validate import check_non_negative_int, check_positive_float, check_positive_int
+from posenc.models import ModelConfig, schedules
 from posenc.models.config import Mixer
+from posenc.softmax.query_scale import QueryScale
 
 if TYPE_CHECKING:
     from posenc.lab.data.corpus import CorpusSplits
@@ -201,8 +203,6 @@ class ModelArgs:
                 f"query_scale {self.query_scale!r}: schedule 'swan' sets log-n scaling on its "
                 "NoPE layers; give one or the other"
             )
-        from posenc.models import ModelConfig
-
         ModelConfig(**self.config_kwargs(train_len=2))  # its checks name the field
 
     @property
@@ -225,9 +225,6 @@ class ModelArgs:
             >>> ModelArgs(depth=4, schedule="hybrid_delta").config_kwargs(train_len=64)["mixers"]
             ('delta', 'delta', 'delta', 'softmax')
         """
-        from posenc.models import schedules
-        from posenc.softmax.query_scale import QueryScale
-
         depth, k = self.depth, self.interval
         options: dict[str, Any] = {
             "dim": self.dim,
