@@ -28,7 +28,14 @@ from typing import Any
 from posenc.lab.results import read_results_csv
 from posenc.lab.run import read_json
 
-__all__ = ["RunFolder", "find_runs", "gather", "missing_column"]
+__all__ = [
+    "LABELLED_COLUMNS",
+    "RunFolder",
+    "find_runs",
+    "gather",
+    "labelled_rows",
+    "missing_column",
+]
 
 Row = dict[str, Any]
 
@@ -111,6 +118,34 @@ def gather(folder: str | Path, runs: Sequence[str | Path] | None = None) -> list
             )
         )
     return gathered
+
+
+#: The columns naming what a row measured, which :func:`labelled_rows` extends with the model's
+#: per-layer options.
+LABELLED_COLUMNS = ("encoding", "method")
+
+
+def labelled_rows(rows: Sequence[Row]) -> list[Row]:
+    """``rows`` with each one's ``schedule`` (the model's per-layer options,
+    :meth:`~posenc.lab.config.ModelArgs.label`) folded into its ``encoding`` or ``method``:
+    ``"rope"`` of an RNoPE-SWA run reads ``"rope [rnope_swa+w64]"``, so the page's tables and
+    figures never pool it with a plain RoPE run. Rows without a ``schedule`` are unchanged.
+
+    Example::
+
+        >>> labelled_rows([{"encoding": "rope", "schedule": "gate"}, {"encoding": "rope"}])
+        [{'encoding': 'rope [gate]', 'schedule': 'gate'}, {'encoding': 'rope'}]
+    """
+    labelled = []
+    for row in rows:
+        schedule = row.get("schedule")
+        if schedule:
+            row = {
+                key: f"{value} [{schedule}]" if key in LABELLED_COLUMNS else value
+                for key, value in row.items()
+            }
+        labelled.append(row)
+    return labelled
 
 
 def missing_column(runs: Sequence[RunFolder], column: object) -> ValueError | None:

@@ -393,6 +393,7 @@ class GraphRunConfig:
     runner: RunnerArgs = field(default_factory=RunnerArgs)
 
     def __post_init__(self) -> None:
+        self.model.check_supports("the graph transformer")
         object.__setattr__(self, "encodings", tuple(self.encodings))
         if not self.encodings or any(e not in GRAPH_ENCODINGS for e in self.encodings):
             raise ValueError(

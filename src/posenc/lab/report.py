@@ -55,7 +55,7 @@ import torch
 from posenc.lab.claims import LEARNED_LOSS_FRACTION, is_fact
 from posenc.lab.figures import training_curves
 from posenc.lab.findings import ATLAS, ATLAS_SECTION, Reader, data_and_model, findings
-from posenc.lab.gather import RunFolder, gather
+from posenc.lab.gather import RunFolder, gather, labelled_rows
 from posenc.lab.results import Row
 from posenc.lab.run import atomic_write_text, read_json, read_metrics
 from posenc.lab.tables import Table
@@ -478,7 +478,8 @@ def write_report(
             "experiment into it first"
         )
     folder.mkdir(parents=True, exist_ok=True)
-    rows = [row for run in gathered for row in run.rows]
+    # a windowed or gated model's rows named apart from a plain one's (its ``schedule``)
+    rows = labelled_rows([row for run in gathered for row in run.rows])
     # Kinds of rows with a section first, in the experiments' order, then any other kind's.
     sections = _sections(experiments)
     names = dict.fromkeys(str(row["experiment"]) for row in rows if row.get("experiment"))

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from posenc.lab.config import RunnerArgs, flat_record
+from posenc.lab.config import RunnerArgs, flat_record, sections
 from posenc.lab.run import atomic_write_text, check_writable_folder, read_json
 
 __all__ = [
@@ -89,6 +89,8 @@ def check_out_dir(out: str | Path, experiment: str, config: Any) -> None:
         raise ValueError(
             f"{saved} is not a config of this experiment's layout ({error}); choose another folder"
         ) from None
+    # a section field added after the folder was written reads as its default there
+    previous = {**_section_defaults(kind), **previous}
     for key in sorted(set(previous) | set(current)):
         if key.rpartition(".")[2] in EXECUTION_FIELDS:
             continue
@@ -125,6 +127,23 @@ def _config_record(experiment: str, config: Any) -> dict[str, Any]:
         json.dumps({"experiment": experiment, **dataclasses.asdict(config)})
     )
     return record
+
+
+def _section_defaults(kind: type) -> dict[str, Any]:
+    """The defaults of the fields of config class ``kind``'s sections as ``config.json``
+    records them (``{"model.window": None, "model.nope_layers": [], ...}``): what a record
+    written before a field existed means by leaving it out."""
+    defaults: dict[str, Any] = {}
+    for name, section in sections(kind).items():
+        for f in dataclasses.fields(section):
+            if f.default is not dataclasses.MISSING:
+                value = f.default
+            elif f.default_factory is not dataclasses.MISSING:
+                value = f.default_factory()
+            else:
+                continue
+            defaults[f"{name}.{f.name}"] = json.loads(json.dumps(value))
+    return defaults
 
 
 def _holds_runs(folder: Path) -> bool:

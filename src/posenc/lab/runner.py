@@ -60,7 +60,7 @@ import torch
 import torch.distributed
 
 from posenc.lab.claims import Claim, applicable, format_verdicts, judge_all, verdict_record
-from posenc.lab.config import check_seeds, runner_args
+from posenc.lab.config import ModelArgs, check_seeds, runner_args
 from posenc.lab.distributed import rank_and_world
 from posenc.lab.report import Section, write_report
 from posenc.lab.results import Row, check_out_dir, prepare_out_dir, write_results_csv
@@ -301,6 +301,10 @@ def execute_run(experiment: Experiment[Any], config: Any, run: Run, run_dir: Pat
     """Execute one run with the config's threads and record it finished (``eval.json``,
     written by rank 0 under ``torchrun``).
 
+    Each row gets the config's model identity: a ``schedule`` column naming its per-layer
+    options (:meth:`~posenc.lab.config.ModelArgs.row_fields`) when it has any, so the rows of
+    a windowed or gated model stay apart from a plain one's wherever rows are pooled.
+
     Raises:
         ValueError: when the experiment returns no rows for a run that yields them
             (:attr:`Run.rows`), or something other than a list of row objects.
@@ -309,6 +313,9 @@ def execute_run(experiment: Experiment[Any], config: Any, run: Run, run_dir: Pat
     with torch_threads(runner_args(config).threads):
         rows = experiment.execute(config, run, run_dir)
     _check_rows(rows, run, f"{experiment.name}: what run {run.name!r} returned")
+    model = getattr(config, "model", None)
+    if isinstance(model, ModelArgs) and model.layered:
+        rows = [{**row, **model.row_fields()} for row in rows]
     if rank_and_world()[0] == 0:
         atomic_write_text(run_dir / "eval.json", json.dumps(rows, indent=2))
     return rows

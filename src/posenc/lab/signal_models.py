@@ -149,6 +149,7 @@ class SignalRunConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "encodings", check_encoding_names(self.encodings))
         object.__setattr__(self, "data_seed", check_non_negative_int("data_seed", self.data_seed))
+        self.model.check_supports("the signal encoder")
         if self.model.dim % self.model.num_heads:
             raise ValueError(
                 f"dim ({self.model.dim}) must be divisible by num_heads ({self.model.num_heads})"

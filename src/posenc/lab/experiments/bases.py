@@ -147,9 +147,7 @@ class BasesConfig:
     def model_config(self, base: float) -> ModelConfig:
         return ModelConfig(
             vocab_size=256,
-            dim=self.model.dim,
-            depth=self.model.depth,
-            num_heads=self.model.num_heads,
+            **self.model.config_kwargs(train_len=self.train_len),
             max_seq_len=self.train_len,
             pos="rope",
             pos_kwargs={"base": base},

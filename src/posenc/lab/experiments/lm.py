@@ -30,6 +30,7 @@ from posenc.lab.batch import Batch
 from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.data.corpus import LMSource, context_free_loss, eval_windows
 from posenc.lab.distributed import rank_and_world
+from posenc.lab.probes import first_token_mass_fields
 from posenc.lab.results import Row
 from posenc.lab.runner import Experiment, Run, Section
 from posenc.lab.tables import Table, per_encoding_table, text_table
@@ -78,9 +79,7 @@ class LmConfig:
     def model_config(self, encoding: str) -> ModelConfig:
         return ModelConfig(
             vocab_size=256,
-            dim=self.model.dim,
-            depth=self.model.depth,
-            num_heads=self.model.num_heads,
+            **self.model.config_kwargs(train_len=self.data.train_len),
             pos=encoding,
             max_seq_len=self.data.train_len,
         )
@@ -143,6 +142,8 @@ def _execute(config: LmConfig, run: Run, folder: Path) -> list[Row]:
             "tokens_per_s": result.tokens_per_second,
             "world_size": rank_and_world()[1],
             "train_seconds": result.seconds,
+            # the attention sink on the validation windows (posenc.lab.probes)
+            **first_token_mass_fields(model, windows[:, :-1]),
         }
     ]
 

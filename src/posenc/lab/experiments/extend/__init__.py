@@ -254,9 +254,7 @@ class ExtendConfig:
         scaling = scaling_for(method, factor, self.train_len)
         return ModelConfig(
             vocab_size=256,
-            dim=self.model.dim,
-            depth=self.model.depth,
-            num_heads=self.model.num_heads,
+            **self.model.config_kwargs(train_len=self.train_len),
             max_seq_len=self.train_len,
             pos="rope",
             pos_kwargs={} if scaling is None else {"scaling": scaling},

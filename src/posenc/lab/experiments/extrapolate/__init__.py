@@ -52,6 +52,7 @@ from posenc.lab.figures import (
     set_log_ticks,
 )
 from posenc.lab.findings import extrapolation_findings
+from posenc.lab.probes import FIRST_TOKEN_COLUMNS, first_token_mass_fields
 from posenc.lab.results import Row
 from posenc.lab.runner import (
     Experiment,
@@ -158,9 +159,7 @@ class ExtrapolateConfig:
     def model_config(self, encoding: str) -> ModelConfig:
         return ModelConfig(
             vocab_size=256,
-            dim=self.model.dim,
-            depth=self.model.depth,
-            num_heads=self.model.num_heads,
+            **self.model.config_kwargs(train_len=self.data.train_len),
             max_seq_len=self.data.train_len,
             pos=encoding,
             pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),
@@ -244,6 +243,10 @@ def evaluate_lm(
     ).loss
 
 
+#: Windows of each evaluation length the first-token attention mass is read on.
+PROBE_WINDOWS = 2
+
+
 def _plan(config: ExtrapolateConfig) -> list[Run]:
     return [
         Run(f"{encoding}/seed{seed}", {"encoding": encoding, "seed": seed})
@@ -284,6 +287,7 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
                 bits_per_byte=None,
                 defined=False,
                 note=f"undefined: learned table has {config.data.train_len} positions",
+                **dict.fromkeys(FIRST_TOKEN_COLUMNS),
             )
         else:
             scored = evaluate_lm_windows(
@@ -301,7 +305,10 @@ def _execute(config: ExtrapolateConfig, run: Run, folder: Path) -> list[Row]:
                 defined=True,
                 note="",
             )
-        targets = eval_windows(corpus.test[: config.eval_tokens + 1], eval_len)[:, 1:]
+        windows = eval_windows(corpus.test[: config.eval_tokens + 1], eval_len)
+        if row["defined"]:  # the attention sink at this length (posenc.lab.probes)
+            row.update(first_token_mass_fields(model, windows[:PROBE_WINDOWS, :-1]))
+        targets = windows[:, 1:]
         row.update(
             # a unigram of the train bytes on the same targets: the loss of a model that ignores
             # context, which a model must beat to have learned its data (posenc.lab.claims)

@@ -202,9 +202,7 @@ class TasksConfig:
         source = self.source(task)
         return ModelConfig(
             vocab_size=source.vocab_size,
-            dim=self.model.dim,
-            depth=self.model.depth,
-            num_heads=self.model.num_heads,
+            **self.model.config_kwargs(train_len=source.max_seq_len()),
             max_seq_len=self.max_position(task) if randomized else source.max_seq_len(),
             pos=encoding,
             pos_kwargs=dict(self.pos_kwargs.get(encoding, {})),

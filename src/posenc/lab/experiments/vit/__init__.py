@@ -169,6 +169,7 @@ class VitConfig:
         # JSON (CLI --set, config.json) gives lists; keep the tuples hashable and comparable.
         object.__setattr__(self, "encodings", check_encoding_names(self.encodings))
         check_pos_kwargs_names(self.pos_kwargs, self.encodings)
+        self.model.check_supports("the digits ViT")
         object.__setattr__(self, "test_size", check_positive_int("test_size", self.test_size))
         object.__setattr__(
             self, "split_seed", check_non_negative_int("split_seed", self.split_seed)
