@@ -5,7 +5,9 @@
 It imports nothing from the lab (the trainer and the experiments import it).
 
 * :func:`spawn` runs ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes joined
-  in one process group on a free local port (gloo on CPU; what the tests use, no torchrun).
+  in one process group that meets in a fresh file (gloo on CPU; what the tests use, no
+  torchrun). A file, not a free TCP port: two launches at once (parallel test workers) could
+  be handed the same port between its release and the store's bind.
 * :func:`init_distributed` joins the group that ``torchrun`` describes in the environment
   (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``/``MASTER_PORT``): NCCL when CUDA
   is available, else gloo.
@@ -20,9 +22,11 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import tempfile
 import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -68,13 +72,13 @@ def _worker(
     rank: int,
     fn: Callable[..., Any],
     world_size: int,
-    port: int,
+    init_method: str,
     backend: str,
     args: tuple[Any, ...],
 ) -> None:
     dist.init_process_group(
         backend,
-        init_method=f"tcp://127.0.0.1:{port}",
+        init_method=init_method,
         rank=rank,
         world_size=world_size,
         timeout=timedelta(minutes=5),
@@ -99,7 +103,9 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "g
         raise ValueError(f"world_size must be a positive integer, got {world_size}")
     if backend not in ("gloo", "nccl"):
         raise ValueError(f"backend must be 'gloo' or 'nccl', got {backend!r}")
-    mp.spawn(_worker, args=(fn, world_size, free_port(), backend, args), nprocs=world_size)
+    with tempfile.TemporaryDirectory(prefix="posenc-spawn-") as folder:
+        init_method = Path(folder, "rendezvous").as_uri()  # file:// store, one per launch
+        mp.spawn(_worker, args=(fn, world_size, init_method, backend, args), nprocs=world_size)
 
 
 def init_distributed() -> tuple[int, int]:
