@@ -12,13 +12,13 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from posenc.integrations.hf.rope_parameters import config_value
 from posenc.positions.multimodal import mrope_position_ids
 from posenc.verify.spec import (
     TABLE_LAYOUTS,
     Component,
     RopeSpec,
     TableLayout,
-    config_value,
     mrope_version,
     rope_spec,
     spec_angles,

@@ -34,7 +34,11 @@ import torch
 from torch import Tensor
 
 from posenc.integrations.hf.deepseek import INDEXER_INTERLEAVED, deepseek_v4_rope_parameters
-from posenc.integrations.hf.rope_parameters import RopeParameters, read_rope_parameters
+from posenc.integrations.hf.rope_parameters import (
+    RopeParameters,
+    config_value,
+    read_rope_parameters,
+)
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.multi_axis import mrope_axes
 
@@ -44,7 +48,6 @@ __all__ = [
     "Component",
     "RopeSpec",
     "TableLayout",
-    "config_value",
     "mrope_version",
     "nested_layer_types",
     "rope_spec",
@@ -85,13 +88,6 @@ _DEFAULT_SECTIONS: dict[str, tuple[int, ...]] = {
     "qwen3_vl": (24, 20, 20),
     "qwen3_5": (11, 11, 10),
 }
-
-
-def config_value(config: Any, key: str) -> Any:
-    """``config[key]`` of a dict or ``config.key`` of a config object; ``None`` when unset."""
-    if isinstance(config, Mapping):
-        return config.get(key)
-    return getattr(config, key, None)
 
 
 def nested_layer_types(config: Any) -> tuple[str, ...]:

@@ -17,11 +17,12 @@ import torch
 from torch import Tensor
 
 from posenc.integrations.hf import DEFAULT_IGNORES_PARTIAL
+from posenc.integrations.hf.rope_parameters import config_value
 from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.multi_axis import mrope_axes
 from posenc.rotary.scaling import LongRoPE, Proportional, YaRN
 from posenc.verify.reference import rotate, tables
-from posenc.verify.spec import RopeSpec, config_value, nested_layer_types, rope_spec, spec_angles
+from posenc.verify.spec import RopeSpec, nested_layer_types, rope_spec, spec_angles
 
 __all__ = [
     "Case",

@@ -46,7 +46,14 @@ from posenc.rotary.scaling import (
     YaRN,
 )
 
-__all__ = ["DEFAULT_THETA", "FIELD_OF_KEY", "SCALINGS", "RopeParameters", "read_rope_parameters"]
+__all__ = [
+    "DEFAULT_THETA",
+    "FIELD_OF_KEY",
+    "SCALINGS",
+    "RopeParameters",
+    "config_value",
+    "read_rope_parameters",
+]
 
 DEFAULT_THETA = 10000.0  # HF's RotaryEmbeddingConfigMixin.default_theta
 
