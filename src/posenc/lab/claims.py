@@ -77,7 +77,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple
 
 from posenc._validate import check_positive_int
 from posenc.lab.quantities import (
@@ -103,8 +103,10 @@ from posenc.lab.quantities import (
     ratio_at,
     value_at,
 )
+from posenc.lab.requirements import LEARNED_LOSS_FRACTION, Check, Learned, Reaches, Requirement
 
 __all__ = [
+    "LAYERS_COLUMN",
     "LEARNED_LOSS_FRACTION",
     "Above",
     "Cell",
@@ -119,6 +121,7 @@ __all__ = [
     "OneOf",
     "Quantity",
     "Ratio",
+    "Reaches",
     "Requirement",
     "Sample",
     "Statistic",
@@ -146,12 +149,10 @@ Direction = Literal["<=", ">="]
 Status = Literal["holds", "fails", "undecided", "undefined"]
 Kind = Literal["claim", "fact"]
 
-#: A model **learned its data** when its eval loss at the training length is at most this
-#: fraction of the context-free loss (a unigram fitted on the train tokens:
-#: :func:`posenc.lab.data.corpus.context_free_loss`); above it, what it says about position is
-#: noise on a model that has not used its context.
-LEARNED_LOSS_FRACTION = 0.9
-
+#: The result column naming a row's per-layer options (:meth:`posenc.lab.config.ModelArgs.label`:
+#: ``"rnope_swa+w64"``, ``"gate"``); empty for a plain transformer. A claim reads only plain
+#: transformers' rows unless it is ``layered``.
+LAYERS_COLUMN = "schedule"
 
 # one-sided 95 % quantiles of Student's t, by degrees of freedom 1..30
 _T95 = (6.3138, 2.9200, 2.3534, 2.1318, 2.0150, 1.9432, 1.8946, 1.8595, 1.8331, 1.8125,
@@ -196,72 +197,6 @@ class Control:
             raise ValueError(f"label must be a non-empty string, got {self.label!r}")
 
 
-class Check(NamedTuple):
-    """A requirement's answer: ``passed`` (``None``: the rows cannot tell) and why, in words."""
-
-    passed: bool | None
-    reason: str
-
-
-class Requirement(Protocol):
-    """What must be true of the rows before a claim about them means anything."""
-
-    @property
-    def label(self) -> str: ...
-
-    def check(self, rows: Sequence[Row]) -> Check: ...
-
-
-@dataclass(frozen=True)
-class Learned:
-    """Requirement: the model of the rows matching ``where`` learned its data.
-
-    Its eval ``loss`` at the training length (``where`` selects those rows, one per seed), mean
-    over seeds, is at most :data:`LEARNED_LOSS_FRACTION` of the ``context_free_loss`` the same
-    rows carry (a unigram fitted on the train tokens, scored on the same targets). A model
-    above it predicts the next token little better than its frequency: whatever its curve
-    does past ``T`` says nothing about its encoding.
-
-    Args:
-        experiment: the rows' experiment.
-        where: selects the model's rows at the training length (``{"encoding": "alibi",
-            "multiplier": 1.0}``).
-        model: how the reason names the model (``"alibi"``).
-    """
-
-    experiment: str
-    where: Mapping[str, Any] = field(hash=False)
-    model: str
-
-    @property
-    def label(self) -> str:
-        return f"the {self.model} model learned its data"
-
-    def check(self, rows: Sequence[Row]) -> Check:
-        losses = MeanOverSeeds(Cell(self.experiment, dict(self.where), "loss"))(rows)
-        baselines = MeanOverSeeds(Cell(self.experiment, dict(self.where), "context_free_loss"))(
-            rows
-        )
-        if losses is None or baselines is None or baselines.value <= 0:
-            missing = "its loss" if losses is None else "the context-free loss"
-            return Check(
-                None,
-                f"cannot tell whether the {self.model} model learned its data: {missing} at "
-                "the training length is missing from the rows",
-            )
-        fraction = losses.value / baselines.value
-        numbers = (
-            f"loss {losses.value:.3g} = {fraction:.2f} of the context-free {baselines.value:.3g}"
-        )
-        if fraction <= LEARNED_LOSS_FRACTION:
-            return Check(True, f"the {self.model} model learned its data ({numbers})")
-        return Check(
-            False,
-            f"the {self.model} model has not learned its data ({numbers}; it must be at "
-            f"most {LEARNED_LOSS_FRACTION:g})",
-        )
-
-
 # --- claims and verdicts --------------------------------------------------------------------
 
 
@@ -280,9 +215,14 @@ class Claim:
         margin_in_std: ``k ≥ 0``: the mean must clear the threshold by ``k`` stds.
         control: the baseline it is decided against (:class:`Control`); ``None`` only for a
             fact or a claim about no one encoding.
-        requires: what must hold of the rows first (:class:`Learned`).
+        requires: what must hold of the rows first (:class:`Learned`, :class:`Reaches`).
         kind: ``"claim"`` (a finding, counted) or ``"fact"`` (true by definition, shown apart
             and never counted).
+        layered: ``False`` (a claim about an encoding): it reads the rows of plain
+            transformers only, those with an empty :data:`LAYERS_COLUMN`, so runs with a
+            window, a gate or a schedule in the same results never enter it; ``True`` (a
+            claim about the per-layer options themselves): it reads every row, and its cells
+            select :data:`LAYERS_COLUMN` themselves (``None`` for the plain transformer).
     """
 
     name: str
@@ -297,6 +237,7 @@ class Claim:
     control: Control | None = None
     requires: tuple[Requirement, ...] = ()
     kind: Kind = "claim"
+    layered: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -412,10 +353,17 @@ def _control_gate(claim: Claim, control: Control, rows: Sequence[Row]) -> tuple[
     )
 
 
+def _readable(claim: Claim, rows: Sequence[Row]) -> list[Row]:
+    """The rows ``claim`` reads: all of them when it is ``layered``, else the plain
+    transformers' (:data:`LAYERS_COLUMN` empty)."""
+    return list(rows) if claim.layered else [r for r in rows if not r.get(LAYERS_COLUMN)]
+
+
 def judge(claim: Claim, rows: Sequence[Row]) -> Verdict:
     """Judge ``claim`` on the rows of its experiment among ``rows`` (the rule: module
     docstring): the measurement against the threshold, then the requirements and the control.
     The summary reads ``name: status: mean ± std (n=…) >= bound; margin …; reason``."""
+    rows = _readable(claim, rows)
     own = [r for r in rows if r.get("experiment") == claim.experiment]
     label = None if claim.control is None else claim.control.label
     m = claim.statistic(own)
@@ -554,7 +502,7 @@ def applicable(claim: Claim, rows: Sequence[Row]) -> bool:
     by equality (an encoding, a method) appears in no row of its experiment, as when a run
     leaves that encoding out. Such a claim is not tested by these rows, which is not the
     same as undefined (rows present but NaN, or missing for some seeds)."""
-    own = [row for row in rows if row.get("experiment") == claim.experiment]
+    own = [row for row in _readable(claim, rows) if row.get("experiment") == claim.experiment]
     for where in _selections(claim.statistic):
         for column, value in where.items():
             if isinstance(value, (Above, OneOf)):

@@ -101,7 +101,7 @@ _ROFORMER = (
 CAPE_TEXT_RECIPE = {"max_global_shift": 5.0, "max_local_shift": 0.5, "max_global_scaling": 1.03}
 
 
-def _learned(*encodings: str, **where: object) -> tuple[Learned, ...]:
+def learned(*encodings: str, **where: object) -> tuple[Learned, ...]:
     """The requirement that each of ``encodings`` (rows also matching ``where``) learned its
     data: its loss at T well below the context-free loss."""
     return tuple(
@@ -109,7 +109,7 @@ def _learned(*encodings: str, **where: object) -> tuple[Learned, ...]:
     )
 
 
-def _growth(encoding: str, multiplier: float, **where: object) -> Ratio:
+def growth(encoding: str, multiplier: float, **where: object) -> Ratio:
     """ppl of ``encoding`` at ``multiplier``·T over its ppl at T (rows selected by ``where``
     too)."""
     at = {"encoding": encoding, "multiplier": multiplier, **where}
@@ -129,11 +129,11 @@ def _flat_2x(encoding: str, label: str, paper: str, dape: str) -> Claim:
         published=f"{label.split()[0]}'s own tables not retrieved; DAPE Table 5 (125M, arXiv, "
         f"T = 512, 3 seeds): {dape}",
         experiment="extrapolate",
-        statistic=MeanOverSeeds(_growth(encoding, 2.0)),
+        statistic=MeanOverSeeds(growth(encoding, 2.0)),
         threshold=1.10,
         direction="<=",
-        control=Control("nope", MeanOverSeeds(_growth("nope", 2.0))),
-        requires=_learned(encoding, "nope"),
+        control=Control("nope", MeanOverSeeds(growth("nope", 2.0))),
+        requires=learned(encoding, "nope"),
     )
 
 
@@ -161,7 +161,7 @@ def _dape_lowers(inner: str, label: str, published: str) -> Claim:
         direction=">=",
         control=Control(inner),
         requires=(
-            *_learned(inner),
+            *learned(inner),
             Learned(
                 "extrapolate",
                 {"encoding": "dape", "pos_kwargs": OneOf(variants), "multiplier": 1.0},
@@ -183,11 +183,11 @@ def _flat(
         paper=paper,
         published=published,
         experiment="extrapolate",
-        statistic=MeanOverSeeds(_growth(encoding, 8.0)),
+        statistic=MeanOverSeeds(growth(encoding, 8.0)),
         threshold=threshold,
         direction="<=",
-        control=Control(control, MeanOverSeeds(_growth(control, 8.0))),
-        requires=_learned(encoding, control),
+        control=Control(control, MeanOverSeeds(growth(control, 8.0))),
+        requires=learned(encoding, control),
     )
 
 
@@ -205,12 +205,12 @@ def _degrades_less(
         published=published,
         experiment="extrapolate",
         statistic=MeanOverSeeds(
-            Difference(_growth(than, multiplier), _growth(encoding, multiplier))
+            Difference(growth(than, multiplier), growth(encoding, multiplier))
         ),
         threshold=0.0,
         direction=">=",
         control=Control(than),
-        requires=_learned(encoding, than),
+        requires=learned(encoding, than),
     )
 
 
@@ -237,7 +237,7 @@ def _lower_than(
         threshold=1.0,
         direction=">=",
         control=Control(worse),
-        requires=_learned(better, worse),
+        requires=learned(better, worse),
     )
 
 
@@ -298,16 +298,16 @@ METHOD_CLAIMS: tuple[Claim, ...] = (
         experiment="extrapolate",
         statistic=MeanOverSeeds(
             Difference(
-                _growth("sinusoidal", 2.0),
-                _growth("cape", 2.0, pos_kwargs=json.dumps(CAPE_TEXT_RECIPE, sort_keys=True)),
+                growth("sinusoidal", 2.0),
+                growth("cape", 2.0, pos_kwargs=json.dumps(CAPE_TEXT_RECIPE, sort_keys=True)),
             )
         ),
         threshold=0.0,
         direction=">=",
         control=Control("sinusoidal"),
         requires=(
-            *_learned("sinusoidal"),
-            *_learned("cape", pos_kwargs=json.dumps(CAPE_TEXT_RECIPE, sort_keys=True)),
+            *learned("sinusoidal"),
+            *learned("cape", pos_kwargs=json.dumps(CAPE_TEXT_RECIPE, sort_keys=True)),
         ),
     ),
     Claim(
@@ -325,7 +325,7 @@ METHOD_CLAIMS: tuple[Claim, ...] = (
         threshold=1.0,
         direction=">=",
         control=Control("nope"),
-        requires=_learned("rope", "nope", backend="linear"),
+        requires=learned("rope", "nope", backend="linear"),
     ),
 )
 
@@ -340,11 +340,11 @@ CLAIMS: tuple[Claim, ...] = (
         published="Table 3 (T = 1024): 18.66 at T, 17.95 at 4024 ≈ 3.9×T (ratio 0.96); "
         "Table 2 (T = 512): 19.73 at T, 18.41 at 2512 ≈ 4.9×T (0.93)",
         experiment="extrapolate",
-        statistic=MeanOverSeeds(_growth("alibi", 4.0)),
+        statistic=MeanOverSeeds(growth("alibi", 4.0)),
         threshold=1.10,
         direction="<=",
-        control=Control("nope", MeanOverSeeds(_growth("nope", 4.0))),
-        requires=_learned("alibi", "nope"),
+        control=Control("nope", MeanOverSeeds(growth("nope", 4.0))),
+        requires=learned("alibi", "nope"),
     ),
     Claim(
         name="sinusoidal_degrades_1_25x",
@@ -356,11 +356,11 @@ CLAIMS: tuple[Claim, ...] = (
         published="Table 2 (T = 512): 20.05 at T, 20.59 at 612 = 1.2×T (ratio 1.027); it "
         "improves only up to 20-50 extra tokens (§4)",
         experiment="extrapolate",
-        statistic=MeanOverSeeds(_growth("sinusoidal", 1.25)),
+        statistic=MeanOverSeeds(growth("sinusoidal", 1.25)),
         threshold=1.02,
         direction=">=",
-        control=Control("alibi", MeanOverSeeds(_growth("alibi", 1.25))),
-        requires=_learned("sinusoidal", "alibi"),
+        control=Control("alibi", MeanOverSeeds(growth("alibi", 1.25))),
+        requires=learned("sinusoidal", "alibi"),
     ),
     Claim(
         name="sinusoidal_explodes_2x",
@@ -371,11 +371,11 @@ CLAIMS: tuple[Claim, ...] = (
         published="Table 2 (T = 512): 20.05 -> 43.54 at 1012 ≈ 2×T (2.17); Table 3 "
         "(T = 1024): 19.34 -> 51.09 at 2024 ≈ 2×T (2.64)",
         experiment="extrapolate",
-        statistic=MeanOverSeeds(_growth("sinusoidal", 2.0)),
+        statistic=MeanOverSeeds(growth("sinusoidal", 2.0)),
         threshold=1.5,
         direction=">=",
-        control=Control("alibi", MeanOverSeeds(_growth("alibi", 2.0))),
-        requires=_learned("sinusoidal", "alibi"),
+        control=Control("alibi", MeanOverSeeds(growth("alibi", 2.0))),
+        requires=learned("sinusoidal", "alibi"),
     ),
     Claim(
         name="learned_undefined_past_t",
@@ -402,11 +402,11 @@ CLAIMS: tuple[Claim, ...] = (
         published="Table 3 (T = 1024) at 4024 ≈ 3.9×T: rotary 19.33 -> 44.30 (×2.29), "
         "ALiBi 18.66 -> 17.95 (×0.96)",
         experiment="extrapolate",
-        statistic=MeanOverSeeds(Difference(_growth("rope", 4.0), _growth("alibi", 4.0))),
+        statistic=MeanOverSeeds(Difference(growth("rope", 4.0), growth("alibi", 4.0))),
         threshold=0.0,
         direction=">=",
         control=Control("alibi"),
-        requires=_learned("rope", "alibi"),
+        requires=learned("rope", "alibi"),
     ),
     Claim(
         name="rope_degrades_less_than_sinusoidal_4x",
@@ -416,11 +416,11 @@ CLAIMS: tuple[Claim, ...] = (
         published="Table 3 (T = 1024) at 4024 ≈ 3.9×T: sinusoidal 19.34 -> 144.00 (×7.45), "
         "rotary 19.33 -> 44.30 (×2.29)",
         experiment="extrapolate",
-        statistic=MeanOverSeeds(Difference(_growth("sinusoidal", 4.0), _growth("rope", 4.0))),
+        statistic=MeanOverSeeds(Difference(growth("sinusoidal", 4.0), growth("rope", 4.0))),
         threshold=0.0,
         direction=">=",
         control=Control("sinusoidal"),
-        requires=_learned("rope", "sinusoidal"),
+        requires=learned("rope", "sinusoidal"),
     ),
     _flat_2x(
         "kerple",
