@@ -30,6 +30,8 @@ from posenc.lab.claims import (
 from posenc.lab.experiments import all_claims
 from tests.lab.claim_rows import own_test, replicate_seeds
 from tests.lab.experiments.extrapolate.test_claims import METHOD_CASES
+from tests.lab.experiments.extrapolate.test_hybrids import HYBRID_CASES
+from tests.lab.experiments.suite.test_suite_claims import SUITE_CASES
 from tests.lab.experiments.longctx.test_longctx import LONGCTX_CASES
 from tests.lab.experiments.temporal_links.test_temporal_links import TEMPORAL_CASES
 from tests.lab.experiments.test_csl import GRAPH_CASES
@@ -635,6 +637,8 @@ CASES.update(TEMPORAL_CASES)  # so do the temporal link prediction claims'
 CASES.update(GRAPH_CASES)  # and the graph experiments' (CSL, triangles)
 CASES.update(SIGNAL_CASES)  # and the signal atlas's (ViT, video, VLA)
 CASES.update(METHOD_CASES)  # and the newest methods' in the extrapolate sweep
+CASES.update(HYBRID_CASES)  # and the per-layer options' (RNoPE-SWA, the output gate)
+CASES.update(SUITE_CASES)  # and the long-context suite's (PaTH, DroPE)
 SEED_CLAIMS = all_claims()  # every registered experiment's
 CLAIMS = {claim.name: claim for claim in SEED_CLAIMS}
 

@@ -10,6 +10,7 @@ from typing import Any
 from posenc.lab.claims import applicable, judge
 from posenc.lab.experiments import get_experiment
 from posenc.lab.experiments.extrapolate.claims import CAPE_TEXT_RECIPE, METHOD_CLAIMS
+from posenc.lab.experiments.extrapolate.hybrids import HYBRID_CLAIMS
 from tests.lab.claim_rows import replicate_seeds
 
 Row = dict[str, Any]
@@ -122,7 +123,9 @@ def test_every_method_claim_has_cases() -> None:
 
 def test_the_extrapolate_experiment_carries_them() -> None:
     names = [c.name for c in get_experiment("extrapolate").claims]
-    assert names[-len(METHOD_CLAIMS) :] == [c.name for c in METHOD_CLAIMS]
+    hybrids = len(HYBRID_CLAIMS)  # the per-layer options' claims come last
+    assert names[-len(METHOD_CLAIMS) - hybrids : -hybrids] == [c.name for c in METHOD_CLAIMS]
+    assert names[-hybrids:] == [c.name for c in HYBRID_CLAIMS]
 
 
 def test_rope_in_linear_attention_reads_only_linear_rows() -> None:

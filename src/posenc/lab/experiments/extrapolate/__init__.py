@@ -42,6 +42,7 @@ from posenc.attention.backends import NAMES as BACKENDS
 from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.data.corpus import CorpusSplits, LMSource, context_free_loss, eval_windows
 from posenc.lab.experiments.extrapolate.claims import CLAIMS
+from posenc.lab.experiments.extrapolate.hybrids import HYBRID_CLAIMS
 from posenc.lab.figures import (
     encoding_color,
     finite,
@@ -412,7 +413,7 @@ EXPERIMENT = Experiment(
     execute=_execute,
     table=format_ppl_table,
     prepare=_load,
-    claims=CLAIMS,
+    claims=(*CLAIMS, *HYBRID_CLAIMS),
     sections=(
         Section(
             "Train short, test long",

@@ -46,6 +46,8 @@ from posenc.lab.config import DataArgs, ModelArgs, RunnerArgs, TrainArgs
 from posenc.lab.data.ruler import NEEDLE_TASKS, RULER_TASKS
 from posenc.lab.data.tasks import TASKS, TaskSource, make_task
 from posenc.lab.experiments import extend, generalize, longctx
+from posenc.lab.experiments.suite.claims import CLAIMS
+from posenc.lab.experiments.suite.drope import drope_rows
 from posenc.lab.figures import (
     encoding_color,
     finite,
@@ -115,6 +117,10 @@ class SuiteConfig:
             ``T`` = the tokens of the longest training row and ``s = tokens / T``. Needs
             ``"rope"`` in ``encodings``; rows carry ``method`` (``"rope"`` for the trained
             model itself).
+        drope_steps: DroPE (:mod:`~posenc.lab.experiments.suite.drope`, Gelberg et al. 2025):
+            when ``> 0``, every ``rope`` run (plain positions) is also scored with its encoding
+            dropped after this many steps of recalibration at ``L`` (rows with ``method =
+            "drope"``); ``0``: none. Needs ``"rope"`` in ``encodings``.
         device: torch device.
         model, train, runner: the decoder's shape, the seeds and schedule, the execution.
     """
@@ -132,6 +138,7 @@ class SuiteConfig:
         default_factory=lambda: {"flip_flop": {"sparse": {"p": 0.98}, "dense": {"p": 0.1}}}
     )
     zero_shot: tuple[str, ...] = ()
+    drope_steps: int = 0
     device: str = "cpu"
     model: ModelArgs = field(default_factory=functools.partial(ModelArgs, dim=64, depth=2))
     train: TrainArgs = field(
@@ -177,6 +184,10 @@ class SuiteConfig:
                         "the trained model cannot read"
                     )
         object.__setattr__(self, "zero_shot", tuple(self.zero_shot))
+        if not isinstance(self.drope_steps, int) or self.drope_steps < 0:
+            raise ValueError(f"drope_steps must be an integer >= 0, got {self.drope_steps!r}")
+        if self.drope_steps and "rope" not in self.encodings:
+            raise ValueError("drope_steps needs 'rope' in encodings (its runs are recalibrated)")
         if self.zero_shot:
             if "rope" not in self.encodings:
                 raise ValueError("zero_shot needs 'rope' in encodings (its runs are extended)")
@@ -272,9 +283,14 @@ def _execute(config: SuiteConfig, run: Run, folder: Path) -> list[Row]:
     rows = generalize.EXPERIMENT.execute(config.tasks_config(), run, folder)
     rows = [{**row, "test_set": "train"} for row in rows]
     rows += _test_set_rows(config, run, folder, rows)
-    if config.zero_shot and run.params["encoding"] == "rope" and not run.params["randomized"]:
-        rows = [{**row, "method": "rope"} for row in rows]
-        rows += _zero_shot_rows(config, run, folder, rows)
+    extended = config.zero_shot or config.drope_steps
+    if extended and run.params["encoding"] == "rope" and not run.params["randomized"]:
+        rows = own = [{**row, "method": "rope"} for row in rows]
+        if config.zero_shot:
+            rows = [*rows, *_zero_shot_rows(config, run, folder, own)]
+        if config.drope_steps:
+            drope = drope_rows(config.tasks_config(), config.drope_steps, run, folder, own)
+            rows = [*rows, *drope]
     family: dict[str, str] = {}
     for name, tasks in FAMILIES.items():  # a task's first family (niah_single: ruler)
         for task in tasks:
@@ -290,6 +306,7 @@ def _execute(config: SuiteConfig, run: Run, folder: Path) -> list[Row]:
                 "train_length": length,
                 "multiple": row["length"] / length,
                 "needle_only": row["task"] in NEEDLE_TASKS,
+                "task_params": json.dumps(config.task_params.get(row["task"], {}), sort_keys=True),
             }
         )
     return out
@@ -471,6 +488,7 @@ EXPERIMENT = Experiment(
     plan=_plan,
     execute=_execute,
     table=format_suite_table,
+    claims=CLAIMS,
     sections=(
         Section(
             "Long-context task suite",
