@@ -33,7 +33,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from posenc.integrations.hf.deepseek import INDEXER_INTERLEAVED, deepseek_v4_rope_parameters
+from posenc.integrations.hf.deepseek import deepseek_v4_rope_parameters, indexer_interleaved
 from posenc.integrations.hf.rope_parameters import (
     RopeParameters,
     config_value,
@@ -227,10 +227,7 @@ def rope_spec(
             factor = long if (seq_len or 0) > original else short
     layout: Literal["half", "interleaved"] = "half"
     if component == "indexer":
-        flag = config_value(config, "indexer_rope_interleave")
-        if flag is None:
-            flag = INDEXER_INTERLEAVED.get(str(model_type), False)
-        layout = "interleaved" if flag else "half"
+        layout = "interleaved" if indexer_interleaved(config) else "half"
     elif model_type in _INTERLEAVED and config_value(config, "rope_interleave") is not False:
         layout = "interleaved"
     axes = None

@@ -37,6 +37,7 @@ __all__ = [
     "deepseek_v4_rope_parameters",
     "deepseek_v4_rope_type",
     "deepseek_v4_rotary_from_config",
+    "indexer_interleaved",
     "indexer_rotary_from_config",
     "mla_rotary_from_config",
 ]
@@ -49,7 +50,21 @@ _V4_TYPES: tuple[str, ...] = ("main", "compress")
 INDEXER_INTERLEAVED: dict[str, bool] = {"deepseek_v32": False, "glm_moe_dsa": True}
 
 
-def _interleave_flag(config: Any, key: str, default: bool) -> bool:
+def indexer_interleaved(config: Any) -> bool | None:
+    """Whether a DSA indexer rotates interleaved pairs: the config's
+    ``indexer_rope_interleave``, else its model type's :data:`INDEXER_INTERLEAVED`; ``None``
+    when neither says.
+
+    Raises:
+        ValueError: ``indexer_rope_interleave`` set and not a bool.
+    """
+    model_type = config_value(config, "model_type")
+    return _interleave_flag(
+        config, "indexer_rope_interleave", INDEXER_INTERLEAVED.get(str(model_type))
+    )
+
+
+def _interleave_flag(config: Any, key: str, default: bool | None) -> bool | None:
     value = config_value(config, key)
     if value is None:
         return default
@@ -88,7 +103,7 @@ def mla_rotary_from_config(
             f"partial_rotary_factor: MLA rotates all qk_rope_head_dim ({rope_dim}) channels "
             f"of its rope part; the config rotates {rope.rotary_dim}"
         )
-    interleaved = _interleave_flag(config, "rope_interleave", True)
+    interleaved = bool(_interleave_flag(config, "rope_interleave", True))
     return DecoupledRotary(
         nope + rope_dim,
         rope_dim,
@@ -143,15 +158,13 @@ def indexer_rotary_from_config(
             f"qk_rope_head_dim ({rope_dim}) must be at most index_head_dim ({head_dim})"
         )
     if interleaved is None:
-        model_type = config_value(config, "model_type")
-        default = INDEXER_INTERLEAVED.get(str(model_type))
-        if default is None and config_value(config, "indexer_rope_interleave") is None:
+        interleaved = indexer_interleaved(config)
+        if interleaved is None:
             raise ValueError(
-                f"model_type {model_type!r} has no known indexer layout "
-                f"({sorted(INDEXER_INTERLEAVED)}); pass interleaved= or set "
+                f"model_type {config_value(config, 'model_type')!r} has no known indexer "
+                f"layout ({sorted(INDEXER_INTERLEAVED)}); pass interleaved= or set "
                 "indexer_rope_interleave"
             )
-        interleaved = _interleave_flag(config, "indexer_rope_interleave", bool(default))
     elif not isinstance(interleaved, bool):
         raise ValueError(f"interleaved must be a bool or None, got {interleaved!r}")
     rope = read_rope_parameters(config)
