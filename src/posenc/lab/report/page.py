@@ -1,49 +1,11 @@
-"""``posenc report RUN_DIR``: the self-contained HTML page a person reads about a run.
-
-The page, top to bottom:
-
-0. what the numbers say, before any table: the findings in plain sentences with their margins
-   over seeds, and whether training converged (:func:`posenc.lab.findings.findings`); the
-   data and model of each run described in words (:func:`posenc.lab.findings.data_and_model`,
-   the corpus as ``data.json`` records it); and, for a page of text-extrapolation rows, the
-   cross-signal atlas in brief (:data:`posenc.lab.findings.ATLAS`) with a link to
-   docs/results.md §9;
-1. the claims (``claims.json``, judged by :mod:`posenc.lab.runner`): verdict, the measured
-   mean ± std over seeds, the threshold and the paper's published number;
-2. the tables: per kind of rows (their ``experiment`` column), the tables of the
-   :class:`Section` one of the experiments the caller passes declares for them (pivots of
-   :func:`posenc.lab.tables.pivot`: encoding × length, mean ± std over seeds);
-3. the figures: the sections' result figures, the training curves of every
-   ``runs/**/metrics.jsonl`` (:func:`posenc.lab.figures.training_curves`), and the
-   property-check figures that ``posenc demo`` writes to ``RUN_DIR/checks/``;
-4. the configuration (``config.json``) and the environment the page was written in;
-5. the raw rows of ``results.csv``, collapsed.
-
-A page may gather several runs (:mod:`posenc.lab.gather`): by default ``RUN_DIR`` itself and
-each sub-folder holding a ``results.csv`` (``posenc demo``'s ``OUT`` and ``OUT/extension``),
-or the run folders given as ``runs``. Their rows are pooled into the tables and figures,
-their claims listed together, and a table of the runs says which folder holds each claim's
-numbers; each run's configuration is shown under its folder's name.
-
-Images are embedded as base64 PNG so the file stands alone; the result figures are also
-written to ``RUN_DIR/figures/``. Tables wrap to the page width; only the raw rows scroll.
-
-The page knows an experiment only as :class:`ShowsRows` (its sections by kind of rows): the
-caller that knows the experiments passes them (the runner its own experiment, ``posenc report``
-and the demo every experiment of the registry, :mod:`posenc.lab.experiments`), so this module
-sits below the runner and the registry rather than reading them.
-"""
+"""The report page: its sections and :func:`write_report` (:mod:`posenc.lab.report`)."""
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
-import math
 import os
 import platform
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -52,10 +14,18 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from posenc.lab.claims import LEARNED_LOSS_FRACTION, is_fact
 from posenc.lab.figures import training_curves
 from posenc.lab.findings import ATLAS, ATLAS_SECTION, Reader, data_and_model, findings
 from posenc.lab.gather import RunFolder, gather, labelled_rows
+from posenc.lab.report.claims import claims_section
+from posenc.lab.report.markup import (
+    STYLE,
+    format_number,
+    html_table,
+    png_bytes,
+    png_figure,
+    raw_cell,
+)
 from posenc.lab.results import Row
 from posenc.lab.run import atomic_write_text, read_json, read_metrics
 from posenc.lab.tables import Table
@@ -102,185 +72,7 @@ class ShowsRows(Protocol):
     def section_rows(self) -> Mapping[str, Section]: ...
 
 
-_STYLE = """
-* { box-sizing: border-box; }
-body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em; max-width: 1100px;
-       color: #222; line-height: 1.4; }
-h2 { border-bottom: 1px solid #ddd; margin-top: 2em; }
-nav a { margin-right: 1em; }
-table { border-collapse: collapse; margin: 0.4em 0 1.4em; font-size: 0.85em; max-width: 100%; }
-caption { caption-side: top; text-align: left; padding: 0.3em 0; color: #444; }
-th, td { border: 1px solid #ccc; padding: 3px 7px; text-align: right; vertical-align: top;
-         overflow-wrap: anywhere; }
-th { background: #f0f0f0; } td:first-child, th:first-child { text-align: left; }
-.num, .std { white-space: nowrap; } .std { color: #666; font-size: 0.9em; }
-table.claims { width: 100%; }
-table.claims :is(td, th), table.config :is(td, th) { text-align: left; }
-table.config td:first-child { white-space: nowrap; }
-table.claims small { color: #555; }
-td.holds { background: #e3f4e1; } td.fails { background: #fbe2e0; }
-td.undefined { background: #f1f1f1; } td.verdict { white-space: nowrap; font-weight: 600; }
-td.undecided { background: #fdf3d0; }
-figure { margin: 1em 0; } figcaption { color: #555; font-size: 0.85em; }
-img { max-width: 100%; height: auto; }
-code { background: #f4f4f4; padding: 1px 4px; }
-pre { white-space: pre-wrap; overflow-wrap: anywhere; }
-details { margin: 0.4em 0; } summary { cursor: pointer; }
-.scroll { overflow-x: auto; max-width: 100%; }
-ul.findings li { margin: 0.3em 0; }
-table.raw { font-size: 0.75em; } table.raw td, table.raw th { white-space: nowrap; }
-"""
-
-_MARKS = {
-    "holds": "✔ holds",
-    "fails": "✘ fails",
-    "undecided": "? undecided",
-    "undefined": "– undefined",
-}
-_URL = re.compile(r"https?://[^\s<>\"]+[^\s<>\".,;:)]")
-
-
-# --- cells -----------------------------------------------------------------------------------
-
-
-def _text(value: Any) -> str:
-    """Escaped text with its URLs as links."""
-    escaped = html.escape("" if value is None else str(value))
-    return _URL.sub(lambda m: f'<a href="{m.group(0)}">{m.group(0)}</a>', escaped)
-
-
-def _number(value: Any, spec: str = ".4g") -> str:
-    """A number as text (not escaped); ``–`` for ``None`` and NaN."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "–" if value is None else str(value)
-    return "–" if math.isnan(value) else format(value, spec)
-
-
-def _raw_cell(value: Any) -> str:
-    text = _number(value) if isinstance(value, float) else ("" if value is None else str(value))
-    return html.escape(text)
-
-
-def _pivot_cell(text: str) -> str:
-    """``"3.210 ± 0.050"`` as the mean and a lighter std, free to wrap between the two."""
-    mean, sep, std = text.partition(" ± ")
-    cell = f"<span class='num'>{html.escape(mean)}</span>"
-    return cell + (f" <span class='std'>± {html.escape(std)}</span>" if sep else "")
-
-
-def _html_table(table: Table, css: str = "pivot") -> str:
-    """A pivot table (``css="pivot"``: cells are mean ± std) or a table of text."""
-    caption, header, body = table
-    cell = _pivot_cell if css == "pivot" else _text
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    lines = "".join(
-        "<tr>" + "".join(f"<td>{cell(c)}</td>" for c in line) + "</tr>" for line in body
-    )
-    return (
-        f"<table class='{css}'><caption>{html.escape(caption)}</caption>"
-        f"<thead><tr>{head}</tr></thead><tbody>{lines}</tbody></table>"
-    )
-
-
-# --- sections --------------------------------------------------------------------------------
-
-
-def _weighed(r: Row) -> str:
-    """``margin +0.0007 within noise 0.0843 over seeds``: what the verdict weighed; empty for
-    records written before verdicts had a margin."""
-    margin, noise = r.get("margin"), r.get("noise")
-    if margin is None:
-        return ""
-    text = f"margin {margin:+.3g}"
-    if noise is None:
-        return f"{text}, noise unknown (one seed, no spread)"
-    side = "within" if -noise <= margin < noise else "beyond"
-    over = {"seeds": "over seeds", "windows": "over evaluation windows"}.get(
-        str(r.get("spread")), ""
-    )
-    return f"{text} {side} noise {noise:.3g} {over}".rstrip()
-
-
-def _claims_rows(records: Sequence[Row]) -> str:
-    """The table body: verdict, claim and paper, measured (mean ± std over seeds, n, the margin
-    and the noise it was weighed against), threshold, why (the reason and the control),
-    published."""
-    body = []
-    for r in records:
-        measured = html.escape(_number(r.get("value")))
-        if r.get("value") is not None and r.get("std") is not None:
-            measured += f" ± {html.escape(_number(r['std'], '.2g'))}"
-        if r.get("seeds"):
-            measured += f" ({r['seeds']} seed{'s' if r['seeds'] > 1 else ''})"
-        if _weighed(r):
-            measured += f"<br>{html.escape(_weighed(r))}"
-        if r.get("detail"):
-            measured += f"<br><small>{_text(r['detail'])}</small>"
-        why = _text(r.get("reason") or "")
-        if r.get("control"):
-            why += f"<br><small>control: {_text(r['control'])}</small>"
-        status = str(r.get("status"))
-        cells = [
-            f"<td class='verdict {html.escape(status)}'>{_MARKS.get(status, _text(status))}</td>",
-            f"<td>{_text(r.get('text'))}<br><small>{_text(r.get('paper'))}</small></td>",
-            f"<td>{measured}</td>",
-            f"<td class='num'>{html.escape(str(r.get('direction', '')))} "
-            f"{html.escape(_number(r.get('threshold'), 'g'))}</td>",
-            f"<td>{why}</td>",
-            f"<td>{_text(r.get('published'))}</td>",
-        ]
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    head = "".join(
-        f"<th>{name}</th>" for name in ("verdict", "claim", "measured", "needs", "why", "published")
-    )
-    return f"<thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody>"
-
-
-def _claims_section(records: Sequence[Row]) -> list[str]:
-    """The claims, each with its verdict and why (:func:`_claims_rows`), counted without the
-    facts; then the facts (true by definition) in their own small table, never counted."""
-    if not records:
-        return []
-    claims = [r for r in records if not is_fact(r)]
-    facts = [r for r in records if is_fact(r)]
-    counts = {s: sum(r.get("status") == s for r in claims) for s in _MARKS}
-    lines = [
-        f"<h2 id='claims'>Claims: {counts['holds']} of {len(claims)} hold</h2>",
-        f"<p>{counts['fails']} fail, {counts['undecided']} undecided, {counts['undefined']} "
-        "undefined. The margin is how far the mean clears the threshold (positive: the claim's "
-        "side); the noise is a one-sided 95 % bound on the mean's error, Student's t times "
-        "the standard error over seeds, or with one seed 1.645 times that over evaluation "
-        "windows. A claim holds when the margin is at least the noise, fails when it is below "
-        "minus the noise, and is undecided in between or when one seed gives no spread; "
-        "undefined when the rows cannot decide. Then two gates, said in the column why: a "
-        "claim holds only if its control (NoPE or the baseline the paper names), run in the "
-        "same experiment, fails the same test (a control that passes too, or was not run, "
-        "leaves it undecided), and only if the models it reads learned their data (eval loss "
-        f"at the training length at most {LEARNED_LOSS_FRACTION:g} of the context-free "
-        "unigram loss). The paper's number is on the right.</p>",
-    ]
-    if claims:
-        lines.append(f"<table class='claims'>{_claims_rows(claims)}</table>")
-    if facts:
-        lines += [
-            f"<h3 id='facts'>Facts ({len(facts)}, true by definition, not counted above)</h3>",
-            f"<table class='claims facts'>{_claims_rows(facts)}</table>",
-        ]
-    return lines
-
-
-def _image(png: bytes, name: str, caption: str) -> str:
-    encoded = base64.b64encode(png).decode("ascii")
-    return (
-        f"<figure><img alt='{html.escape(name)}' src='data:image/png;base64,{encoded}'>"
-        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
-    )
-
-
-def _png(fig: Any) -> bytes:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    return buffer.getvalue()
+# --- sections ---------------------------------------------------------------------------------
 
 
 def _training_curves(folder: Path) -> dict[str, list[dict[str, Any]]]:
@@ -298,7 +90,7 @@ def _checks_section(folder: Path) -> list[str]:
     """The property checks of ``posenc demo``: their table (``checks.json``) and figures."""
     checks = folder / "checks"
     pngs = sorted(checks.glob("*.png")) if checks.is_dir() else []
-    parts = [_image(p.read_bytes(), p.name, f"checks/{p.name}") for p in pngs]
+    parts = [png_figure(p.read_bytes(), p.name, f"checks/{p.name}") for p in pngs]
     summary = checks / "checks.json"
     if summary.is_file():
         results = read_json(summary).get("checks", [])
@@ -306,8 +98,8 @@ def _checks_section(folder: Path) -> list[str]:
             [
                 "✔" if r.get("passed") else "✘",
                 str(r.get("name", "")),
-                _number(r.get("value"), ".3g"),
-                f"{r.get('direction', '')} {_number(r.get('bound'), 'g')}",
+                format_number(r.get("value"), ".3g"),
+                f"{r.get('direction', '')} {format_number(r.get('bound'), 'g')}",
                 str(r.get("detail", "")),
             ]
             for r in results
@@ -315,7 +107,7 @@ def _checks_section(folder: Path) -> list[str]:
         passed = sum(bool(r.get("passed")) for r in results)
         caption = f"{passed} of {len(results)} property checks pass (checks/checks.json)."
         header = ["", "check", "measured", "needs", "detail"]
-        parts.insert(0, _html_table((caption, header, body), "config"))
+        parts.insert(0, html_table((caption, header, body), "config"))
     return (["<h3>Property checks</h3>", *parts]) if parts else []
 
 
@@ -346,7 +138,7 @@ def _raw_rows(experiment: str, rows: Sequence[Row]) -> str:
     columns = [c for c in columns if any(row.get(c) not in (None, "") for row in rows)]
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
-        "<tr>" + "".join(f"<td>{_raw_cell(row.get(c))}</td>" for c in columns) + "</tr>"
+        "<tr>" + "".join(f"<td>{raw_cell(row.get(c))}</td>" for c in columns) + "</tr>"
         for row in rows
     )
     return (
@@ -380,7 +172,7 @@ def _runs_section(runs: Sequence[RunFolder]) -> list[str]:
         "the run that judged it."
     )
     header = ["run", "experiments", "rows", "claims", "files"]
-    return ["<h2 id='runs'>Runs</h2>", _html_table((caption, header, body), "config")]
+    return ["<h2 id='runs'>Runs</h2>", html_table((caption, header, body), "config")]
 
 
 def _findings_section(
@@ -406,7 +198,7 @@ def _data_section(runs: Sequence[RunFolder]) -> list[str]:
             where = "this run" if run.label == "." else f"{run.label}/"
             caption = f"{where} (from {'' if run.label == '.' else run.label + '/'}config.json)"
             parts.append(
-                _html_table((caption, ["", "described"], [list(line) for line in lines]), "config")
+                html_table((caption, ["", "described"], [list(line) for line in lines]), "config")
             )
     return (["<h2 id='data'>Data and model</h2>", *parts]) if parts else []
 
@@ -417,7 +209,7 @@ _ATLAS_ANCHOR = "#9-which-encoding-for-which-signal-the-atlas-audio-video-vla-im
 
 def _results_doc(folder: Path) -> str | None:
     """A link from ``folder`` to docs/results.md when this code runs from a checkout."""
-    docs = Path(__file__).resolve().parents[3] / "docs" / "results.md"
+    docs = Path(__file__).resolve().parents[4] / "docs" / "results.md"
     if not docs.is_file():
         return None
     return Path(os.path.relpath(docs, folder.resolve())).as_posix() + _ATLAS_ANCHOR
@@ -436,7 +228,7 @@ def _atlas_section(folder: Path) -> list[str]:
         f"<p>This page answers it for text past its training length; the lab's other "
         f"experiments answer it for other signals. The measurements, figures and verdicts: "
         f"{cited} (the posenc repository).</p>",
-        _html_table(table, "config"),
+        html_table(table, "config"),
     ]
 
 
@@ -499,7 +291,7 @@ def write_report(
     data = _data_section(gathered)
     atlas = _atlas_section(folder) if any(sections[n].atlas for n in kinds if n in sections) else []
     records = [record for run in gathered for record in run.claims]
-    claims = _claims_section(records)
+    claims = claims_section(records)
     sources = _runs_section(gathered)
     links = ["tables", "figures", "configuration", "environment", "raw"]
     shown = [
@@ -527,7 +319,7 @@ def write_report(
         tabulate = sections[name].tables if name in sections else None
         tables = tabulate(selected[name]) if tabulate is not None else []
         page.append(f"<h3>{heading(name)}</h3>")
-        page += [_html_table(table) for table in tables] or [
+        page += [html_table(table) for table in tables] or [
             "<p>No summary table for this experiment; its rows are under raw rows.</p>"
         ]
 
@@ -537,15 +329,15 @@ def write_report(
     for name in kinds:
         makers = sections[name].figures if name in sections else {}
         for filename, draw in makers.items():
-            png = _png(draw(selected[name]))
+            png = png_bytes(draw(selected[name]))
             (figure_dir / filename).write_bytes(png)
-            page.append(_image(png, filename, f"{heading(name)} (figures/{filename})"))
+            page.append(png_figure(png, filename, f"{heading(name)} (figures/{filename})"))
     if curves:
-        png = _png(training_curves(curves))
+        png = png_bytes(training_curves(curves))
         (figure_dir / "training_curves.png").write_bytes(png)
         page.append("<h3>Training curves</h3>")
         caption = f"{len(curves)} runs from runs/**/metrics.jsonl (figures/training_curves.png)"
-        page.append(_image(png, "training_curves.png", caption))
+        page.append(png_figure(png, "training_curves.png", caption))
     page += _checks_section(folder)
 
     page.append("<h2 id='configuration'>Configuration</h2>")
@@ -553,12 +345,12 @@ def write_report(
         where = "config.json" if run.label == "." else f"{run.label}/config.json"
         if run.config is not None:
             table = (where, ["field", "value"], _config_rows(run.config))
-            page.append(_html_table(table, "config"))
+            page.append(html_table(table, "config"))
         else:
             page.append(f"<p>No {html.escape(where)}.</p>")
     page.append("<h2 id='environment'>Environment</h2>")
     environment = ("Where this page was written.", ["package", "version"], _environment())
-    page.append(_html_table(environment, "config"))
+    page.append(html_table(environment, "config"))
 
     files = ", ".join(
         f"<code>{html.escape('' if run.label == '.' else run.label + '/')}results.csv</code>"
@@ -569,7 +361,7 @@ def write_report(
     document = (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        f"<title>{html.escape(title or folder.name)}</title><style>{_STYLE}</style></head>"
+        f"<title>{html.escape(title or folder.name)}</title><style>{STYLE}</style></head>"
         f"<body>{''.join(page)}</body></html>"
     )
     target = folder / "report.html"

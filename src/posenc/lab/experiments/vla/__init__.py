@@ -55,6 +55,9 @@ Rows: ``experiment="vla"``, ``layout``, ``encoding``, ``seed``, ``condition``,
 (whole chunk exact), ``stay_accuracy`` (the "always stay" baseline on that condition's test
 set), ``grid``, ``instruction_length``, ``views``, ``train_loss``, and ``history`` when it is
 above 0 (rows without history stay as they were).
+
+The package: this module (config, model, runs, tables) and :mod:`.claims` (the finding its
+rows test).
 """
 
 from __future__ import annotations
@@ -74,9 +77,8 @@ from posenc._validate import (
     check_positive_float,
     check_positive_int,
 )
-from posenc.lab.atlas import accuracy_gap, atlas_section, atlas_table
+from posenc.lab.atlas import atlas_section, atlas_table
 from posenc.lab.batch import derive_seed
-from posenc.lab.claims import Claim
 from posenc.lab.config import EpochArgs, ModelArgs
 from posenc.lab.data.scenes import (
     ACTIONS,
@@ -89,6 +91,7 @@ from posenc.lab.data.scenes import (
     layout_position_ids,
     make_scenes,
 )
+from posenc.lab.experiments.vla.claims import CLAIMS
 from posenc.lab.runner import Experiment, Run, check_builds, run_experiment
 from posenc.lab.signal_models import NONE, SignalRunConfig, SignalTransformer, fit_signal_model
 from posenc.lab.tables import pivot, text_table
@@ -428,32 +431,6 @@ def _execute(config: VlaConfig, run: Run, run_dir: Path) -> list[Row]:
         if config.frames > 1:
             rows[-1]["history"] = config.frames - 1
     return rows
-
-
-# --- the published finding its rows test ----------------------------------------------
-
-_QWEN2_VL = (
-    "Wang et al. 2024, Qwen2-VL (M-RoPE), https://arxiv.org/abs/2409.12191; the seed "
-    "notes' question on numbering image and text positions on"
-)
-
-#: Qwen2-VL's M-RoPE finding as the claim its direction makes on grid scenes.
-CLAIMS: tuple[Claim, ...] = (
-    accuracy_gap(
-        "mrope_numbering_beats_flat_larger_grid",
-        "vla",
-        "Numbering the image by (t, h, w) with M-RoPE (Qwen2-VL) gives better actions than "
-        "numbering every token on (flat 1D RoPE) on a larger image grid than trained: action "
-        "accuracy, qwen2_vl minus flat, paired by seed, ≥ 0.",
-        _QWEN2_VL,
-        "Qwen2-VL Table 8 (ablation, 7B): M-RoPE above 1D-RoPE on the video benchmarks "
-        "(PerceptionTest, NextQA, STAR) and length extrapolation to 80K tokens (Figure 5); "
-        "the numbers were not retrievable here",
-        {"condition": 1},
-        {"layout": "qwen2_vl", "encoding": "mrope"},
-        {"layout": "flat", "encoding": "rope"},
-    ),
-)
 
 
 def format_vla_table(rows: Sequence[Row]) -> str:
