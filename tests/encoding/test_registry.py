@@ -126,7 +126,7 @@ def test_the_causal_only_encodings() -> None:
     # FoX sums forget gates up to the query, PaTH multiplies transforms up to it;
     # stick-breaking breaks the stick from it backwards; additive GRAPE's bias is linear in
     # j − i (it would reward keys after the query)
-    expected = ["xpos", "grape_additive", "grape_gated", "cope", "fox", "path", "stick_breaking"]
+    expected = ["xpos", "grape_additive", "grape_gated", "cope", "fox", "path", "carope", "stick_breaking"]
     expected += segments
     assert [s.name for s in list_encodings() if s.causal_only] == expected
 
