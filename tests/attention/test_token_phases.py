@@ -33,6 +33,12 @@ def layer(kv_heads: int = HEADS, *, seed: int = 0, **kw: Any) -> Attention:
     return Attention(DIM, HEADS, num_kv_heads=kv_heads, pos=pe, dtype=F64).eval()
 
 
+def carope_of(module: torch.nn.Module) -> ContextAwareRoPE:
+    pe = module.pos
+    assert isinstance(pe, ContextAwareRoPE)
+    return pe
+
+
 def rotate_pairs(t: Tensor, phases: Tensor, layout: str) -> Tensor:
     """``t`` ``(batch, heads, seq, d)`` with pair ``i`` as a complex number times ``e^{iφ_i}``."""
     half = t.shape[-1] // 2
@@ -54,8 +60,7 @@ def reference(
 ) -> Tensor:
     """Every (query, key) pair in float64: q and k rotated by ``carope_phases`` (the key head's
     for each query head), softmax over the visible keys, one row at a time for documents."""
-    pe = attn.pos
-    assert isinstance(pe, ContextAwareRoPE)
+    pe = carope_of(attn)
     batch, seq, _ = x.shape
     group = attn.num_heads // attn.num_kv_heads
     q = attn.q_proj(x).view(batch, seq, attn.num_heads, HEAD_DIM).transpose(1, 2)
@@ -87,7 +92,7 @@ def reference(
 @pytest.mark.parametrize(("kv_heads", "layout"), [(HEADS, "half"), (2, "interleaved"), (1, "half")])
 def test_attention_equals_the_per_pair_reference(backend: Any, kv_heads: int, layout: str) -> None:
     attn = layer(kv_heads, layout=layout, bias=True)
-    attn.backend = Backend(backend) if isinstance(backend, str) else backend
+    attn.backend = Backend(backend) if isinstance(backend, str) else backend  # type: ignore[arg-type]
     x = torch.randn(2, 9, DIM, dtype=F64)
     with torch.no_grad():
         assert_close(attn(x), reference(attn, x))
@@ -97,8 +102,10 @@ def test_a_constant_transform_is_rope_at_positions_from_one() -> None:
     theta = 10000.0 ** (-2 / HEAD_DIM)  # f ≡ θ: φ_i(n) = (n + 1) θ^i, RoPE's inv_freq θ^i
     attn = layer(bias=True)
     with torch.no_grad():
-        attn.pos.weight.zero_()  # type: ignore[union-attr]
-        attn.pos.bias.fill_(math.log(math.expm1(1.0 / theta - 1.0)))  # type: ignore[union-attr]
+        pe = carope_of(attn)
+        pe.weight.zero_()
+        assert pe.bias is not None
+        pe.bias.fill_(math.log(math.expm1(1.0 / theta - 1.0)))
     rope = Attention(DIM, HEADS, pos=RotaryEmbedding(HEAD_DIM, dtype=F64), dtype=F64).eval()
     rope.load_state_dict(attn.state_dict(), strict=False)
     x = torch.randn(2, 7, DIM, dtype=F64)
@@ -205,17 +212,17 @@ def test_the_model_trains_and_decodes_with_carope() -> None:
     torch.manual_seed(0)
     config = ModelConfig(vocab_size=32, dim=16, depth=2, num_heads=4, num_kv_heads=2, pos="carope")
     model = DecoderLM(config)
-    pes = [block.attn.pos for block in model.trunk.blocks]  # type: ignore[union-attr]
-    assert all(isinstance(pe, ContextAwareRoPE) and pe.num_heads == 2 for pe in pes)
+    pes = [carope_of(module) for module in model.modules() if isinstance(module, Attention)]
+    assert all(pe.num_heads == 2 for pe in pes)
     assert pes[0] is not pes[1]  # one transform per layer
     tokens = torch.randint(0, 32, (2, 9))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    before = pes[0].weight.detach().clone()  # type: ignore[union-attr]
+    before = pes[0].weight.detach().clone()
     logits = model(tokens[:, :-1])
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
     loss.backward()
     optimizer.step()
-    assert not torch.equal(pes[0].weight, before)  # type: ignore[union-attr]
+    assert not torch.equal(pes[0].weight, before)
     model.eval()
     with torch.no_grad():
         full = model(tokens)

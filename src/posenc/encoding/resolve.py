@@ -294,8 +294,8 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
         )
     if hooks.bias is not None and not isinstance(hooks.bias.num_heads, int):
         raise ValueError(f"{name} is a bias but has no integer num_heads")
-    acts = hooks.additive or hooks.token_embedding or hooks.rotary or hooks.logit_terms
-    acts = acts or hooks.token_phases
+    acting = (hooks.additive, hooks.token_embedding, hooks.rotary, hooks.token_phases)
+    acts = any(place is not None for place in acting) or hooks.logit_terms
     if not (acts or hooks.position_transform or isinstance(encoding, NoPE)):
         raise ValueError(
             f"pos must be a positional encoding: {name} derives from none of the protocols of "
