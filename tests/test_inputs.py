@@ -104,6 +104,14 @@ def encoding_calls(encoding: nn.Module) -> list[tuple[str, str, Callable[[], Any
             ("dtype", "x", lambda: call(x.long())),
             ("shape", "x", lambda: call(x[..., :-1])),
         ]
+    if hooks.token_phases:  # CARoPE: forward(q, k, x) of hidden states
+        x = torch.randn(2, SEQ, encoding.dim)
+        return [
+            ("device", "x", lambda: call(q, q, x.to(META))),
+            ("dtype", "x", lambda: call(q, q, x.long())),
+            ("shape", "x", lambda: call(q, q, x[..., :-1])),
+            ("shape", "k", lambda: call(q, q[:, :, :-1], x)),
+        ]
     if hooks.weights:  # stick-breaking: forward(scores, visible)
         logits = torch.randn(2, 4, SEQ, SEQ)
         return [

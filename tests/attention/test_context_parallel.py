@@ -29,7 +29,12 @@ pytestmark = pytest.mark.skipif(
 #: Encodings context parallelism refuses, with the error's words: FoX reads the layer's
 #: hidden states (token_state); PoPE's rotation widens q and k to 2 · head_dim, which
 #: attend's head_dim check refuses (on one rank as well: the Attention module skips it).
-REFUSED = {"fox": "token_state", "path": "token_transforms", "pope": "head_dim"}
+REFUSED = {
+    "fox": "token_state",
+    "path": "token_transforms",
+    "carope": "token_phases",
+    "pope": "head_dim",
+}
 
 #: Encodings with no attention-side part: their tables are checked on local positions.
 EMBEDDING_ONLY = {"complex_order"}

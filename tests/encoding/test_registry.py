@@ -20,7 +20,7 @@ def test_every_spec_builds_an_encoding_of_its_family(spec) -> None:
     hooks = hooks_of(encoding)
     found = {
         "additive": hooks.additive or hooks.token_embedding,  # token embedding: additive
-        "rotary": hooks.rotary and not hooks.segments,
+        "rotary": (hooks.rotary and not hooks.segments) or hooks.token_phases,  # CARoPE
         "bias": hooks.bias,
         "contextual": hooks.contextual,
         "scores": hooks.scores,
@@ -123,10 +123,12 @@ def test_the_causal_only_encodings() -> None:
     # xPos's decay grows for keys after the query; CoPE counts gated keys up to the query
     # and every segment method positions pairs of causal attention
     segments = ["self_extend", "dual_chunk", "rerope", "lm_infinite", "sinks"]
-    # FoX sums forget gates up to the query, PaTH multiplies transforms up to it;
+    # FoX sums forget gates up to the query, PaTH multiplies transforms up to it, CARoPE
+    # sums phases up to it;
     # stick-breaking breaks the stick from it backwards; additive GRAPE's bias is linear in
     # j − i (it would reward keys after the query)
-    expected = ["xpos", "grape_additive", "grape_gated", "cope", "fox", "path", "stick_breaking"]
+    expected = ["xpos", "grape_additive", "grape_gated", "cope", "fox", "path", "carope"]
+    expected += ["stick_breaking"]
     expected += segments
     assert [s.name for s in list_encodings() if s.causal_only] == expected
 

@@ -11,7 +11,6 @@ import torch
 from torch import Tensor
 from torch.testing import assert_close
 
-from posenc.attention import Attention
 from posenc.rotary import RotaryEmbedding
 from posenc.rotary.carope import ContextAwareRoPE, carope_phases, carope_rates
 
@@ -117,6 +116,21 @@ def test_padding_adds_no_phase() -> None:
     assert_close(carope.phases(padded, real=real)[:, :, 2:], carope.phases(x), rtol=0, atol=0)
 
 
+def test_document_starts_restart_the_phases() -> None:
+    """With ``starts``, a token's sum runs from its document's start; ``previous`` carries
+    only into the tokens before the first start."""
+    rates = torch.rand(2, HEADS, 7, dtype=F64)
+    previous = torch.randn(2, HEADS, 1, HEAD_DIM // 2, dtype=F64)
+    starts = torch.tensor([[False, False, True, False, False, True, False]])
+    got = carope_phases(rates, HEAD_DIM // 2, previous, starts=starts)
+    pieces = (
+        carope_phases(rates[..., :2], HEAD_DIM // 2, previous),
+        carope_phases(rates[..., 2:5], HEAD_DIM // 2),
+        carope_phases(rates[..., 5:], HEAD_DIM // 2),
+    )
+    assert_close(got, torch.cat(pieces, dim=-2), rtol=1e-13, atol=1e-13)
+
+
 def test_gradcheck_through_the_transform() -> None:
     carope = ContextAwareRoPE(4, 1, 4, bias=True, dtype=F64)
     x = torch.randn(1, 3, 4, dtype=F64)
@@ -174,7 +188,7 @@ def test_bad_arguments_are_named(kwargs: dict[str, Any], match: str) -> None:
         ContextAwareRoPE(**({"dim": DIM, "num_heads": HEADS, "head_dim": HEAD_DIM} | kwargs))
 
 
-def test_bad_calls_are_named_and_attention_refuses_it() -> None:
+def test_bad_calls_are_named() -> None:
     carope = ContextAwareRoPE(DIM, HEADS, HEAD_DIM)
     q, x = torch.randn(1, HEADS, 4, HEAD_DIM), torch.randn(1, 4, DIM)
     with pytest.raises(ValueError, match="x must be a floating"):
@@ -185,5 +199,3 @@ def test_bad_calls_are_named_and_attention_refuses_it() -> None:
         carope(q, q, torch.full((1, 4, DIM), float("nan")))
     with pytest.raises(ValueError, match="k must be"):
         carope(q, q[:, :, :3], x)
-    with pytest.raises(ValueError, match=r"^pos"):
-        Attention(DIM, HEADS, pos=carope, causal=True)

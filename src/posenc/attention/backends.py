@@ -12,7 +12,10 @@ flex       no logit terms, pointwise biases (``bias_at`` as ``score_mod``), scor
 chunked    everything, in O(block · keys) memory, with autograd (activation
            checkpointing); the CPU flash-parts plans for ALiBi and T5-like biases.
            Token transforms (PaTH): ``sdpa`` and ``chunked`` run its blockwise attention
-           (:mod:`posenc.attention.path`); ``flex`` and ``linear`` refuse it.
+           (:mod:`posenc.attention.path`); ``flex`` and ``linear`` refuse it. Token
+           phases (CARoPE) rotate q and k before the backend
+           (:mod:`posenc.attention.token_phases`): ``sdpa``, ``chunked`` and ``flex``
+           serve them; ``linear`` refuses them.
 linear     linear attention (:mod:`posenc.attention.linear`): rotary encodings on the
            feature-mapped q and k (RoFormer §3.4.3), additive encodings, NoPE; causal order
            and key padding; no logit terms. Never chosen by ``auto``: it is another model.
@@ -150,6 +153,12 @@ def check_linear_serves(hooks: Hooks, *, dropout: float) -> None:
     (query, key) logits, so nothing can be added to them, and it has no probabilities to
     drop; a segment method positions each pair by region, which needs pairs."""
     name = type(hooks.encoding).__name__
+    if hooks.token_phases:
+        raise ValueError(
+            f"backend 'linear' cannot serve {name}: it rotates q and k by phases of the "
+            "layer's input (token_phases), which linear attention's feature-mapped path, "
+            "rotated by positions, does not do; use 'sdpa', 'chunked', 'flex' or 'auto'"
+        )
     if hooks.logit_terms:
         raise ValueError(
             f"backend 'linear' cannot serve {name}: linear attention never forms the "

@@ -153,6 +153,7 @@ class KVCache:
         self._memo: dict[Hashable, _Rows] = {}
         self._states = _Rows()  # (batch, heads, length, 1): a token-state encoding's (FoX)
         self._inputs = _Rows()  # (batch, 1, length, channels): a token transform's (PaTH)
+        self._phases = _Rows()  # (batch, heads, length, pairs) float64: token phases (CARoPE)
         self._carried = False  # keys carried through later tokens' transforms (PaTH)
         self.positions: Tensor | None = None
         self.key_padding_mask: Tensor | None = None
@@ -201,6 +202,29 @@ class KVCache:
                 "cache: this KVCache holds keys without token states; start a new cache"
             )
         return self._states.append(states.unsqueeze(-1))[..., 0]
+
+    @property
+    def token_phases(self) -> Tensor:
+        """Every cached key's phases ``(batch, heads, length, head_dim / 2)``, float64, under
+        a token-phase encoding (CARoPE, :mod:`posenc.attention.token_phases`): the next
+        tokens continue the last. Kept for every key, not the last alone, so that
+        :meth:`truncate` stays exact."""
+        phases = self._phases.value
+        if phases is None or self._phases.length != self.length:
+            raise ValueError(
+                "cache: this KVCache holds no token phases for its keys (it was filled by a "
+                "layer whose encoding has none); start a new cache"
+            )
+        return phases
+
+    def store_phases(self, phases: Tensor) -> Tensor:
+        """Append the new keys' token phases ``(batch, heads, seq, pairs)`` (before
+        :meth:`store` of their keys); return every key's."""
+        if self._phases.length != self.length:
+            raise ValueError(
+                "cache: this KVCache holds keys without token phases; start a new cache"
+            )
+        return self._phases.append(phases)
 
     def transform_inputs(self, count: int) -> Tensor | None:
         """The last ``count`` cached keys' inputs of a token-transform encoding ``(batch,
@@ -320,7 +344,14 @@ class KVCache:
         if dropped == 0 or dropped < self.length - dropped:
             return
         index = keep.nonzero().flatten()
-        for rows in (self._k, self._v, self._states, self._inputs, *self._memo.values()):
+        for rows in (
+            self._k,
+            self._v,
+            self._states,
+            self._inputs,
+            self._phases,
+            *self._memo.values(),
+        ):
             rows.keep(index)
         self._map_key_metadata(lambda value: value.index_select(-1, index.to(value.device)))
         self.evicted += dropped
@@ -364,7 +395,14 @@ class KVCache:
                 "queries at the earlier positions would see; start a new cache (KVCache()) to "
                 "go back further, or keep every key with KVCache(evict=False)"
             )
-        for rows in (self._k, self._v, self._states, self._inputs, *self._memo.values()):
+        for rows in (
+            self._k,
+            self._v,
+            self._states,
+            self._inputs,
+            self._phases,
+            *self._memo.values(),
+        ):
             rows.length = min(rows.length, length)
         self._map_key_metadata(lambda value: value[..., :length])
 

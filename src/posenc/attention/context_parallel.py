@@ -25,7 +25,8 @@ gets a partial gradient on each rank, whose sum over the group is the one-rank g
 and FSDP *average* over their group, so under them scale each rank's loss by the group's size.
 Gathering every key costs ``O(L)`` memory per rank for K and V (a ring would pass them in
 ``R`` steps); it is the simple, exact path. Refused, as :func:`~posenc.attention.attend`
-refuses them: encodings that read the layer's hidden states (FoX's ``token_state``) and
+refuses them: encodings that read the layer's hidden states (FoX's ``token_state``, PaTH's
+``token_transforms``, CARoPE's ``token_phases``) and
 PoPE, whose rotation widens q and k beyond ``head_dim``.
 
 Example (two processes, ``posenc.lab.distributed.spawn``)::
@@ -185,6 +186,13 @@ class ContextParallel:
                 positions or masks whose last axis is not the local length; and whatever
                 :func:`~posenc.attention.attend` refuses.
         """
+        hooks = hooks_of(pos)
+        if hooks.token_phases is not None:
+            raise ValueError(
+                f"pos: {hooks.name} rotates q and k by phases accumulated over every earlier "
+                "token of the layer's input (token_phases), which the ranks do not share; "
+                "context parallelism does not serve it: run it on one rank"
+            )
         local = q.shape[-2]
         if local % 2 != 0 or k.shape[-2] != local:
             raise ValueError(

@@ -246,6 +246,11 @@ def attend(
             f"pos: {type(pos).__name__} reads the layer's hidden states (token_transforms), "
             "which attend does not get; use posenc.attention.Attention"
         )
+    if hooks.token_phases is not None:
+        raise ValueError(
+            f"pos: {type(pos).__name__} rotates q and k by phases of the layer's hidden states "
+            "(token_phases), which attend does not get; use posenc.attention.Attention"
+        )
     if hooks.value_rotation is not None and v.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"v must have k's head_dim ({k.shape[-1]}) for {hooks.name}, whose values carry "

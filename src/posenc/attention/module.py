@@ -21,6 +21,7 @@ from posenc.attention.linear import linear_self_attention
 from posenc.attention.mask import MaskMod
 from posenc.attention.path import check_transform_fits, path_self_attention
 from posenc.attention.segmented import rotate_keys_on_read, segmented_attention
+from posenc.attention.token_phases import check_phases_fit, rotate_by_token_phases
 from posenc.attention.window import banded_attention, banded_serves, with_window
 from posenc.encoding.resolve import hooks_of
 from posenc.softmax.query_scale import QueryScale, check_chunk_and_scale
@@ -34,9 +35,10 @@ class Attention(nn.Module):
 
     The encoding acts through its hooks (:mod:`posenc.encoding.base`): a rotary encoding rotates q
     and the new k before they are cached (a :class:`~posenc.encoding.ValueRotation` also the new
-    v, and rotates the output back by the queries' positions); a bias, contextual term or
-    scores reader enters the logits in the backend; an additive encoding is the model's
-    business (ignored here).
+    v, and rotates the output back by the queries' positions), a token-phase encoding (CARoPE)
+    by phases of the layer's input (:mod:`posenc.attention.token_phases`); a bias, contextual
+    term or scores reader enters the logits in the backend; an additive encoding is the
+    model's business (ignored here).
 
     Args:
         dim: model width.
@@ -137,6 +139,8 @@ class Attention(nn.Module):
             check_transform_fits(
                 self.hooks, dim=dim, num_heads=num_heads, num_kv_heads=num_kv_heads
             )
+        if self.hooks.token_phases is not None:
+            check_phases_fit(self.hooks, dim=dim, num_kv_heads=num_kv_heads)
         self.backend = resolve_backend(backend)
         self.backend.check(self.hooks, dropout=float(dropout))
         self.chunk_size, self.query_scale = check_chunk_and_scale(
@@ -267,6 +271,11 @@ class Attention(nn.Module):
                 f"cache: {hooks.name} stores values rotated with their keys (ValueRotation), "
                 "so its KVCache must keep keys rotated: use KVCache(keys='rotated') or KVCache()"
             )
+        if hooks.token_phases is not None and not rotated_cache:
+            raise ValueError(
+                f"cache: {hooks.name} rotates keys by the phases of their tokens (token_phases), "
+                "kept once when stored: use KVCache(keys='rotated') or KVCache()"
+            )
         if hooks.rotary and (hooks.segments or hooks.per_query_lengths or not rotated_cache):
             return self._rotate_on_read(q, k, v, context, cache, x)
         tables = None
@@ -279,6 +288,10 @@ class Attention(nn.Module):
                 q, k = pos.rotate_qk(q, k, tables, tables, inplace=True)
             else:
                 q, k = pos.rotate_qk(q, k, tables, tables)
+        if hooks.token_phases is not None:  # CARoPE: phases from this layer's input
+            q, k = rotate_by_token_phases(
+                q, k, x, encoding=hooks.token_phases, context=context, cache=cache
+            )
         if hooks.value_rotation is not None:  # R(j) v_j, cached as rotated as the keys
             v = hooks.value_rotation.rotate_values(v, tables)
         layer = context

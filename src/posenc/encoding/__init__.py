@@ -4,7 +4,7 @@
   typed defaults, :class:`NoPE` and :class:`EncodingWrapper`;
 * :mod:`~posenc.encoding.protocols`: one base class per place an encoding acts (additive,
   rotary, segments, pointwise bias, contextual term, scores reader, softmax transforms, token
-  state, position transform);
+  state, position transform; token phases, in :mod:`~posenc.encoding.token_phases`);
 * :mod:`~posenc.encoding.kinds`: structures an encoding may declare for attention's plans;
 * :mod:`~posenc.encoding.resolve`: :func:`hooks_of`, the one resolved description attention
   reads;
@@ -39,6 +39,7 @@ from posenc.encoding.protocols import (
     SegmentEncoding,
     SinkLogits,
     TokenEmbedding,
+    TokenPhaseEncoding,
     TokenStateEncoding,
     ValueRotation,
     check_rotary_input,
@@ -67,6 +68,7 @@ __all__ = [
     "SinkLogits",
     "SinusoidRelative",
     "TokenEmbedding",
+    "TokenPhaseEncoding",
     "TokenStateEncoding",
     "ValueRotation",
     "check_rotary_input",

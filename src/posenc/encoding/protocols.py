@@ -32,6 +32,9 @@ positions              :class:`PositionTransform`: ``transform_positions(positio
 token transform        :class:`TokenTransformEncoding`: ``transform_inputs(x, real)``,
                        ``token_transforms(inputs, real, same_document)``,
                        ``gate_states(x, previous, real)``
+token phases           :class:`TokenPhaseEncoding` (:mod:`~posenc.encoding.token_phases`):
+                       ``token_phases(x, previous, real, starts)``,
+                       ``rotate_by_phases(q, k, phases)``
 =====================  =================================================================
 
 The methods attention calls on the hot path do no value checks; each class's ``forward`` is
@@ -47,6 +50,7 @@ from torch import Tensor
 
 from posenc.encoding._common import required
 from posenc.encoding.base import PositionalEncoding, state_device
+from posenc.encoding.token_phases import TokenPhaseEncoding
 from posenc.positions import check_positions
 
 __all__ = [
@@ -61,6 +65,7 @@ __all__ = [
     "SegmentEncoding",
     "SinkLogits",
     "TokenEmbedding",
+    "TokenPhaseEncoding",
     "TokenStateEncoding",
     "TokenTransformEncoding",
     "ValueRotation",

@@ -31,6 +31,7 @@ from posenc.encoding.protocols import (
     SegmentEncoding,
     SinkLogits,
     TokenEmbedding,
+    TokenPhaseEncoding,
     TokenStateEncoding,
     TokenTransformEncoding,
     ValueRotation,
@@ -65,6 +66,7 @@ class Hooks:
     weights: AttentionWeights | None = None
     position_transform: PositionTransform | None = None
     token_transform: TokenTransformEncoding | None = None
+    token_phases: TokenPhaseEncoding | None = None
     num_axes: int = 1
 
     @property
@@ -143,6 +145,8 @@ class Hooks:
             width = self.contextual.head_dim
         elif self.token_transform is not None:
             width = self.token_transform.head_dim
+        elif self.token_phases is not None:
+            width = self.token_phases.head_dim
         else:
             width = None if self.scores is None else self.scores.head_dim
         if width is None and self.weights is not None:
@@ -205,6 +209,7 @@ _PLACES: dict[str, str] = {
     "attention_weights": "AttentionWeights",
     "transform_positions": "PositionTransform",
     "token_transforms": "TokenTransformEncoding",
+    "token_phases": "TokenPhaseEncoding",
 }
 
 
@@ -231,6 +236,7 @@ def _own_places(encoding: PositionalEncoding) -> dict[str, object]:
         ("weights", AttentionWeights),
         ("position_transform", PositionTransform),
         ("token_transform", TokenTransformEncoding),
+        ("token_phases", TokenPhaseEncoding),
     ):
         if isinstance(encoding, protocol):
             places[name] = encoding
@@ -288,7 +294,8 @@ def hooks_of(encoding: nn.Module | None) -> Hooks:
         )
     if hooks.bias is not None and not isinstance(hooks.bias.num_heads, int):
         raise ValueError(f"{name} is a bias but has no integer num_heads")
-    acts = hooks.additive or hooks.token_embedding or hooks.rotary or hooks.logit_terms
+    acting = (hooks.additive, hooks.token_embedding, hooks.rotary, hooks.token_phases)
+    acts = any(place is not None for place in acting) or hooks.logit_terms
     if not (acts or hooks.position_transform or isinstance(encoding, NoPE)):
         raise ValueError(
             f"pos must be a positional encoding: {name} derives from none of the protocols of "

@@ -81,7 +81,7 @@ def layer_encodings(
     through the embeddings."""
     first = build()
     hooks = hooks_of(first)
-    acts_in_attention = hooks.rotary or hooks.logit_terms
+    acts_in_attention = hooks.rotary or hooks.logit_terms or hooks.token_phases
     if nope_layers and first is not None and not acts_in_attention:
         raise ValueError(
             f"nope_layers: {type(first).__name__} does not act in attention (it adds to or "

@@ -303,6 +303,21 @@ BUILTIN_SPECS: tuple[EncodingSpec, ...] = (
         causal_only=True,
     ),
     EncodingSpec(
+        "carope",
+        "rotary",
+        "Veisi et al. 2025 (CARoPE), https://arxiv.org/abs/2507.23083",
+        "RoPE whose frequencies come from each token's hidden state, one per head, "
+        "f = 1/(softplus(w·x) + 1), phases Σ f^i accumulated over the tokens (one transform "
+        "per layer and key head; for causal attention)",
+        lambda: rotary_package().ContextAwareRoPE,
+        lambda d: {
+            "dim": d.dim,
+            "num_heads": d.resolved_num_kv_heads,
+            "head_dim": d.resolved_head_dim,
+        },
+        causal_only=True,
+    ),
+    EncodingSpec(
         "stick_breaking",
         "softmax",
         "Tan et al. 2024 (stick-breaking attention), https://arxiv.org/abs/2410.17980",

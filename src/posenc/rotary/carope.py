@@ -19,10 +19,13 @@ The phases continue across calls (``previous``: the last cached token's phases),
 with a KV cache of rotated keys equals a full forward. The paper's ``W`` has no bias;
 ``bias=True`` adds one (the constant transform above needs it).
 
-Place: the encoding reads the attention layer's input, and rotates q and k by it; no place of
-:mod:`posenc.encoding.protocols` does both, so attention and the model do not take it yet
-(``Attention(pos=...)`` refuses it, naming ``pos``): call :meth:`ContextAwareRoPE.phases` and
-:meth:`ContextAwareRoPE.rotate` in a layer of your own, or :meth:`ContextAwareRoPE.forward`.
+Place: :class:`~posenc.encoding.TokenPhaseEncoding` (the rules of heads, padding and
+packed documents are there): :class:`~posenc.attention.Attention` rotates q and the new k
+by the phases of its input on the ``sdpa``, ``chunked``, ``flex`` and ``auto`` backends, its
+KV cache keeps the rotated keys and their phases, and :class:`~posenc.models.DecoderLM`
+takes it as ``pos="carope"`` (one transform per layer). Under grouped-query attention the
+transforms are the key heads' (``num_heads`` = the layer's ``num_kv_heads``), each shared by
+its group of query heads.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from posenc._validate import (
     check_layer_input,
     check_positive_int,
 )
-from posenc.encoding.base import PositionalEncoding
+from posenc.encoding.token_phases import TokenPhaseEncoding
 from posenc.rotary.grape import grape_rotate
 from posenc.rotary.layouts import LAYOUTS, Layout
 
@@ -64,24 +67,42 @@ def carope_phases(
     num_pairs: int,
     previous: Tensor | None = None,
     real: Tensor | None = None,
+    starts: Tensor | None = None,
 ) -> Tensor:
     """``φ_{h,i}(n) = φ_prev + Σ_{t ≤ n} f_h(x_t)^i`` in float64, ``(batch, heads, seq, pairs)``.
+
+    With ``starts``, the sum of a token runs from the latest document start at or before it
+    (``φ_prev`` only when there is none in this call).
 
     Args:
         rates: ``(batch, heads, seq)`` from :func:`carope_rates`.
         num_pairs: ``d / 2``.
         previous: phases of the last token before these ``(batch, heads, 1, pairs)``, or None.
         real: ``(batch, seq)`` bool, False for padding tokens (they add no phase), or None.
+        starts: ``(batch | 1, seq)`` bool, True where a document starts (the phases restart
+            there), or None.
     """
     exponents = torch.arange(num_pairs, device=rates.device, dtype=torch.float64)
     powers = rates.to(torch.float64)[..., None] ** exponents  # (batch, heads, seq, pairs)
     if real is not None:
         powers = powers.masked_fill(~real[:, None, :, None], 0.0)
     phases = powers.cumsum(dim=-2)
-    return phases if previous is None else phases + previous.to(torch.float64)
+    if previous is not None:
+        phases = phases + previous.to(torch.float64)
+    if starts is None:
+        return phases
+    # each token minus the phase just before its document's start (the exclusive sum there)
+    first = torch.zeros_like(phases[..., :1, :]) if previous is None else previous
+    before = torch.cat((first.to(phases).expand_as(phases[..., :1, :]), phases[..., :-1, :]), -2)
+    seq = rates.shape[-1]
+    index = torch.arange(seq, device=rates.device)
+    latest = torch.where(starts, index, -1).cummax(dim=-1).values  # (batch | 1, seq)
+    gather = latest.clamp(min=0)[:, None, :, None].expand(phases.shape)
+    offset = before.gather(-2, gather).masked_fill((latest < 0)[:, None, :, None], 0.0)
+    return phases - offset
 
 
-class ContextAwareRoPE(PositionalEncoding):
+class ContextAwareRoPE(TokenPhaseEncoding):
     """CARoPE: q and k rotated by phases accumulated from their tokens' own frequencies.
 
     .. math::
@@ -165,6 +186,27 @@ class ContextAwareRoPE(PositionalEncoding):
     def rotate(self, x: Tensor, phases: Tensor) -> Tensor:
         """``x`` ``(batch, heads, seq, head_dim)`` rotated by ``phases`` (from :meth:`phases`)."""
         return grape_rotate(x, torch.cos(phases), torch.sin(phases), self.layout)
+
+    def token_phases(
+        self,
+        x: Tensor,
+        previous: Tensor | None,
+        real: Tensor | None,
+        starts: Tensor | None,
+    ) -> Tensor:
+        """:meth:`phases`, restarting at document ``starts`` (attention's hot path)."""
+        rates = carope_rates(x, self.weight, self.bias)
+        return carope_phases(rates, self.head_dim // 2, previous, real, starts)
+
+    def rotate_by_phases(self, q: Tensor, k: Tensor, phases: Tensor) -> tuple[Tensor, Tensor]:
+        """k by ``phases`` ``(batch, num_heads, seq, pairs)``; the query heads of a group by
+        their key head's."""
+        cos, sin = torch.cos(phases), torch.sin(phases)
+        k = grape_rotate(k, cos, sin, self.layout)
+        group = q.shape[1] // phases.shape[1]
+        if group > 1:  # query head h reads key head h // group
+            cos, sin = cos.repeat_interleave(group, dim=1), sin.repeat_interleave(group, dim=1)
+        return grape_rotate(q, cos, sin, self.layout), k
 
     def forward(self, q: Tensor, k: Tensor, x: Tensor) -> tuple[Tensor, Tensor]:
         """q and k of one sequence rotated by the phases of ``x``; validated.

@@ -69,6 +69,7 @@ ENCODING_COLORS: dict[str, str] = {
     "cape": "#6baed6",
     "fox": "#a55194",
     "path": "#9e9ac8",
+    "carope": "#4a1486",
     "pope": "#8ca252",
     "fope": "#637939",
     "stick_breaking": "#bd9e39",

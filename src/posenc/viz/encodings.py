@@ -25,6 +25,7 @@ from posenc.encoding.protocols import (
     BiasEncoding,
     ContextualEncoding,
     RotaryEncoding,
+    TokenPhaseEncoding,
     TokenTransformEncoding,
 )
 from posenc.registry import ModelDims, build_encoding, encoding_spec
@@ -221,6 +222,26 @@ def _plot_token_transforms(
     return _pair_heatmap(logits, f"{name}: q·H_i⋯H_(j+1)·k", "logit")
 
 
+def _plot_token_phases(
+    name: str, encoding: TokenPhaseEncoding, dims: ModelDims, length: int = 32
+) -> Figure:
+    """CARoPE's logits ``q · R(φ_i − φ_j) k`` of one content (``q = k`` everywhere, so only
+    the phases differ) for seeded random hidden states, head 0; keys after the query are
+    blank (causal)."""
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(1, length, dims.dim, generator=generator)
+    content = torch.randn(dims.resolved_head_dim, generator=generator)
+    qk = content.expand(1, encoding.num_heads, length, -1)
+    with torch.no_grad():
+        phases = encoding.token_phases(x, None, None, None)
+        q, k = encoding.rotate_by_phases(qk, qk, phases)
+        logits = (q @ k.transpose(-1, -2))[0, 0] * dims.resolved_head_dim**-0.5
+    causal = torch.ones(length, length, dtype=torch.bool).tril()
+    return _pair_heatmap(
+        logits.masked_fill(~causal, float("nan")), f"{name}: q·R(φ_i − φ_j)·k", "logit"
+    )
+
+
 def _random_qk(dims: ModelDims, length: int = 48) -> tuple[Tensor, Tensor, Tensor]:
     """Seeded random q, k ``(1, heads, length, head_dim)`` and positions ``arange(length)``:
     the inputs of the figures of terms that read q or k."""
@@ -291,6 +312,8 @@ def plot_encoding(name: str, **kwargs: Any) -> Figure:
         return _plot_token_bias(name, encoding, dims)
     if isinstance(encoding, TokenTransformEncoding):  # PaTH: transforms from hidden states
         return _plot_token_transforms(name, encoding, dims)
+    if isinstance(encoding, TokenPhaseEncoding):  # CARoPE: phases from hidden states
+        return _plot_token_phases(name, encoding, dims)
     if callable(getattr(encoding, "attention_weights", None)):  # stick-breaking
         q, k, positions = _random_qk(dims)
         length = positions.shape[0]
