@@ -46,6 +46,7 @@ def _flip_flop(path_long: list[float], rope_long: list[float], at_l: float = 1.0
 
 
 _S3 = json.dumps({"group": "s3"})
+_PARITY = json.dumps({"group": "parity"})
 
 
 def _state(path: list[float], rope: list[float], params: str = _S3) -> list[Row]:
@@ -88,6 +89,11 @@ SUITE_CASES: dict[str, dict[str, Any]] = {
         "holds": (_state([0.9, 0.8], [0.1, 0.2]), 0.7),
         "fails": (_state([0.5, 0.6], [0.6, 0.6]), -0.05),
         "undefined": _state([0.9, math.nan], [0.1, 0.2]),
+    },
+    "path_beats_rope_state_tracking_parity": {
+        "holds": (_state([0.9, 0.8], [0.1, 0.2], _PARITY), 0.7),
+        "fails": (_state([0.5, 0.6], [0.6, 0.6], _PARITY), -0.05),
+        "undefined": _state([0.9, math.nan], [0.1, 0.2], _PARITY),
     },
     "drope_beats_yarn_8x": _drope_cases("yarn"),
     "drope_beats_ntk_8x": _drope_cases("ntk"),

@@ -83,12 +83,15 @@ def _path_flip_flop() -> Claim:
     )
 
 
+_GROUP_NAMES = {"s5": "S5", "s3": "S3", "parity": "parity (S2)"}
+
+
 def _path_state_tracking(group: str, params: dict[str, str]) -> Claim:
     where = {"task_params": json.dumps(params, sort_keys=True)}
     return Claim(
         name=f"path_beats_rope_state_tracking_{group}",
-        text=f"On the {group.upper()} word problem (state tracking, every state tagged), PaTH "
-        "tracks the state at the training length where RoPE does not: exact match at L, path "
+        text=f"On the {_GROUP_NAMES[group]} word problem (state tracking, every state tagged), "
+        "PaTH tracks the state at the training length where RoPE does not: exact match at L, path "
         "minus rope, paired by seed, ≥ 0.10; the task must be learnable at this budget (one "
         f"of the two reaches exact match {LEARNABLE:g} at L).",
         paper=_PATH,
@@ -115,7 +118,7 @@ def _path_state_tracking(group: str, params: dict[str, str]) -> Claim:
                 ),
                 "seq_acc",
                 LEARNABLE,
-                f"the {group.upper()} word problem is learnable at this budget",
+                f"the {_GROUP_NAMES[group]} word problem is learnable at this budget",
                 need="any",
             ),
         ),
@@ -163,6 +166,7 @@ CLAIMS: tuple[Claim, ...] = (
     _path_flip_flop(),
     _path_state_tracking("s5", {}),
     _path_state_tracking("s3", {"group": "s3"}),
+    _path_state_tracking("parity", {"group": "parity"}),
     _drope_beats("yarn", "YaRN", _DROPE_NIAH + "training context vs YaRN 12.2 % at 8 ×"),
     _drope_beats("ntk", "NTK-aware scaling", _DROPE_NIAH + "training context vs NTK 7.2 % at 8 ×"),
 )
