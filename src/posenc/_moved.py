@@ -54,6 +54,7 @@ MOVED_MODULES: dict[str, str] = {
     "posenc.multimodal": "posenc.positions.multimodal",
     "posenc.multimodal_layouts": "posenc.positions.multimodal_layouts",
     "posenc.randomized": "posenc.encoding.randomized",
+    "posenc.rotary.multi_axis_maps": "posenc.rotary.multi_axis.maps",
     "posenc.rotary.scaling_base": "posenc.rotary.scaling",
     "posenc.rotary.scaling_laws": "posenc.rotary.scaling.laws",
     "posenc.rotary.scaling_per_frequency": "posenc.rotary.scaling.per_frequency",

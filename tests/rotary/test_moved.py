@@ -12,6 +12,7 @@ import pytest
 
 import posenc.rotary.functional as functional
 import posenc.rotary.scaling as scaling
+from posenc.rotary.multi_axis import maps
 from posenc.rotary.scaling import laws, per_frequency, vllm
 
 
@@ -23,6 +24,8 @@ from posenc.rotary.scaling import laws, per_frequency, vllm
         ("posenc.rotary.scaling_laws", laws, "critical_dimension"),
         ("posenc.rotary.scaling_per_frequency", per_frequency, "LongRoPE"),
         ("posenc.rotary.scaling_vllm", vllm, "GeometricYaRN"),
+        ("posenc.rotary.multi_axis_maps", maps, "place_frequencies"),
+        ("posenc.rotary.multi_axis_maps", maps, "mrope_axes"),
     ],
 )
 def test_old_module_paths_forward_to_the_new_modules(old, new, name) -> None:

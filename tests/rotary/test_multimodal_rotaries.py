@@ -69,7 +69,7 @@ def test_library_videorope_allocation_is_not_the_official_one():
     even pairs 2..46; the official reference (posenc's ``videorope``, tested against it in
     test_video_rope.py) alternates h, w from pair 0 with t on the last 16 only."""
     from posenc.rotary.frequencies import rope_inv_freq
-    from posenc.rotary.multi_axis_maps import place_frequencies
+    from posenc.rotary.multi_axis.maps import place_frequencies
 
     axes = [0] + [1 if i % 2 else 2 for i in range(1, 48)] + [0] * 16
     frequencies = place_frequencies(rope_inv_freq(128, BASE), torch.tensor(axes), 3)

@@ -1,34 +1,7 @@
-"""What a run's numbers say, in words: the findings that lead the report, the data and model
-described, and the cross-signal atlas in brief.
-
-:func:`findings` turns result rows (``results.csv``) and training curves (``metrics.jsonl``)
-into plain sentences with their margins over seeds, each kind of rows read by its
-experiment's reader (:func:`extrapolation_findings`, :func:`extension_findings`): which
-encoding predicts best at the training length ``T`` and at the longest length evaluated, how
-much each encoding's loss rises from ``T`` to there, what the zero-shot context-extension
-methods gain over plain RoPE, and whether training had converged (the relative fall of the
-training loss over the last quarter of the steps, :func:`last_quarter_fall`).
-:func:`data_and_model` describes the corpus, the model and its training from a run's
-``config.json`` and rows. :data:`ATLAS` is docs/results.md §9's answer to "which encoding for
-which signal" in brief (tests/lab/test_findings.py checks each entry's numbers against
-docs/results.md).
-
-Losses are in nats per byte (the byte-level models' cross-entropy); a margin is the mean ±
-sample std over seeds of a difference taken seed by seed (paired), and is called *within the
-seeds' noise* when its mean is below the one-sided 95 % bound of
-:func:`posenc.lab.claims.noise_quantile` times its standard error.
-
-Example::
-
-    >>> rows = [
-    ...     {"experiment": "extrapolate", "encoding": e, "seed": s, "train_len": 64,
-    ...      "eval_len": 64 * m, "loss": base + rise * (m - 1) + 0.01 * s}
-    ...     for e, base, rise in (("rope", 1.9, 0.3), ("alibi", 2.0, 0.0))
-    ...     for s in (0, 1, 2) for m in (1, 8)
-    ... ]
-    >>> said = findings(rows, readers={"extrapolate": extrapolation_findings})
-    >>> print(said[0])  # doctest: +ELLIPSIS
-    At the training length (T = 64 bytes), RoPE predicts best: ...
+"""The findings in words: what result rows and training curves say, as sentences with their
+margins over seeds (:func:`findings`, each kind of rows read by its :data:`Reader`), and
+whether training converged (:func:`last_quarter_fall`). The conventions (losses in nats per
+byte, paired margins, the seeds' noise) are in :mod:`posenc.lab.findings`.
 """
 
 from __future__ import annotations
@@ -37,121 +10,22 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from posenc.lab.findings._common import Row, display_name, seed_count
+
 __all__ = [
-    "ATLAS",
-    "ATLAS_SECTION",
     "CONVERGED_FALL",
-    "AtlasEntry",
     "Reader",
-    "data_and_model",
     "extension_findings",
     "extrapolation_findings",
     "findings",
     "last_quarter_fall",
 ]
 
-Row = dict[str, Any]
-
 #: A training loss that still falls by more than this fraction over the last quarter of the
 #: steps has not converged: the findings say so.
 CONVERGED_FALL = 0.01
-
-#: Display names of the encodings and methods in sentences.
-_NAMES = {
-    "nope": "NoPE",
-    "sinusoidal": "sinusoidal",
-    "learned": "learned",
-    "rope": "RoPE",
-    "alibi": "ALiBi",
-    "t5": "T5",
-    "pi": "PI",
-    "linear": "PI",
-    "ntk": "NTK-aware",
-    "dynamic_ntk": "dynamic NTK",
-    "yarn": "YaRN",
-    "llama3": "Llama-3",
-    "rerope": "ReRoPE",
-}
-
-
-def _name(key: Any) -> str:
-    return _NAMES.get(str(key), str(key))
-
-
-# --- the atlas ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class AtlasEntry:
-    """One signal of the cross-signal atlas: the encoding the measurements favour and why.
-
-    Attributes:
-        signal: the kind of data and its dimensions.
-        answer: the encoding (or rule) the measurements favour, in words.
-        margin: the numbers behind it, as docs/results.md gives them.
-        section: where docs/results.md measures it.
-    """
-
-    signal: str
-    answer: str
-    margin: str
-    section: str
-
-
-#: docs/results.md's section that answers "which encoding for which signal".
-ATLAS_SECTION = "docs/results.md §9, Which encoding for which signal: the atlas"
-
-#: The atlas in brief (docs/results.md §9.4's table, with text from §1 and graphs from §8):
-#: tests/lab/test_findings.py checks each entry's numbers against docs/results.md.
-ATLAS: tuple[AtlasEntry, ...] = (
-    AtlasEntry(
-        "text, 1D, past the training length",
-        "ALiBi",
-        "perplexity 7.602 at T and 7.469 at 8×T, where RoPE rises from 6.649 to 17.748 "
-        "(the demo's 3 seeds)",
-        "§1, The demo",
-    ),
-    AtlasEntry(
-        "image, 2D",
-        "any encoding: having one matters, which one barely does",
-        "eight of nine within 1.6 points; none 21 points lower",
-        "§4-5, §9.4",
-    ),
-    AtlasEntry(
-        "audio as frames, 1D",
-        "RoPE",
-        "0.989 in distribution; keeps 0.965 at 2×",
-        "§9.1, §9.4",
-    ),
-    AtlasEntry(
-        "audio as patches, 2D",
-        "axial RoPE",
-        "best at 4× (0.70); without an encoding a patch loses its band (0.57)",
-        "§9.1, §9.4",
-    ),
-    AtlasEntry(
-        "video, 3D",
-        "a relative, axis-separated rotary (axial RoPE, M-RoPE, ComRoPE-AP) or 3D sin-cos",
-        "unsettled in distribution (unconverged runs); LieRE and VideoRoPE's diagonal fail "
-        "beyond the trained size",
-        "§9.2, §9.4",
-    ),
-    AtlasEntry(
-        "image + text + actions (VLA)",
-        "M-RoPE / axial RoPE: number the image by (row, column)",
-        "0.99-1.00 vs flat 0.89",
-        "§9.3, §9.4",
-    ),
-    AtlasEntry(
-        "graphs (CSL)",
-        "SignNet or random-walk return probabilities",
-        "100 %; Laplacian eigenvectors with sign flips 95.1 %; no encoding 10.0 % (chance)",
-        "§8",
-    ),
-)
 
 
 # --- statistics -----------------------------------------------------------------------------
@@ -178,10 +52,6 @@ def _within_noise(values: Sequence[float]) -> bool:
     mean, std = _mean_std(values)
     assert std is not None
     return abs(mean) <= noise_quantile(len(values) - 1) * std / math.sqrt(len(values))
-
-
-def _seeds(count: int) -> str:
-    return f"{count} seed{'s' if count != 1 else ''}"
 
 
 def _change(value: float) -> str:
@@ -219,7 +89,7 @@ def _ranking(table: Mapping[str, Mapping[float, Mapping[Any, float]]], at: float
 
 
 def _margin(values: Sequence[float]) -> str:
-    text = f"margin {_pm(values)} over {_seeds(len(values))}, paired by seed"
+    text = f"margin {_pm(values)} over {seed_count(len(values))}, paired by seed"
     return text + (", within the seeds' noise" if _within_noise(values) else "")
 
 
@@ -240,7 +110,7 @@ def extrapolation_findings(rows: Sequence[Row]) -> list[str]:
         losses = list(table[best][1.0].values())
         ppl = math.exp(statistics.fmean(losses))
         text = (
-            f"At the training length (T = {train_len} bytes), {_name(best)} predicts best: "
+            f"At the training length (T = {train_len} bytes), {display_name(best)} predicts best: "
             f"loss {_pm(losses)} nats per byte (perplexity {ppl:.2f}; a uniform guess over the "
             f"256 byte values has loss {math.log(256):.3f})"
         )
@@ -248,7 +118,8 @@ def extrapolation_findings(rows: Sequence[Row]) -> list[str]:
             second = at_t[1]
             gap = _paired(table[best][1.0], table[second][1.0])
             text += (
-                f", {statistics.fmean(gap):.3f} below the next, {_name(second)} ({_margin(gap)})"
+                f", {statistics.fmean(gap):.3f} below the next, {display_name(second)} "
+                f"({_margin(gap)})"
             )
         if "nope" in table and best != "nope" and table["nope"].get(1.0):
             text += (
@@ -262,14 +133,15 @@ def extrapolation_findings(rows: Sequence[Row]) -> list[str]:
         best = ranked[0]
         losses = list(table[best][far].values())
         text = (
-            f"At {_times(far)}, the longest length evaluated, {_name(best)} predicts best: "
+            f"At {_times(far)}, the longest length evaluated, {display_name(best)} predicts best: "
             f"loss {_pm(losses)} nats per byte"
         )
         if len(ranked) > 1:
             second = ranked[1]
             gap = _paired(table[best][far], table[second][far])
             text += (
-                f", {statistics.fmean(gap):.3f} below the next, {_name(second)} ({_margin(gap)})"
+                f", {statistics.fmean(gap):.3f} below the next, {display_name(second)} "
+                f"({_margin(gap)})"
             )
         sentences.append(text + ".")
         rises = {
@@ -286,15 +158,16 @@ def extrapolation_findings(rows: Sequence[Row]) -> list[str]:
         if order:
             seeds = max(len(by_seed) for by_seed in rises.values())
             listed = "; ".join(
-                f"{_name(name)} {_pm(list(rises[name].values()), sign=True)}" for name in order
+                f"{display_name(name)} {_pm(list(rises[name].values()), sign=True)}"
+                for name in order
             )
             text = (
                 f"From T to {_times(far)} the loss changes by (nats per byte, mean ± std over "
-                f"{_seeds(seeds)}): {listed}"
+                f"{seed_count(seeds)}): {listed}"
             )
             undefined = [name for name in table if table[name].get(1.0) and name not in rises]
             if undefined:
-                names = ", ".join(_name(name) for name in undefined)
+                names = ", ".join(display_name(name) for name in undefined)
                 text += f". Undefined past T: {names} (a learned table has T positions)"
             sentences.append(text + ".")
             flattest = order[0]
@@ -302,9 +175,9 @@ def extrapolation_findings(rows: Sequence[Row]) -> list[str]:
                 best_at_t = at_t[0]
                 gap = _paired(rises[flattest], rises[best_at_t])
                 sentences.append(
-                    f"Past T, {_name(flattest)}'s loss "
+                    f"Past T, {display_name(flattest)}'s loss "
                     f"{_change(statistics.fmean(rises[flattest].values()))} nats per byte while "
-                    f"{_name(best_at_t)}'s, the best at T, "
+                    f"{display_name(best_at_t)}'s, the best at T, "
                     f"{_change(statistics.fmean(rises[best_at_t].values()))}: {_margin(gap)}."
                 )
     return sentences
@@ -326,11 +199,12 @@ def extension_findings(rows: Sequence[Row]) -> list[str]:
     if not others:
         return []
     gains = {name: _paired(table[name][far], plain) for name in others}
-    listed = "; ".join(f"{_name(name)} {_pm(gains[name], sign=True)}" for name in others)
+    listed = "; ".join(f"{display_name(name)} {_pm(gains[name], sign=True)}" for name in others)
     best = others[0]
     text = (
         f"Zero-shot context extension of the RoPE models (no fine-tuning): at {_times(far)} "
-        f"{_name(best)} does best, loss {_pm(list(table[best][far].values()))} nats per byte "
+        f"{display_name(best)} does best, loss {_pm(list(table[best][far].values()))} "
+        f"nats per byte "
         f"against plain RoPE's {_pm(list(plain.values()))} ({_margin(gains[best])}). "
         f"Loss below plain RoPE's at {_times(far)}, per method (negative: above it): {listed}"
     )
@@ -431,103 +305,3 @@ def findings(
         if selected:
             sentences += read(selected)
     return sentences
-
-
-# --- data and model -------------------------------------------------------------------------
-
-
-def _count(n: float) -> str:
-    """``132352`` -> ``"0.13 M"``; small counts as they are."""
-    return f"{n / 1e6:.2g} M" if n >= 10_000 else f"{n:,.0f}"
-
-
-def data_and_model(
-    config: Mapping[str, Any],
-    rows: Sequence[Row] = (),
-    corpus: Mapping[str, Any] | None = None,
-) -> list[tuple[str, str]]:
-    """The data, the model and its training in words, from a run's ``config.json``.
-
-    Args:
-        config: the run's ``config.json`` (its ``data``, ``model`` and ``train`` sections; an
-            ``evaluated`` list marks a run that only evaluated trained weights).
-        rows: its rows (the ``params`` column of the config's ``experiment``'s rows gives the
-            parameter counts).
-        corpus: what was loaded (``files`` and ``bytes`` per split, ``python``, ``root``),
-            as :func:`posenc.lab.demo.corpus_summary` records it; ``None``: from the config.
-
-    Returns:
-        ``(what, description)`` pairs; empty when the config has none of those sections.
-    """
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a mapping (config.json), got {type(config).__name__}")
-    lines: list[tuple[str, str]] = []
-    data, model, train = config.get("data"), config.get("model"), config.get("train")
-    if isinstance(data, Mapping):
-        paths = data.get("corpus") or []
-        if paths:
-            text = "text files under " + ", ".join(str(p) for p in paths)
-        else:
-            text = "the Python standard library's own source files (*.py, without its tests)"
-            if corpus and corpus.get("python"):
-                text += f" of the Python {corpus['python']} on this machine"
-                if corpus.get("root"):
-                    text += f" ({corpus['root']})"
-        text += ", split by file into train, validation and test (no file in two splits)"
-        if corpus and corpus.get("files") and corpus.get("bytes"):
-            files, size = corpus["files"], corpus["bytes"]
-            text += "; " + ", ".join(
-                f"{split} {files[split]:,} files, {size[split]:,} tokens"
-                for split in ("train", "validation", "test")
-                if split in files and split in size
-            )
-        if data.get("corpus_bytes"):
-            text += f"; each split cut at {data['corpus_bytes']:,} bytes"
-        text += (
-            ". Tokens are bytes (vocabulary 256, files joined by a NUL byte); "
-            f"the models train on windows of T = {data.get('train_len')} bytes."
-        )
-        lines.append(("data", text))
-    if isinstance(model, Mapping):
-        dim, heads, depth = model.get("dim"), model.get("num_heads"), model.get("depth")
-        text = (
-            f"byte-level decoder: {depth} layer{'' if depth == 1 else 's'}, width {dim}, "
-            f"{heads} head{'' if heads == 1 else 's'}"
-        )
-        if isinstance(dim, int) and isinstance(heads, int):
-            text += f" of {dim // heads}"
-        params: dict[str, int] = {}
-        experiment = config.get("experiment")
-        for row in rows:
-            if experiment is not None and row.get("experiment") not in (None, experiment):
-                continue  # another experiment's model
-            if isinstance(row.get("params"), (int, float)) and row.get("encoding"):
-                params.setdefault(str(row["encoding"]), int(row["params"]))
-        if params:
-            low, high = min(params.values()), max(params.values())
-            text += (
-                f"; {_count(low)} parameters"
-                if low == high
-                else (
-                    f"; {_count(low)} to {_count(high)} parameters ("
-                    + ", ".join(f"{_name(n)} {p:,}" for n, p in params.items())
-                    + ")"
-                )
-            )
-        lines.append(("model", text + "."))
-    if isinstance(train, Mapping):
-        seeds = train.get("seeds") or []
-        text = (
-            f"{train.get('steps')} steps of AdamW, batch {train.get('batch_size')}, "
-            f"peak learning rate {train.get('lr')}, {train.get('warmup_steps')} warmup steps, "
-            f"cosine decay; seeds {', '.join(str(s) for s in seeds)} "
-            f"({_seeds(len(seeds))}: tables show mean ± std over them)"
-        )
-        if config.get("evaluated"):
-            text = (
-                "none in this run: evaluation only, of the weights "
-                + ", ".join(str(p) for p in config["evaluated"])
-                + f" (trained as above: {text})"
-            )
-        lines.append(("training", text + "."))
-    return lines

@@ -1,52 +1,7 @@
-"""Rotary encodings over several position axes: axial 2D/3D, M-RoPE, RoPE-Mixed — one class.
-
-Every channel pair ``p`` of a head rotates by a linear function of the token's position axes
-``a`` (row and column; time, row and column):
-
-.. math:: φ_p = \\sum_a \\mathrm{pos}_a · F_{p,a}
-
-with a frequency matrix ``F`` of shape ``(pairs, axes)``, or ``(heads, pairs, axes)`` when each
-head has its own. The methods are presets of ``F`` (:class:`MultiAxisRotary` constructors):
-
-* :meth:`~MultiAxisRotary.axial` (RoPE-ViT axial, Heo et al. 2024,
-  https://arxiv.org/abs/2403.13298; rotary-embedding-torch ``get_axial_freqs``; EVA/timm
-  ``RotaryEmbeddingCat``): the pairs are cut into one consecutive group per axis, each group
-  a 1D RoPE of ``head_dim / N`` channels (``θ_k = base^(-k N / (head_dim/2))``);
-* :meth:`~MultiAxisRotary.mrope` (Qwen2-VL's M-RoPE, Wang et al. 2024,
-  https://arxiv.org/abs/2409.12191): plain 1D frequencies ``θ_i = base^(-2i/head_dim)``, pair
-  ``i`` reading the axis of its ``mrope_section`` chunk (t, h, w); Qwen3-VL's interleaved
-  variant reads h at ``i ≡ 1 (mod 3)``, w at ``i ≡ 2``, t elsewhere, within the sections;
-* :meth:`~MultiAxisRotary.videorope` (VideoRoPE, Wei et al. 2025,
-  https://arxiv.org/abs/2502.05173): M-RoPE's frequencies with h and w interleaved over the
-  highest and time on the lowest (:func:`videorope_axes`);
-* :meth:`~MultiAxisRotary.mixed` (RoPE-Mixed, Heo et al. 2024): learnable per-head
-  frequencies over both axes, initialized at a random direction per head;
-* :meth:`~MultiAxisRotary.mmrope` (MM-RoPE, 2:3:3 per eight pairs),
-  :meth:`~MultiAxisRotary.mhrope` (MHRoPE: one axis per key/value head) and
-  :meth:`~MultiAxisRotary.msrope` (Qwen-Image: one 1D RoPE per channel block), the
-  multimodal RoPE study's allocations (Huang et al. 2025, https://arxiv.org/abs/2510.23095;
-  positions in :mod:`posenc.positions.multimodal_variants`, :mod:`posenc.positions.msrope`).
-
-Because every angle is linear in the positions, a query–key score depends on the positions
-only through their differences ``(Δa_0, Δa_1, …)``. On a ``1 × N`` grid the axial encoding is
-1D RoPE of ``head_dim / 2`` channels on the column; on text (all axes equal) M-RoPE is 1D RoPE.
-
-Positions are multi-axis, ``(N, seq)`` or ``(N, batch, seq)`` (build them with
-:func:`posenc.positions.grid_positions` or :func:`posenc.positions.multimodal.mrope_position_ids`);
-floating positions are legal (EVA's rescaling to a reference grid,
-:func:`rescaled_grid_positions`). Fixed frequencies rotate through the kernels of
-:mod:`posenc.rotary.kernels` (angles in float64, one rounding, in place without autograd);
-learnable or per-head ones through differentiable torch ops.
-
-Fixed frequencies are no buffer: as :class:`~posenc.rotary.RotaryEmbedding`'s ``inv_freq``
-they are kept in float64 on the CPU and memoised per device outside ``state_dict`` and
-``Module._apply``, so ``model.to(torch.bfloat16)`` leaves them exact (transformers#25681)
-and a module built on the ``meta`` device rotates correctly after ``to_empty``. Learnable
-frequencies (RoPE-Mixed) are a parameter, saved and cast like every weight: ``.to(bfloat16)``
-rounds them (relative error ≤ 2⁻⁹), and the angles are then computed in float32 from the
-rounded values; keep the module in float32 (e.g. ``model.to(torch.bfloat16)`` then
-``rope.float()``) for float32 frequencies. :meth:`MultiAxisRotary.reset_parameters` redraws
-them (RoPE-Mixed) or restores the given ones.
+"""The :class:`MultiAxisRotary` module: pair ``p`` rotates by ``Σ_a pos_a · F[p, a]``, with
+its presets (axial, M-RoPE, VideoRoPE, MM-RoPE, MHRoPE, RoPE-Mixed); the formula, papers and
+conventions are in :mod:`posenc.rotary.multi_axis`, the frequency matrices in
+:mod:`posenc.rotary.multi_axis.maps`.
 """
 
 from __future__ import annotations
@@ -60,29 +15,21 @@ from torch import Tensor, nn
 from posenc._validate import check_in_choices, check_positive_float, check_positive_int
 from posenc.encoding.protocols import RotaryEncoding
 from posenc.positions import check_positions
-from posenc.rotary.frequencies import rope_inv_freq
 from posenc.rotary.kernels import rotate_pair
 from posenc.rotary.layouts import LAYOUTS, Layout
-from posenc.rotary.multi_axis_maps import (
-    mhrope_head_axes,
+from posenc.rotary.multi_axis.maps import (
+    axial_frequencies,
+    mhrope_frequencies,
     mixed_frequencies,
     mmrope_axes,
     mrope_axes,
     place_frequencies,
-    rescaled_grid_positions,
     videorope_axes,
 )
 from posenc.rotary.rope import RotaryEmbedding
 from posenc.rotary.scaling import Scaling, scaling_from_dict, sequence_length
 
-__all__ = [
-    "MultiAxisRotary",
-    "mhrope_head_axes",
-    "mmrope_axes",
-    "mrope_axes",
-    "rescaled_grid_positions",
-    "videorope_axes",
-]
+__all__ = ["MultiAxisRotary"]
 
 
 class MultiAxisRotary(RotaryEncoding):
@@ -205,21 +152,7 @@ class MultiAxisRotary(RotaryEncoding):
         rotary-embedding-torch's ``get_axial_freqs`` is ``(0, 1, …)`` with ``layout``
         ``"interleaved"``. Defaults: ``base = 100`` and adjacent pairs, as RoPE-ViT.
         """
-        axes = check_positive_int("num_axes", num_axes)
-        base = check_positive_float("base", base)
-        order = list(range(axes))[::-1] if axis_order is None else [int(a) for a in axis_order]
-        if sorted(order) != list(range(axes)):
-            raise ValueError(f"axis_order must be a permutation of 0..{axes - 1}, got {order}")
-        if head_dim % (2 * axes):
-            raise ValueError(
-                f"head_dim must be divisible by {2 * axes} (pairs split between {axes} axes), "
-                f"got {head_dim}"
-            )
-        group = head_dim // (2 * axes)
-        inv_freq = rope_inv_freq(2 * group, base, device="cpu")  # (group,)
-        freqs = torch.zeros(axes * group, axes, dtype=torch.float64, device="cpu")
-        for index, axis in enumerate(order):
-            freqs[index * group : (index + 1) * group, axis] = inv_freq
+        freqs = axial_frequencies(head_dim, num_axes, base=base, axis_order=axis_order)
         return cls(head_dim, freqs, layout=layout)
 
     @classmethod
@@ -323,16 +256,7 @@ class MultiAxisRotary(RotaryEncoding):
         g``'s rotation (the reference's ``repeat_interleave``). Parity: JJJYmmm/
         Multimodal-RoPEs' ``mhrope`` golden tables (its ``MHRopeEmbedding``); positions from
         :func:`posenc.positions.multimodal_variants.spatial_reset_position_ids`."""
-        head_dim = check_positive_int("head_dim", head_dim)
-        if head_dim % 2:
-            raise ValueError(f"head_dim must be even, got {head_dim}")
-        head_axes = mhrope_head_axes(sections, num_heads)
-        base = check_positive_float("base", base)
-        inv_freq = rope_inv_freq(head_dim, base, device="cpu")
-        freqs = torch.zeros(len(head_axes), head_dim // 2, 3, dtype=torch.float64, device="cpu")
-        for head, axis in enumerate(head_axes):
-            if axis >= 0:
-                freqs[head, :, axis] = inv_freq
+        freqs = mhrope_frequencies(head_dim, num_heads, sections, base=base)
         return cls(head_dim, freqs, layout=layout)
 
     @classmethod

@@ -1,7 +1,8 @@
 """The frequency matrices of :class:`~posenc.rotary.multi_axis.MultiAxisRotary`'s presets:
 which axis each channel pair reads (M-RoPE's sections, VideoRoPE's layout), how per-pair
-frequencies are placed into a ``(pairs, axes)`` matrix, RoPE-Mixed's initial frequencies, and
-EVA's positions rescaled to a reference grid. Re-exported by :mod:`posenc.rotary.multi_axis`.
+frequencies are placed into a ``(pairs, axes)`` matrix, the axial and MHRoPE matrices,
+RoPE-Mixed's initial frequencies, and EVA's positions rescaled to a reference grid.
+Re-exported by :mod:`posenc.rotary.multi_axis`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from posenc._validate import check_positive_int
+from posenc._validate import check_positive_float, check_positive_int
 from posenc.positions import grid_positions
+from posenc.rotary.frequencies import rope_inv_freq
 
 __all__ = [
+    "axial_frequencies",
+    "mhrope_frequencies",
     "mhrope_head_axes",
     "mixed_frequencies",
     "mmrope_axes",
@@ -123,6 +127,68 @@ def mhrope_head_axes(sections: Sequence[int], num_heads: int) -> list[int]:
         )
     axes = [axis for axis, n in enumerate(counts) for _ in range(n)]
     return axes + [-1] * (num_heads - len(axes))
+
+
+def axial_frequencies(
+    head_dim: int,
+    num_axes: int = 2,
+    *,
+    base: float = 100.0,
+    axis_order: Sequence[int] | None = None,
+) -> Tensor:
+    """Axial RoPE's ``(pairs, axes)`` matrix (:meth:`MultiAxisRotary.axial
+    <posenc.rotary.multi_axis.MultiAxisRotary.axial>`): group ``g`` of ``head_dim / (2N)``
+    pairs holds the 1D frequencies ``θ_k = base^(-k N / (head_dim/2))`` at column
+    ``axis_order[g]`` (None = ``(N−1, …, 0)``), float64 on the CPU.
+
+    Example::
+
+        >>> axial_frequencies(4, 2, base=100.0)
+        tensor([[0., 1.],
+                [1., 0.]], dtype=torch.float64)
+    """
+    axes = check_positive_int("num_axes", num_axes)
+    base = check_positive_float("base", base)
+    order = list(range(axes))[::-1] if axis_order is None else [int(a) for a in axis_order]
+    if sorted(order) != list(range(axes)):
+        raise ValueError(f"axis_order must be a permutation of 0..{axes - 1}, got {order}")
+    if head_dim % (2 * axes):
+        raise ValueError(
+            f"head_dim must be divisible by {2 * axes} (pairs split between {axes} axes), "
+            f"got {head_dim}"
+        )
+    group = head_dim // (2 * axes)
+    inv_freq = rope_inv_freq(2 * group, base, device="cpu")  # (group,)
+    freqs = torch.zeros(axes * group, axes, dtype=torch.float64, device="cpu")
+    for index, axis in enumerate(order):
+        freqs[index * group : (index + 1) * group, axis] = inv_freq
+    return freqs
+
+
+def mhrope_frequencies(
+    head_dim: int, num_heads: int, sections: Sequence[int] = (2, 3, 3), *, base: float = 1e6
+) -> Tensor:
+    """MHRoPE's ``(heads, head_dim/2, 3)`` matrix (:meth:`MultiAxisRotary.mhrope
+    <posenc.rotary.multi_axis.MultiAxisRotary.mhrope>`): head ``n`` holds the full 1D
+    frequencies ``θ_i = base^(−2i/head_dim)`` at column :func:`mhrope_head_axes`
+    ``(sections, num_heads)[n]``, zeros for heads that read no axis; float64 on the CPU.
+
+    Example::
+
+        >>> mhrope_frequencies(2, 4, (1, 1, 1), base=100.0)[:, 0].tolist()
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    """
+    head_dim = check_positive_int("head_dim", head_dim)
+    if head_dim % 2:
+        raise ValueError(f"head_dim must be even, got {head_dim}")
+    head_axes = mhrope_head_axes(sections, num_heads)
+    base = check_positive_float("base", base)
+    inv_freq = rope_inv_freq(head_dim, base, device="cpu")
+    freqs = torch.zeros(len(head_axes), head_dim // 2, 3, dtype=torch.float64, device="cpu")
+    for head, axis in enumerate(head_axes):
+        if axis >= 0:
+            freqs[head, :, axis] = inv_freq
+    return freqs
 
 
 def place_frequencies(inv_freq: Tensor, pair_axes: Tensor, num_axes: int) -> Tensor:
