@@ -3,8 +3,9 @@
 * :mod:`~posenc.encoding.base`: :class:`PositionalEncoding`, the base of every encoding, its
   typed defaults, :class:`NoPE` and :class:`EncodingWrapper`;
 * :mod:`~posenc.encoding.protocols`: one base class per place an encoding acts (additive,
-  rotary, segments, pointwise bias, contextual term, scores reader, softmax transforms, token
-  state, position transform; token phases, in :mod:`~posenc.encoding.token_phases`);
+  rotary, segments, pointwise bias, contextual term, scores reader, softmax transforms; the
+  token-level places, token state, position transform and token transform, in
+  :mod:`~posenc.encoding.token_places`; token phases, in :mod:`~posenc.encoding.token_phases`);
 * :mod:`~posenc.encoding.kinds`: structures an encoding may declare for attention's plans;
 * :mod:`~posenc.encoding.resolve`: :func:`hooks_of`, the one resolved description attention
   reads;
@@ -32,20 +33,19 @@ from posenc.encoding.protocols import (
     AttentionWeights,
     BiasEncoding,
     ContextualEncoding,
-    PositionTransform,
     RotaryEncoding,
     ScoreMap,
     ScoresReader,
     SegmentEncoding,
     SinkLogits,
     TokenEmbedding,
-    TokenPhaseEncoding,
-    TokenStateEncoding,
     ValueRotation,
     check_rotary_input,
     materialize_bias,
 )
 from posenc.encoding.resolve import Hooks, hooks_of
+from posenc.encoding.token_phases import TokenPhaseEncoding
+from posenc.encoding.token_places import PositionTransform, TokenStateEncoding
 
 __all__ = [
     "AdditiveEncoding",
