@@ -31,8 +31,8 @@ from posenc.lab.experiments import all_claims
 from tests.lab.claim_rows import own_test, replicate_seeds
 from tests.lab.experiments.extrapolate.test_claims import METHOD_CASES
 from tests.lab.experiments.extrapolate.test_hybrids import HYBRID_CASES
-from tests.lab.experiments.suite.test_suite_claims import SUITE_CASES
 from tests.lab.experiments.longctx.test_longctx import LONGCTX_CASES
+from tests.lab.experiments.suite.test_suite_claims import SUITE_CASES
 from tests.lab.experiments.temporal_links.test_temporal_links import TEMPORAL_CASES
 from tests.lab.experiments.test_csl import GRAPH_CASES
 from tests.lab.test_signal_claims import SIGNAL_CASES

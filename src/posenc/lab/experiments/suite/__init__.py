@@ -18,9 +18,8 @@ retrieval does not predict downstream long-context results: the report says so b
 finding resting on the ``niah_*`` tasks alone.
 
 Budget: ``--family ruler`` at the defaults (7 tasks × 3 encodings × 1 seed = 21 models) is the
-family sweep of docs/lab.md (measured there: about 290 s per model with two workers on a
-2-core machine loaded ~9.5 by other jobs); :data:`TINY` is the seconds-long config the tests
-use.
+family sweep of docs/lab.md: 633 s with two workers on an idle 2-core machine (docs/results.md
+§10); :data:`TINY` is the seconds-long config the tests use.
 
 Example::
 
