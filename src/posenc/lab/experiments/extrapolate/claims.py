@@ -204,9 +204,7 @@ def _degrades_less(
         paper=paper,
         published=published,
         experiment="extrapolate",
-        statistic=MeanOverSeeds(
-            Difference(growth(than, multiplier), growth(encoding, multiplier))
-        ),
+        statistic=MeanOverSeeds(Difference(growth(than, multiplier), growth(encoding, multiplier))),
         threshold=0.0,
         direction=">=",
         control=Control(than),
