@@ -457,7 +457,7 @@ def score_vs_multiple(rows: Sequence[Row]) -> Figure:
     count = max(len(tasks), 1)
     columns = min(count, 4)
     fig = new_figure(
-        figsize=(3.6 * columns, 3.0 * math.ceil(count / columns)), layout="constrained"
+        figsize=(4.4 * columns, 3.0 * math.ceil(count / columns)), layout="constrained"
     )
     for index, (task, series) in enumerate(sorted(tasks.items())):
         ax = fig.add_subplot(math.ceil(count / columns), columns, index + 1)
