@@ -76,6 +76,9 @@ def test_table_and_needle_note(tiny_run: tuple[Path, list[dict[str, Any]]]) -> N
     assert needle_note(only)[0].startswith("These results rest on needle retrieval alone")
     assert needle_note([r for r in rows if r["task"] == "state_tracking"]) == []
     score_vs_multiple(rows)
+    # a task run with parameters other than its defaults is named with them
+    assert "state_tracking (group=s3) (L=4)" in table
+    assert "niah_single (L=24)" in table
 
 
 def test_lengths_follow_the_multipliers() -> None:
