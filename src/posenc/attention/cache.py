@@ -344,14 +344,7 @@ class KVCache:
         if dropped == 0 or dropped < self.length - dropped:
             return
         index = keep.nonzero().flatten()
-        for rows in (
-            self._k,
-            self._v,
-            self._states,
-            self._inputs,
-            self._phases,
-            *self._memo.values(),
-        ):
+        for rows in self._per_key_rows():
             rows.keep(index)
         self._map_key_metadata(lambda value: value.index_select(-1, index.to(value.device)))
         self.evicted += dropped
@@ -359,6 +352,11 @@ class KVCache:
         # a query before the newest kept key could have seen a dropped key: no rolling back
         # below the keys kept now
         self.rollback_floor = self.length
+
+    def _per_key_rows(self) -> tuple[_Rows, ...]:
+        """Every growing buffer with one entry per key: keys, values and the per-encoding
+        stores (states, transform inputs, phases, memos)."""
+        return (self._k, self._v, self._states, self._inputs, self._phases, *self._memo.values())
 
     def _map_key_metadata(self, keep: Callable[[Tensor], Tensor]) -> None:
         """Apply ``keep`` to each per-key tensor the cache holds besides keys and values."""
@@ -395,14 +393,7 @@ class KVCache:
                 "queries at the earlier positions would see; start a new cache (KVCache()) to "
                 "go back further, or keep every key with KVCache(evict=False)"
             )
-        for rows in (
-            self._k,
-            self._v,
-            self._states,
-            self._inputs,
-            self._phases,
-            *self._memo.values(),
-        ):
+        for rows in self._per_key_rows():
             rows.length = min(rows.length, length)
         self._map_key_metadata(lambda value: value[..., :length])
 
