@@ -85,6 +85,11 @@ def _worker(
     )
     try:
         fn(rank, world_size, *args)
+        # every rank is done with its collectives before any tears the group down: a rank
+        # that destroys its gloo context while another still has work in flight (FSDP2's
+        # asynchronous reduce-scatter) can abort the other ("terminate called without an
+        # active exception", SIGABRT); after an exception there is no barrier, which could hang
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
