@@ -186,22 +186,12 @@ class KVCache:
     def token_states(self) -> Tensor:
         """Every cached key's state ``(batch, heads, length)`` under a token-state encoding
         (FoX's cumulative log forget gate, :mod:`posenc.token_state.token_bias`)."""
-        states = self._states.value
-        if states is None or self._states.length != self.length:
-            raise ValueError(
-                "cache: this KVCache holds no token states for its keys (it was filled by a "
-                "layer whose encoding has none); start a new cache"
-            )
-        return states[..., 0]
+        return self._every_key(self._states, "token states")[..., 0]
 
     def store_states(self, states: Tensor) -> Tensor:
         """Append the new keys' token states ``(batch, heads, seq)`` (before :meth:`store`
         of their keys); return every key's."""
-        if self._states.length != self.length:
-            raise ValueError(
-                "cache: this KVCache holds keys without token states; start a new cache"
-            )
-        return self._states.append(states.unsqueeze(-1))[..., 0]
+        return self._append_keys(self._states, states.unsqueeze(-1), "token states")[..., 0]
 
     @property
     def token_phases(self) -> Tensor:
@@ -209,22 +199,30 @@ class KVCache:
         a token-phase encoding (CARoPE, :mod:`posenc.attention.token_phases`): the next
         tokens continue the last. Kept for every key, not the last alone, so that
         :meth:`truncate` stays exact."""
-        phases = self._phases.value
-        if phases is None or self._phases.length != self.length:
-            raise ValueError(
-                "cache: this KVCache holds no token phases for its keys (it was filled by a "
-                "layer whose encoding has none); start a new cache"
-            )
-        return phases
+        return self._every_key(self._phases, "token phases")
 
     def store_phases(self, phases: Tensor) -> Tensor:
         """Append the new keys' token phases ``(batch, heads, seq, pairs)`` (before
         :meth:`store` of their keys); return every key's."""
-        if self._phases.length != self.length:
+        return self._append_keys(self._phases, phases, "token phases")
+
+    def _every_key(self, rows: _Rows, what: str) -> Tensor:
+        """``rows``' value, one entry per cached key; an error naming ``what`` when the cache
+        was filled without them."""
+        value = rows.value
+        if value is None or rows.length != self.length:
             raise ValueError(
-                "cache: this KVCache holds keys without token phases; start a new cache"
+                f"cache: this KVCache holds no {what} for its keys (it was filled by a "
+                "layer whose encoding has none); start a new cache"
             )
-        return self._phases.append(phases)
+        return value
+
+    def _append_keys(self, rows: _Rows, values: Tensor, what: str) -> Tensor:
+        """Append the new keys' ``values`` to ``rows`` (before :meth:`store` of the keys);
+        return every key's."""
+        if rows.length != self.length:
+            raise ValueError(f"cache: this KVCache holds keys without {what}; start a new cache")
+        return rows.append(values)
 
     def transform_inputs(self, count: int) -> Tensor | None:
         """The last ``count`` cached keys' inputs of a token-transform encoding ``(batch,
